@@ -1,0 +1,76 @@
+"""See and steer JAX's GPU memory from inside Jupyter.
+
+``%load_ext jupyter_gpumem`` registers the ``%gpumem`` magic. Loading is cheap: it imports
+neither jax, pynvml, plotly nor ipywidgets; each is imported where it is first needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["configure", "status", "Monitor", "track", "defragment", "__version__"]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("jupyter-gpumem")
+    except Exception:  # not installed (running from a checkout)
+        return "0+unknown"
+
+
+__version__ = _version()
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from .magics import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from .magics import unload
+
+    unload(ipython)
+
+
+def configure(**settings: Any):
+    """Set JAX's allocator before it starts: ``configure(preallocate=False, fraction=0.4)``.
+
+    Same rules as ``%gpumem``: everything is validated before anything is applied.
+    """
+    from .allocator_shim import configure as _configure
+
+    return _configure(**settings)
+
+
+def status():
+    """The settings in effect, where each came from, the backend state and warnings."""
+    from .status import status as _status
+
+    return _status()
+
+
+def __getattr__(name: str) -> Any:
+    # Faces that pull in heavy packages are imported on first use only.
+    if name == "Monitor":
+        from .widget import Monitor
+
+        return Monitor
+    if name in ("track", "defragment"):
+        from . import doctor
+
+        return getattr(doctor, name)
+    raise AttributeError(f"module 'jupyter_gpumem' has no attribute {name!r}")
+
+
+# --- Jupyter server and lab extension hooks ----------------------------------------------------
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": "labextension", "dest": "jupyter-gpumem"}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    return [{"module": "jupyter_gpumem.server"}]

@@ -1,0 +1,394 @@
+"""Typed readings, derived metrics and the bounded Timeline.
+
+Everything above the sources speaks in these types. No I/O lives here; trace files are in
+``tracefile.py``. A reading that is missing is a ``NotAvailable`` value that says why, never an
+exception.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Union
+
+
+# --- "not available, because ..." -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NotAvailable:
+    """A reading that is not there, with a reason a person can act on.
+
+    ``code`` is stable and machine-readable (the UI and tests switch on it); ``reason`` is the
+    sentence shown to the user. It is falsy, so ``reading or default`` reads naturally.
+    """
+
+    code: str
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+    def to_json(self) -> dict:
+        return {"na": self.code, "reason": self.reason}
+
+
+# Codes in use. Sources may add their own; the UI falls back to the reason text.
+NO_LIBRARY = "no_library"  # libnvidia-ml / libcuda cannot be loaded
+NO_DRIVER = "no_driver"  # library present, driver missing or not loaded
+NO_PERMISSION = "no_permission"
+GPU_LOST = "gpu_lost"
+PROCESS_GONE = "process_gone"
+NOT_SUPPORTED = "not_supported"  # the device or driver does not report this
+PIDS_HIDDEN = "pids_hidden"  # containers and MIG: NVML cannot map usage to pids
+NOT_STARTED = "not_started"  # JAX's backend has not started yet
+NO_STATS = "no_stats"  # the backend/allocator answers memory_stats() with None (CPU, platform)
+NO_JAX = "no_jax"
+ERROR = "error"  # anything else; the reason carries the original message
+
+Maybe = Union[int, NotAvailable]
+
+
+def is_available(value: Any) -> bool:
+    return not isinstance(value, NotAvailable)
+
+
+# --- NVML readings ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessReading:
+    """One compute process on a device, as the driver sees it."""
+
+    pid: int
+    used_bytes: Maybe
+    # Filled in by faces that may show them (same user, or configured); never by nvml.py.
+    name: str | None = None
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """One GPU as NVML reports it at one instant."""
+
+    index: int
+    name: str
+    uuid: str
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+    reserved_bytes: Maybe = NotAvailable(NOT_SUPPORTED, "driver does not report reserved memory")
+    utilization_percent: Maybe = NotAvailable(NOT_SUPPORTED, "driver does not report utilisation")
+    display_active: bool | NotAvailable = NotAvailable(NOT_SUPPORTED, "display state not reported")
+    mig_mode: bool | NotAvailable = NotAvailable(NOT_SUPPORTED, "MIG mode not reported")
+    processes: tuple[ProcessReading, ...] | NotAvailable = ()
+
+    def process_bytes(self, pid: int) -> Maybe:
+        """Bytes the driver attributes to ``pid`` on this device (0 if it holds none)."""
+        if isinstance(self.processes, NotAvailable):
+            return self.processes
+        total = 0
+        for proc in self.processes:
+            if proc.pid == pid:
+                if isinstance(proc.used_bytes, NotAvailable):
+                    return proc.used_bytes
+                total += proc.used_bytes
+        return total
+
+
+# --- JAX allocator readings ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AllocatorStats:
+    """``Device.memory_stats()`` normalised across allocators.
+
+    A stat the allocator does not report is None (XLA uses -1 for some of these; the normaliser
+    maps that to None). ``raw`` keeps the dict exactly as JAX returned it, for traces.
+    """
+
+    allocator: str  # "bfc", "cuda_async", "tpu", ... as far as it can be known
+    bytes_in_use: int | None = None
+    peak_bytes_in_use: int | None = None
+    bytes_limit: int | None = None
+    pool_bytes: int | None = None
+    peak_pool_bytes: int | None = None
+    largest_free_block_bytes: int | None = None
+    largest_alloc_size: int | None = None
+    num_allocs: int | None = None
+    bytes_reserved: int | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CudaPoolReading:
+    """The CUDA memory pool behind the cuda_async allocator, read from the driver."""
+
+    reserved_bytes: int
+    reserved_high_bytes: int
+    used_bytes: int
+    used_high_bytes: int
+
+
+@dataclass(frozen=True)
+class JaxDeviceReading:
+    """One JAX device's allocator state at one instant."""
+
+    jax_id: int
+    platform: str  # "gpu", "cpu", "tpu"
+    kind: str  # device_kind, e.g. "NVIDIA H100 80GB HBM3"
+    nvml_index: int | None  # which NVML device this is, where it can be known
+    stats: AllocatorStats | NotAvailable
+    cuda_pool: CudaPoolReading | NotAvailable | None = None  # None: not a cuda_async device
+
+
+# --- samples, events, timeline ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Everything read at one instant ``t`` (seconds since the epoch)."""
+
+    t: float
+    pid: int
+    devices: tuple[DeviceReading, ...] | NotAvailable
+    jax: tuple[JaxDeviceReading, ...] | NotAvailable
+
+    def device(self, index: int) -> DeviceReading | None:
+        if isinstance(self.devices, NotAvailable):
+            return None
+        for dev in self.devices:
+            if dev.index == index:
+                return dev
+        return None
+
+    def jax_for(self, nvml_index: int) -> JaxDeviceReading | None:
+        if isinstance(self.jax, NotAvailable):
+            return None
+        for dev in self.jax:
+            if dev.nvml_index == nvml_index:
+                return dev
+        return None
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened at ``t``: a cell start or end, an OOM, a settings change."""
+
+    t: float
+    name: str  # "cell_start", "cell_end", "oom", "settings", "marker"
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Timeline:
+    """A bounded, thread-safe ring buffer of samples and events.
+
+    The sampler thread appends; faces read snapshots. Memory is bounded by ``max_samples`` and
+    ``max_events`` whatever the run length.
+    """
+
+    def __init__(self, max_samples: int = 36_000, max_events: int = 10_000):
+        self._samples: deque[Sample] = deque(maxlen=max_samples)
+        self._events: deque[Event] = deque(maxlen=max_events)
+        self._lock = threading.Lock()
+        self._version = 0  # bumps on every append and clear
+
+    @property
+    def max_samples(self) -> int:
+        return self._samples.maxlen or 0
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def append(self, sample: Sample) -> None:
+        with self._lock:
+            self._samples.append(sample)
+            self._version += 1
+
+    def add_event(self, event: Event) -> None:
+        with self._lock:
+            self._events.append(event)
+            self._version += 1
+
+    def extend(self, items: Iterable[Sample | Event]) -> None:
+        with self._lock:
+            for item in items:
+                (self._samples if isinstance(item, Sample) else self._events).append(item)
+            self._version += 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._samples.clear()
+            self._events.clear()
+            self._version += 1
+
+    def samples(self, since: float | None = None) -> list[Sample]:
+        """Samples with ``t > since`` (all of them when ``since`` is None), oldest first."""
+        with self._lock:
+            items = list(self._samples)
+        if since is None:
+            return items
+        return [s for s in items if s.t > since]
+
+    def events(self, since: float | None = None) -> list[Event]:
+        with self._lock:
+            items = list(self._events)
+        if since is None:
+            return items
+        return [e for e in items if e.t > since]
+
+    def latest(self) -> Sample | None:
+        with self._lock:
+            return self._samples[-1] if self._samples else None
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+
+# --- settings --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AllocatorSettings:
+    """What a user asks of JAX's allocator. None means "leave it alone".
+
+    ``async_prealloc`` is a byte count, or -1 for the whole pool.
+    """
+
+    preallocate: bool | None = None
+    fraction: float | None = None
+    allocator: str | None = None
+    async_prealloc: int | None = None
+    remat: bool | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The settings that are set, in a stable order."""
+        out = {}
+        for name in ("preallocate", "fraction", "allocator", "async_prealloc", "remat"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    def merged(self, other: "AllocatorSettings") -> "AllocatorSettings":
+        """These settings with ``other``'s given values on top."""
+        return replace(self, **other.given())
+
+
+# --- derived metrics: pure functions, tested against hand-computed numbers ------------------
+
+
+def fragmentation(stats: AllocatorStats) -> float | None:
+    """XLA's own BFC fragmentation, 0..1 (BFCAllocator::GetFragmentation).
+
+    ``(pool - in_use - largest_free) / (pool - in_use)``: the share of the pool's free bytes that
+    are not in its largest free block. 0 when the pool has no free bytes. None when the
+    allocator does not report the three stats (cuda_async, platform, CPU).
+    """
+    pool, in_use, largest = stats.pool_bytes, stats.bytes_in_use, stats.largest_free_block_bytes
+    if pool is None or in_use is None or largest is None:
+        return None
+    free = pool - in_use
+    if free <= 0:
+        return 0.0
+    return max(0.0, min(1.0, (free - largest) / free))
+
+
+def unused_pool_bytes(stats: AllocatorStats) -> int | None:
+    """Bytes JAX holds from CUDA but has not handed to arrays: preallocated or pooled, unused."""
+    if stats.pool_bytes is None or stats.bytes_in_use is None:
+        return None
+    return max(0, stats.pool_bytes - stats.bytes_in_use)
+
+
+def headroom(stats: AllocatorStats) -> int | None:
+    """Bytes the pool may still grow by before it reaches ``bytes_limit``.
+
+    With preallocation on the pool already is the limit, so this is 0.
+    """
+    if stats.bytes_limit is None or stats.pool_bytes is None:
+        return None
+    return max(0, stats.bytes_limit - stats.pool_bytes)
+
+
+def largest_likely_request(stats: AllocatorStats, device_free: int | None = None) -> int | None:
+    """The largest single allocation likely to succeed now.
+
+    Either it fits in the largest free block, or the pool grows by it. Growth needs CUDA to
+    have the bytes free, so ``device_free`` (NVML's free bytes) caps the growth term.
+    """
+    largest = stats.largest_free_block_bytes
+    room = headroom(stats)
+    if largest is None and room is None:
+        return None
+    if room is not None and device_free is not None:
+        room = min(room, max(0, device_free))
+    return max(largest or 0, room or 0)
+
+
+def outside_allocator_bytes(process_used: int | None, stats: AllocatorStats | None) -> int | None:
+    """Bytes this process holds on the device outside JAX's pool.
+
+    The CUDA context, cuDNN and cuBLAS workspaces, CUDA graphs, NCCL: NVML's per-process used
+    bytes minus what the allocator obtained from CUDA (its pool, or bytes in use when it has no
+    pool).
+    """
+    if process_used is None or stats is None:
+        return None
+    pool = stats.pool_bytes if stats.pool_bytes is not None else stats.bytes_in_use
+    if pool is None:
+        return None
+    return max(0, process_used - pool)
+
+
+# --- normalising memory_stats() --------------------------------------------------------------
+
+_STAT_KEYS = (
+    "bytes_in_use",
+    "peak_bytes_in_use",
+    "bytes_limit",
+    "pool_bytes",
+    "peak_pool_bytes",
+    "largest_free_block_bytes",
+    "largest_alloc_size",
+    "num_allocs",
+    "bytes_reserved",
+)
+
+
+def _as_count(value: Any) -> int | None:
+    """A non-negative byte count, or None for -1, garbage, floats that are not whole, bools."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")) or not value.is_integer():
+            return None
+        value = int(value)
+    if not isinstance(value, int):
+        return None
+    return value if value >= 0 else None
+
+
+def normalise_stats(raw: Mapping[str, Any] | None, allocator: str, platform: str = "gpu") -> AllocatorStats | NotAvailable:
+    """Turn ``Device.memory_stats()`` into ``AllocatorStats``; never raises.
+
+    - CPU, and allocators without stats, answer None: a state to explain, not an error.
+    - XLA reports some missing stats as -1; those become None.
+    - cuda_async reports ``largest_free_block_bytes`` as 0 and, with preallocation off,
+      ``bytes_limit`` as 0. Neither means what it says there, so both become None; the pool's
+      real size comes from the CUDA driver (``CudaPoolReading``).
+    """
+    if raw is None:
+        if platform == "cpu":
+            return NotAvailable(NO_STATS, "JAX is running on the CPU, which keeps no allocator statistics")
+        return NotAvailable(NO_STATS, f"the {allocator} allocator reports no memory statistics")
+    if not isinstance(raw, Mapping):
+        return NotAvailable(ERROR, f"memory_stats() returned {type(raw).__name__}, not a dict")
+    values = {key: _as_count(raw.get(key)) for key in _STAT_KEYS}
+    if allocator == "cuda_async":
+        values["largest_free_block_bytes"] = None
+        if values["bytes_limit"] == 0:
+            values["bytes_limit"] = None
+    return AllocatorStats(allocator=allocator, raw=dict(raw), **values)
