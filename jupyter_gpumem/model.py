@@ -97,6 +97,16 @@ class DeviceReading:
         return total
 
 
+@dataclass(frozen=True)
+class DeviceUnreadable:
+    """A device NVML lists but cannot read right now (lost GPU, a query that failed)."""
+
+    index: int
+    why: NotAvailable
+    name: str = ""
+    uuid: str = ""
+
+
 # --- JAX allocator readings ------------------------------------------------------------------
 
 
@@ -152,10 +162,10 @@ class Sample:
 
     t: float
     pid: int
-    devices: tuple[DeviceReading, ...] | NotAvailable
+    devices: tuple[DeviceReading | DeviceUnreadable, ...] | NotAvailable
     jax: tuple[JaxDeviceReading, ...] | NotAvailable
 
-    def device(self, index: int) -> DeviceReading | None:
+    def device(self, index: int) -> DeviceReading | DeviceUnreadable | None:
         if isinstance(self.devices, NotAvailable):
             return None
         for dev in self.devices:
