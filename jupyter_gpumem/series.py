@@ -1,0 +1,413 @@
+"""The monitor's data path: Samples turned into named series per device, bounded and decimated.
+
+Pure: no plotly, no ipywidgets, no threads. ``widget.py`` draws what this module computes, so
+every number on screen can be checked here against a hand-computed Sample.
+
+Where a device's memory is, as stacked bands that add up to NVML's used + free:
+
+- ``jax_in_use``        JAX arrays (``bytes_in_use``)
+- ``pool_unused``       preallocated or pooled but unused (pool - in use)
+- ``outside_jax``       this process outside JAX's allocator (process's NVML bytes - pool)
+- ``other_processes``   other processes (device used - this process)
+- ``unattributed``      used bytes NVML cannot attribute to a process (containers, MIG)
+- ``free``              free
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Sequence
+
+from .model import (
+    AllocatorStats,
+    CudaPoolReading,
+    DeviceReading,
+    Event,
+    NotAvailable,
+    NOT_STARTED,
+    Sample,
+    fragmentation,
+    headroom,
+)
+
+__all__ = [
+    "SeriesSpec",
+    "SERIES",
+    "SERIES_NAMES",
+    "BANDS",
+    "series_values",
+    "device_keys",
+    "nothing_to_show",
+    "notes_for",
+    "decimate_rows",
+    "DeviceSeries",
+    "Chunk",
+    "cell_markers",
+    "csv_rows",
+    "MAX_POINTS",
+]
+
+# No trace draws more than this many points (the issue's "about 2,000").
+MAX_POINTS = 2000
+
+
+@dataclass(frozen=True)
+class SeriesSpec:
+    name: str
+    label: str
+    kind: str  # "band" (stacked), "line", "bfc", "pool"
+    unit: str  # "bytes" or "fraction"
+
+
+SERIES: tuple[SeriesSpec, ...] = (
+    SeriesSpec("jax_in_use", "JAX arrays (in use)", "band", "bytes"),
+    SeriesSpec("pool_unused", "JAX pool, unused", "band", "bytes"),
+    SeriesSpec("outside_jax", "this process, outside JAX", "band", "bytes"),
+    SeriesSpec("other_processes", "other processes", "band", "bytes"),
+    SeriesSpec("unattributed", "used, not attributable", "band", "bytes"),
+    SeriesSpec("free", "free", "band", "bytes"),
+    SeriesSpec("bytes_limit", "bytes_limit", "line", "bytes"),
+    SeriesSpec("peak_in_use", "peak in use", "line", "bytes"),
+    SeriesSpec("total", "total", "line", "bytes"),
+    SeriesSpec("fragmentation", "fragmentation", "bfc", "fraction"),
+    SeriesSpec("largest_free_block", "largest free block", "bfc", "bytes"),
+    SeriesSpec("headroom", "headroom (limit - pool)", "bfc", "bytes"),
+    SeriesSpec("pool_reserved", "CUDA pool reserved", "pool", "bytes"),
+    SeriesSpec("pool_used", "CUDA pool used", "pool", "bytes"),
+)
+SERIES_NAMES: tuple[str, ...] = tuple(s.name for s in SERIES)
+BANDS: tuple[str, ...] = tuple(s.name for s in SERIES if s.kind == "band")
+_INDEX = {name: i for i, name in enumerate(SERIES_NAMES)}
+
+Values = tuple  # one float-or-None per SERIES_NAMES entry
+
+
+# --- one sample -> numbers -------------------------------------------------------------------
+
+
+def device_keys(sample: Sample) -> list[int]:
+    """The devices a sample has something to draw for: readable NVML devices, by index.
+
+    Without NVML, JAX GPU devices with allocator stats are keyed by their JAX id.
+    """
+    keys: list[int] = []
+    if not isinstance(sample.devices, NotAvailable):
+        keys = [d.index for d in sample.devices if isinstance(d, DeviceReading)]
+    if keys or isinstance(sample.jax, NotAvailable):
+        return keys
+    return [j.jax_id for j in sample.jax if isinstance(j.stats, AllocatorStats) and j.platform != "cpu"]
+
+
+def _jax_for(sample: Sample, key: int):
+    if isinstance(sample.jax, NotAvailable):
+        return None
+    if not isinstance(sample.devices, NotAvailable) and sample.devices:
+        return sample.jax_for(key)
+    for j in sample.jax:
+        if j.jax_id == key:
+            return j
+    return None
+
+
+def series_values(sample: Sample, key: int) -> dict[str, float | None]:
+    """Every series' value for device ``key`` at this sample, in bytes (fragmentation 0..1).
+
+    None where the number is not known: JAX not started, no allocator stats, pids hidden.
+    """
+    out: dict[str, float | None] = dict.fromkeys(SERIES_NAMES)
+    dev = sample.device(key)
+    dev = dev if isinstance(dev, DeviceReading) else None
+    jdev = _jax_for(sample, key)
+    stats = jdev.stats if jdev is not None and isinstance(jdev.stats, AllocatorStats) else None
+    cuda_pool = jdev.cuda_pool if jdev is not None and isinstance(jdev.cuda_pool, CudaPoolReading) else None
+
+    in_use = stats.bytes_in_use if stats else None
+    pool = stats.pool_bytes if stats else None
+    if pool is None and cuda_pool is not None:
+        pool = cuda_pool.reserved_bytes  # cuda_async: the pool's size comes from the driver
+    # What the allocator took from CUDA: its pool, or bytes in use when it keeps no pool.
+    held = pool if pool is not None else in_use
+    out["jax_in_use"] = in_use
+    if pool is not None and in_use is not None:
+        out["pool_unused"] = max(0, pool - in_use)
+    if stats:
+        out["bytes_limit"] = stats.bytes_limit
+        out["peak_in_use"] = stats.peak_bytes_in_use
+        if stats.largest_free_block_bytes is not None:  # BFC reports these three
+            out["fragmentation"] = fragmentation(stats)
+            out["largest_free_block"] = stats.largest_free_block_bytes
+            out["headroom"] = headroom(stats)
+    if cuda_pool is not None:
+        out["pool_reserved"] = cuda_pool.reserved_bytes
+        out["pool_used"] = cuda_pool.used_bytes
+
+    if dev is not None:
+        out["total"] = dev.total_bytes
+        out["free"] = dev.free_bytes
+        mine = dev.process_bytes(sample.pid)
+        if isinstance(mine, NotAvailable):
+            # NVML cannot say whose the used bytes are: show JAX's part and leave the rest unnamed.
+            out["unattributed"] = max(0, dev.used_bytes - (held or 0))
+        else:
+            out["outside_jax"] = max(0, mine - (held or 0))
+            out["other_processes"] = max(0, dev.used_bytes - mine)
+            out["unattributed"] = 0
+    return out
+
+
+def _row(sample: Sample, key: int) -> Values:
+    values = series_values(sample, key)
+    return tuple(values[name] for name in SERIES_NAMES)
+
+
+# --- nothing to show, and why ----------------------------------------------------------------
+
+
+def nothing_to_show(sample: Sample | None) -> str | None:
+    """Why there is nothing to draw (a sentence for the empty state), or None if there is."""
+    if sample is None:
+        return "Waiting for the first reading."
+    if device_keys(sample):
+        return None
+    parts = []
+    if isinstance(sample.devices, NotAvailable):
+        parts.append(f"No NVIDIA GPU can be read: {sample.devices.reason}.")
+    else:
+        parts.append("NVML lists no readable GPU.")
+    parts.append(_jax_sentence(sample))
+    return " ".join(p for p in parts if p)
+
+
+def _jax_sentence(sample: Sample) -> str:
+    jax = sample.jax
+    if isinstance(jax, NotAvailable):
+        if jax.code == NOT_STARTED:
+            return "JAX has not started yet: the allocator view will start when JAX does."
+        return f"JAX allocator statistics are not available: {jax.reason}."
+    if jax and all(j.platform == "cpu" for j in jax):
+        return "JAX is running on the CPU, which keeps no allocator statistics."
+    return ""
+
+
+def notes_for(sample: Sample | None, key: int) -> list[str]:
+    """Short notes for a device that is drawn but partly unknown (JAX not started, pids hidden)."""
+    if sample is None:
+        return []
+    notes = []
+    jdev = _jax_for(sample, key)
+    if isinstance(sample.jax, NotAvailable) and sample.jax.code == NOT_STARTED:
+        notes.append("JAX has not started yet: its bands will start when JAX does.")
+    elif jdev is not None and isinstance(jdev.stats, NotAvailable):
+        notes.append(f"No allocator statistics: {jdev.stats.reason}.")
+    dev = sample.device(key)
+    if isinstance(dev, DeviceReading) and isinstance(dev.processes, NotAvailable):
+        notes.append(f"Per-process memory is hidden ({dev.processes.reason}); used bytes are shown unattributed.")
+    return notes
+
+
+# --- decimation that keeps extremes ----------------------------------------------------------
+
+
+def _bucket_picks(rows: Sequence[Values], lo: int, hi: int, columns: Sequence[int]) -> set[int]:
+    picks = set()
+    for c in columns:
+        best_min = best_max = None
+        for i in range(lo, hi):
+            v = rows[i][c]
+            if v is None:
+                continue
+            if best_min is None or v < rows[best_min][c]:
+                best_min = i
+            if best_max is None or v > rows[best_max][c]:
+                best_max = i
+        if best_min is not None:
+            picks.add(best_min)
+            picks.add(best_max)
+    return picks
+
+
+def decimate_rows(rows: Sequence[Values], max_rows: int) -> list[int]:
+    """Indices of the rows to draw: at most ``max_rows``, keeping every bucket's extremes.
+
+    Rows are split into equal buckets; from each, the rows holding each column's minimum and
+    maximum are kept (real rows, so stacked bands stay consistent at every x). The first and
+    last rows are always kept. A column's peak therefore never disappears.
+    """
+    n = len(rows)
+    width = len(rows[0]) if rows else 0
+    if max_rows < 2 + 2 * width:
+        raise ValueError(f"max_rows must be at least 2 + 2 per column ({2 + 2 * width}), got {max_rows}")
+    if n <= max_rows:
+        return list(range(n))
+    columns = [c for c in range(width) if any(r[c] is not None for r in rows)]
+    buckets = max(1, (max_rows - 2) // 2)
+    while True:
+        picks = {0, n - 1}
+        for b in range(buckets):
+            lo, hi = b * n // buckets, (b + 1) * n // buckets
+            picks |= _bucket_picks(rows, lo, hi, columns)
+        if len(picks) <= max_rows or buckets == 1:
+            return sorted(picks)
+        # Too many distinct extremes: fewer, wider buckets (the fewest is 1, which keeps at
+        # most 2 per column plus the ends).
+        buckets = max(1, buckets * max_rows // len(picks) - 1)
+
+
+# --- one device's rows, sealed into chunks as time passes ------------------------------------
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A sealed stretch of one device's rows, already decimated; never changes once made."""
+
+    id: int
+    start: float
+    end: float
+    times: tuple[float, ...]
+    rows: tuple[Values, ...]
+
+
+class DeviceSeries:
+    """One device's rows within a time window, drawn as sealed chunks plus a live tail.
+
+    The window is split into ``chunks`` spans. Rows of the current span form the tail, which is
+    redrawn each update; when a span ends its rows are decimated once into a ``Chunk`` and
+    never sent again. Chunks older than the window are dropped. Memory and points per trace
+    stay bounded whatever the run length or rate: at most ``max_points`` per series.
+    """
+
+    def __init__(self, window_s: float, max_points: int = MAX_POINTS, chunks: int = 16):
+        if not (window_s > 0 and math.isfinite(window_s)):
+            raise ValueError(f"window must be a positive number of seconds, got {window_s!r}")
+        self.window_s = float(window_s)
+        self.span_s = self.window_s / chunks
+        self.per_chunk = max(2 + 2 * len(SERIES_NAMES), max_points // (chunks + 1))
+        self.chunks: deque[Chunk] = deque()
+        self._tail_t: list[float] = []
+        self._tail_rows: list[Values] = []
+        self._tail_span: int | None = None
+        self._carry: tuple[float, Values] | None = None  # last row of the previous span
+        self._next_id = 0
+        self.last_t: float | None = None
+        self.latest: dict[str, float | None] | None = None
+
+    def add(self, t: float, values: Values) -> list[Chunk]:
+        """Add one row; returns the chunks this sealed (usually none)."""
+        span = int(t // self.span_s)
+        sealed = []
+        if self._tail_span is not None and span != self._tail_span and self._tail_rows:
+            sealed.append(self._seal())
+        self._tail_span = span
+        self._tail_t.append(t)
+        self._tail_rows.append(values)
+        self.last_t = t
+        self.latest = dict(zip(SERIES_NAMES, values))
+        return sealed
+
+    def _seal(self) -> Chunk:
+        times, rows = self._with_carry()
+        keep = decimate_rows(rows, self.per_chunk)
+        chunk = Chunk(
+            id=self._next_id,
+            start=times[0],
+            end=times[-1],
+            times=tuple(times[i] for i in keep),
+            rows=tuple(rows[i] for i in keep),
+        )
+        self._next_id += 1
+        self.chunks.append(chunk)
+        self._carry = (self._tail_t[-1], self._tail_rows[-1])
+        self._tail_t, self._tail_rows = [], []
+        return chunk
+
+    def _with_carry(self) -> tuple[list[float], list[Values]]:
+        if self._carry is None:
+            return self._tail_t, self._tail_rows
+        return [self._carry[0]] + self._tail_t, [self._carry[1]] + self._tail_rows
+
+    def tail(self) -> tuple[list[float], list[Values]]:
+        """The live span's rows (joined to the previous chunk), decimated to the chunk budget."""
+        times, rows = self._with_carry()
+        if not rows:
+            return [], []
+        keep = decimate_rows(rows, self.per_chunk)
+        return [times[i] for i in keep], [rows[i] for i in keep]
+
+    def expire(self, now: float | None = None) -> list[Chunk]:
+        """Drop and return the chunks that ended before the window; ``now`` defaults to the last row."""
+        now = self.last_t if now is None else now
+        gone = []
+        if now is None:
+            return gone
+        while self.chunks and self.chunks[0].end < now - self.window_s:
+            gone.append(self.chunks.popleft())
+        return gone
+
+    def active_series(self) -> list[str]:
+        """The series with at least one known value in what is drawn now, in SERIES order."""
+        seen = set()
+        rows: Iterable[Values] = [r for c in self.chunks for r in c.rows] + self._tail_rows
+        for row in rows:
+            for name, v in zip(SERIES_NAMES, row):
+                if v is not None:
+                    seen.add(name)
+        return [n for n in SERIES_NAMES if n in seen]
+
+    def points_per_series(self) -> int:
+        return sum(len(c.rows) for c in self.chunks) + len(self.tail()[0])
+
+    def tail_len(self) -> int:
+        return len(self._tail_rows)
+
+
+def rows_for(samples: Iterable[Sample], key: int) -> list[tuple[float, Values]]:
+    return [(s.t, _row(s, key)) for s in samples if key in device_keys(s)]
+
+
+def row_for(sample: Sample, key: int) -> Values:
+    return _row(sample, key)
+
+
+# --- cell markers ----------------------------------------------------------------------------
+
+
+def cell_markers(events: Iterable[Event], since: float | None = None) -> list[tuple[float, int | None, float | None]]:
+    """``(start time, execution count, duration or None)`` for each cell run, oldest first.
+
+    A cell still running has no duration yet. Only runs starting after ``since`` are returned.
+    """
+    out: list[list] = []
+    running: dict = {}  # execution count -> its open entry
+    for event in sorted(events, key=lambda e: e.t):
+        count = event.data.get("execution_count") if event.data else None
+        if event.name == "cell_start":
+            entry = [event.t, count, None]
+            out.append(entry)
+            running[count] = entry
+        elif event.name == "cell_end" and count in running:
+            entry = running.pop(count)
+            entry[2] = event.t - entry[0]
+    return [tuple(e) for e in out if since is None or e[0] > since]
+
+
+# --- CSV export ------------------------------------------------------------------------------
+
+
+def csv_rows(samples: Iterable[Sample], keys: Sequence[int] | None = None) -> list[list]:
+    """Rows for a CSV export: a header, then one row per sample and device, in bytes.
+
+    Columns: ``t`` (seconds since the epoch), ``time`` (UTC, ISO 8601), ``device``, then every
+    series; an unknown value is an empty cell.
+    """
+    out: list[list] = [["t", "time", "device", *SERIES_NAMES]]
+    for sample in samples:
+        for key in keys if keys is not None else device_keys(sample):
+            if key not in device_keys(sample):
+                continue
+            when = datetime.fromtimestamp(sample.t, timezone.utc).isoformat(timespec="milliseconds")
+            values = _row(sample, key)
+            out.append([sample.t, when, key, *("" if v is None else v for v in values)])
+    return out

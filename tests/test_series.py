@@ -1,0 +1,261 @@
+"""The monitor's data path: which series get which numbers, decimation, bounds, cells, CSV.
+
+Every expected number below is worked out by hand from the sample it is read from.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jupyter_gpumem.model import (
+    NO_DRIVER,
+    NO_STATS,
+    NOT_STARTED,
+    PIDS_HIDDEN,
+    CudaPoolReading,
+    DeviceReading,
+    Event,
+    JaxDeviceReading,
+    NotAvailable,
+    ProcessReading,
+    Sample,
+    normalise_stats,
+)
+from jupyter_gpumem.series import (
+    BANDS,
+    SERIES_NAMES,
+    DeviceSeries,
+    cell_markers,
+    csv_rows,
+    decimate_rows,
+    device_keys,
+    nothing_to_show,
+    notes_for,
+    row_for,
+    series_values,
+)
+
+GiB = 1 << 30
+PID = 4242
+
+
+def bfc_sample(t: float = 100.0) -> Sample:
+    """GPU 0, 80 GiB: 50 used (20 by this process, 30 by another), 30 free.
+
+    JAX (BFC): 6 GiB in use, a 16 GiB pool, limit 60 GiB, peak 9 GiB, largest free block 4 GiB.
+    """
+    dev = DeviceReading(
+        index=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-0", total_bytes=80 * GiB,
+        used_bytes=50 * GiB, free_bytes=30 * GiB,
+        processes=(ProcessReading(PID, 20 * GiB), ProcessReading(999, 30 * GiB)),
+    )
+    raw = {"bytes_in_use": 6 * GiB, "pool_bytes": 16 * GiB, "peak_pool_bytes": 16 * GiB, "bytes_limit": 60 * GiB,
+           "peak_bytes_in_use": 9 * GiB, "largest_free_block_bytes": 4 * GiB, "num_allocs": 12}
+    jax = JaxDeviceReading(0, "gpu", "NVIDIA H100 80GB HBM3", 0, normalise_stats(raw, "bfc"))
+    return Sample(t=t, pid=PID, devices=(dev,), jax=(jax,))
+
+
+def cuda_async_sample() -> Sample:
+    """GPU 0: this process holds 9 GiB; cuda_async has 3 GiB in use of an 8 GiB driver pool."""
+    dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 9 * GiB, 71 * GiB, processes=(ProcessReading(PID, 9 * GiB),))
+    stats = normalise_stats({"bytes_in_use": 3 * GiB, "peak_bytes_in_use": 5 * GiB, "bytes_limit": 0}, "cuda_async")
+    pool = CudaPoolReading(reserved_bytes=8 * GiB, reserved_high_bytes=8 * GiB, used_bytes=3 * GiB, used_high_bytes=5 * GiB)
+    return Sample(t=1.0, pid=PID, devices=(dev,), jax=(JaxDeviceReading(0, "gpu", "GPU", 0, stats, pool),))
+
+
+def test_bfc_sample_puts_each_byte_in_its_band():
+    v = series_values(bfc_sample(), 0)
+    assert v["jax_in_use"] == 6 * GiB
+    assert v["pool_unused"] == 10 * GiB  # 16 pool - 6 in use
+    assert v["outside_jax"] == 4 * GiB  # 20 this process - 16 pool
+    assert v["other_processes"] == 30 * GiB  # 50 used - 20 this process
+    assert v["unattributed"] == 0
+    assert v["free"] == 30 * GiB
+
+
+def test_bands_add_up_to_the_device_total():
+    v = series_values(bfc_sample(), 0)
+    assert sum(v[b] for b in BANDS) == 80 * GiB
+
+
+def test_bfc_sample_lines_and_fragmentation():
+    v = series_values(bfc_sample(), 0)
+    assert (v["bytes_limit"], v["peak_in_use"], v["total"]) == (60 * GiB, 9 * GiB, 80 * GiB)
+    assert v["fragmentation"] == pytest.approx(0.6)  # (10 free - 4 largest) / 10 free
+    assert v["largest_free_block"] == 4 * GiB
+    assert v["headroom"] == 44 * GiB  # 60 limit - 16 pool
+    assert v["pool_reserved"] is None and v["pool_used"] is None
+
+
+def test_cuda_async_pool_comes_from_the_driver():
+    v = series_values(cuda_async_sample(), 0)
+    assert v["jax_in_use"] == 3 * GiB
+    assert v["pool_unused"] == 5 * GiB  # 8 reserved - 3 in use
+    assert v["outside_jax"] == 1 * GiB  # 9 this process - 8 pool
+    assert (v["pool_reserved"], v["pool_used"]) == (8 * GiB, 3 * GiB)
+    assert v["fragmentation"] is None and v["bytes_limit"] is None
+
+
+def test_hidden_pids_leave_the_rest_unattributed():
+    s = bfc_sample()
+    dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 50 * GiB, 30 * GiB, processes=NotAvailable(PIDS_HIDDEN, "in a container"))
+    v = series_values(Sample(s.t, PID, (dev,), s.jax), 0)
+    assert v["unattributed"] == 34 * GiB  # 50 used - 16 pool
+    assert v["outside_jax"] is None and v["other_processes"] is None
+    assert "hidden" in " ".join(notes_for(Sample(s.t, PID, (dev,), s.jax), 0))
+
+
+def test_jax_not_started_draws_nvml_bands_only():
+    s = bfc_sample()
+    v = series_values(Sample(s.t, PID, s.devices, NotAvailable(NOT_STARTED, "not yet")), 0)
+    assert v["jax_in_use"] is None and v["pool_unused"] is None
+    assert v["outside_jax"] == 20 * GiB and v["other_processes"] == 30 * GiB
+
+
+def test_no_driver_and_jax_not_started_explains_both():
+    s = Sample(0.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x"))
+    reason = nothing_to_show(s)
+    assert "the NVIDIA driver is not loaded" in reason
+    assert "will start when JAX does" in reason
+
+
+def test_jax_on_cpu_explains_no_allocator_stats():
+    cpu = JaxDeviceReading(0, "cpu", "cpu", None, normalise_stats(None, "bfc", platform="cpu"))
+    s = Sample(0.0, PID, NotAvailable(NO_DRIVER, "no driver"), (cpu,))
+    assert device_keys(s) == []
+    assert "JAX is running on the CPU, which keeps no allocator statistics" in nothing_to_show(s)
+
+
+def test_a_readable_device_leaves_nothing_to_explain():
+    assert nothing_to_show(bfc_sample()) is None
+
+
+# --- decimation ----------------------------------------------------------------------------
+
+values = st.one_of(st.none(), st.integers(min_value=0, max_value=10**12))
+
+
+@st.composite
+def tables(draw):
+    width = draw(st.integers(1, 4))
+    rows = draw(st.lists(st.tuples(*[values] * width), min_size=1, max_size=400))
+    max_rows = draw(st.integers(2 + 2 * width, 60))
+    return rows, max_rows
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables())
+def test_decimation_keeps_every_columns_peak_and_trough(table):
+    rows, max_rows = table
+    keep = decimate_rows(rows, max_rows)
+    assert len(keep) <= max(max_rows, 0) and keep == sorted(set(keep))
+    kept = [rows[i] for i in keep]
+    for c in range(len(rows[0])):
+        col = [r[c] for r in rows if r[c] is not None]
+        if col:
+            assert max(col) in [r[c] for r in kept]
+            assert min(col) in [r[c] for r in kept]
+
+
+@settings(max_examples=50, deadline=None)
+@given(tables())
+def test_decimation_keeps_first_and_last_rows(table):
+    rows, max_rows = table
+    keep = decimate_rows(rows, max_rows)
+    assert keep[0] == 0 and keep[-1] == len(rows) - 1
+
+
+def test_decimation_refuses_a_budget_below_two_per_column():
+    with pytest.raises(ValueError, match="at least 2 \\+ 2 per column"):
+        decimate_rows([(1, 2)] * 10, 5)
+
+
+def test_one_hour_at_10hz_draws_at_most_2000_points_and_keeps_a_one_sample_spike():
+    series = DeviceSeries(window_s=3600, max_points=2000)
+    base = row_for(bfc_sample(), 0)
+    spike_at = 17_777
+    col = SERIES_NAMES.index("jax_in_use")
+    for i in range(36_000):
+        row = list(base)
+        row[col] = 70 * GiB if i == spike_at else (i % 7) * GiB
+        series.add(1_000_000.0 + i / 10, tuple(row))
+        series.expire()
+    assert series.points_per_series() <= 2000
+    drawn = [r[col] for c in series.chunks for r in c.rows] + [r[col] for r in series.tail()[1]]
+    assert max(drawn) == 70 * GiB
+
+
+def test_chunks_older_than_the_window_are_dropped():
+    series = DeviceSeries(window_s=60, chunks=4)
+    row = row_for(bfc_sample(), 0)
+    for i in range(600):  # 10 minutes at 1 Hz
+        series.add(float(i), row)
+        series.expire()
+    assert all(c.end >= 599 - 60 for c in series.chunks)
+    assert len(series.chunks) <= 5
+
+
+def test_sealed_chunk_starts_where_the_previous_one_ended():
+    series = DeviceSeries(window_s=40, chunks=4)  # 10 s spans
+    row = row_for(bfc_sample(), 0)
+    for i in range(25):
+        series.add(float(i), row)
+    first, second = series.chunks[0], series.chunks[1]
+    assert second.times[0] == first.times[-1]
+
+
+# --- cells ---------------------------------------------------------------------------------
+
+
+def test_cell_markers_pair_starts_and_ends_by_execution_count():
+    events = [
+        Event(10.0, "cell_start", {"execution_count": 3}),
+        Event(12.5, "cell_end", {"execution_count": 3, "success": True}),
+        Event(20.0, "cell_start", {"execution_count": 4}),
+    ]
+    assert cell_markers(events) == [(10.0, 3, 2.5), (20.0, 4, None)]
+
+
+def test_cell_markers_since_leaves_out_older_runs():
+    events = [Event(10.0, "cell_start", {"execution_count": 3}), Event(20.0, "cell_start", {"execution_count": 4})]
+    assert [m[1] for m in cell_markers(events, since=15.0)] == [4]
+
+
+# --- CSV -----------------------------------------------------------------------------------
+
+
+def test_csv_rows_give_bytes_per_device_and_blank_unknowns():
+    rows = csv_rows([bfc_sample(t=0.0)])
+    header, row = rows
+    assert header[:3] == ["t", "time", "device"] and header[3:] == list(SERIES_NAMES)
+    named = dict(zip(header, row))
+    assert named["time"] == "1970-01-01T00:00:00.000+00:00"
+    assert named["jax_in_use"] == 6 * GiB and named["pool_unused"] == 10 * GiB
+    assert named["pool_reserved"] == ""
+
+
+# --- replayed traces -----------------------------------------------------------------------
+
+TRACES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "data", "traces", "*.jsonl")))
+
+
+@pytest.mark.skipif(not TRACES, reason="no traces in tests/data/traces yet")
+@pytest.mark.parametrize("path", TRACES, ids=os.path.basename)
+def test_replayed_trace_bands_never_exceed_the_device_total(path):
+    from jupyter_gpumem.tracefile import read_trace
+
+    trace = read_trace(path)
+    checked = 0
+    for sample in trace.samples:
+        for key in device_keys(sample):
+            v = series_values(sample, key)
+            if v["total"] is None:
+                continue
+            assert sum(v[b] or 0 for b in BANDS) <= v["total"] * 1.001
+            checked += 1
+    assert checked > 0
