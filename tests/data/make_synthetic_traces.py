@@ -206,14 +206,18 @@ class Recording:
         self.writer = TraceWriter(path, head)
         self.t = T0
         self.cell = 0
+        self.events_in_gap = 0  # events between two samples are 10 ms apart, in order
 
     def sample(self, devices, jax, ticks: int = 1) -> None:
         for _ in range(ticks):
             self.writer.write_sample(Sample(t=round(self.t, 3), pid=PID, devices=devices, jax=jax))
             self.t += STEP
+        self.events_in_gap = 0
 
     def event(self, name: str, **data) -> None:
-        self.writer.write_event(Event(t=round(self.t - STEP / 2, 3), name=name, data=data))
+        t = self.t - STEP / 2 + 0.01 * self.events_in_gap
+        self.events_in_gap += 1
+        self.writer.write_event(Event(t=round(t, 3), name=name, data=data))
 
     def cell_start(self) -> None:
         self.cell += 1
