@@ -1,0 +1,261 @@
+"""The JSON of ``GET /jupyter-gpumem/api/devices``, built from one reading and the kernel list.
+
+Pure functions: everything they need is passed in, so the join (NVML pid -> kernel ->
+notebook) is tested without a server.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable, Iterable, Mapping
+
+from ..model import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
+from .kernels import KernelInfo
+from .sources import ProcessFacts, Reading
+
+STATES = {NO_LIBRARY: "no_library", NO_DRIVER: "no_driver", NO_PERMISSION: "no_permission"}
+
+# Kernels that between them hold at least this share of a GPU on which one of them preallocated
+# have filled it: a kernel that starts after the first took only what was left.
+OVERCOMMIT_FULL_SHARE = 0.9
+# Left free per kernel in the suggested fraction, for CUDA contexts and cuDNN/cuBLAS workspaces.
+SUGGESTION_MARGIN = 0.05
+# With no processes listed, this share of a GPU in use is more than driver overhead.
+UNATTRIBUTED_SHARE = 0.1
+
+
+def _maybe(value: Any) -> Any:
+    return None if isinstance(value, NotAvailable) else value
+
+
+def suggested_fraction(kernels_on_device: int) -> float:
+    """About 1/N of the card each, less a margin, rounded down to a hundredth."""
+    n = max(1, kernels_on_device)
+    return max(0.05, math.floor((1.0 / n - SUGGESTION_MARGIN) * 100) / 100)
+
+
+def placeholder_map(placeholders: Iterable[int], kernels: list[KernelInfo]) -> dict[int, KernelInfo]:
+    """Replay demos: the i-th placeholder pid of the trace stands for the i-th kernel."""
+    out: dict[int, KernelInfo] = {}
+    live = [k for k in kernels if k.pid is not None]
+    for placeholder, kernel in zip(placeholders, live):
+        out[placeholder] = kernel
+    return out
+
+
+def _merged_processes(dev: DeviceReading) -> list[tuple[int, int | None, Any]]:
+    """(pid, used bytes or None, the first ProcessReading) with duplicate pids summed."""
+    merged: dict[int, list] = {}
+    for proc in dev.processes:  # type: ignore[union-attr]
+        used = _maybe(proc.used_bytes)
+        if proc.pid in merged:
+            prev = merged[proc.pid]
+            prev[1] = None if prev[1] is None or used is None else prev[1] + used
+        else:
+            merged[proc.pid] = [proc.pid, used, proc]
+    return [tuple(v) for v in merged.values()]  # type: ignore[misc]
+
+
+def _pids_visibility(
+    dev: DeviceReading, live: bool, facts: Mapping[int, ProcessFacts], mapped: set[int], child_pid_namespace: bool
+) -> tuple[bool, str | None]:
+    """Whether NVML's pids can be matched to processes here, and if not, why."""
+    if isinstance(dev.processes, NotAvailable):
+        return False, dev.processes.reason
+    where = "MIG is on" if dev.mig_mode is True else "typical inside containers"
+    if dev.processes and all(isinstance(p.used_bytes, NotAvailable) for p in dev.processes):
+        return False, f"NVML lists processes but not the memory each holds ({where})"
+    listed_bytes = sum(_maybe(p.used_bytes) or 0 for p in dev.processes)
+    unattributed = dev.used_bytes - listed_bytes - (_maybe(dev.reserved_bytes) or 0)
+    if not dev.processes:
+        if dev.total_bytes and unattributed > UNATTRIBUTED_SHARE * dev.total_bytes:
+            return False, (
+                f"NVML lists no processes while {unattributed / 2**30:.1f} GiB are in use ({where}); "
+                "memory cannot be matched to processes"
+            )
+        return True, None
+    if live and child_pid_namespace:
+        # In the root namespace a missing pid is a process that just ended; in a container's
+        # namespace, pids that are all missing are the host's and match nothing here.
+        if all(p.pid not in mapped and not facts.get(p.pid, ProcessFacts(True)).exists for p in dev.processes):
+            return False, (
+                "NVML reports pids from outside this server's PID namespace (a container); "
+                "memory cannot be matched to kernels"
+            )
+    return True, None
+
+
+def build_devices_report(
+    reading: Reading,
+    kernels: list[KernelInfo],
+    *,
+    poll_interval: float,
+    notebook: str | None = None,
+    show_other_users: bool = False,
+    preallocated_fraction: float = 0.7,
+    my_uid: int | None = None,
+    child_pid_namespace: bool = False,
+    facts_for: Callable[[int], ProcessFacts] | None = None,
+) -> dict:
+    """The /devices JSON (see docs/server.md)."""
+    if my_uid is None and hasattr(os, "getuid"):
+        my_uid = os.getuid()
+    report: dict[str, Any] = {
+        "t": reading.t,
+        "source": reading.source,
+        "synthetic": bool(reading.synthetic),
+        "state": "ok",
+        "reason": None,
+        "poll_interval": poll_interval,
+        "devices": [],
+        "warnings": [],
+    }
+    if isinstance(reading.devices, NotAvailable):
+        report["state"] = STATES.get(reading.devices.code, "error")
+        report["reason"] = reading.devices.reason
+        return report
+
+    live = reading.source == "nvml"
+    by_placeholder = placeholder_map(reading.placeholder_pids, kernels) if not live else {}
+    by_pid = {k.pid: k for k in kernels if k.pid is not None}
+    this_kernel_ids = {k.kernel_id for k in kernels if notebook is not None and k.notebook_path == notebook}
+    facts = dict(reading.processes)
+
+    def facts_of(pid: int) -> ProcessFacts:
+        if pid not in facts:
+            facts[pid] = facts_for(pid) if facts_for is not None else ProcessFacts(exists=True)
+        return facts[pid]
+
+    for dev in reading.devices:
+        if isinstance(dev, DeviceUnreadable):
+            report["devices"].append(_unreadable_json(dev))
+            continue
+        pids_visible, pids_reason = _pids_visibility(dev, live, facts, set(by_placeholder), child_pid_namespace)
+        entry = _device_json(dev, pids_visible, pids_reason)
+        if not isinstance(dev.processes, NotAvailable):
+            for pid, used, proc in _merged_processes(dev):
+                placeholder = None
+                if pid in by_placeholder:  # replay demo: the same join as a real pid below
+                    placeholder, pid = pid, by_placeholder[pid].pid
+                kernel = by_pid.get(pid)
+                item = _process_json(pid, used, kernel, dev, preallocated_fraction)
+                if placeholder is not None:
+                    item["replay_placeholder_pid"] = placeholder
+                if live or placeholder is not None:
+                    f = facts_of(pid)
+                    if f.exists and (show_other_users or (f.uid is not None and f.uid == my_uid)):
+                        item["name"], item["user"] = f.cmdline, f.user
+                else:  # replay: what the recording kept
+                    item["name"], item["user"] = proc.name, proc.user
+                entry["processes"].append(item)
+                if kernel is not None:
+                    entry["kernels_bytes"] += used or 0
+                    if kernel.kernel_id in this_kernel_ids:
+                        entry["this_kernel_bytes"] += used or 0
+                else:
+                    entry["other_bytes"] += used or 0
+        report["devices"].append(entry)
+        warning = overcommit_warning(entry)
+        if warning is not None:
+            report["warnings"].append(warning)
+    return report
+
+
+def _device_json(dev: DeviceReading, pids_visible: bool, pids_reason: str | None) -> dict:
+    return {
+        "index": dev.index,
+        "name": dev.name,
+        "uuid": dev.uuid,
+        "total": dev.total_bytes,
+        "used": dev.used_bytes,
+        "free": dev.free_bytes,
+        "utilization": _maybe(dev.utilization_percent),
+        "display_active": _maybe(dev.display_active),
+        "mig": _maybe(dev.mig_mode),
+        "readable": True,
+        "reason": None,
+        "pids_visible": pids_visible,
+        "pids_reason": pids_reason,
+        "this_kernel_bytes": 0,
+        "kernels_bytes": 0,
+        "other_bytes": 0,
+        "processes": [],
+    }
+
+
+def _unreadable_json(dev: DeviceUnreadable) -> dict:
+    return {
+        "index": dev.index,
+        "name": dev.name or None,
+        "uuid": dev.uuid or None,
+        "total": None,
+        "used": None,
+        "free": None,
+        "utilization": None,
+        "display_active": None,
+        "mig": None,
+        "readable": False,
+        "reason": dev.why.reason,
+        "pids_visible": False,
+        "pids_reason": "the device cannot be read",
+        "this_kernel_bytes": 0,
+        "kernels_bytes": 0,
+        "other_bytes": 0,
+        "processes": [],
+    }
+
+
+def _process_json(
+    pid: int, used: int | None, kernel: KernelInfo | None, dev: DeviceReading, preallocated_fraction: float
+) -> dict:
+    preallocated = None
+    # Only what the reading shows: holding most of the card means the pool was taken up front.
+    # Holding less proves nothing (a small fraction, or JAX not started yet), so it stays None.
+    if kernel is not None and used is not None and dev.total_bytes and used >= preallocated_fraction * dev.total_bytes:
+        preallocated = True
+    return {
+        "pid": pid,
+        "used": used,
+        "kind": "kernel" if kernel is not None else "other",
+        "kernel_id": kernel.kernel_id if kernel else None,
+        "kernel_name": kernel.kernel_name if kernel else None,
+        "notebook_path": kernel.notebook_path if kernel else None,
+        "execution_state": kernel.execution_state if kernel else None,
+        "preallocated": preallocated,
+        "name": None,
+        "user": None,
+    }
+
+
+def overcommit_warning(device: Mapping[str, Any]) -> dict | None:
+    """A warning when kernels on one GPU fight over it: one preallocated, and they fill it.
+
+    JAX takes 75% of the card per process by default, so a second kernel with default settings
+    only gets what the first left and runs out of memory early.
+    """
+    total = device.get("total")
+    kernels = [p for p in device.get("processes", []) if p["kind"] == "kernel"]
+    if not total or len(kernels) < 2:
+        return None
+    pre = [p for p in kernels if p["preallocated"]]
+    held = sum(p["used"] or 0 for p in kernels) / total
+    if not pre or held < OVERCOMMIT_FULL_SHARE:
+        return None
+    n = len(kernels)
+    fraction = suggested_fraction(n)
+    names = ", ".join(
+        f"{p['notebook_path'] or p['kernel_id']} ({(p['used'] or 0) / total:.0%})" for p in pre
+    )
+    return {
+        "kind": "overcommit",
+        "device": device["index"],
+        "message": (
+            f"{n} kernels share GPU {device['index']} and hold {held:.0%} of it between them; "
+            f"preallocated: {names}. JAX preallocates 75% per kernel by default ({n * 75}% for {n}). "
+            f"Give each at most {fraction:g} of the card (%gpumem fraction {fraction:g}) "
+            "or turn preallocation off (%gpumem preallocate off), then restart the kernels."
+        ),
+        "kernels": [p["kernel_id"] for p in kernels],
+        "suggested_fraction": fraction,
+    }

@@ -1,0 +1,123 @@
+"""REST handlers under ``/jupyter-gpumem/api/``. All need a valid token (403 without one).
+
+A bad parameter is a 400 with ``{"error": ...}`` naming the valid values; anything unexpected
+is logged and answered with a 500 carrying JSON, never a crashed server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "jupyter-gpumem/api"
+MAX_PATH = 4096
+
+
+class BadRequest(Exception):
+    """A malformed parameter; the message names the valid values."""
+
+
+class _GpuMemHandler(APIHandler):
+    allowed_params: tuple[str, ...] = ()
+
+    @property
+    def service(self) -> Any:
+        return self.settings["jupyter_gpumem"]
+
+    def _check_params(self) -> dict[str, str]:
+        args = self.request.query_arguments
+        unknown = sorted(set(args) - set(self.allowed_params))
+        if unknown:
+            valid = ", ".join(self.allowed_params) if self.allowed_params else "none"
+            raise BadRequest(f"unknown query parameter(s) {', '.join(unknown)}; valid parameters: {valid}")
+        out = {}
+        for name, values in args.items():
+            if len(values) != 1:
+                raise BadRequest(f"give the query parameter {name!r} once, not {len(values)} times")
+            try:
+                out[name] = values[0].decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadRequest(f"the query parameter {name!r} is not UTF-8 text") from None
+        return out
+
+    def _send(self, status: int, body: dict) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(body))
+
+    async def _answer(self, produce: Any) -> None:
+        try:
+            params = self._check_params()
+            body = await produce(params)
+        except BadRequest as exc:
+            self._send(400, {"error": str(exc)})
+            return
+        except web.HTTPError:
+            raise
+        except Exception as exc:
+            log.exception("jupyter-gpumem: %s failed", self.request.path)
+            self._send(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
+            return
+        self._send(200, body)
+
+
+def check_notebook_path(value: str) -> str:
+    """A notebook path relative to the server root, as the session API spells it."""
+    if not value:
+        raise BadRequest("notebook must be a notebook path relative to the server root, e.g. notebooks/a.ipynb; got an empty value")
+    if len(value) > MAX_PATH:
+        raise BadRequest(f"notebook must be a path of at most {MAX_PATH} characters")
+    if "\x00" in value or value.startswith("/") or "\\" in value:
+        raise BadRequest(f"notebook must be a path relative to the server root, e.g. notebooks/a.ipynb; got {value[:200]!r}")
+    if ".." in value.split("/") or posixpath.normpath(value) != value:
+        raise BadRequest(f"notebook must be a normalised path inside the server root (no '..', '.', '//'); got {value[:200]!r}")
+    return value
+
+
+class DevicesHandler(_GpuMemHandler):
+    allowed_params = ("notebook",)
+
+    @web.authenticated
+    async def get(self) -> None:
+        async def produce(params: dict) -> dict:
+            notebook = params.get("notebook")
+            if notebook is not None:
+                notebook = check_notebook_path(notebook)
+            return await self.service.devices(notebook)
+
+        await self._answer(produce)
+
+
+class KernelsHandler(_GpuMemHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        async def produce(params: dict) -> dict:
+            kernels = await self.service.kernels()
+            return {"kernels": [k.to_json() for k in kernels]}
+
+        await self._answer(produce)
+
+
+class ConfigHandler(_GpuMemHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        async def produce(params: dict) -> dict:
+            return self.service.config_json()
+
+        await self._answer(produce)
+
+
+ROUTES = (("devices", DevicesHandler), ("kernels", KernelsHandler), ("config", ConfigHandler))
+
+
+def handlers(base_url: str) -> list[tuple[str, type]]:
+    return [(url_path_join(base_url, API_PREFIX, name) + "/?", cls) for name, cls in ROUTES]

@@ -1,0 +1,167 @@
+"""This server's kernels: id, name, pid, notebook path and execution state.
+
+A kernel's pid comes from its own answer to a control-channel ``usage_request`` (ipykernel
+>= 6.10 replies with ``pid``), which is right even when the kernel was launched through a
+wrapper script. Until that answer arrives, or when a kernel does not answer, the pid of the
+process the provisioner started is used. Pids are cached per kernel and asked for again only
+when the provisioner's process changes (a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ASK_AGAIN_AFTER = 30.0  # seconds before asking a kernel that did not answer again
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    kernel_id: str
+    kernel_name: str | None
+    pid: int | None
+    notebook_path: str | None
+    execution_state: str | None
+
+    def to_json(self) -> dict:
+        return {
+            "kernel_id": self.kernel_id,
+            "kernel_name": self.kernel_name,
+            "pid": self.pid,
+            "notebook_path": self.notebook_path,
+            "execution_state": self.execution_state,
+        }
+
+
+@dataclass
+class _PidEntry:
+    provisioner_pid: int | None
+    pid: int | None
+    answered: bool = False  # the kernel said its pid in a usage_reply
+    ask_again_at: float = 0.0  # monotonic time; kernels still starting may not answer yet
+
+
+def provisioner_pid(km: Any) -> int | None:
+    """The pid of the process a local provisioner started, or None (remote kernels)."""
+    try:
+        process = getattr(km.provisioner, "process", None)
+        pid = getattr(process, "pid", None)
+        if isinstance(pid, int) and pid > 0:
+            return pid
+        pid = getattr(km.provisioner, "pid", None)  # some provisioners say it directly
+        return pid if isinstance(pid, int) and pid > 0 else None
+    except Exception:
+        return None
+
+
+async def usage_pid(km: Any, timeout: float) -> int | None:
+    """The pid the kernel reports in its ``usage_reply``, or None if it does not answer."""
+    client = None
+    try:
+        client = km.client()
+        client.start_channels(shell=False, iopub=False, stdin=False, hb=False, control=True)
+        msg = client.session.msg("usage_request", {})
+        client.control_channel.send(msg)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            reply = await client.control_channel.get_msg(timeout=left)
+            if reply.get("parent_header", {}).get("msg_id") != msg["header"]["msg_id"]:
+                continue
+            pid = reply.get("content", {}).get("pid")
+            return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
+    except Exception:  # queue.Empty on timeout, or a kernel without a control channel
+        return None
+    finally:
+        if client is not None:
+            try:
+                client.stop_channels()
+            except Exception:
+                pass
+
+
+class KernelDirectory:
+    """Lists the server's kernels with their pids and notebooks."""
+
+    def __init__(self, kernel_manager: Any, session_manager: Any, pid_timeout: float = 2.0) -> None:
+        self.kernel_manager = kernel_manager
+        self.session_manager = session_manager
+        self.pid_timeout = pid_timeout
+        self._pids: dict[str, _PidEntry] = {}
+        self._asking: dict[str, asyncio.Task] = {}
+
+    def kernel_pid(self, kernel_id: str, km: Any) -> int | None:
+        """The cached pid; starts asking the kernel in the background when not yet known."""
+        prov = provisioner_pid(km)
+        entry = self._pids.get(kernel_id)
+        if entry is None or entry.provisioner_pid != prov:
+            entry = _PidEntry(provisioner_pid=prov, pid=prov)
+            self._pids[kernel_id] = entry
+        if not entry.answered and kernel_id not in self._asking and time.monotonic() >= entry.ask_again_at:
+            task = asyncio.ensure_future(self._ask(kernel_id, km, entry))
+            self._asking[kernel_id] = task
+        return entry.pid
+
+    async def _ask(self, kernel_id: str, km: Any, entry: _PidEntry) -> None:
+        try:
+            pid = await usage_pid(km, self.pid_timeout)
+            if pid is not None:
+                entry.pid, entry.answered = pid, True
+            else:
+                entry.ask_again_at = time.monotonic() + ASK_AGAIN_AFTER
+        finally:
+            self._asking.pop(kernel_id, None)
+
+    async def wait_for_pids(self) -> None:
+        """Wait until the kernels asked so far have answered or timed out (tests, benches)."""
+        tasks = list(self._asking.values())
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def notebook_paths(self) -> dict[str, str]:
+        """kernel id -> notebook path (relative to the server root), from the session manager."""
+        paths: dict[str, str] = {}
+        if self.session_manager is None:
+            return paths
+        try:
+            sessions = await self.session_manager.list_sessions()
+        except Exception:
+            log.exception("jupyter-gpumem: listing sessions failed")
+            return paths
+        for session in sessions:
+            kernel = session.get("kernel") or {}
+            kid, path = kernel.get("id"), session.get("path")
+            if kid and path and kid not in paths:
+                paths[kid] = path
+        return paths
+
+    async def kernels(self) -> list[KernelInfo]:
+        """Every running kernel of this server, in the order they were started."""
+        mkm = self.kernel_manager
+        paths = await self.notebook_paths()
+        out: list[KernelInfo] = []
+        ids = list(mkm.list_kernel_ids())
+        for kid in ids:
+            try:
+                km = mkm.get_kernel(kid)
+            except KeyError:  # shut down meanwhile
+                continue
+            out.append(
+                KernelInfo(
+                    kernel_id=kid,
+                    kernel_name=getattr(km, "kernel_name", None),
+                    pid=self.kernel_pid(kid, km),
+                    notebook_path=paths.get(kid),
+                    execution_state=getattr(km, "execution_state", None),
+                )
+            )
+        for gone in set(self._pids) - set(ids):
+            self._pids.pop(gone, None)
+        return out

@@ -1,0 +1,166 @@
+"""One sampler shared by every client of the server.
+
+Requests read the latest cached reading. A request that finds the cache older than the poll
+interval triggers one read, which concurrent requests share. While anyone asks, a loop on the
+IOLoop keeps the cache fresh; it stops after ``idle_intervals`` intervals with no request.
+Reads run on one worker thread, so a slow NVML call never stalls the IOLoop and there is never
+more than one NVML read at a time, however many clients poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from ..model import ERROR, NotAvailable
+from .sources import Reading
+
+log = logging.getLogger(__name__)
+
+
+class SharedSampler:
+    """Caches readings from ``source.read()``; see the module docstring."""
+
+    def __init__(
+        self,
+        source: Any,
+        interval: float = 2.0,
+        idle_intervals: int = 10,
+        on_reading: Callable[[Reading], Any] | None = None,
+        first_read_timeout: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.interval = float(interval)
+        self.idle_intervals = int(idle_intervals)
+        self.on_reading = on_reading
+        self.first_read_timeout = first_read_timeout
+        self._clock = clock
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-gpumem-nvml")
+        self._latest: Reading | None = None
+        self._latest_at = -math.inf
+        self._last_request = -math.inf
+        self._inflight: asyncio.Future | None = None
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self.reads = 0
+
+    # --- what handlers call ------------------------------------------------------------------
+
+    async def latest(self) -> Reading:
+        """The latest reading, read now if the cache is older than the interval."""
+        self._note_request()
+        if self._latest is not None and self._clock() - self._latest_at <= self.interval:
+            return self._latest
+        if self._latest is None:
+            try:
+                return await asyncio.wait_for(asyncio.shield(self._refresh()), self.first_read_timeout)
+            except asyncio.TimeoutError:
+                return Reading(
+                    t=time.time(),
+                    devices=NotAvailable(ERROR, f"NVML did not answer within {self.first_read_timeout:g} s"),
+                    source=getattr(self.source, "label", "nvml"),
+                )
+        # A stale reading beats a hung request: wait one interval for the fresh one at most.
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._refresh()), self.interval)
+        except asyncio.TimeoutError:
+            return self._latest
+
+    def touch(self) -> None:
+        """Note a watcher from any thread (a /metrics scrape): keeps or starts the loop."""
+        loop = self._loop
+        if loop is None or self._closed:
+            return
+        try:
+            loop.call_soon_threadsafe(self._note_request)
+        except RuntimeError:  # loop closed
+            pass
+
+    @property
+    def nvml_calls(self) -> int:
+        return int(getattr(self.source, "calls", 0) or 0)
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def cached(self) -> Reading | None:
+        return self._latest
+
+    def stop(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- inside --------------------------------------------------------------------------
+
+    def _note_request(self) -> None:
+        if self._closed:
+            return
+        self._last_request = self._clock()
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        if not self.running:
+            self._task = self._loop.create_task(self._run())
+
+    def _refresh(self) -> asyncio.Future:
+        """The read in flight, or a new one: never two at once."""
+        if self._inflight is None or self._inflight.done():
+            self._inflight = asyncio.ensure_future(self._read_once())
+        return self._inflight
+
+    async def _read_once(self) -> Reading:
+        loop = asyncio.get_running_loop()
+        reading = await loop.run_in_executor(self._executor, self._read_safely)
+        self._latest, self._latest_at = reading, self._clock()
+        self.reads += 1
+        if self.on_reading is not None:
+            try:
+                result = self.on_reading(reading)
+                if asyncio.iscoroutine(result):
+                    task = loop.create_task(result)
+                    task.add_done_callback(_log_failure)
+            except Exception:
+                log.exception("jupyter-gpumem: handling a reading failed")
+        return reading
+
+    def _read_safely(self) -> Reading:
+        try:
+            return self.source.read()
+        except Exception as exc:
+            log.exception("jupyter-gpumem: reading devices failed")
+            return Reading(
+                t=time.time(),
+                devices=NotAvailable(ERROR, f"reading devices failed: {type(exc).__name__}: {exc}"),
+                source=getattr(self.source, "label", "nvml"),
+            )
+
+    async def _run(self) -> None:
+        try:
+            while not self._closed and self._clock() - self._last_request <= self.interval * self.idle_intervals:
+                wait = self._latest_at + self.interval - self._clock()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    continue
+                try:
+                    await self._refresh()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("jupyter-gpumem: sampler read failed")
+                    await asyncio.sleep(self.interval)
+        except asyncio.CancelledError:
+            pass
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("jupyter-gpumem: updating after a reading failed", exc_info=task.exception())

@@ -1,0 +1,179 @@
+"""Where the server's device readings come from: live NVML or a replayed trace.
+
+Both answer ``read() -> Reading``. ``read`` runs on the shared sampler's worker thread, so it
+may block; it never raises (a failure is a ``NotAvailable`` in ``Reading.devices``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..model import ERROR, DeviceReading, NotAvailable
+
+try:  # psutil is a dependency; without it process details are simply unknown
+    import psutil
+except Exception:  # pragma: no cover
+    psutil = None  # type: ignore[assignment]
+
+# Command lines are shown in a narrow panel; the rest is noise.
+MAX_CMDLINE = 300
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    """What this machine says about a pid NVML reported (never about a replayed pid)."""
+
+    exists: bool
+    uid: int | None = None
+    user: str | None = None
+    cmdline: str | None = None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One reading of every device, with where it came from."""
+
+    t: float
+    devices: tuple | NotAvailable
+    source: str  # "nvml" or "replay"
+    synthetic: bool = False
+    # Replay only: trace pids that stand for "this server's 1st, 2nd, ... kernel".
+    placeholder_pids: tuple[int, ...] = ()
+    # Live only: facts about each pid in ``devices``, read on the worker thread.
+    processes: Mapping[int, ProcessFacts] = field(default_factory=dict)
+
+
+def process_facts(pid: int) -> ProcessFacts:
+    """Owner and command line of ``pid`` as seen from this PID namespace."""
+    if psutil is None:
+        return ProcessFacts(exists=True)
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            uid = proc.uids().real
+            try:
+                user = proc.username()
+            except Exception:
+                user = str(uid)
+            try:
+                cmdline = " ".join(proc.cmdline())[:MAX_CMDLINE] or proc.name()
+            except Exception:  # another user's process: the name may still be readable
+                cmdline = None
+        return ProcessFacts(exists=True, uid=uid, user=user, cmdline=cmdline)
+    except psutil.NoSuchProcess:
+        return ProcessFacts(exists=False)
+    except Exception:
+        return ProcessFacts(exists=True)
+
+
+def in_child_pid_namespace() -> bool:
+    """True inside a container's PID namespace (``NSpid`` lists more than one pid)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    return len(line.split()) > 2
+    except OSError:
+        pass
+    return False
+
+
+def _pids(devices: Any) -> set[int]:
+    pids: set[int] = set()
+    if isinstance(devices, NotAvailable):
+        return pids
+    for dev in devices:
+        if isinstance(dev, DeviceReading) and not isinstance(dev.processes, NotAvailable):
+            pids.update(proc.pid for proc in dev.processes)
+    return pids
+
+
+class NvmlDevices:
+    """Live readings from ``jupyter_gpumem.nvml.NvmlSource``, created on first read."""
+
+    label = "nvml"
+
+    def __init__(self) -> None:
+        self._source: Any = None
+
+    @property
+    def calls(self) -> int:
+        """NVML calls made so far."""
+        return int(getattr(self._source, "calls", 0) or 0)
+
+    def read(self) -> Reading:
+        t = time.time()
+        try:
+            if self._source is None:
+                from ..nvml import NvmlSource
+
+                self._source = NvmlSource()
+            devices = self._source.read()
+        except Exception as exc:  # the source should not raise; if it does, it is a state
+            devices = NotAvailable(ERROR, f"reading NVML failed: {type(exc).__name__}: {exc}")
+        facts = {pid: process_facts(pid) for pid in _pids(devices)}
+        return Reading(t=t, devices=devices, source="nvml", processes=facts)
+
+
+class ReplayDevices:
+    """A trace file served as if live. A path that cannot be replayed is an error state."""
+
+    label = "replay"
+    calls = 0  # a replay never calls NVML
+
+    def __init__(self, path: str, speed: float = 1.0, loop: bool = True) -> None:
+        self.path = path
+        self.error: NotAvailable | None = None
+        self.synthetic = False
+        self.placeholder_pids: tuple[int, ...] = ()
+        self._source: Any = None
+        try:
+            from ..replay import ReplaySource
+            from ..tracefile import read_trace
+
+            trace = read_trace(path)
+            self.synthetic = bool(trace.header.get("synthetic", False))
+            if trace.error is not None:
+                raise ValueError(f"the trace is broken at {trace.error}")
+            self.placeholder_pids = _placeholder_pids(trace.header)
+            self._source = ReplaySource(trace, speed=speed, loop=loop)
+        except OSError as exc:
+            self.error = NotAvailable(ERROR, f"cannot replay {path}: {exc.strerror or exc}")
+        except Exception as exc:
+            self.error = NotAvailable(ERROR, f"cannot replay {path}: {exc}")
+
+    def read(self) -> Reading:
+        t = time.time()
+        if self.error is not None:
+            devices: Any = self.error
+        else:
+            try:
+                devices = self._source.read_devices()
+            except Exception as exc:
+                devices = NotAvailable(ERROR, f"replay failed: {type(exc).__name__}: {exc}")
+        return Reading(
+            t=t,
+            devices=devices,
+            source="replay",
+            synthetic=self.synthetic,
+            placeholder_pids=self.placeholder_pids,
+        )
+
+
+def _placeholder_pids(header: Mapping[str, Any]) -> tuple[int, ...]:
+    """The header's ``kernel_placeholder_pids``: a list of pids, or absent."""
+    value = header.get("kernel_placeholder_pids")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in value):
+        raise ValueError("header.kernel_placeholder_pids must be a list of integer pids")
+    return tuple(value)
+
+
+def make_source(replay: str | None, speed: float = 1.0, loop: bool = True) -> NvmlDevices | ReplayDevices:
+    if replay:
+        return ReplayDevices(os.path.expanduser(replay), speed=speed, loop=loop)
+    return NvmlDevices()

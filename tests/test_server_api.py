@@ -1,0 +1,309 @@
+"""The server extension's REST endpoints and /metrics, against a fake NVML world."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from jupyter_gpumem.server import sources as sources_module
+from jupyter_gpumem.server import service as service_module
+from jupyter_gpumem.server.demo_trace import write_demo_trace
+from jupyter_gpumem.server.sources import ProcessFacts
+from jupyter_gpumem.testing.fake_nvml import fake_nvml
+
+GiB = 1024**3
+EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
+
+
+@pytest.fixture
+def gpumem_config():
+    return {}
+
+
+def replay_file(kind, tmp_path):
+    """Trace files for replay tests, named in the GpuMem config as demo / missing / broken."""
+    path = tmp_path / f"{kind}.jsonl"
+    if kind == "demo":
+        write_demo_trace(str(path))
+    elif kind == "broken":
+        path.write_text('{"kind": "header", "format": 1, "synthetic": true}\n{"kind": "sample", "t": "soon"}\n')
+    return str(path)
+
+
+@pytest.fixture
+def jp_server_config(gpumem_config, tmp_path):
+    config = dict(gpumem_config)
+    if "replay" in config:
+        config["replay"] = replay_file(config["replay"], tmp_path)
+    return {**EXT, "GpuMem": config}
+
+
+@pytest.fixture
+def scenario():
+    return "three_gpus"
+
+
+@pytest.fixture
+def world(scenario):
+    with fake_nvml(scenario) as w:
+        yield w
+
+
+@pytest.fixture
+def service(jp_serverapp):
+    return jp_serverapp.web_app.settings["jupyter_gpumem"]
+
+
+async def get_json(jp_fetch, *parts, **params):
+    response = await jp_fetch("jupyter-gpumem", "api", *parts, params=params)
+    assert response.headers["Content-Type"].startswith("application/json")
+    return json.loads(response.body)
+
+
+async def start_session(jp_fetch, path):
+    response = await jp_fetch(
+        "api", "sessions", method="POST",
+        body=json.dumps({"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}}),
+    )
+    return json.loads(response.body)["kernel"]["id"]
+
+
+async def kernel_pid(jp_fetch, kernel_id):
+    kernels = (await get_json(jp_fetch, "kernels"))["kernels"]
+    return next(k["pid"] for k in kernels if k["kernel_id"] == kernel_id)
+
+
+# --- /devices ----------------------------------------------------------------------------------
+
+
+async def test_devices_reports_every_fake_gpu_with_its_memory(jp_fetch, world):
+    body = await get_json(jp_fetch, "devices")
+    assert (body["state"], body["source"], body["synthetic"], body["reason"]) == ("ok", "nvml", False, None)
+    assert [d["index"] for d in body["devices"]] == [0, 1, 2]
+    gpu0 = body["devices"][0]
+    assert gpu0["total"] == world.gpu(0).total_bytes
+    assert gpu0["used"] == world.gpu(0).used_bytes
+    assert sorted((p["pid"], p["used"], p["kind"]) for p in gpu0["processes"]) == [
+        (4_200_101, 30 * GiB, "other"),
+        (4_200_102, 2 * GiB, "other"),
+    ]
+    assert gpu0["other_bytes"] == 32 * GiB and gpu0["kernels_bytes"] == 0
+
+
+@pytest.mark.parametrize("scenario", ["no_driver"])
+async def test_devices_without_driver_is_a_calm_state(jp_fetch, world):
+    body = await get_json(jp_fetch, "devices")
+    assert body["state"] == "no_driver"
+    assert body["reason"] and body["devices"] == []
+
+
+@pytest.mark.parametrize("scenario", ["lost_gpu"])
+async def test_lost_gpu_is_unreadable_with_a_reason(jp_fetch, world):
+    body = await get_json(jp_fetch, "devices")
+    lost = body["devices"][1]
+    assert (lost["readable"], lost["used"]) == (False, None)
+    assert lost["reason"]
+    assert body["devices"][0]["readable"] is True
+
+
+@pytest.mark.parametrize("scenario", ["containerized"])
+async def test_pids_without_memory_per_process_are_reported_not_visible(jp_fetch, world):
+    body = await get_json(jp_fetch, "devices")
+    gpu0 = body["devices"][0]
+    assert gpu0["pids_visible"] is False
+    assert "memory each holds" in gpu0["pids_reason"]
+
+
+async def test_kernel_pid_is_joined_to_its_kernel_and_notebook(jp_fetch, jp_root_dir, world):
+    (jp_root_dir / "nb").mkdir()
+    kernel_id = await start_session(jp_fetch, "nb/a.ipynb")
+    pid = await kernel_pid(jp_fetch, kernel_id)
+    world.add_process(2, pid, 29 * GiB)  # GPU 2 is idle in this world
+
+    body = await get_json(jp_fetch, "devices", notebook="nb/a.ipynb")
+
+    gpu2 = body["devices"][2]
+    (proc,) = [p for p in gpu2["processes"] if p["pid"] == pid]
+    assert proc["kind"] == "kernel"
+    assert (proc["kernel_id"], proc["kernel_name"], proc["notebook_path"]) == (kernel_id, "python3", "nb/a.ipynb")
+    assert proc["preallocated"] is True  # 29 of 40 GiB is above 70% of the card
+    assert proc["name"] and proc["user"]  # the server's own user: details shown
+    assert (gpu2["this_kernel_bytes"], gpu2["kernels_bytes"]) == (29 * GiB, 29 * GiB)
+
+
+async def test_kernel_pid_comes_from_the_kernels_usage_reply(jp_fetch, service, world):
+    kernel_id = await start_session(jp_fetch, "b.ipynb")
+    await service.kernels()
+    await service.kernels_dir.wait_for_pids()
+    entry = service.kernels_dir._pids[kernel_id]
+    assert entry.answered is True
+    assert entry.pid == service.kernels_dir.kernel_pid(kernel_id, service.kernels_dir.kernel_manager.get_kernel(kernel_id))
+
+
+async def test_other_users_process_details_are_hidden(jp_fetch, world, monkeypatch):
+    other = ProcessFacts(exists=True, uid=os.getuid() + 1, user="bob", cmdline="python train.py")
+    monkeypatch.setattr(sources_module, "process_facts", lambda pid: other)
+    monkeypatch.setattr(service_module, "process_facts", lambda pid: other)
+    body = await get_json(jp_fetch, "devices")
+    procs = body["devices"][0]["processes"]
+    assert procs and all((p["name"], p["user"]) == (None, None) for p in procs)
+
+
+@pytest.mark.parametrize("gpumem_config", [{"show_other_users": True}])
+async def test_other_users_process_details_shown_when_configured(jp_fetch, world, monkeypatch):
+    other = ProcessFacts(exists=True, uid=os.getuid() + 1, user="bob", cmdline="python train.py")
+    monkeypatch.setattr(sources_module, "process_facts", lambda pid: other)
+    monkeypatch.setattr(service_module, "process_facts", lambda pid: other)
+    body = await get_json(jp_fetch, "devices")
+    assert {(p["name"], p["user"]) for p in body["devices"][0]["processes"]} == {("python train.py", "bob")}
+
+
+# --- bad input, errors, authentication ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "params, needle",
+    [
+        ({"notebok": "a.ipynb"}, "valid parameters: notebook"),
+        ({"notebook": ""}, "relative to the server root"),
+        ({"notebook": "/etc/a.ipynb"}, "relative to the server root"),
+        ({"notebook": "../a.ipynb"}, "no '..'"),
+    ],
+)
+async def test_bad_devices_parameter_is_400_naming_valid_values(jp_fetch, world, params, needle):
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-gpumem", "api", "devices", params=params)
+    assert err.value.code == 400
+    assert needle in json.loads(err.value.response.body)["error"]
+
+
+async def test_parameter_on_kernels_route_is_400(jp_fetch):
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-gpumem", "api", "kernels", params={"x": "1"})
+    assert err.value.code == 400
+    assert "valid parameters: none" in json.loads(err.value.response.body)["error"]
+
+
+async def test_failure_inside_an_endpoint_is_a_json_500_and_the_server_lives_on(jp_fetch, service, monkeypatch):
+    async def broken(notebook=None):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(service, "devices", broken)
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-gpumem", "api", "devices")
+    assert err.value.code == 500
+    assert "boom" in json.loads(err.value.response.body)["error"]
+    assert (await get_json(jp_fetch, "config"))["poll_interval"] == 2.0
+
+
+def extension_routes(web_app):
+    """Every URL pattern the extension registered, read from the web app's routers."""
+    found = []
+
+    def walk(rules):
+        for rule in rules:
+            if hasattr(rule.target, "rules"):
+                walk(rule.target.rules)
+            elif hasattr(rule.matcher, "regex") and "jupyter-gpumem" in rule.matcher.regex.pattern:
+                found.append(rule.matcher.regex.pattern)
+
+    walk(web_app.default_router.rules)
+    return found
+
+
+async def test_every_extension_route_is_403_without_a_token(jp_fetch, jp_serverapp, jp_base_url, world):
+    patterns = extension_routes(jp_serverapp.web_app)
+    assert len(patterns) >= 3
+    for pattern in patterns:
+        # The routes take no path arguments: the pattern less its anchors is the path.
+        path = pattern.removesuffix("$").removesuffix("/?")
+        assert path.startswith(jp_base_url) and "(" not in path, pattern
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch(path[len(jp_base_url):], headers={"Authorization": ""})
+        assert err.value.code == 403, path
+
+
+# --- config, kernels ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.5, "show_other_users": True}])
+async def test_config_reflects_the_traitlets(jp_fetch):
+    body = await get_json(jp_fetch, "config")
+    assert (body["poll_interval"], body["replay"], body["show_other_users"]) == (0.5, None, True)
+    assert isinstance(body["version"], str) and body["source"] == "nvml"
+
+
+async def test_kernels_is_empty_without_kernels(jp_fetch):
+    assert await get_json(jp_fetch, "kernels") == {"kernels": []}
+
+
+# --- the shared sampler under load -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpumem_config", [{"poll_interval": 60.0}])
+async def test_concurrent_clients_share_one_nvml_read(jp_fetch, service, world):
+    bodies = await asyncio.gather(*(get_json(jp_fetch, "devices") for _ in range(40)))
+    assert {len(b["devices"]) for b in bodies} == {3}
+    assert service.sampler.reads == 1
+    assert world.total_calls() == service.sampler.nvml_calls
+
+
+@pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.1, "idle_intervals": 2}])
+async def test_sampler_stops_reading_when_nobody_asks(jp_fetch, service, world):
+    await get_json(jp_fetch, "devices")
+    await asyncio.wait_for(service.sampler._task, 5)
+    reads = service.sampler.reads
+    assert not service.sampler.running
+    assert reads <= 4  # one on request, then at most one per interval for two intervals
+
+
+# --- /metrics ----------------------------------------------------------------------------------
+
+
+async def test_metrics_exports_device_gauges_after_a_reading(jp_fetch, service, world):
+    await get_json(jp_fetch, "devices")
+    await asyncio.sleep(0)  # let the gauge update scheduled by the reading run
+    await service.kernels()
+    text = (await jp_fetch("metrics")).body.decode()
+    uuid0 = world.gpu(0).uuid
+    used = re.search(rf'jupyter_gpumem_device_used_bytes{{index="0",name="[^"]+",uuid="{uuid0}"}} (\S+)', text)
+    total = re.search(rf'jupyter_gpumem_device_total_bytes{{index="0",name="[^"]+",uuid="{uuid0}"}} (\S+)', text)
+    assert used and float(used.group(1)) == world.gpu(0).used_bytes
+    assert total and float(total.group(1)) == world.gpu(0).total_bytes
+
+
+# --- replay ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpumem_config", [{"replay": "demo"}])
+async def test_replay_serves_the_trace_labelled_replay_and_synthetic(jp_fetch, world):
+    body = await get_json(jp_fetch, "devices")
+    assert (body["state"], body["source"], body["synthetic"]) == ("ok", "replay", True)
+    assert [d["uuid"].split("-")[2] for d in body["devices"]] == ["demo", "demo"]
+    assert world.total_calls() == 0  # a replay never touches NVML
+
+
+@pytest.mark.parametrize("gpumem_config", [{"replay": "demo"}])
+async def test_replay_placeholder_pid_is_joined_to_a_live_kernel(jp_fetch, world):
+    kernel_id = await start_session(jp_fetch, "demo.ipynb")
+    pid = await kernel_pid(jp_fetch, kernel_id)
+    body = await get_json(jp_fetch, "devices", notebook="demo.ipynb")
+    gpu0 = body["devices"][0]
+    (proc,) = [p for p in gpu0["processes"] if p.get("replay_placeholder_pid") == 1]
+    assert (proc["pid"], proc["kind"], proc["kernel_id"], proc["notebook_path"]) == (pid, "kernel", kernel_id, "demo.ipynb")
+    assert gpu0["this_kernel_bytes"] == proc["used"]
+    # Only one kernel runs: the second placeholder stays an unmatched process.
+    assert [p["kind"] for p in gpu0["processes"] if p.get("replay_placeholder_pid") is None] == ["other"]
+
+
+@pytest.mark.parametrize("gpumem_config", [{"replay": "missing"}, {"replay": "broken"}])
+async def test_unreadable_replay_is_an_error_state_not_a_failed_server(jp_fetch, gpumem_config):
+    body = await get_json(jp_fetch, "devices")
+    assert (body["state"], body["source"], body["devices"]) == ("error", "replay", [])
+    assert "cannot replay" in body["reason"]
+    assert (await get_json(jp_fetch, "config"))["source"] == "replay"
