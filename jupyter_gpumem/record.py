@@ -1,0 +1,266 @@
+"""Record a trace: ``python -m jupyter_gpumem.record OUT.jsonl``, or ``%gpumem record PATH``.
+
+    python -m jupyter_gpumem.record OUT.jsonl [--seconds N] [--interval S] [--run SCRIPT.py [-- ARGS]]
+
+With ``--run`` the script runs in this process while it is sampled, so the trace holds this
+process's JAX allocator statistics; the script may call ``jupyter_gpumem.record.mark(name)`` to
+add "marker" events. Traces recorded here are real readings: ``"synthetic": false``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import runpy
+import sys
+import threading
+from typing import Any, Sequence
+
+from .sampler import Sampler, get_sampler
+from .tracefile import TraceWriter, header_devices
+
+# The settings that decide how JAX's allocator behaves, as the environment gave them.
+_SETTINGS_ENV = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC",
+    "XLA_FLAGS",
+    "JAX_PLATFORMS",
+)
+
+_active: "Recorder | None" = None
+_active_lock = threading.Lock()
+
+
+class RecordError(ValueError):
+    """A recording that cannot start or stop as asked; the message says what to do instead."""
+
+
+def _jax_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("jax")  # reads package metadata; does not import jax
+    except Exception:
+        return None
+
+
+class Recorder:
+    """Writes every sample and event of ``sampler`` to a trace at ``path`` until ``stop()``."""
+
+    def __init__(self, path: str | os.PathLike, sampler: Sampler, interval: float | None = None, header_fields: dict | None = None):
+        first = sampler.sample_once()  # the header's device list comes from a real reading
+        fields = {
+            "synthetic": bool(getattr(sampler, "synthetic", False)),
+            "jax_version": _jax_version(),
+            "settings": {"env": {k: os.environ[k] for k in _SETTINGS_ENV if k in os.environ}},
+            "devices": header_devices(first.devices),
+        }
+        fields.update(header_fields or {})
+        self.path = os.fspath(path)
+        self.sampler = sampler
+        self.writer = TraceWriter(path, fields)
+        self.writer.write_sample(first)
+        self.samples_written = 1
+        self._events = sampler.subscribe_events(self._write_event)
+        self._samples = sampler.subscribe(self._write_sample, interval=interval)
+
+    def _write_sample(self, sample: Any) -> None:
+        if not self.writer.closed:
+            self.writer.write_sample(sample)
+            self.samples_written += 1
+
+    def _write_event(self, event: Any) -> None:
+        if not self.writer.closed:
+            self.writer.write_event(event)
+
+    @property
+    def recording(self) -> bool:
+        return not self.writer.closed
+
+    def stop(self) -> None:
+        """Take one last sample, stop sampling and close the file (idempotent)."""
+        self._samples.close()
+        self._events.close()
+        if not self.writer.closed:
+            self._write_sample(self.sampler.sample_once())  # the state at the end
+        self.writer.close()
+
+
+def mark(name: str, **data: Any) -> None:
+    """Add a "marker" event to the recording in progress (or to the process's timeline)."""
+    recorder = _active
+    sampler = recorder.sampler if recorder is not None else get_sampler()
+    sampler.add_event("marker", name=str(name), **data)
+
+
+# --- %gpumem record ----------------------------------------------------------------------------
+
+_MAGIC_USAGE = "usage: %gpumem record PATH.jsonl [--interval SECONDS] | %gpumem record stop"
+
+
+def magic_record(argv: Sequence[str], shell: Any = None) -> str:
+    """``%gpumem record PATH [--interval S]`` starts a recording; ``%gpumem record stop`` ends it.
+
+    Returns the line to show. Raises RecordError (nothing changed) for bad arguments or a
+    second start while recording.
+    """
+    global _active
+    args = list(argv)
+    if not args:
+        raise RecordError(_MAGIC_USAGE)
+    if args == ["stop"]:
+        with _active_lock:
+            recorder, _active = _active, None
+        if recorder is None:
+            raise RecordError("no recording is running; start one with %gpumem record PATH.jsonl")
+        recorder.stop()
+        return f"recording stopped: {recorder.samples_written} samples in {recorder.path}"
+    path, interval = args[0], None
+    rest = args[1:]
+    if path.startswith("-") or path == "stop":
+        raise RecordError(_MAGIC_USAGE)
+    if rest:
+        if len(rest) != 2 or rest[0] != "--interval":
+            raise RecordError(f"unexpected {' '.join(rest)!r}; {_MAGIC_USAGE}")
+        interval = _parse_interval(rest[1], RecordError)
+    _check_out_path(path, RecordError)
+    with _active_lock:
+        if _active is not None:
+            raise RecordError(f"already recording to {_active.path}; stop it first with %gpumem record stop")
+        sampler = get_sampler()
+        if shell is not None:
+            from .sampler import register_cell_events
+
+            register_cell_events(shell, sampler)
+        _active = Recorder(path, sampler, interval=interval)
+    every = interval if interval is not None else sampler.interval
+    return f"recording to {path} every {every:g} s; %gpumem record stop to finish"
+
+
+def _parse_interval(text: str, error: type) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise error(f"interval must be a number of seconds from 0.01 to 3600, got {text!r}") from None
+    if not math.isfinite(value) or not 0.01 <= value <= 3600:
+        raise error(f"interval must be a number of seconds from 0.01 to 3600, got {text!r}")
+    return value
+
+
+def _check_out_path(path: str, error: type) -> None:
+    if not path.endswith(".jsonl"):
+        raise error(f"the trace file must end in .jsonl, got {path!r}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise error(f"the folder {parent!r} does not exist")
+
+
+# --- the command line --------------------------------------------------------------------------
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would exit; we decide the exit code
+        raise _UsageError(message)
+
+
+def _parser() -> _Parser:
+    parser = _Parser(
+        prog="python -m jupyter_gpumem.record",
+        description="Record GPU memory readings to a JSON Lines trace (docs/trace-format.md).",
+    )
+    parser.add_argument("out", metavar="OUT.jsonl", help="the trace file to write")
+    parser.add_argument("--seconds", type=float, default=None, help="how long to record; with --run, how long to go on after the script ends (default: until Ctrl-C, or 0 with --run)")
+    parser.add_argument("--interval", default="0.5", help="seconds between samples, 0.01 to 3600 (default 0.5)")
+    parser.add_argument("--run", metavar="SCRIPT.py", default=None, help="run this script in-process while recording")
+    parser.add_argument("--force", action="store_true", help="overwrite OUT.jsonl if it exists")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (2 for bad arguments, with nothing written)."""
+    global _active
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1 :]
+    parser = _parser()
+    try:
+        opts = parser.parse_args(argv)
+        interval = _parse_interval(opts.interval, _UsageError)
+        if opts.seconds is not None and (not math.isfinite(opts.seconds) or opts.seconds < 0):
+            raise _UsageError(f"--seconds must be a number of seconds, 0 or more, got {opts.seconds!r}")
+        _check_out_path(opts.out, _UsageError)
+        if os.path.exists(opts.out) and not opts.force:
+            raise _UsageError(f"{opts.out} exists; pass --force to overwrite it")
+        if opts.run is not None and not os.path.isfile(opts.run):
+            raise _UsageError(f"--run: no such script {opts.run!r}")
+        if script_args and opts.run is None:
+            raise _UsageError("arguments after -- are for the script, but no --run SCRIPT.py was given")
+    except _UsageError as exc:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+    sampler = Sampler(get_sampler().read_devices, get_sampler().read_jax, interval=interval, timeline=get_sampler().timeline)
+    recorder = Recorder(opts.out, sampler, interval=interval)
+    with _active_lock:
+        _active = recorder
+    code = 0
+    done = threading.Event()
+    try:
+        if opts.run is not None:
+            code = _run_script(opts.run, script_args, sampler)
+            seconds = opts.seconds or 0.0
+        else:
+            seconds = opts.seconds if opts.seconds is not None else math.inf
+        if seconds > 0:
+            done.wait(None if math.isinf(seconds) else seconds)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        with _active_lock:
+            _active = None
+        recorder.stop()
+    print(f"wrote {recorder.samples_written} samples to {opts.out}", file=sys.stderr)
+    return code
+
+
+def _run_script(path: str, args: list[str], sampler: Sampler) -> int:
+    """Run a script as __main__ in this process; an OOM becomes an "oom" event."""
+    saved = sys.argv
+    sys.argv = [path, *args]
+    sampler.add_event("marker", name="script_start", script=path)
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        if "RESOURCE_EXHAUSTED" in str(exc):
+            sampler.add_event("oom", message=str(exc)[:2000])
+        sampler.add_event("marker", name="script_error", error=message[:2000])
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.argv = saved
+    sampler.add_event("marker", name="script_end", script=path)
+    return 0
+
+
+if __name__ == "__main__":
+    # Run the importable module's main, not this __main__ copy, so that a script's
+    # ``from jupyter_gpumem.record import mark`` reaches the recording in progress.
+    from jupyter_gpumem.record import main as _main
+
+    sys.exit(_main())
