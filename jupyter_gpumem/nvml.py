@@ -1,0 +1,377 @@
+"""GPUs as the NVIDIA driver sees them, read through NVML (``pynvml``, from nvidia-ml-py).
+
+This is the only module that imports ``pynvml``, and it does so on the first read, never at
+import. Every failure becomes a ``NotAvailable`` with a reason a person can act on; a device
+that cannot be read becomes a ``DeviceUnreadable`` while the others still read.
+
+NVML calls per ``read()`` (``NvmlSource.calls`` counts them):
+
+- first read: nvmlInit + nvmlDeviceGetCount, then per device GetHandleByIndex, GetName and
+  GetUUID (cached until the next init) and the 5 per-read queries below: ``2 + 8 * devices``.
+- every later read, per device: GetMemoryInfo, GetUtilizationRates, GetDisplayActive,
+  GetMigMode, GetComputeRunningProcesses: ``5 * devices``. A driver without the v2 memory query
+  costs one extra call, once.
+- while NVML cannot start: nothing, except one retry every ``retry_interval_s``.
+
+Pids are as the driver reports them: in the host's pid namespace, which may not be ours
+(containers). Matching them to kernels is the server's job.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from typing import Any, Callable
+
+from .model import (
+    ERROR,
+    GPU_LOST,
+    NO_DRIVER,
+    NO_LIBRARY,
+    NO_PERMISSION,
+    NOT_SUPPORTED,
+    PIDS_HIDDEN,
+    DeviceReading,
+    DeviceUnreadable,
+    NotAvailable,
+    ProcessReading,
+)
+
+__all__ = ["NvmlSource", "explain_nvml_error", "RETRY_INTERVAL_S"]
+
+RETRY_INTERVAL_S = 5.0
+
+# nvmlReturn_t values (nvml.h); kept here so the codes are known before pynvml is imported.
+_UNINITIALIZED = 1
+_NOT_SUPPORTED = 3
+_NO_PERMISSION = 4
+_DRIVER_NOT_LOADED = 9
+_LIBRARY_NOT_FOUND = 12
+_FUNCTION_NOT_FOUND = 13
+_GPU_IS_LOST = 15
+_RESET_REQUIRED = 16
+_LIB_RM_VERSION_MISMATCH = 18
+_ARGUMENT_VERSION_MISMATCH = 25
+_GPU_NOT_FOUND = 28
+
+# After one of these NVML as a whole is gone: drop every handle and init again later.
+_SYSTEM_ERRORS = {_UNINITIALIZED, _DRIVER_NOT_LOADED, _LIBRARY_NOT_FOUND, _LIB_RM_VERSION_MISMATCH}
+# These end a device's reading: it is a DeviceUnreadable this time.
+_DEVICE_ERRORS = {_GPU_IS_LOST, _RESET_REQUIRED, _GPU_NOT_FOUND}
+
+# How a driver or binding without the v2 memory query refuses it (None: e.g. a TypeError).
+_V2_REFUSALS = {_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH, None}
+
+_NOT_AVAILABLE_ULL = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE as an unsigned long long
+
+_NO_PYNVML = NotAvailable(
+    NO_LIBRARY, "the nvidia-ml-py package is not installed: pip install nvidia-ml-py"
+)
+
+
+def _error_value(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def explain_nvml_error(exc: BaseException, what: str = "NVML", device: int | None = None) -> NotAvailable:
+    """A ``NotAvailable`` for an exception raised by a pynvml call about ``what``."""
+    value = _error_value(exc)
+    gpu = "the GPU" if device is None else f"GPU {device}"
+    if value == _LIBRARY_NOT_FOUND:
+        return NotAvailable(
+            NO_LIBRARY,
+            "NVIDIA's NVML library (libnvidia-ml.so.1) was not found: no NVIDIA driver is installed "
+            "here, or it is not visible inside this container",
+        )
+    if value == _DRIVER_NOT_LOADED:
+        return NotAvailable(NO_DRIVER, "NVIDIA driver not loaded: nvidia-smi should work before the monitor can")
+    if value == _LIB_RM_VERSION_MISMATCH:
+        return NotAvailable(
+            NO_DRIVER,
+            "the NVIDIA driver library and kernel module versions differ (a driver upgrade without a "
+            "reboot): reboot, or reload the nvidia kernel module, until nvidia-smi works",
+        )
+    if value == _UNINITIALIZED:
+        return NotAvailable(NO_DRIVER, "NVML lost its connection to the NVIDIA driver: it will be retried")
+    if value == _NO_PERMISSION:
+        if what == "NVML":
+            return NotAvailable(
+                NO_PERMISSION,
+                "no permission to query the GPUs: the user running Jupyter needs access to /dev/nvidia* "
+                "(try nvidia-smi as that user)",
+            )
+        return NotAvailable(NO_PERMISSION, f"no permission to read {what} on {gpu}")
+    if value == _GPU_IS_LOST:
+        return NotAvailable(
+            GPU_LOST,
+            f"{gpu} has fallen off the bus (NVML: GPU is lost): it needs a reset (nvidia-smi -r) or a "
+            "reboot; the other GPUs are still read",
+        )
+    if value == _RESET_REQUIRED:
+        return NotAvailable(GPU_LOST, f"{gpu} needs a reset (nvidia-smi -r) or a reboot before it can be read")
+    if value == _GPU_NOT_FOUND:
+        return NotAvailable(GPU_LOST, f"{gpu} is no longer found by the driver")
+    if value in (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND):
+        return NotAvailable(NOT_SUPPORTED, f"{gpu} or its driver does not report {what}")
+    message = str(exc) or type(exc).__name__
+    return NotAvailable(ERROR, f"reading {what} on {gpu} failed: {message}")
+
+
+class _SystemGone(Exception):
+    """NVML as a whole stopped answering during a read."""
+
+    def __init__(self, why: NotAvailable):
+        self.why = why
+
+
+class _DeviceGone(Exception):
+    def __init__(self, why: NotAvailable, value: int | None = None):
+        self.why = why
+        self.value = value  # the NVML error code, None for a non-NVML exception
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class NvmlSource:
+    """Reads every GPU through NVML. Never raises; thread-safe.
+
+    ``calls`` counts the NVML functions this source has called (init and shutdown included).
+    ``pynvml`` may be passed in (a module or any object with its functions); by default it is
+    imported on the first read, so a fake one placed in ``sys.modules`` is used.
+    """
+
+    def __init__(
+        self,
+        *,
+        retry_interval_s: float = RETRY_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        pynvml: Any = None,
+    ):
+        self.calls = 0
+        self._retry_interval_s = retry_interval_s
+        self._clock = clock
+        self._nvml = pynvml
+        self._lock = threading.RLock()
+        self._started = False
+        self._failure: NotAvailable | None = None
+        self._next_try = float("-inf")
+        self._handles: dict[int, Any] = {}
+        self._identity: dict[int, tuple[str, str]] = {}
+        self._count = 0
+        self._memory_v2 = True
+        self._driver_version: str | None = None
+
+    # -- public -----------------------------------------------------------------------------
+
+    def read(self) -> tuple[DeviceReading | DeviceUnreadable, ...] | NotAvailable:
+        """Every GPU now: a reading per device, or why none can be read."""
+        with self._lock:
+            try:
+                failure = self._ensure_started()
+                if failure is not None:
+                    return failure
+                return tuple(self._read_device(i) for i in range(self._count))
+            except _SystemGone as gone:
+                self._drop(gone.why)
+                return gone.why
+            except Exception as exc:  # a binding quirk must not reach the kernel
+                return NotAvailable(ERROR, f"reading the GPUs failed: {type(exc).__name__}: {exc}")
+
+    def driver_version(self) -> str | NotAvailable:
+        """The NVIDIA driver's version, e.g. ``"550.54.15"``."""
+        with self._lock:
+            try:
+                failure = self._ensure_started()
+                if failure is not None:
+                    return failure
+                if self._driver_version is None:
+                    self._driver_version = _text(self._call("nvmlSystemGetDriverVersion", what="the driver version"))
+                return self._driver_version
+            except _SystemGone as gone:
+                self._drop(gone.why)
+                return gone.why
+            except _DeviceGone as gone:
+                return gone.why
+            except Exception as exc:
+                return NotAvailable(ERROR, f"reading the driver version failed: {type(exc).__name__}: {exc}")
+
+    def shutdown(self) -> None:
+        """Release NVML. A later read starts it again."""
+        with self._lock:
+            if self._started:
+                try:
+                    self.calls += 1
+                    self._nvml.nvmlShutdown()
+                except Exception:
+                    pass
+            self._started = False
+            self._failure = None
+            self._next_try = float("-inf")
+            self._forget_devices()
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def _ensure_started(self) -> NotAvailable | None:
+        if self._started:
+            return None
+        now = self._clock()
+        if now < self._next_try and self._failure is not None:
+            return self._failure
+        self._next_try = now + self._retry_interval_s
+        if self._nvml is None:
+            try:
+                self._nvml = importlib.import_module("pynvml")
+            except Exception:
+                self._failure = _NO_PYNVML
+                return self._failure
+        try:
+            self.calls += 1
+            self._nvml.nvmlInit()
+        except Exception as exc:
+            self._failure = explain_nvml_error(exc)
+            return self._failure
+        self._started = True
+        self._forget_devices()
+        try:
+            self._count = int(self._call("nvmlDeviceGetCount", what="the number of GPUs"))
+        except _DeviceGone as gone:
+            self._drop(gone.why)
+            return gone.why
+        except (TypeError, ValueError) as exc:
+            why = NotAvailable(ERROR, f"NVML gave an odd device count: {exc}")
+            self._drop(why)
+            return why
+        self._failure = None
+        return None
+
+    def _forget_devices(self) -> None:
+        self._handles.clear()
+        self._identity.clear()
+        self._count = 0
+        self._memory_v2 = True
+        self._driver_version = None
+
+    def _drop(self, why: NotAvailable) -> None:
+        """NVML went away mid-run: forget it, and try again after the retry interval."""
+        if self._started:
+            try:
+                self.calls += 1
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+        self._started = False
+        self._forget_devices()
+        self._failure = why
+        self._next_try = self._clock() + self._retry_interval_s
+
+    # -- calling ----------------------------------------------------------------------------
+
+    def _call(self, function: str, *args: Any, what: str, device: int | None = None, **kwargs: Any) -> Any:
+        """Call one pynvml function; NVML errors become _SystemGone or _DeviceGone."""
+        self.calls += 1
+        try:
+            return getattr(self._nvml, function)(*args, **kwargs)
+        except Exception as exc:
+            why = explain_nvml_error(exc, what, device)
+            if _error_value(exc) in _SYSTEM_ERRORS:
+                raise _SystemGone(why) from None
+            raise _DeviceGone(why, _error_value(exc)) from None
+
+    def _optional(self, function: str, handle: Any, index: int, what: str, **kwargs: Any) -> Any:
+        """A query whose failure leaves one field NotAvailable, unless the GPU itself is gone."""
+        try:
+            return self._call(function, handle, what=what, device=index, **kwargs)
+        except _DeviceGone as gone:
+            if gone.why.code == GPU_LOST:
+                raise
+            return gone.why
+
+    # -- one device -------------------------------------------------------------------------
+
+    def _read_device(self, index: int) -> DeviceReading | DeviceUnreadable:
+        name, uuid = self._identity.get(index, ("", ""))
+        try:
+            handle = self._handles.get(index)
+            if handle is None:
+                handle = self._call("nvmlDeviceGetHandleByIndex", index, what="the device", device=index)
+                self._handles[index] = handle
+            if index not in self._identity:
+                name = _text(self._call("nvmlDeviceGetName", handle, what="the name", device=index))
+                uuid = _text(self._call("nvmlDeviceGetUUID", handle, what="the UUID", device=index))
+                self._identity[index] = (name, uuid)
+            total, used, free, reserved = self._memory(handle, index)
+            utilization = self._optional("nvmlDeviceGetUtilizationRates", handle, index, "utilisation")
+            display = self._optional("nvmlDeviceGetDisplayActive", handle, index, "the display state")
+            mig = self._mig_mode(handle, index)
+            processes = self._processes(handle, index, mig)
+        except _DeviceGone as gone:
+            if gone.why.code == GPU_LOST:
+                self._handles.pop(index, None)  # a reset GPU comes back with a new handle
+            return DeviceUnreadable(index=index, why=gone.why, name=name, uuid=uuid)
+        return DeviceReading(
+            index=index,
+            name=name,
+            uuid=uuid,
+            total_bytes=total,
+            used_bytes=used,
+            free_bytes=free,
+            reserved_bytes=reserved,
+            utilization_percent=utilization if isinstance(utilization, NotAvailable) else int(utilization.gpu),
+            display_active=display if isinstance(display, NotAvailable) else bool(display),
+            mig_mode=mig,
+            processes=processes,
+        )
+
+    def _memory(self, handle: Any, index: int) -> tuple[int, int, int, int | NotAvailable]:
+        version = getattr(self._nvml, "nvmlMemory_v2", None)
+        if self._memory_v2 and version is not None:
+            try:
+                info = self._call("nvmlDeviceGetMemoryInfo", handle, what="memory", device=index, version=version)
+                return int(info.total), int(info.used), int(info.free), int(info.reserved)
+            except _DeviceGone as gone:
+                if gone.value not in _V2_REFUSALS:
+                    raise
+                self._memory_v2 = False  # an older driver or binding: v1 from now on
+        info = self._call("nvmlDeviceGetMemoryInfo", handle, what="memory", device=index)
+        # v1 counts reserved memory as used and cannot tell it apart.
+        reserved = NotAvailable(NOT_SUPPORTED, "this driver does not report reserved memory (NVML memory info v1)")
+        return int(info.total), int(info.used), int(info.free), reserved
+
+    def _mig_mode(self, handle: Any, index: int) -> bool | NotAvailable:
+        mode = self._optional("nvmlDeviceGetMigMode", handle, index, "MIG mode")
+        if isinstance(mode, NotAvailable):
+            # A GPU that cannot do MIG answers NOT_SUPPORTED: for it, MIG is simply off.
+            return False if mode.code == NOT_SUPPORTED else mode
+        current = mode[0] if isinstance(mode, (list, tuple)) else mode
+        return int(current) == 1
+
+    def _processes(self, handle: Any, index: int, mig: bool | NotAvailable) -> tuple[ProcessReading, ...] | NotAvailable:
+        mig_hidden = NotAvailable(
+            PIDS_HIDDEN,
+            f"GPU {index} is in MIG mode: NVML reports memory per MIG instance, not per process on the whole GPU",
+        )
+        procs = self._optional("nvmlDeviceGetComputeRunningProcesses", handle, index, "its processes")
+        if isinstance(procs, NotAvailable):
+            return mig_hidden if mig is True else procs
+        readings = []
+        for proc in procs:
+            used = getattr(proc, "usedGpuMemory", None)
+            if used is None or used == _NOT_AVAILABLE_ULL:
+                used = NotAvailable(
+                    PIDS_HIDDEN,
+                    "the driver does not report this process's memory (usual inside containers and in MIG mode)",
+                )
+            else:
+                used = int(used)
+            readings.append(ProcessReading(pid=int(proc.pid), used_bytes=used))
+        if mig is True and (not readings or any(isinstance(p.used_bytes, NotAvailable) for p in readings)):
+            return mig_hidden
+        return tuple(readings)
