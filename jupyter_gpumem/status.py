@@ -1,0 +1,128 @@
+"""``%gpumem status``: every allocator setting and its source, the backend's state, warnings.
+
+``status()`` returns a ``StatusReport``: plain text through ``str()``, a compact table in a
+notebook, and structured fields (``settings``, ``backend``, ``warnings``) that the widget and
+the server reuse. It never starts JAX.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from . import allocator_shim
+from .allocator_shim import SettingState
+from .model import DeviceReading, DeviceUnreadable, NotAvailable
+
+__all__ = ["StatusReport", "status", "display_gpu_warnings"]
+
+_LABELS = {"async_prealloc": "async-prealloc"}
+
+NvmlReadings = Sequence[DeviceReading | DeviceUnreadable] | NotAvailable
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """What ``%gpumem status`` shows.
+
+    - ``settings``: one ``SettingState`` per setting (name, value, shown, source, env_var).
+    - ``backend``: ``allocator_shim.backend_info()``: started, platform, devices
+      ([{id, kind, platform}]), fallback_reason, jax_version.
+    - ``warnings``: sentences for people.
+    """
+
+    settings: tuple[SettingState, ...]
+    backend: dict
+    warnings: tuple[str, ...]
+
+    def backend_line(self) -> str:
+        b = self.backend
+        if not b.get("started"):
+            return "JAX's backend has not started: settings can still change."
+        devices = ", ".join(f"{d['id']}: {d['kind'] or d['platform']}" for d in b.get("devices", []))
+        line = f"JAX's backend has started on {b.get('platform')} ({devices or 'no devices'})."
+        if b.get("fallback_reason"):
+            line += f" It fell back to the CPU: {b['fallback_reason']}"
+        if b.get("error"):
+            line += f" (could not read it: {b['error']})"
+        return line
+
+    def __str__(self) -> str:
+        rows = [(_LABELS.get(s.name, s.name), s.shown, s.source, s.env_var or f"jax.config {s.config_option}") for s in self.settings]
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        lines = ["Settings:"]
+        for row in rows:
+            lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3])
+        lines.append("Backend: " + self.backend_line())
+        if self.warnings:
+            lines.append("Warnings:")
+            lines.extend(f"  - {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        rows = "".join(
+            f"<tr><td>{e(_LABELS.get(s.name, s.name))}</td><td><b>{e(s.shown)}</b></td><td>{e(s.source)}</td>"
+            f"<td><code>{e(s.env_var or 'jax.config ' + str(s.config_option))}</code></td></tr>"
+            for s in self.settings
+        )
+        warnings = "".join(f"<li>{e(w)}</li>" for w in self.warnings)
+        return (
+            "<div class='jupyter-gpumem-status'>"
+            "<table><thead><tr><th>setting</th><th>in effect</th><th>from</th><th>variable</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+            f"<p>{e(self.backend_line())}</p>"
+            + (f"<p>Warnings:</p><ul>{warnings}</ul>" if warnings else "")
+            + "</div>"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "settings": [s.to_json() for s in self.settings],
+            "backend": dict(self.backend),
+            "warnings": list(self.warnings),
+        }
+
+
+def display_gpu_warnings(readings: NvmlReadings) -> list[str]:
+    """A warning per GPU that drives a display, from NVML readings."""
+    if isinstance(readings, NotAvailable):
+        return []
+    out = []
+    for dev in readings:
+        if isinstance(dev, DeviceReading) and dev.display_active is True:
+            out.append(
+                f"GPU {dev.index} ({dev.name}) drives a display. The desktop uses part of its memory and "
+                "JAX's fraction is of the total, so preallocation can fail or starve the display: "
+                "consider `%gpumem preallocate off` or a smaller fraction."
+            )
+    return out
+
+
+def _read_nvml() -> NvmlReadings:
+    try:
+        from .nvml import NvmlSource
+    except ImportError:
+        return NotAvailable("no_library", "the NVML reader is not available in this installation")
+    try:
+        return NvmlSource().read()
+    except Exception as err:  # a reading, never an exception into the kernel
+        return NotAvailable("error", f"reading NVML failed: {err}")
+
+
+def status(nvml_readings: Any = None) -> StatusReport:
+    """The settings in effect with their source, the backend's state and warnings.
+
+    ``nvml_readings`` (NVML device readings, or NotAvailable) is read through ``nvml.py`` when
+    not given.
+    """
+    settings = allocator_shim.settings_in_effect()
+    backend = allocator_shim.backend_info()
+    warnings = allocator_shim.environment_problems()
+    readings = _read_nvml() if nvml_readings is None else nvml_readings
+    warnings.extend(display_gpu_warnings(readings))
+    return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings))
