@@ -1,0 +1,76 @@
+# Developer entry points: make setup | make lab | make test | make build
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(abspath $(VENV)/bin)
+export PATH := $(BIN):$(PATH)
+CHROMIUM ?= /usr/bin/chromium
+LAB_PORT ?= 8888
+
+STAMP_INSTALL := $(VENV)/.stamp-install
+STAMP_UI := ui-tests/node_modules/.stamp-install
+LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
+LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
+	labextension/package.json labextension/tsconfig.json
+
+.PHONY: help setup build lab test test-browser test-python chromium clean
+
+help:
+	@echo "make setup   .venv, editable install (builds the lab extension), ui-tests deps"
+	@echo "make build   rebuild the lab extension after editing labextension/src"
+	@echo "make lab     JupyterLab with the extension on notebooks/quickstart.ipynb"
+	@echo "make test    browser tests (chromium), then pytest"
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+# The editable install runs the hatch jupyter-builder hook: jlpm install + build of labextension/.
+$(STAMP_INSTALL): $(PY) pyproject.toml labextension/package.json labextension/yarn.lock
+	$(PY) -m pip install -q -e ".[test]"
+	@# Point Jupyter's labextensions folder at the build output so `make build` shows at once.
+	$(BIN)/jupyter-builder develop --overwrite . >/dev/null
+	touch $@
+
+$(LABEXT_OUT): $(STAMP_INSTALL) $(LABEXT_SRC)
+	cd labextension && jlpm build
+	touch $@
+
+build: $(LABEXT_OUT)
+
+# Browser test deps only where a browser exists (make test installs one first).
+$(STAMP_UI): ui-tests/package.json ui-tests/yarn.lock $(STAMP_INSTALL)
+	@if [ -x "$(CHROMIUM)" ]; then \
+		cd ui-tests && jlpm install && touch ../$@; \
+	else echo "no $(CHROMIUM): browser test deps not installed (make test installs chromium)"; fi
+
+setup: $(STAMP_INSTALL) $(LABEXT_OUT)
+	@if [ -x "$(CHROMIUM)" ]; then $(MAKE) --no-print-directory $(STAMP_UI); fi
+
+notebooks/quickstart.ipynb:
+	@echo "notebooks/quickstart.ipynb is missing" && exit 1
+
+lab: setup notebooks/quickstart.ipynb
+	$(BIN)/jupyter lab --allow-root --no-browser --port=$(LAB_PORT) notebooks/quickstart.ipynb
+
+chromium:
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+		echo "installing Debian's chromium"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+test-browser: setup chromium
+	$(MAKE) --no-print-directory $(STAMP_UI)
+	cd ui-tests && GPUMEM_CHROMIUM=$(CHROMIUM) jlpm playwright test
+
+test-python: setup
+	$(PY) -m pytest -q tests/
+
+# Browser tests first, pytest last (its summary line ends the output); any failure fails.
+test: test-browser test-python
+
+clean:
+	rm -rf labextension/lib labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \
+		ui-tests/test-results ui-tests/playwright-report $(VENV)/.stamp-install $(STAMP_UI)

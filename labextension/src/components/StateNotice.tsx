@@ -1,0 +1,22 @@
+import * as React from 'react';
+
+/** A calm, explained state: no GPU, no NVML, server unreachable, kernel dead... */
+export function StateNotice(props: {
+  title: string;
+  detail?: string | null;
+  kind?: 'info' | 'warn';
+  children?: React.ReactNode;
+}): JSX.Element {
+  return (
+    <div
+      className={`jp-GpuMem-notice jp-GpuMem-notice-${props.kind ?? 'info'}`}
+      role="status"
+    >
+      <div className="jp-GpuMem-notice-title">{props.title}</div>
+      {props.detail ? (
+        <div className="jp-GpuMem-notice-detail">{props.detail}</div>
+      ) : null}
+      {props.children}
+    </div>
+  );
+}

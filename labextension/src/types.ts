@@ -1,0 +1,102 @@
+/** Shapes of /work's REST and comm contract (docs in rest-contract.md). */
+
+export type NvmlState =
+  | 'ok'
+  | 'no_library'
+  | 'no_driver'
+  | 'no_permission'
+  | 'error';
+
+export interface ProcessInfo {
+  pid: number;
+  used: number;
+  kind: 'kernel' | 'other';
+  kernel_id: string | null;
+  kernel_name: string | null;
+  notebook_path: string | null;
+  execution_state: string | null;
+  preallocated: boolean | null;
+  name: string | null;
+  user: string | null;
+}
+
+export interface DeviceInfo {
+  index: number;
+  name: string;
+  uuid: string;
+  total: number;
+  used: number;
+  free: number;
+  utilization: number | null;
+  display_active: boolean | null;
+  mig: boolean | null;
+  readable: boolean;
+  reason: string | null;
+  pids_visible: boolean;
+  pids_reason: string | null;
+  this_kernel_bytes: number;
+  kernels_bytes: number;
+  other_bytes: number;
+  processes: ProcessInfo[];
+}
+
+export interface OvercommitWarning {
+  kind: string;
+  device: number;
+  message: string;
+  kernels: string[];
+  suggested_fraction: number | null;
+}
+
+export interface DevicesReply {
+  t: number;
+  source: 'nvml' | 'replay';
+  synthetic: boolean;
+  state: NvmlState;
+  reason: string | null;
+  poll_interval: number;
+  devices: DeviceInfo[];
+  warnings: OvercommitWarning[];
+}
+
+export interface AllocatorSetting {
+  name: string;
+  value: unknown;
+  source: string;
+}
+
+export interface JaxDeviceSnapshot {
+  jax_id: number;
+  nvml_index: number | null;
+  allocator: string | null;
+  bytes_in_use: number | null;
+  pool_bytes: number | null;
+  bytes_limit: number | null;
+  peak_bytes_in_use: number | null;
+  largest_free_block_bytes: number | null;
+  fragmentation: number | null;
+}
+
+export interface KernelSnapshot {
+  type: 'snapshot';
+  backend_started: boolean;
+  platform: string | null;
+  settings: AllocatorSetting[];
+  warnings: string[];
+  devices: JaxDeviceSnapshot[];
+  reason: string | null;
+}
+
+/** The per-notebook allocator settings kept in metadata.jupyter_gpumem. */
+export interface NotebookAllocatorSettings {
+  preallocate: boolean | null;
+  fraction: number | null;
+  allocator: string | null;
+}
+
+export type Units = 'binary' | 'decimal';
+
+export interface PanelOptions {
+  pollSeconds: number;
+  units: Units;
+}

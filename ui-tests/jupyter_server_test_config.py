@@ -1,0 +1,28 @@
+"""JupyterLab server for the browser tests.
+
+Environment:
+- GPUMEM_UI_PORT: the port (galata's helper fixes 8888).
+- GPUMEM_UI_REPLAY: "" for the live state of this machine; "demo" for the server's synthetic
+  demo trace (placeholder pids mapped to this server's running kernels); or a trace path.
+"""
+
+import os
+import tempfile
+
+from jupyterlab.galata import configure_jupyter_server
+
+configure_jupyter_server(c)  # noqa: F821 (c is given by traitlets)
+
+c.ServerApp.port = int(os.environ.get("GPUMEM_UI_PORT", "8888"))  # noqa: F821
+c.ServerApp.allow_root = True  # noqa: F821
+c.ServerApp.jpserver_extensions = {"jupyter_gpumem": True}  # noqa: F821
+# Poll fast so tests wait less.
+c.GpuMem.poll_interval = 0.5  # noqa: F821
+
+_replay = os.environ.get("GPUMEM_UI_REPLAY", "")
+if _replay == "demo":
+    from jupyter_gpumem.server.demo_trace import write_demo_trace
+
+    _replay = write_demo_trace(os.path.join(tempfile.mkdtemp(prefix="gpumem-ui-"), "demo.jsonl"))
+if _replay:
+    c.GpuMem.replay = os.path.abspath(_replay)  # noqa: F821
