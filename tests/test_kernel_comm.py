@@ -1,0 +1,116 @@
+"""The kernel side of the jupyter_gpumem comm: registration and the snapshot reply."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from jupyter_client.manager import start_new_async_kernel
+
+from jupyter_gpumem import kernel_comm
+
+
+class FakeManager:
+    def __init__(self):
+        self.targets = {}
+
+    def register_target(self, name, callback):
+        self.targets[name] = callback
+
+
+class FakeShell:
+    def __init__(self, manager):
+        self.kernel = type("Kernel", (), {"comm_manager": manager})()
+
+
+class FakeComm:
+    def __init__(self):
+        self.sent, self.handler = [], None
+
+    def on_msg(self, handler):
+        self.handler = handler
+
+    def send(self, data):
+        self.sent.append(data)
+
+
+def test_register_adds_the_jupyter_gpumem_target():
+    manager = FakeManager()
+    assert kernel_comm.register(FakeShell(manager)) is True
+    assert list(manager.targets) == ["jupyter_gpumem"]
+
+
+def test_snapshot_in_the_open_message_is_answered():
+    manager = FakeManager()
+    kernel_comm.register(FakeShell(manager))
+    comm = FakeComm()
+    manager.targets["jupyter_gpumem"](comm, {"content": {"data": {"request": "snapshot"}}})
+    (sent,) = comm.sent
+    assert sent["type"] == "snapshot"
+    assert {s["name"] for s in sent["settings"]} >= {"preallocate", "fraction", "allocator"}
+
+
+def test_unknown_request_is_answered_with_the_valid_requests():
+    assert kernel_comm.reply({"request": "explode"}) == {
+        "type": "error", "error": "unknown request 'explode'; valid requests: snapshot"}
+
+
+def test_failure_reading_state_becomes_a_reply_not_an_exception(monkeypatch):
+    def broken():
+        raise RuntimeError("no state today")
+
+    monkeypatch.setattr(kernel_comm, "snapshot", broken)
+    answer = kernel_comm.reply({"request": "snapshot"})
+    assert answer["type"] == "snapshot" and "no state today" in answer["reason"]
+
+
+def run_fresh(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_registering_and_a_snapshot_before_jax_starts_do_not_import_jax():
+    out = run_fresh("""
+        import sys
+        from jupyter_gpumem import kernel_comm
+        answer = kernel_comm.reply({"request": "snapshot"})
+        print("jax" in sys.modules, answer["backend_started"], answer["devices"])
+    """)
+    assert out == "False False []"
+
+
+def test_snapshot_after_jax_started_on_cpu_lists_devices_without_stats():
+    out = run_fresh("""
+        import jax.numpy as jnp
+        jnp.zeros(4).block_until_ready()
+        from jupyter_gpumem import kernel_comm
+        answer = kernel_comm.reply({"request": "snapshot"})
+        dev = answer["devices"][0]
+        print(answer["backend_started"], answer["platform"], dev["jax_id"], dev["bytes_in_use"], dev["fragmentation"])
+    """)
+    assert out == "True cpu 0 None None"
+
+
+async def test_real_kernel_answers_a_snapshot_over_the_comm():
+    km, kc = await start_new_async_kernel(kernel_name="python3")
+    try:
+        reply = await kc.execute_interactive(
+            "from jupyter_gpumem import kernel_comm; kernel_comm.register(get_ipython())", timeout=60)
+        assert reply["content"]["status"] == "ok"
+        msg = kc.session.msg("comm_open", {"comm_id": "c1", "target_name": "jupyter_gpumem",
+                                           "data": {"request": "snapshot"}})
+        kc.shell_channel.send(msg)
+        while True:
+            got = await kc.get_iopub_msg(timeout=30)
+            if got["msg_type"] == "comm_msg" and got["content"]["comm_id"] == "c1":
+                break
+        data = got["content"]["data"]
+        assert data["type"] == "snapshot" and data["backend_started"] is False
+        assert data["reason"]
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)

@@ -1,0 +1,143 @@
+"""The /devices JSON built from one reading: the join, hidden details, over-commit, gauges."""
+
+from __future__ import annotations
+
+import re
+
+from prometheus_client import REGISTRY, generate_latest
+
+from jupyter_gpumem.model import NO_DRIVER, DeviceReading, NotAvailable, PIDS_HIDDEN, ProcessReading
+from jupyter_gpumem.server.device_report import build_devices_report, suggested_fraction
+from jupyter_gpumem.server.kernels import KernelInfo
+from jupyter_gpumem.server.metrics import gauges
+from jupyter_gpumem.server.sources import ProcessFacts, Reading
+
+GiB = 1024**3
+ME = 1000
+
+
+def gpu(*procs, index=0, total=40 * GiB, **kw):
+    used = sum(p.used_bytes for p in procs if isinstance(p.used_bytes, int)) + GiB // 2
+    return DeviceReading(index, "NVIDIA A100-SXM4-40GB", f"GPU-{index}", total, used, total - used,
+                         reserved_bytes=GiB // 2, processes=tuple(procs), **kw)
+
+
+def kernel(kid, pid, path=None):
+    return KernelInfo(kid, "python3", pid, path, "idle")
+
+
+def live(*devices, facts=None):
+    return Reading(t=1.0, devices=tuple(devices), source="nvml", processes=facts or {})
+
+
+def report(reading, kernels=(), **kw):
+    return build_devices_report(reading, list(kernels), poll_interval=2.0, my_uid=ME, **kw)
+
+
+def test_process_of_a_kernel_carries_its_kernel_and_notebook():
+    body = report(live(gpu(ProcessReading(11, 5 * GiB))), [kernel("k1", 11, "a.ipynb")])
+    (proc,) = body["devices"][0]["processes"]
+    assert (proc["kind"], proc["kernel_id"], proc["notebook_path"], proc["preallocated"]) == ("kernel", "k1", "a.ipynb", None)
+
+
+def test_kernel_holding_most_of_the_card_is_marked_preallocated():
+    body = report(live(gpu(ProcessReading(11, 30 * GiB))), [kernel("k1", 11)])
+    assert body["devices"][0]["processes"][0]["preallocated"] is True
+
+
+def test_this_kernel_bytes_counts_only_the_asked_notebooks_kernel():
+    reading = live(gpu(ProcessReading(11, 5 * GiB), ProcessReading(12, 3 * GiB), ProcessReading(99, GiB)))
+    body = report(reading, [kernel("k1", 11, "a.ipynb"), kernel("k2", 12, "b.ipynb")], notebook="b.ipynb")
+    dev = body["devices"][0]
+    assert (dev["this_kernel_bytes"], dev["kernels_bytes"], dev["other_bytes"]) == (3 * GiB, 8 * GiB, GiB)
+
+
+def test_other_users_process_shows_no_command_or_user():
+    facts = {99: ProcessFacts(True, uid=ME + 1, user="bob", cmdline="python train.py")}
+    body = report(live(gpu(ProcessReading(99, GiB)), facts=facts))
+    proc = body["devices"][0]["processes"][0]
+    assert (proc["kind"], proc["name"], proc["user"]) == ("other", None, None)
+
+
+def test_same_users_process_shows_command_and_user():
+    facts = {99: ProcessFacts(True, uid=ME, user="alice", cmdline="python train.py")}
+    proc = report(live(gpu(ProcessReading(99, GiB)), facts=facts))["devices"][0]["processes"][0]
+    assert (proc["name"], proc["user"]) == ("python train.py", "alice")
+
+
+def test_pids_from_another_namespace_are_not_visible_inside_a_container():
+    facts = {99: ProcessFacts(False)}
+    body = report(live(gpu(ProcessReading(99, 8 * GiB)), facts=facts), child_pid_namespace=True)
+    assert body["devices"][0]["pids_visible"] is False
+    assert "PID namespace" in body["devices"][0]["pids_reason"]
+
+
+def test_vanished_pid_outside_a_container_keeps_pids_visible():
+    facts = {99: ProcessFacts(False)}
+    body = report(live(gpu(ProcessReading(99, 8 * GiB)), facts=facts), child_pid_namespace=False)
+    assert body["devices"][0]["pids_visible"] is True
+
+
+def test_processes_not_available_say_why():
+    hidden = NotAvailable(PIDS_HIDDEN, "MIG hides processes")
+    dev = DeviceReading(0, "A100", "GPU-0", 40 * GiB, 20 * GiB, 20 * GiB, processes=hidden)
+    body = report(live(dev))
+    assert (body["devices"][0]["pids_visible"], body["devices"][0]["pids_reason"]) == (False, "MIG hides processes")
+
+
+def test_memory_in_use_with_no_processes_listed_is_not_attributed():
+    dev = DeviceReading(0, "A100", "GPU-0", 40 * GiB, 20 * GiB, 20 * GiB, processes=())
+    body = report(live(dev))
+    assert body["devices"][0]["pids_visible"] is False
+
+
+def test_no_driver_is_a_state_with_its_reason():
+    reading = Reading(t=1.0, devices=NotAvailable(NO_DRIVER, "NVIDIA driver not loaded"), source="nvml")
+    body = report(reading)
+    assert (body["state"], body["reason"], body["devices"]) == ("no_driver", "NVIDIA driver not loaded", [])
+
+
+def test_two_kernels_filling_a_gpu_after_one_preallocated_is_an_overcommit_warning():
+    reading = live(gpu(ProcessReading(11, 30 * GiB), ProcessReading(12, 8 * GiB)))
+    body = report(reading, [kernel("k1", 11, "a.ipynb"), kernel("k2", 12, "b.ipynb")])
+    (warning,) = body["warnings"]
+    assert (warning["kind"], warning["device"], warning["kernels"], warning["suggested_fraction"]) == (
+        "overcommit", 0, ["k1", "k2"], 0.45)
+    assert "a.ipynb" in warning["message"]
+
+
+def test_two_kernels_with_room_left_give_no_warning():
+    reading = live(gpu(ProcessReading(11, 30 * GiB), ProcessReading(12, GiB)))
+    assert report(reading, [kernel("k1", 11), kernel("k2", 12)])["warnings"] == []
+
+
+def test_suggested_fraction_is_a_share_less_a_margin():
+    assert [suggested_fraction(n) for n in (1, 2, 3, 4)] == [0.95, 0.45, 0.28, 0.2]
+
+
+def test_replay_placeholder_pids_map_to_kernels_in_order():
+    reading = Reading(t=1.0, devices=(gpu(ProcessReading(1, 5 * GiB), ProcessReading(2, 3 * GiB)),),
+                      source="replay", synthetic=True, placeholder_pids=(1, 2))
+    body = report(reading, [kernel("k1", 501, "a.ipynb"), kernel("k2", 502, "b.ipynb")])
+    procs = body["devices"][0]["processes"]
+    assert [(p["pid"], p["kernel_id"], p["replay_placeholder_pid"]) for p in procs] == [(501, "k1", 1), (502, "k2", 2)]
+    assert (body["source"], body["synthetic"]) == ("replay", True)
+
+
+def metric(text, name, **labels):
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_kernel_gauge_follows_readings_and_drops_kernels_that_left():
+    g = gauges()
+    body = report(live(gpu(ProcessReading(11, 5 * GiB))), [kernel("kgauge", 11, "g.ipynb")])
+    g.update(body)
+    text = generate_latest(REGISTRY).decode()
+    assert metric(text, "jupyter_gpumem_kernel_gpu_bytes", kernel_id="kgauge", notebook_path="g.ipynb") == 5 * GiB
+    g.update(report(live(gpu()), []))
+    text = generate_latest(REGISTRY).decode()
+    assert metric(text, "jupyter_gpumem_kernel_gpu_bytes", kernel_id="kgauge") is None
+    assert re.search(r'jupyter_gpumem_device_used_bytes\{index="0"', text)

@@ -1,0 +1,114 @@
+"""The shared sampler: one read for many requests, a loop that stops when idle."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from jupyter_gpumem.server.shared_sampler import SharedSampler
+from jupyter_gpumem.server.sources import Reading
+
+
+class CountingSource:
+    label = "nvml"
+
+    def __init__(self, gate: threading.Event | None = None):
+        self.calls = 0
+        self.gate = gate
+        self.threads: set[str] = set()
+
+    def read(self) -> Reading:
+        self.threads.add(threading.current_thread().name)
+        if self.gate is not None:
+            self.gate.wait(5)
+        self.calls += 1
+        return Reading(t=time.time(), devices=(), source="nvml")
+
+
+async def test_concurrent_requests_share_one_read():
+    source = CountingSource()
+    sampler = SharedSampler(source, interval=60)
+    try:
+        await asyncio.gather(*(sampler.latest() for _ in range(100)))
+        assert source.calls == 1
+    finally:
+        sampler.stop()
+
+
+async def test_fresh_cache_is_served_without_reading():
+    source = CountingSource()
+    sampler = SharedSampler(source, interval=60)
+    try:
+        first = await sampler.latest()
+        assert await sampler.latest() is first
+        assert source.calls == 1
+    finally:
+        sampler.stop()
+
+
+async def test_reads_run_on_one_worker_thread_not_the_event_loop():
+    source = CountingSource()
+    sampler = SharedSampler(source, interval=0.05, idle_intervals=1)
+    try:
+        await sampler.latest()
+        await asyncio.wait_for(sampler._task, 5)
+        assert source.threads and threading.current_thread().name not in source.threads
+        assert len(source.threads) == 1
+    finally:
+        sampler.stop()
+
+
+async def test_loop_stops_after_idle_intervals():
+    source = CountingSource()
+    sampler = SharedSampler(source, interval=0.05, idle_intervals=2)
+    try:
+        await sampler.latest()
+        assert sampler.running
+        await asyncio.wait_for(sampler._task, 5)
+        assert not sampler.running
+        calls = source.calls
+        assert 1 <= calls <= 4
+    finally:
+        sampler.stop()
+
+
+async def test_slow_read_does_not_block_the_event_loop():
+    gate = threading.Event()
+    source = CountingSource(gate)
+    sampler = SharedSampler(source, interval=60)
+    try:
+        pending = asyncio.ensure_future(sampler.latest())
+        await asyncio.sleep(0.05)  # the loop still runs while the read is stuck
+        assert not pending.done()
+        gate.set()
+        await asyncio.wait_for(pending, 5)
+        assert source.calls == 1
+    finally:
+        sampler.stop()
+
+
+async def test_read_that_never_answers_becomes_an_error_reading():
+    gate = threading.Event()
+    sampler = SharedSampler(CountingSource(gate), interval=60, first_read_timeout=0.05)
+    try:
+        reading = await sampler.latest()
+        assert reading.devices.code == "error" and "did not answer" in reading.devices.reason
+    finally:
+        gate.set()
+        sampler.stop()
+
+
+async def test_source_that_raises_becomes_an_error_reading():
+    class Broken:
+        label = "nvml"
+
+        def read(self):
+            raise OSError("bus error")
+
+    sampler = SharedSampler(Broken(), interval=60)
+    try:
+        reading = await sampler.latest()
+        assert "bus error" in reading.devices.reason
+    finally:
+        sampler.stop()
