@@ -195,7 +195,12 @@ def run_command(command: Command, shell: Any = None) -> None:
         function = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as err:
         raise MagicUsageError(f"%gpumem {command.action} is not available in this installation ({err})") from None
-    result = function(list(command.argv), shell)
+    try:
+        result = function(list(command.argv), shell)
+    except GpumemError:
+        raise
+    except ValueError as err:  # the subcommands' own "bad argument" errors
+        raise MagicUsageError(f"%gpumem {command.action}: {err}") from None
     if result is not None:
         _display(result)
 

@@ -1,0 +1,148 @@
+"""The %gpumem grammar and the dispatcher, without JAX."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from jupyter_gpumem import magics
+from jupyter_gpumem.allocator_shim import GpumemError, SettingsError
+from jupyter_gpumem.magics import DELEGATES, HELP, Command, parse_line, run_command
+from jupyter_gpumem.model import AllocatorSettings
+
+
+@pytest.mark.parametrize("line", ["", "   ", "status"])
+def test_no_words_and_status_mean_status(line):
+    assert parse_line(line) == Command("status")
+
+
+@pytest.mark.parametrize("line", ["--help", "-h", "help"])
+def test_help_words_mean_help(line):
+    assert parse_line(line).action == "help"
+
+
+def test_several_settings_on_one_line():
+    command = parse_line("preallocate off fraction .4")
+    assert command == Command("settings", AllocatorSettings(preallocate=False, fraction=0.4))
+
+
+@pytest.mark.parametrize("word", [".5", "0.5", "50%"])
+def test_fraction_accepts_its_three_spellings(word):
+    assert parse_line(f"fraction {word}").settings.fraction == 0.5
+
+
+@pytest.mark.parametrize("word, expected", [("all", -1), ("2GiB", 2 * 2**30), ("512MiB", 512 * 2**20), ("4096", 4096)])
+def test_async_prealloc_takes_bytes_or_all(word, expected):
+    assert parse_line(f"async-prealloc {word}").settings.async_prealloc == expected
+
+
+def test_cuda_malloc_async_is_read_as_cuda_async_with_a_note():
+    command = parse_line("allocator cuda_malloc_async")
+    assert command.settings.allocator == "cuda_async"
+    assert any("TF_GPU_ALLOCATOR" in note for note in command.notes)
+
+
+def test_remat_is_a_switch():
+    assert parse_line("remat off").settings == AllocatorSettings(remat=False)
+
+
+def test_unknown_word_names_every_valid_word():
+    with pytest.raises(GpumemError) as err:
+        parse_line("fractoin .5")
+    for word in ("preallocate", "fraction", "allocator", "async-prealloc", "remat", "status", "reset", "monitor", "estimate"):
+        assert word in str(err.value)
+
+
+def test_bad_switch_value_names_on_and_off():
+    with pytest.raises(SettingsError, match="on or off"):
+        parse_line("preallocate maybe")
+
+
+def test_bad_fraction_names_the_accepted_spellings():
+    with pytest.raises(SettingsError, match=r"\.5, 0\.5 or 50%"):
+        parse_line("preallocate off fraction 2")
+
+
+def test_a_setting_without_a_value_says_what_it_takes():
+    with pytest.raises(GpumemError, match="on or off"):
+        parse_line("preallocate")
+
+
+def test_a_setting_given_twice_is_refused():
+    with pytest.raises(GpumemError, match="twice"):
+        parse_line("fraction .3 fraction .4")
+
+
+def test_status_takes_no_arguments():
+    with pytest.raises(GpumemError, match="no arguments"):
+        parse_line("status now")
+
+
+def test_delegated_subcommands_keep_their_arguments():
+    assert parse_line("monitor --interval 0.5 --device all") == Command("monitor", argv=("--interval", "0.5", "--device", "all"))
+    assert parse_line("record stop") == Command("record", argv=("stop",))
+
+
+def test_estimate_keeps_the_expression_whole():
+    assert parse_line("estimate f(x, name='a b')").argv == ("f(x, name='a b')",)
+
+
+def test_help_covers_every_subcommand_and_setting():
+    for word in ("preallocate", "fraction", "allocator", "async-prealloc", "remat", "status", "reset", *DELEGATES):
+        assert f"%gpumem {word}" in HELP
+    for option in ("--interval", "--window", "--device", "--replay", "--top", "--by", "--history", "--caches", "--gc"):
+        assert option in HELP
+
+
+def test_the_magic_docstring_is_the_help_text():
+    assert magics.GpumemMagics.gpumem.__doc__ == HELP
+
+
+def test_a_delegated_subcommand_reaches_its_module_function(monkeypatch):
+    calls = []
+    fake = types.ModuleType("jupyter_gpumem.doctor")
+    fake.magic_arrays = lambda argv, shell: calls.append((argv, shell))
+    monkeypatch.setitem(sys.modules, "jupyter_gpumem.doctor", fake)
+    shell = object()
+    run_command(parse_line("arrays --top 5 --by dtype"), shell)
+    assert calls == [(["--top", "5", "--by", "dtype"], shell)]
+
+
+def test_a_missing_subcommand_module_is_a_usage_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jupyter_gpumem.doctor", None)  # import raises ImportError
+    with pytest.raises(GpumemError, match="not available"):
+        run_command(parse_line("free --gc"), None)
+
+
+class _FakeShell:
+    def __init__(self):
+        self.registered = []
+
+    def register_magics(self, cls):
+        self.registered.append(cls)
+
+
+def test_load_registers_the_magic_and_the_cell_events(monkeypatch):
+    seen = []
+    fake = types.ModuleType("jupyter_gpumem.sampler")
+    fake.register_cell_events = seen.append
+    monkeypatch.setitem(sys.modules, "jupyter_gpumem.sampler", fake)
+    shell = _FakeShell()
+    magics.load(shell)
+    assert shell.registered == [magics.GpumemMagics] and seen == [shell]
+
+
+def test_a_failing_cell_event_hook_does_not_break_loading(monkeypatch):
+    fake = types.ModuleType("jupyter_gpumem.sampler")
+
+    def broken(shell):
+        raise RuntimeError("no events here")
+
+    fake.register_cell_events = broken
+    monkeypatch.setitem(sys.modules, "jupyter_gpumem.sampler", fake)
+    shell = _FakeShell()
+    with pytest.warns(UserWarning, match="cell events are off"):
+        magics.load(shell)
+    assert shell.registered == [magics.GpumemMagics]
