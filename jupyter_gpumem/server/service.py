@@ -30,6 +30,8 @@ class GpuMemService:
         self.config = config
         self.kernels_dir = KernelDirectory(kernel_manager, session_manager, pid_timeout=config.kernel_pid_timeout)
         self.source = make_source(config.replay, speed=config.replay_speed, loop=config.replay_loop)
+        if not config.replay_map_placeholder_pids:
+            self.source.placeholder_pids = ()
         self.sampler = SharedSampler(
             self.source,
             interval=config.poll_interval,
@@ -87,6 +89,7 @@ class GpuMemService:
             "idle_intervals": c.idle_intervals,
             "replay_speed": c.replay_speed,
             "replay_loop": c.replay_loop,
+            "replay_map_placeholder_pids": c.replay_map_placeholder_pids,
             "preallocated_fraction": c.preallocated_fraction,
             "sampler": {
                 "running": self.sampler.running,

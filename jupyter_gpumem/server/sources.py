@@ -95,6 +95,7 @@ class NvmlDevices:
     """Live readings from ``jupyter_gpumem.nvml.NvmlSource``, created on first read."""
 
     label = "nvml"
+    placeholder_pids: tuple[int, ...] = ()
 
     def __init__(self) -> None:
         self._source: Any = None
