@@ -193,3 +193,14 @@ def test_magic_record_adds_cell_events_from_the_shell(tmp_path, fake_process_sam
     finally:
         unregister_cell_events(shell)
     assert [e.name for e in read_trace(path).events] == ["cell_start", "cell_end"]
+
+
+def test_recording_the_fake_nvml_world_is_marked_synthetic(tmp_path):
+    from jupyter_gpumem.nvml import NvmlSource
+    from jupyter_gpumem.testing.fake_nvml import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        recorder = Recorder(tmp_path / "r.jsonl", Sampler(NvmlSource().read, lambda: (), interval=0.1))
+        recorder.stop()
+    trace = read_trace(tmp_path / "r.jsonl", strict=True)
+    assert trace.synthetic is True and len(trace.header["devices"]) == 3
