@@ -293,6 +293,7 @@ class DeviceSeries:
         self._next_id = 0
         self.last_t: float | None = None
         self.latest: dict[str, float | None] | None = None
+        self._seen: set[str] | None = set()  # series with a known value; None: recount
 
     def add(self, t: float, values: Values) -> list[Chunk]:
         """Add one row; returns the chunks this sealed (usually none)."""
@@ -305,6 +306,8 @@ class DeviceSeries:
         self._tail_rows.append(values)
         self.last_t = t
         self.latest = dict(zip(SERIES_NAMES, values))
+        if self._seen is not None:
+            self._seen.update(n for n, v in self.latest.items() if v is not None)
         return sealed
 
     def _seal(self) -> Chunk:
@@ -344,17 +347,19 @@ class DeviceSeries:
             return gone
         while self.chunks and self.chunks[0].end < now - self.window_s:
             gone.append(self.chunks.popleft())
+        if gone:
+            self._seen = None  # a series may have left with them
         return gone
 
     def active_series(self) -> list[str]:
         """The series with at least one known value in what is drawn now, in SERIES order."""
-        seen = set()
-        rows: Iterable[Values] = [r for c in self.chunks for r in c.rows] + self._tail_rows
-        for row in rows:
-            for name, v in zip(SERIES_NAMES, row):
-                if v is not None:
-                    seen.add(name)
-        return [n for n in SERIES_NAMES if n in seen]
+        if self._seen is None:
+            seen: set[str] = set()
+            rows: Iterable[Values] = [r for c in self.chunks for r in c.rows] + self._tail_rows
+            for row in rows:
+                seen.update(n for n, v in zip(SERIES_NAMES, row) if v is not None)
+            self._seen = seen
+        return [n for n in SERIES_NAMES if n in self._seen]
 
     def points_per_series(self) -> int:
         return sum(len(c.rows) for c in self.chunks) + len(self.tail()[0])

@@ -1,0 +1,904 @@
+"""The live memory monitor: ipywidgets + a plotly FigureWidget per device, fed by the sampler.
+
+``%gpumem monitor`` and ``jupyter_gpumem.Monitor(...)`` both land here. The numbers come from
+``series.py``; this module only draws them and wires the controls. plotly and ipywidgets are
+imported when a monitor is made, never when jupyter_gpumem is imported.
+
+Updates are incremental. plotly's FigureWidget has no "extend" message, so each device's
+window is split into spans: a finished span is sent once, decimated, as its own traces, and only
+the current span (the tail) is re-sent on each tick. Bytes per update stay bounded by the span,
+not the window; ``bench/bench_widget.py`` measures them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import math
+import os
+import threading
+import time
+import weakref
+from datetime import datetime
+from typing import Any, Iterator, Sequence
+
+from .allocator_shim import GpumemError  # jax is imported only inside its functions
+from .model import Event, Sample
+from .series import (
+    MAX_POINTS,
+    SERIES,
+    SERIES_NAMES,
+    Chunk,
+    DeviceSeries,
+    cell_markers,
+    csv_rows,
+    device_keys,
+    nothing_to_show,
+    notes_for,
+    row_for,
+)
+
+__all__ = ["Monitor", "magic_monitor", "parse_monitor_args", "MonitorOptionError", "measure_comm_bytes"]
+
+INTERVALS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+WINDOWS_MIN = (1.0, 5.0, 10.0, 30.0, 60.0)
+_STATUS_EVERY_S = 10.0  # how often the header re-reads the status report
+
+_SPEC = {s.name: s for s in SERIES}
+_STYLE = {
+    "jax_in_use": dict(color="#1f77b4"),
+    "pool_unused": dict(color="#9ecae1"),
+    "outside_jax": dict(color="#ff7f0e"),
+    "other_processes": dict(color="#d62728"),
+    "unattributed": dict(color="#bdbdbd"),
+    "free": dict(color="#c7e9c0"),
+    "bytes_limit": dict(color="#333333", dash="dash"),
+    "peak_in_use": dict(color="#6a3d9a", dash="dot"),
+    "total": dict(color="#000000"),
+    "fragmentation": dict(color="#e31a1c"),
+    "largest_free_block": dict(color="#33a02c"),
+    "headroom": dict(color="#1b9e77", dash="dash"),
+    "pool_reserved": dict(color="#8c510a"),
+    "pool_used": dict(color="#e7298a"),
+}
+_LOWER = ("fragmentation", "largest_free_block", "headroom", "pool_reserved", "pool_used")
+_GIB = float(1 << 30)
+
+
+class MonitorOptionError(GpumemError, ValueError):
+    """A bad ``%gpumem monitor`` option or Monitor argument; the message names valid values."""
+
+
+# --- options -----------------------------------------------------------------------------------
+
+_USAGE = "%gpumem monitor [--interval S] [--window MINUTES] [--device N|all] [--replay PATH]"
+
+
+def _check_interval(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.05 <= value <= 3600):
+        raise MonitorOptionError(f"interval must be a number of seconds from 0.05 to 3600 (e.g. 0.5), got {value!r}")
+    return float(value)
+
+
+def _check_window(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= 1440) or not math.isfinite(value):
+        raise MonitorOptionError(f"window must be a number of minutes above 0 and at most 1440 (e.g. 10), got {value!r}")
+    return float(value)
+
+
+def _check_device(value: Any) -> int | None:
+    if value is None or value == "all":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise MonitorOptionError(f"device must be a GPU index (0, 1, ...) or 'all', got {value!r}")
+
+
+def parse_monitor_args(argv: Sequence[str]) -> dict:
+    """``["--interval", "0.5", "--window", "5"]`` -> Monitor keyword arguments; bad input raises."""
+    opts: dict = {}
+    names = {"--interval": "interval", "--window": "window", "--device": "device", "--replay": "replay"}
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        key, _, inline = arg.partition("=")
+        if key not in names:
+            raise MonitorOptionError(f"unknown option {arg!r}; valid options: {', '.join(names)}. Usage: {_USAGE}")
+        if inline:
+            value = inline
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise MonitorOptionError(f"{key} needs a value. Usage: {_USAGE}")
+            value = args[i + 1]
+            i += 2
+        name = names[key]
+        if name in ("interval", "window"):
+            try:
+                number = float(value)
+            except ValueError:
+                number = value  # the checks below name the valid values
+            opts[name] = (_check_interval if name == "interval" else _check_window)(number)
+        elif name == "device":
+            _check_device(value)
+            opts["device"] = value if value == "all" else int(value)
+        else:
+            opts["replay"] = value
+    return opts
+
+
+# --- re-running a cell replaces its monitor ----------------------------------------------------
+
+_by_cell: "weakref.WeakValueDictionary[str, Monitor]" = weakref.WeakValueDictionary()
+
+
+def _current_cell_id() -> str | None:
+    """The id JupyterLab gives the running cell, when there is a kernel to ask."""
+    try:
+        import sys
+
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython else None
+        kernel = getattr(shell, "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else None
+        return (parent or {}).get("metadata", {}).get("cellId")
+    except Exception:
+        return None
+
+
+def magic_monitor(argv: list[str], shell: Any) -> "Monitor":
+    """``%gpumem monitor ...``: a Monitor to display. Bad options raise MonitorOptionError."""
+    opts = parse_monitor_args(argv)
+    return Monitor(**opts)
+
+
+# --- measuring what reaches the front end ------------------------------------------------------
+
+
+@contextlib.contextmanager
+def measure_comm_bytes() -> Iterator[list[int]]:
+    """Widgets made inside record the size of every comm message they send (JSON + buffers).
+
+    Yields a list that fills with one byte count per message. For benchmarks and tests; a
+    kernel's real comms are not touched.
+    """
+    import comm as comm_module
+    from comm import DummyComm
+
+    sizes: list[int] = []
+
+    class _MeterComm(DummyComm):
+        def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+            body = json.dumps(data, default=str, separators=(",", ":"))
+            sizes.append(len(body.encode()) + sum(len(memoryview(b).cast("B")) for b in buffers or ()))
+
+    original = comm_module.create_comm
+    comm_module.create_comm = lambda *a, **k: _MeterComm(*a, **k)
+    try:
+        yield sizes
+    finally:
+        comm_module.create_comm = original
+
+
+# --- helpers for drawing -----------------------------------------------------------------------
+
+
+def _tz_offset_s() -> float:
+    offset = datetime.now().astimezone().utcoffset()
+    return offset.total_seconds() if offset else 0.0
+
+
+def _fmt(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    from .units import format_bytes
+
+    return format_bytes(int(n))
+
+
+def _y(name: str, v: float | None) -> float | None:
+    if v is None:
+        return None
+    if _SPEC[name].unit == "fraction":
+        return round(v * 100.0, 2)
+    return round(v / _GIB, 4)
+
+
+def _trace(name: str, xs: list, ys: list, group: str, showlegend: bool, meta: str) -> dict:
+    spec = _SPEC[name]
+    style = _STYLE[name]
+    trace: dict = dict(
+        type="scatter",
+        mode="lines",
+        x=xs,
+        y=ys,
+        name=spec.label,
+        legendgroup=name,
+        showlegend=showlegend,
+        meta=meta,
+        legendrank=SERIES_NAMES.index(name) + 1,
+        xaxis="x",
+    )
+    if spec.kind == "band":
+        trace.update(
+            stackgroup=group,
+            line=dict(width=0.5, color=style["color"]),
+            fillcolor=style["color"],
+            yaxis="y",
+            hovertemplate="%{y:.2f} GiB<extra>" + spec.label + "</extra>",
+        )
+    else:
+        trace.update(line=dict(width=1.5, color=style["color"], dash=style.get("dash", "solid")))
+        if name == "fragmentation":
+            trace.update(yaxis="y3", hovertemplate="%{y:.1f}%<extra>fragmentation</extra>")
+        else:
+            trace.update(
+                yaxis="y2" if name in _LOWER else "y",
+                hovertemplate="%{y:.2f} GiB<extra>" + spec.label + "</extra>",
+            )
+        if spec.kind == "pool":
+            trace["line_shape"] = "hv"  # each growth step shows as a step
+    return trace
+
+
+def _restyle_points(fig: Any, data: dict[str, list], indexes: list[int]) -> None:
+    """Replace x/y of some traces with one restyle message.
+
+    ``plotly_restyle`` validates every number again (about 20 ms a tick for a dozen traces);
+    these lists are built here from numbers, so the figure's own dicts are updated and the
+    message sent directly. Falls back to the public call if plotly's internals differ.
+    """
+    store = getattr(fig, "_data", None)
+    send = getattr(fig, "_send_restyle_msg", None)
+    if not isinstance(store, list) or send is None or max(indexes) >= len(store):
+        fig.plotly_restyle(data, trace_indexes=indexes)
+        return
+    for k, i in enumerate(indexes):
+        for prop, values in data.items():
+            store[i][prop] = values[k]
+    send(data, trace_indexes=indexes)
+
+
+class _DeviceView:
+    """One device's figure and the bookkeeping of which traces hold which chunk."""
+
+    def __init__(self, key: int, title: str, window_s: float, max_points: int, go: Any, labels: list[str]):
+        self.key = key
+        self.title = title
+        self.series = DeviceSeries(window_s, max_points=max_points)
+        self.drawn: list[str] = []
+        self.cells_drawn: tuple = ()
+        # (meta, series) per trace, in figure order: reading them back from plotly is slow.
+        self.index: list[tuple[str, str]] = []
+        self.fig = go.FigureWidget(layout=self._layout(labels, lower=False))
+        self._labels = labels
+
+    @staticmethod
+    def _layout(labels: list[str], lower: bool) -> dict:
+        annotations = []
+        if labels:
+            annotations.append(
+                dict(
+                    text=" · ".join(labels).upper(),
+                    xref="paper",
+                    yref="paper",
+                    x=0.0,
+                    y=1.0,
+                    xanchor="left",
+                    yanchor="bottom",
+                    showarrow=False,
+                    font=dict(size=12, color="#b35806"),
+                )
+            )
+        return dict(
+            height=480 if lower else 380,
+            margin=dict(l=60, r=20, t=24, b=40),
+            template="plotly_white",
+            hovermode="x",
+            xaxis=dict(type="date", anchor="y2" if lower else "y", title=None),
+            yaxis=dict(title="GiB", domain=[0.42, 1.0] if lower else [0.0, 1.0], rangemode="tozero"),
+            yaxis2=dict(title="GiB", domain=[0.0, 0.3], rangemode="tozero", visible=lower),
+            yaxis3=dict(title="fragmentation %", overlaying="y2", side="right", range=[0, 100], visible=lower, showgrid=False),
+            legend=dict(orientation="v", x=1.02, y=1.0, font=dict(size=11)),
+            annotations=annotations,
+            uirevision="keep",  # zoom and legend clicks survive updates
+        )
+
+    def _x(self, times: Sequence[float], offset: float) -> list[int]:
+        return [int((t + offset) * 1000) for t in times]
+
+    def chunk_traces(self, chunk: Chunk, offset: float) -> list[dict]:
+        xs = self._x(chunk.times, offset)
+        out = []
+        for name in self.drawn:
+            col = SERIES_NAMES.index(name)
+            ys = [_y(name, r[col]) for r in chunk.rows]
+            out.append(_trace(name, xs, ys, f"c{chunk.id}", False, f"c{chunk.id}"))
+        return out
+
+    def redraw(self, offset: float, cells: list) -> None:
+        """Replace every trace: used when the set of series changes, and on window changes."""
+        self.drawn = self.series.active_series()
+        lower = any(n in _LOWER for n in self.drawn)
+        traces: list[dict] = []
+        for chunk in self.series.chunks:
+            traces.extend(self.chunk_traces(chunk, offset))
+        times, rows = self.series.tail()
+        xs = self._x(times, offset)
+        for name in self.drawn:
+            col = SERIES_NAMES.index(name)
+            traces.append(_trace(name, xs, [_y(name, r[col]) for r in rows], "tail", True, "tail"))
+        traces.append(self._cells_trace(cells, offset))
+        with self.fig.batch_update():
+            self.fig.data = ()
+            self.fig.layout.update(self._layout(self._labels, lower))
+        self.fig.add_traces(traces)
+        self.index = [(t["meta"], t["legendgroup"]) for t in traces]
+        self.cells_drawn = tuple(cells)
+
+    def _cells_trace(self, cells: list, offset: float) -> dict:
+        top = self.series.latest.get("total") if self.series.latest else None
+        top = _y("total", top) if top else 1.0
+        xs: list = []
+        ys: list = []
+        text: list = []
+        for t, count, duration in cells:
+            x = int((t + offset) * 1000)
+            label = f"[{count}]" if count is not None else "[?]"
+            took = f" ran {duration:.1f} s" if duration is not None else " running"
+            xs += [x, x, None]
+            ys += [0, top, None]
+            text += [label + took, label, None]
+        return dict(
+            type="scatter",
+            mode="lines+text",
+            x=xs,
+            y=ys,
+            text=text,
+            textposition="top center",
+            texttemplate=["", "%{text}", ""] * len(cells),
+            textfont=dict(size=10, color="#555555"),
+            line=dict(width=1, color="rgba(80,80,80,0.55)", dash="dot"),
+            name="cells",
+            legendgroup="cells",
+            legendrank=100,
+            meta="cells",
+            hovertemplate="cell %{text}<extra></extra>",
+            xaxis="x",
+            yaxis="y",
+        )
+
+    def update(self, sealed: list[Chunk], expired: list[Chunk], offset: float, cells: list) -> None:
+        """Send what changed: new chunks once, the tail's points, cell markers when they change."""
+        if self.series.active_series() != self.drawn:
+            self.redraw(offset, cells)
+            return
+        if expired:
+            gone = {f"c{c.id}" for c in expired}
+            keep = [i for i, (meta, _) in enumerate(self.index) if meta not in gone]
+            data = self.fig.data
+            self.fig.data = tuple(data[i] for i in keep)
+            self.index = [self.index[i] for i in keep]
+        if sealed:
+            new: list[dict] = []
+            for chunk in sealed:
+                new.extend(self.chunk_traces(chunk, offset))
+            self.fig.add_traces(new)
+            self.index += [(t["meta"], t["legendgroup"]) for t in new]
+        times, rows = self.series.tail()
+        xs = self._x(times, offset)
+        # One restyle message for the tail and, when they changed, the cell markers.
+        indexes: list[int] = []
+        data: dict[str, list] = {"x": [], "y": []}
+        for i, (meta, name) in enumerate(self.index):
+            if meta == "tail":
+                col = SERIES_NAMES.index(name)
+                indexes.append(i)
+                data["x"].append(xs)
+                data["y"].append([_y(name, r[col]) for r in rows])
+        if indexes:
+            _restyle_points(self.fig, data, indexes)
+        if tuple(cells) != self.cells_drawn:
+            fresh = self._cells_trace(cells, offset)
+            for i, (meta, _) in enumerate(self.index):
+                if meta == "cells":
+                    self.fig.plotly_restyle(
+                        {k: [fresh[k]] for k in ("x", "y", "text", "texttemplate")}, trace_indexes=[i]
+                    )
+            self.cells_drawn = tuple(cells)
+
+
+# --- the monitor -------------------------------------------------------------------------------
+
+
+class Monitor:
+    """A live view of where each GPU's memory is, and why. Display it in a notebook.
+
+    ``interval`` seconds between updates, ``window`` minutes of history, ``device`` an NVML
+    index or "all", ``replay`` a trace file to draw instead of live readings. ``sampler``
+    defaults to the process's shared sampler (several monitors share it). ``close()`` stops
+    updates; re-running the cell that made a monitor closes the old one.
+    """
+
+    def __init__(
+        self,
+        interval: float = 1.0,
+        window: float = 10.0,
+        device: int | str | None = "all",
+        replay: str | os.PathLike | None = None,
+        *,
+        sampler: Any = None,
+        max_points: int = MAX_POINTS,
+    ):
+        self.interval = _check_interval(interval)
+        self.window_min = _check_window(window)
+        self.device = _check_device(device)
+        self.max_points = int(max_points)
+        self.replay_path = os.fspath(replay) if replay is not None else None
+        self._trace = None
+        if self.replay_path is not None:
+            self._trace = self._read_replay(self.replay_path)
+
+        import ipywidgets as W
+        import plotly.graph_objects as go
+
+        self._W, self._go = W, go
+        self._lock = threading.RLock()
+        self._closed = False
+        self._paused = False
+        self._since: float | None = None  # "clear" hides what came before
+        self._views: dict[int, _DeviceView] = {}
+        self._latest: Sample | None = None
+        self._events: list[Event] = []
+        self._status_html = ""
+        self._status_at = 0.0
+        self._offset = _tz_offset_s()
+        self._sub = None
+        self.updates = 0  # draws done; wait_for_update() waits on it
+        self._updated = threading.Condition()
+
+        self.sampler = None
+        if self._trace is None:
+            if sampler is None:
+                from .sampler import get_sampler
+
+                sampler = get_sampler()
+            self.sampler = sampler
+
+        self._build_widgets()
+        self._load_history()
+        if self.sampler is not None:
+            self._subscribe()
+        self._replace_previous_in_cell()
+
+    # --- setup ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _read_replay(path: str):
+        from .tracefile import read_trace
+
+        if not os.path.isfile(path):
+            raise MonitorOptionError(f"--replay: no trace file at {path!r}; give the path of a .jsonl trace")
+        trace = read_trace(path)
+        if not trace.samples:
+            why = trace.error or "it has no samples"
+            raise MonitorOptionError(f"--replay: cannot draw {path!r}: {why}")
+        return trace
+
+    @property
+    def labels(self) -> list[str]:
+        if self._trace is None:
+            return []
+        return ["replay", "synthetic"] if self._trace.synthetic else ["replay"]
+
+    @property
+    def window_s(self) -> float:
+        if self._trace is not None:
+            s = self._trace.samples
+            return max(1.0, s[-1].t - s[0].t + 1.0)
+        return self.window_min * 60.0
+
+    def _build_widgets(self) -> None:
+        W = self._W
+        self.header = W.HTML(layout=W.Layout(width="100%"))
+        self.empty = W.HTML(layout=W.Layout(width="100%"))
+        self.tabs = W.Tab()
+        self.body = W.VBox([self.empty])
+        self.pause_button = W.ToggleButton(value=False, description="Pause", icon="pause", tooltip="Pause or resume updates")
+        intervals = sorted(set(INTERVALS) | {self.interval})
+        self.interval_box = W.Dropdown(options=[(f"{v:g} s", v) for v in intervals], value=self.interval, description="every", layout=W.Layout(width="150px"))
+        windows = sorted(set(WINDOWS_MIN) | {self.window_min})
+        self.window_box = W.Dropdown(options=[(f"{v:g} min", v) for v in windows], value=self.window_min, description="window", layout=W.Layout(width="170px"))
+        self.csv_button = W.Button(description="CSV", icon="download", tooltip="Export the window as CSV")
+        self.trace_button = W.Button(description="trace", icon="download", tooltip="Export the window as a trace file (JSON Lines)")
+        self.clear_button = W.Button(description="Clear", icon="eraser", tooltip="Clear the view")
+        self.message = W.HTML()
+        for w in (self.pause_button, self.csv_button, self.trace_button, self.clear_button):
+            w.layout = W.Layout(width="auto")
+        if self._trace is not None:
+            self.pause_button.disabled = self.interval_box.disabled = self.window_box.disabled = True
+        self.pause_button.observe(self._on_pause, names="value")
+        self.interval_box.observe(self._on_interval, names="value")
+        self.window_box.observe(self._on_window, names="value")
+        self.csv_button.on_click(lambda _: self._export(self.export_csv))
+        self.trace_button.on_click(lambda _: self._export(self.export_trace))
+        self.clear_button.on_click(lambda _: self.clear())
+        controls = W.HBox(
+            [self.pause_button, self.interval_box, self.window_box, self.csv_button, self.trace_button, self.clear_button, self.message],
+            layout=W.Layout(flex_flow="row wrap", align_items="center"),
+        )
+        self.root = W.VBox([self.header, controls, self.body])
+        self.root.add_class("jupyter-gpumem-monitor")
+
+    def _replace_previous_in_cell(self) -> None:
+        cell = _current_cell_id()
+        if cell is None:
+            return
+        old = _by_cell.get(cell)
+        if old is not None and old is not self:
+            old.close()
+        _by_cell[cell] = self
+
+    def _subscribe(self) -> None:
+        self._sub = self.sampler.subscribe(self._on_sample, interval=self.interval)
+
+    def _source_samples(self) -> list[Sample]:
+        if self._trace is not None:
+            return list(self._trace.samples)
+        since = time.time() - self.window_s
+        if self._since is not None:
+            since = max(since, self._since)
+        return self.sampler.timeline.samples(since)
+
+    def _source_events(self) -> list[Event]:
+        if self._trace is not None:
+            return list(self._trace.events)
+        return self.sampler.timeline.events(self._since)
+
+    def _load_history(self) -> None:
+        """Draw what the timeline (or trace) already holds, in one go."""
+        with self._lock:
+            self._views.clear()
+            self._events = self._source_events()
+            self._latest = None
+            for sample in self._source_samples():
+                self._ingest(sample)
+            for view in self._views.values():
+                view.series.expire()
+            cells = self._cells()
+            for view in self._views.values():
+                view.redraw(self._offset, cells)
+            self._refresh_layout()
+
+    # --- data in -------------------------------------------------------------------------
+
+    def _wanted(self, sample: Sample) -> list[int]:
+        keys = device_keys(sample)
+        return keys if self.device is None else [k for k in keys if k == self.device]
+
+    def _ingest(self, sample: Sample) -> tuple[dict, bool]:
+        """Add a sample to each device's series; returns the chunks sealed per device and
+        whether a new device appeared."""
+        self._latest = sample
+        sealed = {}
+        new_device = False
+        for key in self._wanted(sample):
+            view = self._views.get(key)
+            if view is None:
+                dev = sample.device(key)
+                name = getattr(dev, "name", "") or "JAX device"
+                view = _DeviceView(key, f"GPU {key}: {name}", self.window_s, self.max_points, self._go, self.labels)
+                self._views[key] = view
+                new_device = True
+            sealed[key] = view.series.add(sample.t, row_for(sample, key))
+        return sealed, new_device
+
+    def _cells(self) -> list:
+        start = None
+        if self._latest is not None and self._trace is None:
+            start = self._latest.t - self.window_s
+        if self._since is not None:
+            start = self._since if start is None else max(start, self._since)
+        return cell_markers(self._events, since=start)
+
+    def _on_sample(self, sample: Sample) -> None:
+        """Runs on the sampler thread; must never raise (a closed front end included)."""
+        if self._closed or self._paused:
+            return
+        try:
+            with self._lock:
+                if self._closed:
+                    return
+                if self._dead():
+                    self.close()
+                    return
+                last = self._latest.t if self._latest is not None else None
+                self._events.extend(self.sampler.timeline.events(last if last is not None else sample.t - self.interval))
+                self._trim_events()
+                self._apply([sample])
+        except Exception:
+            # A front end that went away (notebook closed, kernel shutting down) ends the monitor.
+            self.close()
+
+    def _apply(self, samples: list[Sample]) -> None:
+        sealed_all: dict = {}
+        appeared = False
+        for sample in samples:
+            sealed, new_device = self._ingest(sample)
+            appeared |= new_device
+            for key, chunks in sealed.items():
+                sealed_all.setdefault(key, []).extend(chunks)
+        cells = self._cells()
+        for key, view in self._views.items():
+            expired = view.series.expire()
+            if appeared and len(view.fig.data) == 0:
+                view.redraw(self._offset, cells)
+            else:
+                sealed_ids = {c.id for c in expired}
+                fresh = [c for c in sealed_all.get(key, []) if c.id not in sealed_ids]
+                view.update(fresh, expired, self._offset, cells)
+        if appeared or not self._views:
+            self._refresh_layout()  # also keeps the empty state's reason current
+        self._refresh_header()
+        with self._updated:
+            self.updates += 1
+            self._updated.notify_all()
+
+    def wait_for_update(self, after: int, timeout: float = 10.0) -> bool:
+        """Wait until more than ``after`` updates have been drawn; False on timeout."""
+        with self._updated:
+            return self._updated.wait_for(lambda: self.updates > after, timeout=timeout)
+
+    def _trim_events(self) -> None:
+        if self._latest is None:
+            return
+        cutoff = self._latest.t - self.window_s
+        if self._events and self._events[0].t < cutoff:
+            self._events = [e for e in self._events if e.t >= cutoff]
+
+    def _dead(self) -> bool:
+        return getattr(self.root, "comm", True) is None
+
+    # --- what is on screen ---------------------------------------------------------------
+
+    def _refresh_layout(self) -> None:
+        views = [self._views[k] for k in sorted(self._views)]
+        reason = nothing_to_show(self._latest) if not views else None
+        if not views:
+            self.empty.value = self._empty_html(reason)
+            self.body.children = (self.empty,)
+        elif len(views) == 1:
+            if self.body.children != (views[0].fig,):
+                self.body.children = (views[0].fig,)
+        else:
+            self.tabs.children = tuple(v.fig for v in views)
+            for i, v in enumerate(views):
+                self.tabs.set_title(i, v.title)
+            self.body.children = (self.tabs,)
+        self._refresh_header()
+
+    def _empty_html(self, reason: str | None) -> str:
+        if reason is None and self.device is not None:
+            reason = f"GPU {self.device} is not in the readings; choose another with --device N, or --device all."
+        reason = reason or "Nothing to show yet."
+        hint = ""
+        if self._trace is None:
+            hint = "<div style='opacity:.75'>The view fills in by itself once there is something to draw.</div>"
+        return (
+            "<div class='jupyter-gpumem-empty' style='padding:12px;border:1px dashed var(--jp-border-color1,#bbb);"
+            "border-radius:4px'><b>Nothing to draw.</b> " + html.escape(reason) + hint + "</div>"
+        )
+
+    def _refresh_header(self) -> None:
+        now = time.time()
+        if self._trace is None and now - self._status_at > _STATUS_EVERY_S:
+            self._status_at = now
+            self._status_html = self._status_block()
+        elif self._trace is not None and not self._status_html:
+            self._status_html = self._trace_block()
+        value = self.header_html()
+        if self.header.value != value:
+            self.header.value = value
+
+    def _status_block(self) -> str:
+        try:
+            from .status import status
+
+            report = status()
+        except Exception as exc:  # the header must not fail because the status cannot be read
+            return f"<div style='opacity:.75'>status not available: {html.escape(type(exc).__name__)}: {html.escape(str(exc))}</div>"
+        warnings = [str(w) for w in getattr(report, "warnings", ()) or ()]
+        body = report._repr_html_() if hasattr(report, "_repr_html_") else "<pre>" + html.escape(str(report)) + "</pre>"
+        block = "<details><summary>settings and backend</summary>" + body + "</details>"
+        if warnings:
+            block += "".join(f"<div style='color:#b35806'>⚠ {html.escape(w)}</div>" for w in warnings)
+        return block
+
+    def _trace_block(self) -> str:
+        h = self._trace.header
+        bits = [f"trace {html.escape(os.path.basename(self.replay_path or ''))}"]
+        if h.get("host"):
+            bits.append(f"host {html.escape(str(h['host']))}")
+        if h.get("jax_version"):
+            bits.append(f"jax {html.escape(str(h['jax_version']))}")
+        settings = h.get("settings") or {}
+        if settings:
+            bits.append("settings " + html.escape(", ".join(f"{k}={v}" for k, v in settings.items())))
+        block = "<div style='opacity:.8'>" + " · ".join(bits) + "</div>"
+        if self._trace.error is not None:
+            block += f"<div style='color:#b35806'>⚠ trace read up to an error: {html.escape(str(self._trace.error))}</div>"
+        return block
+
+    def header_html(self) -> str:
+        """The header: source and labels, the live numbers per device, settings and warnings."""
+        if self._trace is not None:
+            tag = " ".join(f"<span class='jupyter-gpumem-label'>{x}</span>" for x in self.labels)
+            title = f"<b>GPU memory</b> <span style='color:#b35806;font-weight:bold'>{tag.upper()}</span>"
+        else:
+            state = "paused" if self._paused else f"live, every {self.interval:g} s"
+            title = f"<b>GPU memory</b> <span style='opacity:.75'>({state}, window {self.window_min:g} min)</span>"
+        lines = [title]
+        for key in sorted(self._views):
+            lines.append(self._numbers_line(self._views[key]))
+        if self._latest is not None:
+            for key in sorted(self._views):
+                for note in notes_for(self._latest, key):
+                    lines.append(f"<div style='opacity:.8'>GPU {key}: {html.escape(note)}</div>")
+        lines.append(self._status_html)
+        return "<div class='jupyter-gpumem-header' style='line-height:1.5'>" + "".join(
+            f"<div>{x}</div>" if not x.startswith("<div") else x for x in lines if x
+        ) + "</div>"
+
+    def _numbers_line(self, view: _DeviceView) -> str:
+        v = view.series.latest or {}
+        parts = []
+
+        def add(label: str, name: str) -> None:
+            if v.get(name) is not None:
+                parts.append(f"{label} <b>{_fmt(v[name])}</b>")
+
+        add("JAX arrays", "jax_in_use")
+        add("pool unused", "pool_unused")
+        add("outside JAX", "outside_jax")
+        add("other processes", "other_processes")
+        add("unattributed", "unattributed") if v.get("unattributed") else None
+        add("free", "free")
+        add("of", "total")
+        add("limit", "bytes_limit")
+        add("peak", "peak_in_use")
+        if v.get("fragmentation") is not None:
+            parts.append(f"fragmentation <b>{v['fragmentation'] * 100:.0f}%</b>")
+        add("largest free block", "largest_free_block")
+        add("headroom", "headroom")
+        add("CUDA pool reserved", "pool_reserved")
+        add("used", "pool_used")
+        return f"<span>{html.escape(view.title)}:</span> " + " · ".join(parts)
+
+    def _repr_mimebundle_(self, **kwargs: Any):
+        return self.root._repr_mimebundle_(**kwargs)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.root)
+
+    # --- controls ------------------------------------------------------------------------
+
+    def _on_pause(self, change: dict) -> None:
+        self.pause() if change["new"] else self.resume()
+
+    def pause(self) -> None:
+        """Stop drawing; the sampler keeps recording, so resume() catches up."""
+        self._paused = True
+        self.pause_button.value = True
+        self.pause_button.description, self.pause_button.icon = "Resume", "play"
+        with self._lock:
+            self._refresh_header()
+
+    def resume(self) -> None:
+        with self._lock:
+            self._paused = False
+            self.pause_button.value = False
+            self.pause_button.description, self.pause_button.icon = "Pause", "pause"
+            if self.sampler is not None and self._latest is not None:
+                missed = self.sampler.timeline.samples(self._latest.t)
+                self._events.extend(self.sampler.timeline.events(self._latest.t))
+                if missed:
+                    self._apply(missed)
+            self._refresh_header()
+
+    def _on_interval(self, change: dict) -> None:
+        self.set_interval(change["new"])
+
+    def set_interval(self, seconds: float) -> None:
+        self.interval = _check_interval(seconds)
+        if self.interval_box.value != self.interval:
+            self.interval_box.value = self.interval
+        if self._sub is not None and not self._closed:
+            self._sub.close()
+            self._subscribe()
+        with self._lock:
+            self._refresh_header()
+
+    def _on_window(self, change: dict) -> None:
+        self.set_window(change["new"])
+
+    def set_window(self, minutes: float) -> None:
+        self.window_min = _check_window(minutes)
+        if self.window_box.value != self.window_min:
+            self.window_box.value = self.window_min
+        self._load_history()
+
+    def clear(self) -> None:
+        """Forget what is drawn; the view restarts from the next reading."""
+        with self._lock:
+            self._since = self._latest.t if self._latest is not None else time.time()
+            self._load_history()
+
+    def _export(self, fn) -> None:
+        try:
+            path = fn()
+            self.message.value = f"saved <code>{html.escape(path)}</code>"
+        except Exception as exc:
+            self.message.value = f"<span style='color:#b35806'>export failed: {html.escape(str(exc))}</span>"
+
+    def _export_name(self, ext: str) -> str:
+        return datetime.now().strftime(f"gpumem-%Y%m%d-%H%M%S.{ext}")
+
+    def export_csv(self, path: str | os.PathLike | None = None) -> str:
+        """Write the window's samples as CSV (bytes; see series.csv_rows); returns the path."""
+        import csv
+
+        path = os.fspath(path or self._export_name("csv"))
+        keys = sorted(self._views) if self._views else None
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh).writerows(csv_rows(self._source_samples(), keys))
+        return path
+
+    def export_trace(self, path: str | os.PathLike | None = None) -> str:
+        """Write the window's samples and events as a trace file (JSON Lines); returns the path."""
+        from .tracefile import TraceWriter, header_devices
+
+        path = os.fspath(path or self._export_name("jsonl"))
+        samples = self._source_samples()
+        if self._trace is not None:
+            fields = {k: v for k, v in self._trace.header.items() if k not in ("kind", "format")}
+        else:
+            fields = {"synthetic": bool(getattr(self.sampler, "synthetic", False))}
+            if samples:
+                fields["devices"] = header_devices(samples[-1].devices)
+        items: list = [*samples, *self._source_events()]
+        items.sort(key=lambda x: x.t)
+        with TraceWriter(path, fields) as writer:
+            for item in items:
+                (writer.write_sample if isinstance(item, Sample) else writer.write_event)(item)
+        return path
+
+    # --- shutdown ------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop updates and close the widgets. Idempotent; leaves no thread behind."""
+        if self._closed:
+            return
+        self._closed = True
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            sub.close()
+        for view in list(self._views.values()):
+            with contextlib.suppress(Exception):
+                view.fig.close()
+        with contextlib.suppress(Exception):
+            self.root.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if not self._closed and self._sub is not None:
+                self._sub.close()

@@ -1,0 +1,286 @@
+"""The monitor widget: what it draws from a sample, replays, options, controls, and shutdown."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from jupyter_gpumem.model import NO_DRIVER, NOT_STARTED, Event, NotAvailable, Sample, Timeline
+from jupyter_gpumem.sampler import Sampler
+from jupyter_gpumem.tracefile import read_trace
+from jupyter_gpumem.widget import Monitor, MonitorOptionError, magic_monitor, measure_comm_bytes, parse_monitor_args
+
+from test_series import PID, bfc_sample
+
+TRACES = os.path.join(os.path.dirname(__file__), "data", "traces")
+SYNTHETIC = sorted(glob.glob(os.path.join(TRACES, "synthetic_*.jsonl")))
+
+
+class StubSampler:
+    """A sampler without a thread: the test hands each sample to the monitor itself."""
+
+    synthetic = False
+
+    def __init__(self):
+        self.timeline = Timeline()
+        self.subscriptions = []
+
+    def subscribe(self, callback, interval=None):
+        stub = self
+
+        class Sub:
+            closed = False
+
+            def close(self):
+                self.closed = True
+                if self in stub.subscriptions:
+                    stub.subscriptions.remove(self)
+
+        sub = Sub()
+        sub.callback = callback
+        self.subscriptions.append(sub)
+        return sub
+
+    def push(self, sample: Sample) -> None:
+        self.timeline.append(sample)
+        for sub in list(self.subscriptions):
+            sub.callback(sample)
+
+
+def tail_y(monitor: Monitor, label: str, key: int = 0):
+    for tr in monitor._views[key].fig.data:
+        if tr.meta == "tail" and tr.name == label:
+            return list(tr.y)
+    raise AssertionError(f"no tail trace named {label!r}")
+
+
+@pytest.fixture
+def stub():
+    return StubSampler()
+
+
+# --- options -------------------------------------------------------------------------------
+
+
+def test_options_parse_to_monitor_arguments():
+    assert parse_monitor_args(["--interval", "0.5", "--window=5", "--device", "1"]) == {
+        "interval": 0.5, "window": 5.0, "device": 1,
+    }
+
+
+def test_unknown_option_names_the_valid_ones():
+    with pytest.raises(MonitorOptionError, match="--interval, --window, --device, --replay"):
+        parse_monitor_args(["--rate", "2"])
+
+
+def test_bad_device_names_the_valid_values():
+    with pytest.raises(MonitorOptionError, match="GPU index .* or 'all'"):
+        parse_monitor_args(["--device", "first"])
+
+
+def test_bad_interval_names_the_valid_range():
+    with pytest.raises(MonitorOptionError, match="from 0.05 to 3600"):
+        parse_monitor_args(["--interval", "fast"])
+
+
+def test_replay_of_a_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(MonitorOptionError, match="no trace file"):
+        magic_monitor(["--replay", str(tmp_path / "nope.jsonl")], shell=None)
+
+
+# --- what a live sample draws ----------------------------------------------------------------
+
+
+def test_live_sample_draws_each_band_in_gib(stub):
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    assert tail_y(m, "JAX arrays (in use)") == [6.0]
+    assert tail_y(m, "JAX pool, unused") == [10.0]
+    assert tail_y(m, "this process, outside JAX") == [4.0]
+    assert tail_y(m, "other processes") == [30.0]
+    assert tail_y(m, "fragmentation") == [60.0]
+    m.close()
+
+
+def test_header_shows_the_live_numbers_in_human_units(stub):
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    assert "JAX arrays <b>6.00 GiB</b>" in m.header.value
+    assert "fragmentation <b>60%</b>" in m.header.value
+    assert "headroom <b>44.00 GiB</b>" in m.header.value
+    m.close()
+
+
+def test_every_drawn_trace_has_as_many_x_as_y(stub):
+    m = Monitor(sampler=stub)
+    for i in range(50):
+        stub.push(bfc_sample(t=1000.0 + i * 20))
+    for tr in m._views[0].fig.data:
+        assert len(tr.x) == len(tr.y), tr.name
+    m.close()
+
+
+def test_cell_start_is_marked_with_its_execution_count(stub):
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    stub.timeline.add_event(Event(1000.5, "cell_start", {"execution_count": 7}))
+    stub.push(bfc_sample(t=1001.0))
+    cells = [tr for tr in m._views[0].fig.data if tr.meta == "cells"][0]
+    assert "[7]" in cells.text
+    m.close()
+
+
+def test_no_driver_and_jax_not_started_shows_the_explained_empty_state(stub):
+    m = Monitor(sampler=stub)
+    stub.push(Sample(1.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x")))
+    assert m.body.children == (m.empty,)
+    assert "the NVIDIA driver is not loaded" in m.empty.value
+    assert "will start when JAX does" in m.empty.value
+    m.close()
+
+
+def test_three_gpus_from_the_fake_nvml_world_get_three_tabs():
+    from jupyter_gpumem.nvml import NvmlSource
+    from jupyter_gpumem.testing.fake_nvml import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        source = NvmlSource()
+        sample = Sample(1.0, PID, source.read(), NotAvailable(NOT_STARTED, "x"))
+    stub = StubSampler()
+    m = Monitor(sampler=stub)
+    stub.push(sample)
+    assert m.body.children == (m.tabs,)
+    assert len(m.tabs.children) == 3
+    assert m.tabs.get_title(2).startswith("GPU 2")
+    m.close()
+
+
+def test_device_option_draws_only_that_gpu():
+    from jupyter_gpumem.nvml import NvmlSource
+    from jupyter_gpumem.testing.fake_nvml import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        sample = Sample(1.0, PID, NvmlSource().read(), NotAvailable(NOT_STARTED, "x"))
+    stub = StubSampler()
+    m = Monitor(sampler=stub, device=1)
+    stub.push(sample)
+    assert list(m._views) == [1]
+    m.close()
+
+
+# --- incremental updates -------------------------------------------------------------------
+
+
+def test_a_tick_sends_a_small_fraction_of_the_figure(stub):
+    with measure_comm_bytes() as sizes:
+        m = Monitor(sampler=stub, interval=0.5, window=2)
+        for i in range(360):  # 3 minutes at 2 Hz: spans sealed, the oldest expired
+            stub.push(bfc_sample(t=1_000_000.0 + i / 2))
+        figure_bytes = len(str(m._views[0].fig.to_plotly_json()))
+        before = len(sizes)
+        stub.push(bfc_sample(t=1_000_000.0 + 360 / 2 + 0.01))
+        tick = sum(sizes[before:])
+    assert 0 < tick < figure_bytes / 10
+    m.close()
+
+
+# --- replay --------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not SYNTHETIC, reason="no synthetic traces yet")
+def test_replay_of_a_synthetic_trace_is_labelled_replay_and_synthetic():
+    m = Monitor(replay=SYNTHETIC[0])
+    assert "REPLAY" in m.header.value and "SYNTHETIC" in m.header.value
+    labels = [a.text for v in m._views.values() for a in v.fig.layout.annotations]
+    assert any("REPLAY" in t and "SYNTHETIC" in t for t in labels)
+    m.close()
+
+
+@pytest.mark.skipif(not SYNTHETIC, reason="no synthetic traces yet")
+@pytest.mark.parametrize("path", SYNTHETIC, ids=os.path.basename)
+def test_replay_never_draws_more_than_2000_points_per_series(path):
+    m = Monitor(replay=path)
+    assert m._views, "the trace drew no device"
+    for view in m._views.values():
+        per_series: dict[str, int] = {}
+        for tr in view.fig.data:
+            if tr.meta != "cells":
+                per_series[tr.legendgroup] = per_series.get(tr.legendgroup, 0) + len(tr.x)
+        assert per_series and max(per_series.values()) <= 2000
+    m.close()
+
+
+@pytest.mark.skipif(not SYNTHETIC, reason="no synthetic traces yet")
+def test_exported_trace_reads_back_with_every_sample(tmp_path):
+    m = Monitor(replay=SYNTHETIC[0])
+    out = m.export_trace(tmp_path / "out.jsonl")
+    back, original = read_trace(out), read_trace(SYNTHETIC[0])
+    assert len(back.samples) == len(original.samples) and back.synthetic
+    m.close()
+
+
+@pytest.mark.skipif(not SYNTHETIC, reason="no synthetic traces yet")
+def test_exported_csv_has_a_row_per_sample_and_device(tmp_path):
+    m = Monitor(replay=SYNTHETIC[0])
+    out = m.export_csv(tmp_path / "out.csv")
+    trace = read_trace(SYNTHETIC[0])
+    rows = open(out).read().strip().splitlines()
+    devices = len(m._views)
+    assert len(rows) == 1 + len(trace.samples) * devices
+    m.close()
+
+
+# --- controls and shutdown -----------------------------------------------------------------
+
+
+def test_pause_stops_drawing_and_resume_catches_up(stub):
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    m.pause()
+    stub.push(bfc_sample(t=1001.0))
+    assert m._views[0].series.last_t == 1000.0
+    m.resume()
+    assert m._views[0].series.last_t == 1001.0
+    m.close()
+
+
+def test_clear_empties_the_view(stub):
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    m.clear()
+    assert m._views == {}
+    m.close()
+
+
+def test_a_closed_front_end_ends_the_monitor_quietly(stub):
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    m.root.close()  # what a closed notebook or a dead comm looks like from the kernel
+    stub.push(bfc_sample(t=1001.0))
+    assert m.closed and stub.subscriptions == []
+
+
+def sampler_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "jupyter-gpumem-sampler"]
+
+
+def test_two_monitors_share_one_sampler_thread_and_close_leaves_none():
+    s0 = bfc_sample()
+    sampler = Sampler(lambda: s0.devices, lambda: s0.jax, interval=0.05, pid=PID)
+    a, b = Monitor(sampler=sampler, interval=0.05), Monitor(sampler=sampler, interval=0.05)
+    assert a.wait_for_update(0) and b.wait_for_update(0)
+    assert len(sampler_threads()) == 1
+    a.close()
+    b.close()
+    assert sampler_threads() == [] and sampler.subscribers == 0
+
+
+def test_importing_the_package_and_series_leaves_plotly_and_ipywidgets_unloaded():
+    code = "import sys, jupyter_gpumem, jupyter_gpumem.series; print('plotly' in sys.modules, 'ipywidgets' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
