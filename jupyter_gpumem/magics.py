@@ -220,16 +220,17 @@ GpumemMagics.gpumem.__doc__ = HELP
 
 
 def load(shell: Any) -> None:
-    """Register %gpumem on ``shell`` and the cell events the sampler listens to."""
+    """Register %gpumem on ``shell``, the cell events the sampler listens to, and the comm
+    target the JupyterLab panel talks to."""
     shell.register_magics(GpumemMagics)
-    try:
-        from .sampler import register_cell_events
-    except ImportError:
-        return
-    try:
-        register_cell_events(shell)
-    except Exception as err:  # cell events are a nicety; %gpumem must load without them
-        warnings.warn(f"jupyter_gpumem: cell events are off ({type(err).__name__}: {err})", stacklevel=2)
+    from .kernel_comm import register as register_comm
+    from .sampler import register_cell_events
+
+    for hook, what in ((register_cell_events, "cell events"), (register_comm, "the panel's comm")):
+        try:
+            hook(shell)
+        except Exception as err:  # each is a nicety; %gpumem must load without them
+            warnings.warn(f"jupyter_gpumem: {what} are off ({type(err).__name__}: {err})", stacklevel=2)
 
 
 def unload(shell: Any) -> None:
@@ -238,11 +239,11 @@ def unload(shell: Any) -> None:
     if manager is not None:
         manager.magics.get("line", {}).pop("gpumem", None)
         manager.registry.pop("GpumemMagics", None)
-    try:
-        from .sampler import unregister_cell_events
-    except ImportError:
-        return
-    try:
-        unregister_cell_events(shell)
-    except Exception:
-        pass
+    from .kernel_comm import unregister as unregister_comm
+    from .sampler import unregister_cell_events
+
+    for hook in (unregister_cell_events, unregister_comm):
+        try:
+            hook(shell)
+        except Exception:
+            pass

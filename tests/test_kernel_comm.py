@@ -95,11 +95,10 @@ def test_snapshot_after_jax_started_on_cpu_lists_devices_without_stats():
     assert out == "True cpu 0 None None"
 
 
-async def test_real_kernel_answers_a_snapshot_over_the_comm():
+async def test_load_ext_registers_the_comm_a_real_kernel_answers_on():
     km, kc = await start_new_async_kernel(kernel_name="python3")
     try:
-        reply = await kc.execute_interactive(
-            "from jupyter_gpumem import kernel_comm; kernel_comm.register(get_ipython())", timeout=60)
+        reply = await kc.execute_interactive("%load_ext jupyter_gpumem", timeout=60)
         assert reply["content"]["status"] == "ok"
         msg = kc.session.msg("comm_open", {"comm_id": "c1", "target_name": "jupyter_gpumem",
                                            "data": {"request": "snapshot"}})
