@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from . import model
+from .errors import GpumemError
 from .model import AllocatorSettings, NotAvailable
 from .units import format_bytes, parse_bytes, parse_fraction
 
@@ -87,10 +88,6 @@ _RESTART = (
     "kernel and run `%gpumem {words}` (or jupyter_gpumem.configure(...)) first, before any "
     "JAX operation."
 )
-
-
-class GpumemError(Exception):
-    """Base of the errors jupyter_gpumem raises on purpose, with a message for people."""
 
 
 class SettingsError(GpumemError, ValueError):

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 def _comm_manager(shell: Any) -> Any:
     kernel = getattr(shell, "kernel", None)
+    if kernel is None:  # a terminal IPython: no front end to talk to
+        return None
     manager = getattr(kernel, "comm_manager", None)
     if manager is not None:
         return manager

@@ -15,7 +15,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from .allocator_shim import GpumemError
+from .errors import GpumemError
 from .model import AllocatorSettings
 
 __all__ = ["Command", "HELP", "parse_line", "run_command", "GpumemMagics", "load", "unload"]
