@@ -355,7 +355,7 @@ def outside_allocator_bytes(process_used: int | None, stats: AllocatorStats | No
 
 # --- normalising memory_stats() --------------------------------------------------------------
 
-_STAT_KEYS = (
+STAT_KEYS = (
     "bytes_in_use",
     "peak_bytes_in_use",
     "bytes_limit",
@@ -396,7 +396,7 @@ def normalise_stats(raw: Mapping[str, Any] | None, allocator: str, platform: str
         return NotAvailable(NO_STATS, f"the {allocator} allocator reports no memory statistics")
     if not isinstance(raw, Mapping):
         return NotAvailable(ERROR, f"memory_stats() returned {type(raw).__name__}, not a dict")
-    values = {key: _as_count(raw.get(key)) for key in _STAT_KEYS}
+    values = {key: _as_count(raw.get(key)) for key in STAT_KEYS}
     if allocator == "cuda_async":
         values["largest_free_block_bytes"] = None
         if values["bytes_limit"] == 0:

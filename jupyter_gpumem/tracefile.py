@@ -125,7 +125,7 @@ def _jax_to_json(dev: JaxDeviceReading) -> dict:
             out["memory_stats"] = dict(dev.stats.raw)
         else:  # built without the raw dict: write the stats it does have, so they read back
             out["memory_stats"] = {
-                key: getattr(dev.stats, key) for key in model._STAT_KEYS if getattr(dev.stats, key) is not None
+                key: getattr(dev.stats, key) for key in model.STAT_KEYS if getattr(dev.stats, key) is not None
             }
     pool = dev.cuda_pool
     if isinstance(pool, CudaPoolReading):

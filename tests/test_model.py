@@ -200,7 +200,7 @@ _values = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_
 def test_normalise_never_raises_and_gives_non_negative_counts(raw, allocator, platform):
     stats = normalise_stats(raw, allocator, platform)
     assert isinstance(stats, AllocatorStats)
-    for key in model._STAT_KEYS:
+    for key in model.STAT_KEYS:
         value = getattr(stats, key)
         assert value is None or (type(value) is int and value >= 0)
 
