@@ -11,7 +11,7 @@ from typing import Any
 __all__ = ["configure", "status", "Monitor", "track", "defragment", "__version__"]
 
 
-def _version() -> str:
+def _read_version() -> str:
     # Read on first use: importlib.metadata alone would add ~40 ms to every %load_ext.
     try:
         from ._version import __version__ as version  # written by the build
@@ -59,7 +59,7 @@ def status():
 def __getattr__(name: str) -> Any:
     # Faces that pull in heavy packages are imported on first use only.
     if name == "__version__":
-        return _version()
+        return _read_version()
     if name == "Monitor":
         from .widget import Monitor
 
