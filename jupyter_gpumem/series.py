@@ -261,34 +261,48 @@ def decimate_rows(rows: Sequence[Values], max_rows: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A sealed stretch of one device's rows, already decimated; never changes once made."""
+    """A sealed stretch of one device's rows, already decimated; never changes once made.
+
+    ``kind`` is "span" (a whole span of the window) or "mini" (a few rows of the current span).
+    ``replaces`` names the chunks this one stands in for, which the drawing removes.
+    """
 
     id: int
     start: float
     end: float
     times: tuple[float, ...]
     rows: tuple[Values, ...]
+    kind: str = "span"
+    replaces: tuple[int, ...] = ()
 
 
 class DeviceSeries:
-    """One device's rows within a time window, drawn as sealed chunks plus a live tail.
+    """One device's rows within a time window, drawn as sealed chunks plus a short live tail.
 
-    The window is split into ``chunks`` spans. Rows of the current span form the tail, which is
-    redrawn each update; when a span ends its rows are decimated once into a ``Chunk`` and
-    never sent again. Chunks older than the window are dropped. Memory and points per trace
-    stay bounded whatever the run length or rate: at most ``max_points`` per series.
+    - The window is split into ``chunks`` spans. When a span ends, its rows are decimated once
+      into a "span" chunk, sent once, and never again; it replaces the span's minis.
+    - Within the current span, every ``tail_rows`` rows become a "mini" chunk, so the tail
+      that is re-sent on each update stays short. When the minis hold more than a chunk's
+      budget they are merged into one, decimated.
+    - Chunks older than the window are dropped.
+
+    Memory and points per series stay bounded whatever the run length or rate: at most
+    ``max_points`` per series.
     """
 
-    def __init__(self, window_s: float, max_points: int = MAX_POINTS, chunks: int = 16):
+    def __init__(self, window_s: float, max_points: int = MAX_POINTS, chunks: int = 16, tail_rows: int = 16):
         if not (window_s > 0 and math.isfinite(window_s)):
             raise ValueError(f"window must be a positive number of seconds, got {window_s!r}")
         self.window_s = float(window_s)
         self.span_s = self.window_s / chunks
         self.per_chunk = max(2 + 2 * len(SERIES_NAMES), max_points // (chunks + 1))
+        self.tail_rows = max(2, tail_rows)
         self.chunks: deque[Chunk] = deque()
-        self._tail_t: list[float] = []
-        self._tail_rows: list[Values] = []
-        self._tail_span: int | None = None
+        self.minis: list[Chunk] = []
+        self._span_t: list[float] = []  # every row of the current span, for its final decimation
+        self._span_rows: list[Values] = []
+        self._tail_from = 0  # rows of the span before this index are in minis
+        self._span: int | None = None
         self._carry: tuple[float, Values] | None = None  # last row of the previous span
         self._next_id = 0
         self.last_t: float | None = None
@@ -296,53 +310,78 @@ class DeviceSeries:
         self._seen: set[str] | None = set()  # series with a known value; None: recount
 
     def add(self, t: float, values: Values) -> list[Chunk]:
-        """Add one row; returns the chunks this sealed (usually none)."""
+        """Add one row; returns the chunks this sealed, in order (usually none)."""
         span = int(t // self.span_s)
         sealed = []
-        if self._tail_span is not None and span != self._tail_span and self._tail_rows:
-            sealed.append(self._seal())
-        self._tail_span = span
-        self._tail_t.append(t)
-        self._tail_rows.append(values)
+        if self._span is not None and span != self._span and self._span_rows:
+            sealed.append(self._seal_span())
+        self._span = span
+        self._span_t.append(t)
+        self._span_rows.append(values)
         self.last_t = t
         self.latest = dict(zip(SERIES_NAMES, values))
         if self._seen is not None:
             self._seen.update(n for n, v in self.latest.items() if v is not None)
+        if len(self._span_rows) - self._tail_from >= self.tail_rows:
+            sealed.append(self._seal_mini())
         return sealed
 
-    def _seal(self) -> Chunk:
-        times, rows = self._with_carry()
-        keep = decimate_rows(rows, self.per_chunk)
+    def _make(self, times: Sequence[float], rows: Sequence[Values], budget: int, kind: str, replaces=()) -> Chunk:
+        keep = decimate_rows(rows, budget)
         chunk = Chunk(
             id=self._next_id,
             start=times[0],
             end=times[-1],
             times=tuple(times[i] for i in keep),
             rows=tuple(rows[i] for i in keep),
+            kind=kind,
+            replaces=tuple(replaces),
         )
         self._next_id += 1
-        self.chunks.append(chunk)
-        self._carry = (self._tail_t[-1], self._tail_rows[-1])
-        self._tail_t, self._tail_rows = [], []
         return chunk
 
-    def _with_carry(self) -> tuple[list[float], list[Values]]:
+    def _joined(self, start: int) -> tuple[list[float], list[Values]]:
+        """Span rows from ``start``, led by the row before them so lines join up."""
+        if start > 0:
+            return self._span_t[start - 1:], self._span_rows[start - 1:]
         if self._carry is None:
-            return self._tail_t, self._tail_rows
-        return [self._carry[0]] + self._tail_t, [self._carry[1]] + self._tail_rows
+            return self._span_t, self._span_rows
+        return [self._carry[0]] + self._span_t, [self._carry[1]] + self._span_rows
+
+    def _seal_mini(self) -> Chunk:
+        times, rows = self._joined(self._tail_from)
+        self._tail_from = len(self._span_rows)
+        if sum(len(m.rows) for m in self.minis) + len(rows) <= self.per_chunk:
+            mini = self._make(times, rows, self.per_chunk, "mini")
+            self.minis.append(mini)
+            return mini
+        # The minis outgrew a chunk's budget: one decimated mini replaces them all.
+        times, rows = self._joined(0)
+        merged = self._make(times, rows, max(2 + 2 * len(SERIES_NAMES), self.per_chunk // 2), "mini",
+                            replaces=[m.id for m in self.minis])
+        self.minis = [merged]
+        return merged
+
+    def _seal_span(self) -> Chunk:
+        times, rows = self._joined(0)
+        chunk = self._make(times, rows, self.per_chunk, "span", replaces=[m.id for m in self.minis])
+        self.chunks.append(chunk)
+        self.minis = []
+        self._carry = (self._span_t[-1], self._span_rows[-1])
+        self._span_t, self._span_rows, self._tail_from = [], [], 0
+        return chunk
 
     def tail(self) -> tuple[list[float], list[Values]]:
-        """The live span's rows (joined to the previous chunk), decimated to the chunk budget."""
-        times, rows = self._with_carry()
-        if not rows:
+        """The rows not yet in a chunk, led by the last sealed row (at most ``tail_rows``)."""
+        if self._tail_from >= len(self._span_rows):
             return [], []
-        keep = decimate_rows(rows, self.per_chunk)
-        return [times[i] for i in keep], [rows[i] for i in keep]
+        times, rows = self._joined(self._tail_from)
+        return list(times), list(rows)
 
     def expire(self, now: float | None = None) -> list[Chunk]:
         """Drop and return the chunks that ended before the window; ``now`` defaults to the last row."""
         now = self.last_t if now is None else now
-        gone = []
+        gone: list[Chunk] = []
         if now is None:
             return gone
         while self.chunks and self.chunks[0].end < now - self.window_s:
@@ -351,21 +390,21 @@ class DeviceSeries:
             self._seen = None  # a series may have left with them
         return gone
 
+    def drawn_chunks(self) -> list[Chunk]:
+        return [*self.chunks, *self.minis]
+
     def active_series(self) -> list[str]:
         """The series with at least one known value in what is drawn now, in SERIES order."""
         if self._seen is None:
             seen: set[str] = set()
-            rows: Iterable[Values] = [r for c in self.chunks for r in c.rows] + self._tail_rows
+            rows: Iterable[Values] = [r for c in self.drawn_chunks() for r in c.rows] + self._span_rows
             for row in rows:
                 seen.update(n for n, v in zip(SERIES_NAMES, row) if v is not None)
             self._seen = seen
         return [n for n in SERIES_NAMES if n in self._seen]
 
     def points_per_series(self) -> int:
-        return sum(len(c.rows) for c in self.chunks) + len(self.tail()[0])
-
-    def tail_len(self) -> int:
-        return len(self._tail_rows)
+        return sum(len(c.rows) for c in self.drawn_chunks()) + len(self.tail()[0])
 
 
 def rows_for(samples: Iterable[Sample], key: int) -> list[tuple[float, Values]]:

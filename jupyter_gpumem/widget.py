@@ -23,7 +23,7 @@ import weakref
 from datetime import datetime
 from typing import Any, Iterator, Sequence
 
-from .allocator_shim import GpumemError  # jax is imported only inside its functions
+from .errors import GpumemError
 from .model import Event, Sample
 from .series import (
     MAX_POINTS,
@@ -325,7 +325,7 @@ class _DeviceView:
         self.drawn = self.series.active_series()
         lower = any(n in _LOWER for n in self.drawn)
         traces: list[dict] = []
-        for chunk in self.series.chunks:
+        for chunk in self.series.drawn_chunks():
             traces.extend(self.chunk_traces(chunk, offset))
         times, rows = self.series.tail()
         xs = self._x(times, offset)
@@ -372,13 +372,14 @@ class _DeviceView:
             yaxis="y",
         )
 
-    def update(self, sealed: list[Chunk], expired: list[Chunk], offset: float, cells: list) -> None:
-        """Send what changed: new chunks once, the tail's points, cell markers when they change."""
+    def update(self, sealed: list[Chunk], gone_ids: set[int], offset: float, cells: list) -> None:
+        """Send what changed: new chunks once, removals, the tail's points, cell markers when
+        they change. ``gone_ids``: chunks expired or replaced."""
         if self.series.active_series() != self.drawn:
             self.redraw(offset, cells)
             return
-        if expired:
-            gone = {f"c{c.id}" for c in expired}
+        gone = {f"c{i}" for i in gone_ids}
+        if gone and any(meta in gone for meta, _ in self.index):
             keep = [i for i, (meta, _) in enumerate(self.index) if meta not in gone]
             data = self.fig.data
             self.fig.data = tuple(data[i] for i in keep)
@@ -505,6 +506,7 @@ class Monitor:
     def _build_widgets(self) -> None:
         W = self._W
         self.header = W.HTML(layout=W.Layout(width="100%"))
+        self.status_box = W.HTML(layout=W.Layout(width="100%"))
         self.empty = W.HTML(layout=W.Layout(width="100%"))
         self.tabs = W.Tab()
         self.body = W.VBox([self.empty])
@@ -531,7 +533,7 @@ class Monitor:
             [self.pause_button, self.interval_box, self.window_box, self.csv_button, self.trace_button, self.clear_button, self.message],
             layout=W.Layout(flex_flow="row wrap", align_items="center"),
         )
-        self.root = W.VBox([self.header, controls, self.body])
+        self.root = W.VBox([self.header, self.status_box, controls, self.body])
         self.root.add_class("jupyter-gpumem-monitor")
 
     def _replace_previous_in_cell(self) -> None:
@@ -638,9 +640,11 @@ class Monitor:
             if appeared and len(view.fig.data) == 0:
                 view.redraw(self._offset, cells)
             else:
-                sealed_ids = {c.id for c in expired}
-                fresh = [c for c in sealed_all.get(key, []) if c.id not in sealed_ids]
-                view.update(fresh, expired, self._offset, cells)
+                batch = sealed_all.get(key, [])
+                # A chunk replaced or expired within this same batch is never drawn.
+                skip = {c.id for c in expired} | {i for c in batch for i in c.replaces}
+                fresh = [c for c in batch if c.id not in skip]
+                view.update(fresh, skip, self._offset, cells)
         if appeared or not self._views:
             self._refresh_layout()  # also keeps the empty state's reason current
         self._refresh_header()
@@ -703,6 +707,8 @@ class Monitor:
         value = self.header_html()
         if self.header.value != value:
             self.header.value = value
+        if self.status_box.value != self._status_html:
+            self.status_box.value = self._status_html  # changes rarely: kept out of the per-tick header
 
     def _status_block(self) -> str:
         try:
@@ -748,7 +754,6 @@ class Monitor:
             for key in sorted(self._views):
                 for note in notes_for(self._latest, key):
                     lines.append(f"<div style='opacity:.8'>GPU {key}: {html.escape(note)}</div>")
-        lines.append(self._status_html)
         return "<div class='jupyter-gpumem-header' style='line-height:1.5'>" + "".join(
             f"<div>{x}</div>" if not x.startswith("<div") else x for x in lines if x
         ) + "</div>"

@@ -259,3 +259,23 @@ def test_replayed_trace_bands_never_exceed_the_device_total(path):
             assert sum(v[b] or 0 for b in BANDS) <= v["total"] * 1.001
             checked += 1
     assert checked > 0
+
+
+def test_the_live_tail_stays_short_while_a_span_fills():
+    series = DeviceSeries(window_s=600, chunks=4, tail_rows=16)  # 150 s spans
+    row = row_for(bfc_sample(), 0)
+    longest = 0
+    for i in range(140):
+        series.add(float(i), row)
+        longest = max(longest, len(series.tail()[0]))
+    assert longest <= 17  # 16 rows and the row it joins on to
+
+
+def test_minis_that_outgrow_the_budget_are_merged_into_one():
+    series = DeviceSeries(window_s=3600, max_points=2000, chunks=16, tail_rows=16)  # 225 s spans
+    row = row_for(bfc_sample(), 0)
+    merged = []
+    for i in range(2000):  # 200 s at 10 Hz, inside one span
+        merged += [c for c in series.add(i / 10, row) if c.replaces]
+    assert merged and len(series.minis) < 8
+    assert sum(len(m.rows) for m in series.minis) <= series.per_chunk
