@@ -1,0 +1,234 @@
+"""Recognising OOM errors and the ranked advice, from recorded texts and synthetic readings.
+
+Every OomReadings below is synthetic (made up for the rule it tests, ``synthetic=True``); the
+GPU message texts in tests/data/oom_texts are written from the reference page, the CPU one is a
+recording (see that folder's README).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpumem import doctor
+from jupyter_gpumem.oom import OomError, OomReadings, OtherProcess, advise, parse_request, recognise, recognise_text
+from jupyter_gpumem.tracefile import read_trace
+
+TEXTS = Path(__file__).parent / "data" / "oom_texts"
+TRACES = Path(__file__).parent / "data" / "traces"
+GiB = 1024**3
+
+
+def text(name: str) -> str:
+    return (TEXTS / name).read_text().strip()
+
+
+# --- the message forms -----------------------------------------------------------------------
+
+
+def test_cpu_text_recorded_from_jax_gives_exact_bytes():
+    assert parse_request(text("cpu_jax_0.10.2.txt")) == ("cpu", 17_592_186_044_416, True, None)
+
+
+def test_gpu_text_in_human_units_gives_rounded_bytes():
+    # 21.88 GiB = 21.88 * 1073741824 = 23493471109.12 bytes
+    assert parse_request(text("gpu_bfc_human.txt")) == ("gpu_human", 23_493_471_109, False, None)
+
+
+def test_gpu_text_of_jax_0_4_30_gives_exact_bytes():
+    assert parse_request(text("gpu_bfc_bytes_0.4.30.txt")) == ("gpu_bytes", 7_406_166_528, True, None)
+
+
+def test_platform_allocator_text_gives_exact_bytes_and_the_ordinal():
+    assert parse_request(text("platform_allocator.txt")) == ("platform", 33_554_432, True, 0)
+
+
+class JaxRuntimeError(RuntimeError):
+    """Named like jax.errors.JaxRuntimeError; recognition goes by name, not by import."""
+
+
+class XlaRuntimeError(RuntimeError):
+    """Named like the pre-0.8 jaxlib class."""
+
+
+@pytest.mark.parametrize("cls", [JaxRuntimeError, XlaRuntimeError])
+@pytest.mark.parametrize("name", ["cpu_jax_0.10.2.txt", "gpu_bfc_human.txt", "gpu_bfc_bytes_0.4.30.txt", "platform_allocator.txt"])
+def test_every_form_is_recognised_on_either_runtime_error_class(cls, name):
+    found = recognise(cls(text(name)))
+    assert found is not None and found.class_name == cls.__name__ and found.requested_bytes > 0
+
+
+def test_resource_exhausted_without_a_size_is_still_recognised():
+    found = recognise(JaxRuntimeError("RESOURCE_EXHAUSTED: something else ran out"))
+    assert (found.form, found.requested_bytes) == ("resource_exhausted", None)
+
+
+def test_resource_exhausted_on_a_plain_runtime_error_is_not_taken_for_jax():
+    assert recognise(RuntimeError("RESOURCE_EXHAUSTED: quota")) is None
+
+
+def test_python_memory_error_is_not_jax_oom():
+    assert recognise(MemoryError("Out of memory allocating 10 bytes")) is None
+
+
+def test_value_error_with_oom_words_is_not_recognised():
+    assert recognise(ValueError(text("cpu_jax_0.10.2.txt"))) is None
+
+
+def test_oom_raised_from_inside_another_error_is_found():
+    try:
+        try:
+            raise JaxRuntimeError(text("gpu_bfc_bytes_0.4.30.txt"))
+        except JaxRuntimeError as inner:
+            raise KeyError("wrapper") from inner
+    except KeyError as outer:
+        found = recognise(outer)
+    assert found.requested_bytes == 7_406_166_528
+
+
+def test_text_with_following_buffer_assignment_lines_still_parses():
+    msg = text("gpu_bfc_human.txt") + "\nBufferAssignment OOM Debugging.\nBufferAssignment stats:\n  parameter allocation: 1.00GiB"
+    assert recognise_text(msg).requested_bytes == 23_493_471_109
+
+
+def test_unrelated_text_is_not_recognised():
+    assert recognise_text("Array has been deleted with shape=float32[3].") is None
+
+
+# --- the advice rules (synthetic readings) ----------------------------------------------------
+
+
+def kinds(readings: OomReadings) -> list[str]:
+    return [f.kind for f in advise(readings)]
+
+
+def test_request_larger_than_the_device_is_the_only_advice():
+    r = OomReadings(requested=100 * GiB, device_total=80 * GiB, bytes_in_use=0, pool_bytes=60 * GiB,
+                    bytes_limit=60 * GiB, largest_free_block=60 * GiB, history_bytes=GiB, remat=False, synthetic=True)
+    fixes = advise(r)
+    assert [f.kind for f in fixes] == ["too_large"]
+    assert "100.00 GiB" in fixes[0].title and "80.00 GiB" in fixes[0].title
+
+
+def test_another_kernel_holding_75_percent_comes_first_and_names_it():
+    # this kernel: pool 10 of limit 60; device free 10 GiB; request 12 GiB; another kernel 60 GiB.
+    r = OomReadings(requested=12 * GiB, device_total=80 * GiB, device_free=10 * GiB, bytes_in_use=9 * GiB,
+                    pool_bytes=10 * GiB, bytes_limit=60 * GiB, largest_free_block=GiB, preallocate=False,
+                    others=(OtherProcess(4_200_101, 60 * GiB, "Jupyter kernel"),), synthetic=True)
+    first = advise(r)[0]
+    assert first.kind == "other_process"
+    assert "75%" in first.title and "pid 4200101" in first.action
+    assert first.enough is True and first.gain_bytes == 60 * GiB
+    assert any("%gpumem preallocate off" in a for a in first.extra_actions)
+
+
+def test_enough_free_but_no_block_large_enough_is_fragmentation_with_preallocate_on_as_fix():
+    # pool 60 = limit, in use 40: 20 GiB free, largest block 3 GiB, request 8 GiB.
+    r = OomReadings(requested=8 * GiB, device_total=80 * GiB, device_free=19 * GiB, bytes_in_use=40 * GiB,
+                    pool_bytes=60 * GiB, bytes_limit=60 * GiB, largest_free_block=3 * GiB, preallocate=False,
+                    synthetic=True)
+    first = advise(r)[0]
+    assert first.kind == "fragmentation"
+    assert first.action.startswith("%gpumem preallocate on")
+    assert "fragmentation 85%" in first.why  # (20 - 3) / 20
+    assert any("defragment" in a for a in first.extra_actions)
+
+
+def test_fragmentation_with_preallocate_on_advises_a_restart():
+    r = OomReadings(requested=8 * GiB, device_total=80 * GiB, bytes_in_use=40 * GiB, pool_bytes=60 * GiB,
+                    bytes_limit=60 * GiB, largest_free_block=3 * GiB, preallocate=True, synthetic=True)
+    assert advise(r)[0].action.startswith("Restart the kernel")
+
+
+def test_arrays_held_only_by_output_history_advise_free_history():
+    # 2 GiB free, request 4: short by 2; history holds 6.
+    r = OomReadings(requested=4 * GiB, device_total=80 * GiB, bytes_in_use=58 * GiB, pool_bytes=60 * GiB,
+                    bytes_limit=60 * GiB, largest_free_block=2 * GiB, history_bytes=6 * GiB, synthetic=True)
+    first = advise(r)[0]
+    assert (first.kind, first.action, first.enough) == ("history", "%gpumem free --history", True)
+
+
+def test_pool_capped_by_the_fraction_suggests_a_fraction_that_fits():
+    # fraction .5 of 80 GiB: limit 40, in use 38; request 10 -> 48 GiB needed: 48/80 = 60% + 2 points.
+    r = OomReadings(requested=10 * GiB, device_total=80 * GiB, bytes_in_use=38 * GiB, pool_bytes=40 * GiB,
+                    bytes_limit=40 * GiB, largest_free_block=2 * GiB, fraction=0.5, preallocate=True, synthetic=True)
+    fix = next(f for f in advise(r) if f.kind == "fraction_cap")
+    assert fix.action.startswith("%gpumem fraction 0.62")
+    assert fix.enough is True  # 0.62 * 80 - 40 = 9.6 GiB more, short by 8
+
+
+def test_no_fraction_advice_when_the_device_has_no_room_anyway():
+    r = OomReadings(requested=30 * GiB, device_total=80 * GiB, bytes_in_use=38 * GiB, pool_bytes=40 * GiB,
+                    bytes_limit=40 * GiB, largest_free_block=2 * GiB, fraction=0.5,
+                    others=(OtherProcess(1, 30 * GiB),), synthetic=True)
+    assert "fraction_cap" not in kinds(r)
+
+
+def test_memory_outside_the_pool_advises_clearing_compiled_programs():
+    r = OomReadings(requested=4 * GiB, device_total=80 * GiB, bytes_in_use=19 * GiB, pool_bytes=20 * GiB,
+                    bytes_limit=20 * GiB, largest_free_block=GiB, own_process_bytes=30 * GiB, synthetic=True)
+    fix = next(f for f in advise(r) if f.kind == "compiled_programs")
+    assert "%gpumem free --caches" in fix.action and fix.gain_bytes == 10 * GiB
+
+
+def test_a_cuda_context_sized_gap_is_not_blamed_on_compiled_programs():
+    r = OomReadings(requested=4 * GiB, device_total=80 * GiB, bytes_in_use=19 * GiB, pool_bytes=20 * GiB,
+                    bytes_limit=20 * GiB, largest_free_block=GiB, own_process_bytes=20 * GiB + 500 * 1024**2,
+                    synthetic=True)
+    assert "compiled_programs" not in kinds(r)
+
+
+def test_remat_pass_off_advises_turning_it_on():
+    r = OomReadings(requested=4 * GiB, device_total=80 * GiB, remat=False, synthetic=True)
+    fix = next(f for f in advise(r) if f.kind == "remat")
+    assert fix.action.startswith("%gpumem remat on")
+
+
+def test_request_beyond_all_live_arrays_suggests_checkpointing():
+    r = OomReadings(requested=20 * GiB, device_total=80 * GiB, remat=True, live_bytes=GiB, synthetic=True)
+    fix = next(f for f in advise(r) if f.kind == "remat")
+    assert "jax.checkpoint" in fix.action
+
+
+def test_a_fix_that_covers_the_shortfall_ranks_above_a_larger_count_of_smaller_ones():
+    # short by 5 GiB: compiled programs win 10 (enough); a fraction of 0.34 (25 GiB needed of 80,
+    # +2 points) wins 0.34 * 80 - 20 = 7.2 (enough); history wins 3 (not enough).
+    r = OomReadings(requested=6 * GiB, device_total=80 * GiB, bytes_in_use=19 * GiB, pool_bytes=20 * GiB,
+                    bytes_limit=20 * GiB, largest_free_block=GiB, own_process_bytes=30 * GiB,
+                    history_bytes=3 * GiB, synthetic=True)
+    assert kinds(r) == ["compiled_programs", "fraction_cap", "history"]
+
+
+# --- the report from the synthetic GPU traces --------------------------------------------------
+
+
+def last_sample(name: str):
+    trace = read_trace(TRACES / name)
+    assert trace.synthetic  # these traces are made up, not recorded on a GPU
+    return trace.samples[-1]
+
+
+def test_report_from_two_kernels_trace_blames_the_other_kernel(monkeypatch):
+    # synthetic trace: pid 41234 holds 64683769856 of 85520809984 bytes (76%).
+    sample = last_sample("synthetic_two_kernels.jsonl")
+    error = OomError("gpu_human", 20 * GiB, False, None, "JaxRuntimeError", "synthetic")
+    report = doctor.oom_report(error, sample=sample, live=[], synthetic=True)
+    assert [f.kind for f in report.fixes] == ["other_process", "remat"]
+    assert "76%" in report.fixes[0].title
+    assert report.readings.largest_request == 17_041_460_992  # the pool's largest free block
+    assert "synthetic" in str(report)
+
+
+def test_report_from_fragmenting_trace_says_fragmentation_and_preallocate_on(monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # as the trace's header says
+    sample = last_sample("synthetic_bfc_growth_fragmenting.jsonl")
+    # headroom min(64140607488 - 34227617792, free 50197430272) = 29912989696 < 30 GiB request
+    error = OomError("gpu_human", 30 * GiB, False, None, "JaxRuntimeError", "synthetic")
+    report = doctor.oom_report(error, sample=sample, live=[], synthetic=True)
+    first = report.fixes[0]
+    assert first.kind == "fragmentation" and first.action.startswith("%gpumem preallocate on")
+    assert "fragmentation 85%" in first.why  # (19077753856 - 2882316288) / 19077753856
+    text_report = str(report)
+    assert "largest free block 2.68 GiB" in text_report and "headroom 27.86 GiB" in text_report
+    assert "<table>" in report._repr_html_()
