@@ -909,3 +909,190 @@ def read_jax_devices() -> tuple[model.JaxDeviceReading, ...] | NotAvailable:
         return tuple(readings)
     except Exception as err:
         return NotAvailable(model.ERROR, f"reading JAX's devices failed: {type(err).__name__}: {err}")
+
+
+# === live arrays, caches, compilation and moving buffers (used by doctor.py) ==================
+# Everything below touches jax only once the backend has started (or when asked to compile),
+# and imports it inside functions.
+
+
+@dataclass(frozen=True)
+class LiveArray:
+    """One live JAX array and its device buffers.
+
+    ``buffers`` is ``((device_id, buffer_pointer, nbytes), ...)``: one per addressable shard, so
+    two arrays that share a buffer can be told apart from two that only look alike. ``array`` is
+    the jax.Array itself (the caller decides how long to keep it).
+    """
+
+    array: Any
+    shape: tuple
+    dtype: str
+    buffers: tuple
+
+    @property
+    def key(self) -> tuple:
+        return tuple((dev, ptr) for dev, ptr, _ in self.buffers)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(n for _, _, n in self.buffers)
+
+
+def _buffers_of(array: Any) -> tuple:
+    out = []
+    for shard in array.addressable_shards:
+        data = shard.data
+        try:
+            ptr = data.unsafe_buffer_pointer()
+        except Exception:  # some backends do not expose pointers: fall back to the object
+            ptr = id(data)
+        out.append((shard.device.id, int(ptr), int(data.nbytes)))
+    return tuple(out)
+
+
+def list_live_arrays() -> list[LiveArray]:
+    """Every live, undeleted JAX array with its buffers; [] before the backend starts.
+
+    Never starts the backend (``jax.live_arrays()`` would).
+    """
+    if not backend_started():
+        return []
+    import jax
+
+    out = []
+    for array in jax.live_arrays():
+        try:
+            if array.is_deleted():  # 0.4.30 still listed deleted arrays
+                continue
+            out.append(LiveArray(array, tuple(array.shape), str(array.dtype), _buffers_of(array)))
+        except Exception:  # deleted between listing and reading
+            continue
+    return out
+
+
+def is_jax_array(obj: Any) -> bool:
+    """Whether ``obj`` is a jax.Array (False, cheaply, when jax is not imported)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return False
+    array_type = getattr(jax, "Array", None)
+    try:
+        return array_type is not None and isinstance(obj, array_type) and not _is_tracer(obj)
+    except Exception:
+        return False
+
+
+def _is_tracer(obj: Any) -> bool:
+    core = sys.modules.get("jax._src.core")
+    tracer = getattr(core, "Tracer", None)
+    return tracer is not None and isinstance(obj, tracer)
+
+
+def buffer_keys(array: Any) -> tuple:
+    """``((device_id, buffer_pointer), ...)`` of a jax.Array; () when it is deleted."""
+    try:
+        if array.is_deleted():
+            return ()
+        return tuple((dev, ptr) for dev, ptr, _ in _buffers_of(array))
+    except Exception:
+        return ()
+
+
+def clear_caches() -> bool:
+    """``jax.clear_caches()`` where jax is imported: drops compiled programs. True if it ran."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return False
+    jax.clear_caches()
+    return True
+
+
+@dataclass(frozen=True)
+class CompiledMemory:
+    """What a compiled call needs, from ``Compiled.memory_analysis()`` (bytes, per device)."""
+
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    alias_bytes: int
+    code_bytes: int
+    peak_bytes: int | None  # XLA's own peak where this JAX reports it
+    jitted: bool  # False: the callee was not jitted and was compiled as jax.jit(callee)
+
+
+def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> CompiledMemory:
+    """Lower and compile ``callee(*args, **kwargs)`` without running it, and read its memory.
+
+    A callee without ``.lower`` is wrapped in ``jax.jit``. Raises ValueError, with JAX's
+    message, when it cannot be lowered or compiled.
+    """
+    import jax
+
+    jitted = hasattr(callee, "lower")
+    fn = callee if jitted else jax.jit(callee)
+    try:
+        analysis = fn.lower(*args, **kwargs).compile().memory_analysis()
+    except Exception as err:
+        raise ValueError(f"could not compile it for these arguments: {type(err).__name__}: {err}") from None
+    if analysis is None:
+        raise ValueError("this backend gives no memory analysis for compiled programs")
+    if isinstance(analysis, (list, tuple)):  # older JAX: one per device
+        analysis = analysis[0]
+
+    def get(name: str) -> int:
+        value = getattr(analysis, name, 0)
+        return int(value) if isinstance(value, int) and value >= 0 else 0
+
+    peak = getattr(analysis, "peak_memory_in_bytes", None)
+    return CompiledMemory(
+        argument_bytes=get("argument_size_in_bytes"),
+        output_bytes=get("output_size_in_bytes"),
+        temp_bytes=get("temp_size_in_bytes"),
+        alias_bytes=get("alias_size_in_bytes"),
+        code_bytes=get("generated_code_size_in_bytes"),
+        peak_bytes=int(peak) if isinstance(peak, int) and peak > 0 else None,
+        jitted=jitted,
+    )
+
+
+def host_round_trip(tree: Any) -> tuple[Any, int, int]:
+    """Copy every jax.Array leaf of ``tree`` to the host, delete its device buffers, and put it
+    back with the same sharding; returns ``(new_tree, arrays_moved, bytes_moved)``.
+
+    All leaves are on the host before any is put back, so the allocator places them into a pool
+    with the old buffers gone. Deleting is what frees: any other reference to these arrays sees
+    a deleted array afterwards.
+    """
+    import jax
+    import numpy as np
+
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    moved = []
+    for i, leaf in enumerate(leaves):
+        if is_jax_array(leaf) and not leaf.is_deleted():
+            moved.append((i, leaf.sharding, np.asarray(jax.device_get(leaf))))
+    total = sum(int(host.nbytes) for _, _, host in moved)
+    for i, _, _ in moved:
+        leaves[i].delete()
+    for i, sharding, host in moved:
+        leaves[i] = jax.device_put(host, sharding)
+    for i, _, _ in moved:
+        leaves[i].block_until_ready()
+    return jax.tree_util.tree_unflatten(treedef, leaves), len(moved), total
+
+
+def is_jax_runtime_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of JAX's runtime error classes (JaxRuntimeError, XlaRuntimeError),
+    checked against the classes the installed JAX has, without importing it."""
+    classes = []
+    errors = sys.modules.get("jax.errors")
+    for name in ("JaxRuntimeError", "XlaRuntimeError"):
+        cls = getattr(errors, name, None) if errors is not None else None
+        if isinstance(cls, type):
+            classes.append(cls)
+    client = sys.modules.get("jaxlib.xla_client")
+    cls = getattr(client, "XlaRuntimeError", None) if client is not None else None
+    if isinstance(cls, type):
+        classes.append(cls)
+    return bool(classes) and isinstance(exc, tuple(classes))

@@ -43,7 +43,7 @@ e.g. `%gpumem preallocate off fraction .4`):
 Watching and diagnosing:
   %gpumem monitor [--interval S] [--window MINUTES] [--device N|all] [--replay PATH]
   %gpumem record PATH|stop        record samples to a trace file (JSON Lines)
-  %gpumem doctor on|off           explain out-of-memory errors when a cell fails
+  %gpumem doctor on|off           explain out-of-memory errors when a cell fails (on by default)
   %gpumem arrays [--top N] [--by shape|dtype|cell|name]
   %gpumem free [--history] [--caches] [--gc]
   %gpumem cells on|off            memory per cell
@@ -223,10 +223,15 @@ def load(shell: Any) -> None:
     """Register %gpumem on ``shell``, the cell events the sampler listens to, and the comm
     target the JupyterLab panel talks to."""
     shell.register_magics(GpumemMagics)
+    from .doctor import install as install_doctor
     from .kernel_comm import register as register_comm
     from .sampler import register_cell_events
 
-    for hook, what in ((register_cell_events, "cell events"), (register_comm, "the panel's comm")):
+    for hook, what in (
+        (register_cell_events, "cell events"),
+        (register_comm, "the panel's comm"),
+        (install_doctor, "the OOM report and per-cell memory (%gpumem doctor, cells)"),
+    ):
         try:
             hook(shell)
         except Exception as err:  # each is a nicety; %gpumem must load without them
@@ -239,10 +244,11 @@ def unload(shell: Any) -> None:
     if manager is not None:
         manager.magics.get("line", {}).pop("gpumem", None)
         manager.registry.pop("GpumemMagics", None)
+    from .doctor import uninstall as uninstall_doctor
     from .kernel_comm import unregister as unregister_comm
     from .sampler import unregister_cell_events
 
-    for hook in (unregister_cell_events, unregister_comm):
+    for hook in (unregister_cell_events, unregister_comm, uninstall_doctor):
         try:
             hook(shell)
         except Exception:

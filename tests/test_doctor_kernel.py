@@ -1,0 +1,81 @@
+"""The OOM report in a real kernel: the error still fails the cell, and the report follows it.
+
+A real CPU out-of-memory error, `jnp.zeros((2**42,), jnp.float32)`, in an ipykernel started
+through jupyter_client, as nbclient and papermill drive one.
+"""
+
+from __future__ import annotations
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+OOM_CELL = "x = jnp.zeros((2**42,), jnp.float32)"
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    km, kc = start_new_kernel(kernel_name="python3", env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    try:
+        yield kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def run(kc, code: str) -> tuple[dict, list[dict]]:
+    """The execute_reply content and the cell's iopub output messages, in order."""
+    outputs: list[dict] = []
+
+    def hook(msg: dict) -> None:
+        if msg["msg_type"] in ("error", "display_data", "stream", "execute_result"):
+            outputs.append({"type": msg["msg_type"], **msg["content"]})
+
+    reply = kc.execute_interactive(code, timeout=120, output_hook=hook)
+    return reply["content"], outputs
+
+
+@pytest.fixture(scope="module")
+def loaded(kernel):
+    content, _ = run(kernel, "%load_ext jupyter_gpumem\nimport jax.numpy as jnp")
+    assert content["status"] == "ok"
+    return kernel
+
+
+@pytest.fixture(scope="module")
+def oom_outputs(loaded):
+    return run(loaded, OOM_CELL)
+
+
+def test_oom_cell_still_replies_error_with_jax_error_name(oom_outputs):
+    content, _ = oom_outputs
+    assert (content["status"], content["ename"]) == ("error", "JaxRuntimeError")
+    assert "Out of memory allocating 17592186044416 bytes" in content["evalue"]
+
+
+def test_oom_traceback_is_shown_then_the_report(oom_outputs):
+    _, outputs = oom_outputs
+    kinds = [o["type"] for o in outputs]
+    assert kinds.index("error") < kinds.index("display_data")
+    report = next(o for o in outputs if o["type"] == "display_data")["data"]
+    assert "Requested: 16.00 TiB (17,592,186,044,416 bytes)." in report["text/plain"]
+    assert "larger than host memory" in report["text/plain"]
+    assert "JAX ran out of memory" in report["text/html"]
+
+
+def test_kernel_runs_the_next_cell_after_an_oom(oom_outputs, loaded):
+    content, outputs = run(loaded, "1 + 1")
+    assert content["status"] == "ok" and outputs[-1]["data"]["text/plain"] == "2"
+
+
+def test_other_errors_get_no_report(loaded):
+    content, outputs = run(loaded, "1 / 0")
+    assert content["ename"] == "ZeroDivisionError"
+    assert [o["type"] for o in outputs] == ["error"]
+
+
+def test_doctor_off_leaves_the_error_alone(loaded):
+    run(loaded, "%gpumem doctor off")
+    content, outputs = run(loaded, OOM_CELL)
+    run(loaded, "%gpumem doctor on")
+    assert content["status"] == "error"
+    assert [o["type"] for o in outputs] == ["error"]
