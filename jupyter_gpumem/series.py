@@ -9,7 +9,8 @@ Where a device's memory is, as stacked bands that add up to NVML's used + free:
 - ``pool_unused``       preallocated or pooled but unused (pool - in use)
 - ``outside_jax``       this process outside JAX's allocator (process's NVML bytes - pool)
 - ``other_processes``   other processes (device used - this process)
-- ``unattributed``      used bytes NVML cannot attribute to a process (containers, MIG)
+- ``unattributed``      used bytes NVML cannot attribute to a process (containers, MIG); None
+                        when it can
 - ``free``              free
 """
 
@@ -154,7 +155,6 @@ def series_values(sample: Sample, key: int) -> dict[str, float | None]:
         else:
             out["outside_jax"] = max(0, mine - (held or 0))
             out["other_processes"] = max(0, dev.used_bytes - mine)
-            out["unattributed"] = 0
     return out
 
 

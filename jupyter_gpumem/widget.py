@@ -295,15 +295,16 @@ class _DeviceView:
                 )
             )
         return dict(
-            height=480 if lower else 380,
-            margin=dict(l=60, r=20, t=24, b=40),
+            height=560 if lower else 440,
+            margin=dict(l=60, r=60, t=24, b=10),
             template="plotly_white",
             hovermode="x",
             xaxis=dict(type="date", anchor="y2" if lower else "y", title=None),
             yaxis=dict(title="GiB", domain=[0.42, 1.0] if lower else [0.0, 1.0], rangemode="tozero"),
             yaxis2=dict(title="GiB", domain=[0.0, 0.3], rangemode="tozero", visible=lower),
-            yaxis3=dict(title="fragmentation %", overlaying="y2", side="right", range=[0, 100], visible=lower, showgrid=False),
-            legend=dict(orientation="v", x=1.02, y=1.0, font=dict(size=11)),
+            yaxis3=dict(title="fragmentation %", overlaying="y2", side="right", range=[0, 100], dtick=25, visible=lower, showgrid=False),
+            # Below the plot: a notebook column is narrow, and the plot keeps its full width.
+            legend=dict(orientation="h", x=0.0, y=-0.08, yanchor="top", font=dict(size=11)),
             annotations=annotations,
             uirevision="keep",  # zoom and legend clicks survive updates
         )

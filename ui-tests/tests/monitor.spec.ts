@@ -1,0 +1,51 @@
+/**
+ * The live memory monitor widget (%gpumem monitor / jupyter_gpumem.Monitor) in a notebook:
+ * a replayed synthetic trace draws its series and header; on this GPU-less machine the live
+ * monitor shows its explained empty state.
+ */
+import * as path from 'path';
+import { expect, test } from '@jupyterlab/galata';
+
+import { IMAGES_DIR, openNotebook } from './gpumem';
+
+test.use({ autoGoto: true, viewport: { width: 1280, height: 1100 } });
+
+const MONITOR = '.jupyter-gpumem-monitor';
+
+test('a replay monitor draws its memory bands and a header labelled replay and synthetic', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'monitor_replay.ipynb');
+  await page.notebook.runCell(1, true);
+  const monitor = page.locator(MONITOR);
+  await expect(monitor).toBeVisible({ timeout: 60000 });
+
+  const header = monitor.locator('.jupyter-gpumem-header');
+  await expect(header).toContainText('REPLAY');
+  await expect(header).toContainText('SYNTHETIC');
+  await expect(header).toContainText('JAX arrays');
+  await expect(header).toContainText('fragmentation');
+
+  const plot = monitor.locator('.js-plotly-plot').first();
+  await expect(plot).toBeVisible({ timeout: 60000 });
+  // Each drawn series has a legend entry and at least one drawn path.
+  const legend = plot.locator('.legend .legendtext');
+  for (const name of ['JAX arrays (in use)', 'JAX pool, unused', 'free', 'total', 'fragmentation']) {
+    await expect(legend.filter({ hasText: name }).first()).toBeVisible();
+  }
+  expect(await plot.locator('.scatterlayer .trace path.js-line, .scatterlayer .trace path.js-fill').count()).toBeGreaterThan(10);
+  await expect(plot.locator('.annotation-text')).toContainText('REPLAY · SYNTHETIC');
+
+  await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-replay.png') });
+});
+
+test('on a machine without an NVIDIA GPU the live monitor explains why it is empty', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'monitor_empty.ipynb');
+  await page.notebook.runCell(1, true);
+  const monitor = page.locator(MONITOR);
+  await expect(monitor).toBeVisible({ timeout: 60000 });
+  const empty = monitor.locator('.jupyter-gpumem-empty');
+  // The first reading replaces "waiting for the first reading" with the reasons.
+  await expect(empty).toContainText('No NVIDIA GPU can be read', { timeout: 30000 });
+  await expect(empty).toContainText('will start when JAX does');
+  await expect(monitor.locator('.js-plotly-plot')).toHaveCount(0);
+  await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-empty.png') });
+});
