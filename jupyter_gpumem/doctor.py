@@ -480,6 +480,10 @@ def _clear_history(shell: Any) -> tuple[int, list[str]]:
             dropped.append(f"Out[{n}]")
             ns.pop(f"_{n}", None)
             hidden.pop(f"_{n}", None)
+    # The previous cell's ExecutionResult keeps its value until this cell ends.
+    last = getattr(shell, "last_execution_result", None)
+    if last is not None and holds(getattr(last, "result", None)):
+        last.result = None
     hook = getattr(shell, "displayhook", None)
     for name in _HISTORY_SINGLE:
         if name in ns and holds(ns[name]):

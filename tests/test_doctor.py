@@ -1,0 +1,207 @@
+"""%gpumem arrays, free, cells, estimate, doctor, track() and defragment() on CPU JAX.
+
+One fresh interpreter runs an IPython shell through a short session and reports what it saw
+as JSON; the tests below each check one behaviour of that session. Argument errors are
+checked in this process, without JAX.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from jupyter_gpumem import doctor
+
+SESSION = r'''
+import io, json, contextlib
+from IPython.testing.globalipapp import start_ipython
+from IPython.core.error import UsageError
+ip = start_ipython()
+ip.run_line_magic("load_ext", "jupyter_gpumem")
+out = {}
+
+def cell(code):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        ip.run_cell(code, store_history=True)
+    return buf.getvalue()
+
+def usage(line):
+    try:
+        ip.run_line_magic("gpumem", line)
+    except UsageError as err:
+        return str(err)
+    return None
+
+cell("import jax, jax.numpy as jnp\nimport jupyter_gpumem")
+cell("a = jnp.ones((256, 256))\nb = a\nparams = {'w': jnp.zeros((100,), jnp.int8)}")
+cell("jnp.arange(1000.0)")
+from jupyter_gpumem import doctor
+recs = doctor.live_arrays(ip)
+out["records"] = [r.to_json() | {"history_only": r.history_only} for r in recs]
+out["arrays_by_dtype"] = str(doctor.magic_arrays(["--by", "dtype"], ip))
+out["arrays_top1"] = str(doctor.magic_arrays(["--top", "1"], ip))
+fr = doctor.magic_free(["--history"], ip)
+out["free"] = {"before": fr.before, "after": fr.after, "freed": fr.freed, "measure": fr.measure, "text": str(fr)}
+out["after_free_names"] = sorted(n for r in doctor.live_arrays(ip) for n in r.names)
+
+cell("%gpumem cells on")
+out["cells_line"] = cell("c = jnp.ones((256, 256))")
+cell("%gpumem cells off")
+out["cells_off_line"] = cell("d = jnp.ones(8)")
+
+import jupyter_gpumem, jax.numpy as jnp
+with jupyter_gpumem.track() as t:
+    e = jnp.ones(1024)
+out["track"] = t.to_json()
+
+cell("f = jax.jit(lambda x: x @ x)")
+est = doctor.magic_estimate(["f(a)"], ip)
+out["estimate"] = {"verdict": est.verdict, "output": est.memory.output_bytes, "argument": est.memory.argument_bytes,
+                   "jitted": est.memory.jitted, "text": str(est)}
+
+cell("tree = {'p': jnp.full((64,), 3.0), 'q': jnp.arange(4)}\nold = tree['p']")
+cell("tree, summary = jupyter_gpumem.defragment(tree)")
+ns = ip.user_ns
+out["defrag"] = {"moved": ns["summary"].arrays_moved, "bytes": ns["summary"].bytes_moved,
+                 "old_deleted": ns["old"].is_deleted(), "new_sum": float(ns["tree"]["p"].sum()),
+                 "other_names": list(ns["summary"].other_names), "text": str(ns["summary"])}
+
+before = {k: v for k, v in doctor._state.items() if k != "shell"}
+out["usage"] = {
+    "by": usage("arrays --by colour"),
+    "top": usage("arrays --top 0"),
+    "free": usage("free --all"),
+    "estimate_not_call": usage("estimate a"),
+    "estimate_name": usage("estimate nosuch(a)"),
+    "doctor": usage("doctor maybe"),
+}
+out["state_unchanged"] = before == {k: v for k, v in doctor._state.items() if k != "shell"}
+print("JSON" + json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def session() -> dict:
+    proc = subprocess.run([sys.executable, "-c", SESSION], capture_output=True, text=True, timeout=180,
+                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(line[4:])
+
+
+def record(session: dict, shape: list) -> dict:
+    return next(r for r in session["records"] if r["shape"] == shape)
+
+
+def test_two_names_for_one_buffer_are_one_record_with_both_names(session):
+    rec = record(session, [256, 256])
+    assert sorted(rec["names"]) == ["a", "b"]
+    assert rec["nbytes"] == 256 * 256 * 4 and rec["bytes_per_device"] == {"0": 262144}
+    assert len([r for r in session["records"] if r["shape"] == [256, 256]]) == 1
+
+
+def test_names_inside_containers_are_shown_with_their_path(session):
+    assert record(session, [100])["names"] == ["params['w']"]
+
+
+def test_arrays_are_attributed_to_the_cell_that_made_them(session):
+    assert record(session, [256, 256])["cell"] == 2
+    assert record(session, [1000])["cell"] == 3
+
+
+def test_an_array_shown_as_output_is_held_only_by_history(session):
+    rec = record(session, [1000])
+    assert rec["history_only"] is True
+    assert "Out[3]" in rec["names"] and "_3" in rec["names"]
+
+
+def test_arrays_by_dtype_groups_bytes(session):
+    text = session["arrays_by_dtype"]
+    assert "float32" in text and "int8" in text and "grouped by dtype" in text
+
+
+def test_arrays_top_limits_the_rows(session):
+    lines = session["arrays_top1"].splitlines()
+    assert "1 shown" in lines[0] and len(lines) == 3  # summary, header, one row
+
+
+def test_free_history_frees_the_output_array_and_says_the_measure(session):
+    fr = session["free"]
+    assert fr["freed"] == 4000  # float32[1000]
+    assert fr["measure"].startswith("live JAX array bytes")
+    assert not any(n.startswith(("Out", "_")) for n in session["after_free_names"])
+
+
+def test_cells_on_prints_a_line_with_what_cpu_can_measure(session):
+    line = session["cells_line"].strip()
+    assert line.startswith("gpumem: cell ") and "live arrays +256.00 KiB" in line
+    assert "peak and pool growth are not measured" in line
+
+
+def test_cells_off_prints_nothing(session):
+    assert session["cells_off_line"] == ""
+
+
+def test_track_measures_live_array_bytes_on_cpu(session):
+    t = session["track"]
+    assert (t["measure"], t["delta"], t["peak_rise"], t["pool_growth"]) == ("live_arrays", 4096, None, None)
+
+
+def test_estimate_compiles_without_running_and_reports_sizes(session):
+    est = session["estimate"]
+    assert (est["argument"], est["output"], est["jitted"]) == (262144, 262144, True)
+    assert est["verdict"] == "fits" and "host memory available" in est["text"]
+
+
+def test_defragment_moves_the_tree_and_keeps_values(session):
+    d = session["defrag"]
+    assert (d["moved"], d["bytes"], d["new_sum"]) == (2, 64 * 4 + 4 * 4, 192.0)
+
+
+def test_defragment_deletes_the_old_arrays_and_names_other_holders(session):
+    d = session["defrag"]
+    assert d["old_deleted"] is True
+    assert "old" in d["other_names"]
+    assert "fragmentation cannot be measured" in d["text"]
+
+
+@pytest.mark.parametrize(
+    "key, words",
+    [
+        ("by", "--by takes one of shape, dtype, cell, name, got 'colour'"),
+        ("top", "--top takes a whole number of rows, 1 or more"),
+        ("free", "unknown argument '--all'; valid: --history, --caches, --gc"),
+        ("estimate_not_call", "estimate takes a call such as train_step(params, batch)"),
+        ("estimate_name", "NameError"),
+        ("doctor", "doctor takes on or off, got 'maybe'"),
+    ],
+)
+def test_bad_arguments_are_usage_errors_naming_valid_values(session, key, words):
+    assert words in (session["usage"][key] or "")
+
+
+def test_bad_arguments_change_nothing(session):
+    assert session["state_unchanged"] is True
+
+
+# --- in this process, without JAX ------------------------------------------------------------
+
+
+def test_doctor_is_on_by_default():
+    assert str(doctor.magic_doctor([], None)) == "gpumem: doctor is on"
+
+
+def test_arrays_before_jax_starts_say_so_without_starting_it():
+    code = textwrap.dedent("""
+        import sys
+        from jupyter_gpumem import doctor
+        print(doctor.magic_arrays([], None).summary(), "jax" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}).stdout.strip()
+    assert out.startswith("JAX's backend has not started") and out.endswith("False")
