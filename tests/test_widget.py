@@ -284,3 +284,14 @@ def test_importing_the_package_and_series_leaves_plotly_and_ipywidgets_unloaded(
     code = "import sys, jupyter_gpumem, jupyter_gpumem.series; print('plotly' in sys.modules, 'ipywidgets' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_rerunning_a_cell_closes_the_monitor_it_made_before(stub, monkeypatch):
+    import jupyter_gpumem.widget as widget
+
+    monkeypatch.setattr(widget, "_current_cell_id", lambda: "cell-1")
+    first = Monitor(sampler=stub)
+    second = Monitor(sampler=stub)
+    assert first.closed and not second.closed
+    assert len(stub.subscriptions) == 1
+    second.close()
