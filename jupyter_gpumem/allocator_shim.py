@@ -940,6 +940,14 @@ class LiveArray:
 
 
 def _buffers_of(array: Any) -> tuple:
+    # One device: read the buffer straight off the array; building Shard objects costs ~50 us each.
+    try:
+        devices = array.sharding.device_set
+        if len(devices) == 1 and getattr(array, "is_fully_addressable", True):
+            (device,) = devices
+            return ((device.id, int(array.unsafe_buffer_pointer()), int(array.nbytes)),)
+    except Exception:
+        pass
     out = []
     for shard in array.addressable_shards:
         data = shard.data
@@ -967,6 +975,27 @@ def list_live_arrays() -> list[LiveArray]:
                 continue
             out.append(LiveArray(array, tuple(array.shape), str(array.dtype), _buffers_of(array)))
         except Exception:  # deleted between listing and reading
+            continue
+    return out
+
+
+def live_buffer_keys() -> list[tuple[Any, tuple]]:
+    """``(array, ((device_id, pointer), ...))`` for every live array: the cheap form of
+    ``list_live_arrays`` (no shapes, dtypes or sizes), for bookkeeping after every cell."""
+    if not backend_started():
+        return []
+    import jax
+
+    out = []
+    for array in jax.live_arrays():
+        try:
+            devices = array.sharding.device_set
+            if len(devices) == 1:
+                (device,) = devices
+                out.append((array, ((device.id, int(array.unsafe_buffer_pointer())),)))
+            else:
+                out.append((array, tuple((d, p) for d, p, _ in _buffers_of(array))))
+        except Exception:  # deleted, or no pointer on this backend
             continue
     return out
 

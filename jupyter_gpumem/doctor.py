@@ -221,13 +221,13 @@ def _attribute_new_buffers(execution_count: int | None) -> None:
     if not isinstance(execution_count, int) or not allocator_shim.backend_started():
         return
     seen: set = set()
-    for live in allocator_shim.list_live_arrays():
-        for key in live.key:
+    for array, keys in allocator_shim.live_buffer_keys():
+        for key in keys:
             seen.add(key)
             entry = _cell_of.get(key)
             # A dead holder means the address was freed and handed to a later array.
             if entry is None or entry[1]() is None:
-                _cell_of[key] = (execution_count, _weak(live.array))
+                _cell_of[key] = (execution_count, _weak(array))
     for key in [k for k in _cell_of if k not in seen]:
         del _cell_of[key]
 
