@@ -51,7 +51,7 @@ def configure(**settings: Any):
 
 def status():
     """The settings in effect, where each came from, the backend state and warnings."""
-    from .status import status as _status
+    from .status_report import status as _status
 
     return _status()
 

@@ -109,7 +109,7 @@ def snapshot() -> dict:
     from .model import ERROR, NotAvailable, fragmentation
 
     try:
-        from .status import status
+        from .status_report import status
 
         # NVML is read by the server; reading it here too would only slow the kernel down.
         report = status(nvml_readings=NotAvailable("not_read", "NVML is read by the server"))

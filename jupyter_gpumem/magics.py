@@ -174,7 +174,7 @@ def run_command(command: Command, shell: Any = None) -> None:
         print(HELP)
         return
     if command.action == "status":
-        from .status import status
+        from .status_report import status
 
         _display(status())
         return

@@ -713,7 +713,7 @@ class Monitor:
 
     def _status_block(self) -> str:
         try:
-            from .status import status
+            from .status_report import status
 
             report = status()
         except Exception as exc:  # the header must not fail because the status cannot be read

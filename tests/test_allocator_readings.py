@@ -187,7 +187,7 @@ def test_readings_and_status_never_start_jax():
 import json
 import jax
 from jupyter_gpumem import allocator_shim
-from jupyter_gpumem.status import status as status_report
+from jupyter_gpumem.status_report import status as status_report
 readings = allocator_shim.read_jax_devices()
 report = status_report()
 from jax._src import xla_bridge

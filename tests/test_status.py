@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpumem.model import DeviceReading, DeviceUnreadable, NotAvailable
-from jupyter_gpumem.status import StatusReport, display_gpu_warnings, status
+from jupyter_gpumem.status_report import StatusReport, display_gpu_warnings, status
 
 NO_NVML = NotAvailable("no_library", "synthetic: no NVML in this test")
 

@@ -8,8 +8,6 @@ the server reuse. It never starts JAX.
 from __future__ import annotations
 
 import html
-import sys
-import types
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -128,14 +126,3 @@ def status(nvml_readings: Any = None) -> StatusReport:
     readings = _read_nvml() if nvml_readings is None else nvml_readings
     warnings.extend(display_gpu_warnings(readings))
     return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings))
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, nvml_readings: Any = None) -> StatusReport:
-        return status(nvml_readings)
-
-
-# Importing this module binds ``jupyter_gpumem.status`` to it, replacing the package's
-# ``status()`` function of the same name; a callable module keeps ``jupyter_gpumem.status()``
-# working however often it is called.
-sys.modules[__name__].__class__ = _CallableModule
