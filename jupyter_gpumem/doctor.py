@@ -69,6 +69,12 @@ def _b(n: int | None) -> str:
     return "n/a" if n is None else format_bytes(n)
 
 
+def _action_label(action: str) -> str:
+    """"Run" for a line of code to type, "Do" for an action in words."""
+    code = action.startswith("%") or "(" in action.split(" ", 1)[0] or action.startswith(("jax.", "jupyter_gpumem."))
+    return "Run" if code else "Do"
+
+
 def _esc(value: Any) -> str:
     return html.escape(str(value))
 
@@ -727,7 +733,7 @@ class OomReport:
                        "lower precision), or run `%gpumem arrays` to see what holds memory.")
         for i, f in enumerate(self.fixes, 1):
             out.append(f"  {i}. {f.title}.")
-            out.append(f"     Run: {f.action}")
+            out.append(f"     {_action_label(f.action)}: {f.action}")
             out += [f"     Or:  {a}" for a in f.extra_actions]
             out.append(f"     Why: {f.why}")
         out.append("(The error above is unchanged and still stops the run.)")
@@ -756,7 +762,7 @@ class OomReport:
                           for r in self.arrays)
                   or f"<tr><td colspan='4'>{_esc(self.arrays_note or 'none')}</td></tr>")
         fixes = "".join(
-            f"<li><b>{_esc(f.title)}</b><br>Run: <code>{_esc(f.action)}</code>"
+            f"<li><b>{_esc(f.title)}</b><br>{_action_label(f.action)}: <code>{_esc(f.action)}</code>"
             + "".join(f"<br>Or: <code>{_esc(a)}</code>" for a in f.extra_actions)
             + f"<br><small>{_esc(f.why)}</small></li>"
             for f in self.fixes

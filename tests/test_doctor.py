@@ -205,3 +205,11 @@ def test_arrays_before_jax_starts_say_so_without_starting_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}).stdout.strip()
     assert out.startswith("JAX's backend has not started") and out.endswith("False")
+
+
+def test_fix_lines_say_run_for_code_and_do_for_actions_in_words():
+    from jupyter_gpumem.doctor import _action_label
+
+    assert _action_label("%gpumem fraction 0.45") == "Run"
+    assert _action_label("jax.clear_caches()") == "Run"
+    assert _action_label("Restart the kernel, then run the settings cell first") == "Do"
