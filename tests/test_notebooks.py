@@ -1,0 +1,233 @@
+"""The example notebooks: committed cleared, executed here, and their key outputs checked.
+
+Every notebook runs in a real kernel (nbclient, the python3 kernel of this environment). Each
+has check cells of its own (tagged ``test``) that fail the run when a lesson's numbers are wrong;
+the tests below add what a cell cannot check about itself: error outputs, the OOM report shown
+after the error, the messages a machine without a GPU must print. The user's guide, the
+troubleshooting page and the README are checked here too: their links resolve, and each test the
+README's comparison table names exists.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+NAMES = [
+    "quickstart",
+    "02-preallocation-and-processes",
+    "03-fragmentation",
+    "04-cuda-async",
+    "05-oom-diagnosed",
+    "06-jax-with-tensorflow-or-pytorch",
+]
+# Variables JAX or TensorFlow read: a kernel must start from JAX's defaults whatever the shell had.
+_ALLOCATOR_VARS = re.compile(r"^(XLA_|JAX_|TF_)")
+
+_executed: dict[str, nbformat.NotebookNode] = {}
+
+
+def _gpu_visible() -> bool:
+    from conftest import _cuda_visible
+
+    return _cuda_visible()
+
+
+def executed(name: str) -> nbformat.NotebookNode:
+    """The notebook run top to bottom in a fresh kernel, once per test session."""
+    if name not in _executed:
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_VARS.match(k)}
+        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        client = NotebookClient(
+            nb, kernel_name="python3", timeout=120, startup_timeout=60,
+            resources={"metadata": {"path": str(NOTEBOOKS)}},
+        )
+        client.execute(env=env)
+        _executed[name] = nb
+    return _executed[name]
+
+
+def tagged(nb: nbformat.NotebookNode, tag: str) -> list:
+    return [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def text_of(cell) -> str:
+    """Everything a code cell showed: streams, plain text and HTML of displays, errors."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out["output_type"] == "stream":
+            parts.append(out["text"])
+        elif out["output_type"] == "error":
+            parts.append(f"{out['ename']}: {out['evalue']}")
+        else:
+            data = out.get("data", {})
+            parts.append(data.get("text/plain", ""))
+            parts.append(data.get("text/html", ""))
+    return "\n".join(parts)
+
+
+def raised(cell) -> tuple[str, str] | None:
+    """(name, message) of the error a cell raised, or None. IPython shows a UsageError (a
+    refused %gpumem line) as text without a traceback; the cell still fails."""
+    for out in cell.get("outputs", []):
+        if out["output_type"] == "error":
+            return out["ename"], out["evalue"]
+        if out["output_type"] == "stream" and out["text"].startswith("UsageError: "):
+            return "UsageError", out["text"][len("UsageError: "):]
+    return None
+
+
+def cell_with(nb: nbformat.NotebookNode, source_part: str):
+    found = [c for c in nb.cells if c.cell_type == "code" and source_part in c.source]
+    assert len(found) == 1, f"{len(found)} code cells contain {source_part!r}"
+    return found[0]
+
+
+# --- the committed files -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_has_no_outputs(name):
+    # No GPU run has happened: outputs from a CPU run must not pass for real ones.
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code
+    assert all(c.outputs == [] and c.execution_count is None for c in code)
+
+
+def test_notebooks_folder_holds_exactly_the_tested_notebooks():
+    assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == sorted(NAMES)
+
+
+def test_make_lab_opens_the_quickstart():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^lab:.*\n\t.*jupyter lab .*notebooks/quickstart\.ipynb", makefile, re.M)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_notebook_has_checks_and_says_what_they_are(name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    assert len(tagged(nb, "test")) >= 2
+    assert any("tagged `test`" in c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+# --- executed ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_and_every_check_cell_passes(name):
+    nb = executed(name)  # a failing cell outside raises-exception fails the run
+    for cell in tagged(nb, "test"):
+        assert cell.execution_count is not None
+        assert not [o for o in cell.outputs if o["output_type"] == "error"], text_of(cell)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cells_tagged_raises_exception_really_raise(name):
+    nb = executed(name)
+    for cell in tagged(nb, "raises-exception"):
+        assert raised(cell) is not None, cell.source
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_without_a_gpu_the_notebook_says_so_and_labels_replays_synthetic(name):
+    if _gpu_visible():
+        pytest.skip("a GPU is visible: the notebooks run live")
+    shown = text_of(cell_with(executed(name), "NvmlSource().read()"))  # the setup cell
+    assert "No GPU for JAX here" in shown
+    assert "REPLAY" in shown and "SYNTHETIC" in shown
+
+
+def test_quickstart_refuses_a_late_fraction_and_says_to_restart():
+    cell = cell_with(executed("quickstart"), "%gpumem fraction .8")
+    name, message = raised(cell)
+    assert name == "UsageError"
+    assert "restart the kernel" in message and "fraction is 0.5" in message
+
+
+def test_oom_notebook_shows_the_report_after_the_error():
+    cell = cell_with(executed("05-oom-diagnosed"), "jnp.zeros((2**42,)")
+    kinds = [o["output_type"] for o in cell.outputs]
+    assert "error" in kinds
+    error = cell.outputs[kinds.index("error")]
+    assert error["ename"] in ("JaxRuntimeError", "XlaRuntimeError")
+    assert "RESOURCE_EXHAUSTED" in error["evalue"]
+    after = cell.outputs[kinds.index("error") + 1:]
+    report = "\n".join(o.get("data", {}).get("text/plain", "") for o in after)
+    assert "JAX ran out of memory (jupyter-gpumem doctor)" in report
+    assert "What to do, best first:" in report
+
+
+def test_framework_notebook_says_which_frameworks_are_missing():
+    import importlib.util
+
+    shown = text_of(cell_with(executed("06-jax-with-tensorflow-or-pytorch"), "HAVE_TF ="))
+    for module, name in (("tensorflow", "TensorFlow"), ("torch", "PyTorch")):
+        if importlib.util.find_spec(module) is None:
+            assert f"{name} is not installed in this kernel" in shown
+        else:
+            assert f"{name} is installed" in shown
+
+
+# --- the docs ------------------------------------------------------------------------------------
+
+_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def _relative_links(text: str) -> list[str]:
+    return [t for t in _LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/guide.md", "docs/troubleshooting.md"])
+def test_links_in_the_guide_and_readme_resolve(page):
+    path = ROOT / page
+    links = _relative_links(path.read_text())
+    assert links
+    missing = [t for t in links if not (path.parent / t).exists()]
+    assert missing == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_links_in_notebooks_resolve(name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    missing = [t for t in _relative_links(text) if not (NOTEBOOKS / t).exists()]
+    assert missing == []
+
+
+def _section(text: str, title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, f"README has no '## {title}' section"
+    return match.group(1)
+
+
+def test_every_yes_in_the_comparison_names_a_test_that_exists():
+    table = _section((ROOT / "README.md").read_text(), "Compared with")
+    rows = [r for r in table.splitlines() if r.startswith("|") and not r.startswith("|---")][1:]
+    assert len(rows) >= 10
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        ours, proof = cells[1], cells[-1]
+        if ours.lower().startswith(("yes", "partly")):
+            named = re.findall(r"`([^`]+)`", proof)
+            assert named, f"no test named for: {row}"
+            for ref in named:
+                path, _, test = ref.partition("::")
+                source = (ROOT / path).read_text()
+                assert test in source, f"{ref} does not exist"
+
+
+def test_readme_screenshots_exist():
+    shots = _section((ROOT / "README.md").read_text(), "Screenshots")
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", shots)
+    assert len(images) >= 2
+    assert all((ROOT / i).is_file() for i in images)
