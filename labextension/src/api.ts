@@ -19,7 +19,8 @@ async function getJson<T>(endpoint: string): Promise<T> {
   const url = URLExt.join(settings.baseUrl, API_PREFIX, endpoint);
   let response: Response;
   try {
-    response = await ServerConnection.makeRequest(url, {}, settings);
+    // 'no-cache' revalidates without the timestamp query that 'no-store' appends.
+    response = await ServerConnection.makeRequest(url, { cache: 'no-cache' }, settings);
   } catch (error) {
     throw new ApiError(`The Jupyter server cannot be reached (${error}).`, null);
   }

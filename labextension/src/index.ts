@@ -37,8 +37,10 @@ async function restartWith(
   s: NotebookAllocatorSettings
 ): Promise<void> {
   writeNotebookSettings(nb, s);
-  // The start hook reads the metadata when the restart begins.
-  await nb.sessionContext.restartKernel();
+  // A fresh kernel of the same kind: the start hook applies the metadata before any cell.
+  // (An in-place restart is hooked too, but a new process is the surest clean start.)
+  const name = nb.sessionContext.session?.kernel?.name;
+  await nb.sessionContext.changeKernel(name ? { name } : {});
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {

@@ -1,0 +1,95 @@
+/** Helpers shared by the jupyter-gpumem browser specs. */
+import * as path from 'path';
+import { IJupyterLabPageFixture } from '@jupyterlab/galata';
+import { Locator } from '@playwright/test';
+
+export const PANEL_ID = 'jupyter-gpumem-panel';
+export const NOTEBOOKS_DIR = path.resolve(__dirname, '..', 'notebooks');
+export const IMAGES_DIR = path.resolve(__dirname, '..', '..', 'docs', 'images');
+
+/** Opens the GPU memory sidebar and returns its node. */
+export async function openPanel(page: IJupyterLabPageFixture): Promise<Locator> {
+  await page.sidebar.openTab(PANEL_ID);
+  const panel = page.locator(`#${PANEL_ID}`);
+  await panel.waitFor({ state: 'visible' });
+  return panel;
+}
+
+/**
+ * Uploads notebooks/<name> into the test's folder (galata's tmpPath) as `as`, opens it and
+ * waits for its kernel.
+ */
+export async function openNotebook(
+  page: IJupyterLabPageFixture,
+  tmpPath: string,
+  name: string,
+  as: string = name
+): Promise<void> {
+  await page.contents.uploadFile(path.join(NOTEBOOKS_DIR, name), `${tmpPath}/${as}`);
+  await page.notebook.openByPath(`${tmpPath}/${as}`);
+  await page.notebook.activate(as);
+  await waitForKernelIdle(page);
+}
+
+/** The jupyter_gpumem metadata of the active notebook, read from the app. */
+export function notebookMetadata(page: IJupyterLabPageFixture): Promise<any> {
+  return page.evaluate(() => {
+    const app = (window as any).jupyterapp;
+    const nb = app.shell.currentWidget;
+    return nb.context.model.getMetadata('jupyter_gpumem') ?? null;
+  });
+}
+
+/** Waits until the active notebook's kernel is connected and idle. */
+export async function waitForKernelIdle(page: IJupyterLabPageFixture): Promise<void> {
+  await page.waitForFunction(() => {
+    const app = (window as any).jupyterapp;
+    const kernel = app.shell.currentWidget?.sessionContext?.session?.kernel;
+    return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
+  });
+}
+
+/**
+ * Does `action` and waits until the active notebook's kernel has restarted (or been replaced
+ * by a fresh one) and is connected and idle again (a restart begins asynchronously after a click).
+ */
+export async function withKernelRestart(
+  page: IJupyterLabPageFixture,
+  action: () => Promise<void>
+): Promise<void> {
+  await page.evaluate(() => {
+    const w = window as any;
+    const kernel = w.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+    w.__gpumemRestarted = false;
+    w.__gpumemOldKernel = kernel.id;
+    kernel.statusChanged.connect((_: unknown, status: string) => {
+      if (status === 'restarting' || status === 'autorestarting') {
+        w.__gpumemRestarted = true;
+      }
+    });
+  });
+  await action();
+  await page.waitForFunction(() => {
+    const w = window as any;
+    const kernel = w.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel;
+    return (
+      kernel &&
+      (w.__gpumemRestarted || kernel.id !== w.__gpumemOldKernel) &&
+      kernel.status === 'idle' &&
+      kernel.connectionStatus === 'connected'
+    );
+  });
+}
+
+/** Runs the active notebook's first cell and returns a locator for its output. */
+export async function runFirstCell(page: IJupyterLabPageFixture): Promise<Locator> {
+  await page.evaluate(async () => {
+    const app = (window as any).jupyterapp;
+    app.shell.currentWidget.content.activeCellIndex = 0;
+    await app.commands.execute('notebook:run-cell');
+  });
+  return page
+    .locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell')
+    .first()
+    .locator('.jp-OutputArea-output');
+}

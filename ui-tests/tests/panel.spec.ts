@@ -1,0 +1,67 @@
+/**
+ * The panel against this machine as it is: no GPU, no NVIDIA driver.
+ */
+import * as path from 'path';
+import { expect, test } from '@jupyterlab/galata';
+
+import {
+  IMAGES_DIR,
+  notebookMetadata,
+  openNotebook,
+  openPanel,
+  runFirstCell,
+  withKernelRestart
+} from './gpumem';
+
+test.use({ autoGoto: true });
+
+test('the panel opens from its sidebar tab and explains that there is no GPU', async ({ page }) => {
+  const panel = await openPanel(page);
+  const notice = panel.locator('.jp-GpuMem-notice').first();
+  await expect(notice).toContainText(/No GPU here|NVML is not available/);
+  await expect(panel.locator('.jp-GpuMem-card')).toHaveCount(0);
+  await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-no-gpu.png') });
+});
+
+test('without the extension loaded the kernel section offers to load it', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'xla_env.ipynb');
+  const panel = await openPanel(page);
+  await expect(panel.locator('.jp-GpuMem-load')).toBeVisible();
+});
+
+test('the settings form writes the notebook metadata', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'xla_env.ipynb');
+  const panel = await openPanel(page);
+  await panel.locator('select[name="preallocate"]').selectOption('off');
+  await panel.locator('input[name="fraction"]').fill('0.3');
+  await panel.locator('select[name="allocator"]').selectOption('platform');
+  await panel.getByRole('button', { name: 'Save to notebook' }).click();
+  expect(await notebookMetadata(page)).toEqual({
+    preallocate: false,
+    fraction: 0.3,
+    allocator: 'platform'
+  });
+});
+
+test('a fraction above 1 is refused by the form and nothing is written', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'xla_env.ipynb');
+  const panel = await openPanel(page);
+  await panel.locator('input[name="fraction"]').fill('1.5');
+  await expect(panel.locator('.jp-GpuMem-error')).toContainText('0 < fraction <= 1');
+  await expect(panel.getByRole('button', { name: 'Save to notebook' })).toBeDisabled();
+  expect(await notebookMetadata(page)).toBeNull();
+});
+
+test('restart with these settings gives the new kernel their environment', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'xla_env.ipynb');
+  const panel = await openPanel(page);
+  await panel.locator('select[name="preallocate"]').selectOption('off');
+  await panel.locator('input[name="fraction"]').fill('0.3');
+  await withKernelRestart(page, () =>
+    panel.getByRole('button', { name: 'Restart kernel with these settings' }).click()
+  );
+  const output = await runFirstCell(page);
+  await expect(output).toContainText("('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')");
+  await expect(output).toContainText(/MEM_FRACTION', '0\.3'/);
+  await page.screenshot({ path: path.join(IMAGES_DIR, 'panel-settings.png') });
+});
