@@ -743,8 +743,8 @@ class Monitor:
     def header_html(self) -> str:
         """The header: source and labels, the live numbers per device, settings and warnings."""
         if self._trace is not None:
-            tag = " ".join(f"<span class='jupyter-gpumem-label'>{x}</span>" for x in self.labels)
-            title = f"<b>GPU memory</b> <span style='color:#b35806;font-weight:bold'>{tag.upper()}</span>"
+            tag = " ".join(f"<span class='jupyter-gpumem-label'>{html.escape(x.upper())}</span>" for x in self.labels)
+            title = f"<b>GPU memory</b> <span style='color:#b35806;font-weight:bold'>{tag}</span>"
         else:
             state = "paused" if self._paused else f"live, every {self.interval:g} s"
             title = f"<b>GPU memory</b> <span style='opacity:.75'>({state}, window {self.window_min:g} min)</span>"
