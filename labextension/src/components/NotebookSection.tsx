@@ -100,7 +100,7 @@ export function NotebookSection(props: {
     <div className="jp-GpuMem-notebook">
       <h3 className="jp-GpuMem-h">
         This notebook’s JAX allocator{' '}
-        <span className="jp-GpuMem-muted">{props.panel.context.path}</span>
+        <span className="jp-GpuMem-muted jp-GpuMem-path">{props.panel.context.path}</span>
       </h3>
       {view === null ? (
         <div className="jp-GpuMem-muted">Asking the kernel…</div>
