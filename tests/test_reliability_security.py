@@ -1,0 +1,124 @@
+"""Security: every route of the extension needs auth (found by enumerating the routes, not from
+a list), no endpoint shows another user's command line unless configured, and path parameters
+cannot leave the server root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import urllib.parse
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from jupyter_gpumem.testing.fake_nvml import fake_nvml
+
+EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
+GiB = 1024**3
+
+
+@pytest.fixture
+def jp_server_config():
+    return {**EXT, "GpuMem": {"poll_interval": 0.1}}
+
+
+@pytest.fixture
+def world():
+    with fake_nvml("three_gpus") as w:
+        yield w
+
+
+def extension_paths(web_app):
+    """URL paths of every handler this package added to the server, read from tornado's rules."""
+    paths = set()
+
+    def walk(router):
+        for rule in router.rules:
+            target = rule.target
+            if hasattr(target, "rules"):
+                walk(target)
+            elif isinstance(target, type) and target.__module__.startswith("jupyter_gpumem"):
+                paths.add(re.sub(r"/\?\$$|\$$", "", rule.matcher.regex.pattern))
+
+    walk(web_app.default_router)
+    return sorted(paths)
+
+
+async def test_every_extension_route_refuses_a_wrong_token_and_serves_the_right_one(jp_serverapp, jp_fetch, jp_base_url, world):
+    paths = extension_paths(jp_serverapp.web_app)
+    assert len(paths) >= 3, paths  # devices, kernels, config at least
+    for path in paths:
+        assert path.startswith(jp_base_url) and "(" not in path, path  # no path arguments
+        parts = [urllib.parse.unquote(p) for p in path[len(jp_base_url):].split("/")]
+        for header in ("", "token not-the-token", "Bearer not-the-token"):
+            with pytest.raises(HTTPClientError) as denied:
+                await jp_fetch(*parts, headers={"Authorization": header})
+            assert denied.value.code == 403, (path, header)
+        assert (await jp_fetch(*parts)).code == 200, path
+
+
+async def test_metrics_with_our_gauges_needs_a_token(jp_fetch, world):
+    await jp_fetch("jupyter-gpumem", "api", "devices")
+    with pytest.raises(HTTPClientError) as denied:
+        await jp_fetch("metrics", headers={"Authorization": ""})
+    assert denied.value.code == 403
+    assert "jupyter_gpumem_device_used_bytes" in (await jp_fetch("metrics")).body.decode()
+
+
+@pytest.mark.parametrize("notebook", [
+    "../../etc/passwd", "/etc/passwd", "a/../../etc/passwd", "..", "a/..", "./a.ipynb",
+    "a//b.ipynb", "..\\..\\etc\\passwd", "a\x00.ipynb", "notebooks/../../../etc/passwd",
+])
+async def test_notebook_parameter_cannot_leave_the_server_root(jp_fetch, world, notebook):
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-gpumem", "api", "devices", params={"notebook": notebook})
+    assert err.value.code == 400
+    body = json.loads(err.value.response.body)
+    assert "relative" in body["error"] or "inside the server root" in body["error"]
+
+
+def _other_users_process():
+    """A real process owned by uid 65534 (nobody): needs root to start."""
+    def drop():
+        os.setgid(65534)
+        os.setuid(65534)
+
+    return subprocess.Popen(["sleep", "61.5"], preexec_fn=drop)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")
+async def test_real_process_of_another_user_shows_no_command_line_or_user(jp_fetch, jp_serverapp, world):
+    proc = _other_users_process()
+    try:
+        world.add_process(1, proc.pid, 3 * GiB)
+        service = jp_serverapp.web_app.settings["jupyter_gpumem"]
+        reads = service.sampler.reads
+        while service.sampler.reads < reads + 2:  # a reading taken after the process was added
+            body = json.loads((await jp_fetch("jupyter-gpumem", "api", "devices")).body)
+            await asyncio.sleep(0.05)
+        metrics = (await jp_fetch("metrics")).body.decode()
+        kernels = (await jp_fetch("jupyter-gpumem", "api", "kernels")).body.decode()
+    finally:
+        proc.kill()
+        proc.wait()
+    entry = next(p for p in body["devices"][1]["processes"] if p["pid"] == proc.pid)
+    assert entry["kind"] == "other" and entry["used"] == 3 * GiB
+    assert entry["name"] is None and entry["user"] is None
+    for text in (json.dumps(body), metrics, kernels):
+        assert "sleep" not in text and "61.5" not in text and "nobody" not in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")
+async def test_own_process_command_line_is_shown(jp_fetch, jp_serverapp, world):
+    world.add_process(1, os.getpid(), GiB)
+    service = jp_serverapp.web_app.settings["jupyter_gpumem"]
+    reads = service.sampler.reads
+    while service.sampler.reads < reads + 2:
+        body = json.loads((await jp_fetch("jupyter-gpumem", "api", "devices")).body)
+        await asyncio.sleep(0.05)
+    entry = next(p for p in body["devices"][1]["processes"] if p["pid"] == os.getpid())
+    assert entry["name"] and "python" in entry["name"]
