@@ -189,6 +189,15 @@ async def test_parameter_on_kernels_route_is_400(jp_fetch):
     assert "valid parameters: none" in json.loads(err.value.response.body)["error"]
 
 
+async def test_jupyterlab_cache_buster_query_is_not_a_parameter(jp_fetch, world):
+    # JupyterLab's ServerConnection.makeRequest appends "?<timestamp>" to GET URLs.
+    response = await jp_fetch("jupyter-gpumem", "api", "devices", params={"1763812345123": ""})
+    assert response.code == 200 and "devices" in json.loads(response.body)
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-gpumem", "api", "devices", params={"12": "3"})
+    assert err.value.code == 400
+
+
 async def test_failure_inside_an_endpoint_is_a_json_500_and_the_server_lives_on(jp_fetch, service, monkeypatch):
     async def broken(notebook=None):
         raise RuntimeError("boom")

@@ -33,7 +33,8 @@ class _GpuMemHandler(APIHandler):
         return self.settings["jupyter_gpumem"]
 
     def _check_params(self) -> dict[str, str]:
-        args = self.request.query_arguments
+        # JupyterLab's request helper appends a bare "?<timestamp>" cache-buster: not a parameter.
+        args = {k: v for k, v in self.request.query_arguments.items() if not (k.isdigit() and v == [b""])}
         unknown = sorted(set(args) - set(self.allowed_params))
         if unknown:
             valid = ", ".join(self.allowed_params) if self.allowed_params else "none"
