@@ -1,0 +1,294 @@
+"""Side by side, in one run, on the same fake NVML world: jupyter-gpumem, jupyterlab-nvdashboard
+and jupyter-resource-usage, each in a jupyter_server of its own on 127.0.0.1.
+
+Every server gets the drop-in ``pynvml`` first on its path, reading ``three_gpus`` (synthetic),
+so the anchors' unchanged code reads the same fake GPUs as ours. A small launcher counts the
+NVML calls made in the server process (every tool's calls, through the drop-in's counter).
+
+Each client does what the tool's front end does with its default settings:
+- jupyter-gpumem: GET /jupyter-gpumem/api/devices every 2 s (the panel's default poll);
+- jupyterlab-nvdashboard: a websocket to /nvdashboard/gpu_resource, sending the front end's
+  default ``{"updateFrequency": 100, "isPaused": false}``; the server then pushes every 100 ms;
+- jupyter-resource-usage: GET /api/metrics/v1 every 5 s (its default refreshRate). It reads no
+  GPU at all; it is here for the cost of its polling, not for GPU readings.
+
+Reported per tool and client count: NVML calls per second, the server's CPU and RSS, bytes
+sent per client per minute (response bodies / websocket payloads), and p50/p99 latency for the
+request/response tools.
+
+    python bench/bench_anchors.py --install          # once: the anchors into .venv/bench-anchors
+    python bench/bench_anchors.py [--duration 10] [--levels 1,10,50,100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DROPIN = ROOT / "jupyter_gpumem" / "testing" / "pynvml_dropin"
+ANCHORS = ROOT / ".venv" / "bench-anchors"  # outside the venv's site-packages: enabled only here
+# The newest nvdashboard on PyPI; it reads GPUs through pynvml (nvidia-ml-py), see docs/performance.md.
+ANCHOR_PINS = ("jupyterlab-nvdashboard==0.15.0", "jupyter-resource-usage==1.3.0")
+LEVELS = (1, 10, 50, 100)
+STARTUP_TIMEOUT = 90.0
+TOOLS = {
+    # name: (server extension module, route, client kind, client period in seconds)
+    "jupyter-gpumem": ("jupyter_gpumem", "jupyter-gpumem/api/devices", "poll", 2.0),
+    "nvdashboard": ("jupyterlab_nvdashboard", "nvdashboard/gpu_resource", "websocket", 0.1),
+    "resource-usage": ("jupyter_resource_usage", "api/metrics/v1", "poll", 5.0),
+}
+
+# Runs in the server process: writes the drop-in's NVML call count to a file, then serves.
+LAUNCHER = r"""
+import os, sys, threading, time
+import pynvml
+out = sys.argv[1]
+def dump():
+    while True:
+        tmp = out + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(str(pynvml._world.current().total_calls()))
+        os.replace(tmp, out)
+        time.sleep(0.1)
+threading.Thread(target=dump, daemon=True).start()
+sys.argv = ["jupyter-server", "--no-browser"]
+from jupyter_server.serverapp import main
+main()
+"""
+
+
+def install() -> int:
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--upgrade", "--target", str(ANCHORS), *ANCHOR_PINS]
+    print(" ".join(cmd), file=sys.stderr)
+    return subprocess.call(cmd)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ToolServer:
+    """A jupyter_server subprocess on loopback with one tool's extension enabled."""
+
+    def __init__(self, tool: str, workdir: Path):
+        import psutil
+
+        module = TOOLS[tool][0]
+        self.tool = tool
+        self.port = _free_port()
+        self.token = secrets.token_hex(16)
+        self.calls_file = workdir / "nvml_calls"
+        (workdir / "config").mkdir()
+        (workdir / "root").mkdir()
+        exts = {m: False for m in ("jupyterlab", "jupyter_lsp", "notebook_shim", "jupyter_server_terminals",
+                                   "jupyter_gpumem", "jupyterlab_nvdashboard", "jupyter_resource_usage")}
+        exts[module] = True
+        config = {
+            "ServerApp": {"ip": "127.0.0.1", "port": self.port, "port_retries": 0, "open_browser": False,
+                          "allow_root": True, "root_dir": str(workdir / "root"), "jpserver_extensions": exts},
+            "IdentityProvider": {"token": self.token},
+            "GpuMem": {"poll_interval": 2.0},
+        }
+        (workdir / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(DROPIN), str(ANCHORS), str(ROOT)])
+        env["JUPYTER_GPUMEM_FAKE_NVML"] = "three_gpus"
+        env["JUPYTER_CONFIG_DIR"] = str(workdir / "config")
+        env["JUPYTER_RUNTIME_DIR"] = str(workdir / "runtime")
+        self.log = open(workdir / "server.log", "w+")
+        self.proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(self.calls_file)], env=env,
+                                     cwd=str(workdir), stdout=self.log, stderr=subprocess.STDOUT)
+        self.ps = psutil.Process(self.proc.pid)
+
+    def url(self, path: str, scheme: str = "http") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}/{path}"
+
+    def headers(self) -> dict:
+        return {"Authorization": f"token {self.token}"}
+
+    def nvml_calls(self) -> int:
+        try:
+            return int(self.calls_file.read_text() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    async def wait_ready(self) -> None:
+        from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+        client = AsyncHTTPClient(force_instance=True)
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    self.log.seek(0)
+                    raise RuntimeError(f"{self.tool} server exited:\n{self.log.read()[-2000:]}")
+                try:
+                    await client.fetch(HTTPRequest(self.url("api/status"), headers=self.headers(), request_timeout=5))
+                    return
+                except Exception:
+                    await asyncio.sleep(0.2)
+            raise RuntimeError(f"{self.tool} server did not answer within {STARTUP_TIMEOUT:g} s")
+        finally:
+            client.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+async def _level(server: ToolServer, clients: int, duration: float) -> dict:
+    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    _, route, kind, period = TOOLS[server.tool]
+    http = AsyncHTTPClient(force_instance=True, max_clients=clients + 2)
+    latencies: list[float] = []
+    received = [0]
+    errors = [0]
+    end = [0.0]
+
+    async def poller() -> None:
+        await asyncio.sleep(random.uniform(0, period))
+        while time.monotonic() < end[0]:
+            start = time.monotonic()
+            try:
+                response = await http.fetch(HTTPRequest(server.url(route), headers=server.headers(), request_timeout=30))
+                latencies.append(time.monotonic() - start)
+                received[0] += len(response.body)
+            except Exception:
+                errors[0] += 1
+            await asyncio.sleep(max(0.0, period - (time.monotonic() - start)))
+
+    async def watcher() -> None:
+        try:
+            conn = await websocket_connect(HTTPRequest(server.url(route, "ws"), headers=server.headers()))
+        except Exception:
+            errors[0] += 1
+            return
+        await conn.write_message(json.dumps({"updateFrequency": int(period * 1000), "isPaused": False}))
+        while True:
+            remaining = end[0] - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                message = await asyncio.wait_for(conn.read_message(), remaining)
+            except asyncio.TimeoutError:
+                break
+            if message is None:
+                errors[0] += 1
+                break
+            received[0] += len(message)
+        conn.close()
+
+    calls0, cpu0 = server.nvml_calls(), server.ps.cpu_times()
+    t0 = time.monotonic()
+    end[0] = t0 + duration
+    work = poller if kind == "poll" else watcher
+    await asyncio.gather(*(work() for _ in range(clients)))
+    wall = time.monotonic() - t0
+    await asyncio.sleep(0.25)  # let the launcher write the last count
+    cpu1, calls1 = server.ps.cpu_times(), server.nvml_calls()
+    http.close()
+    return {
+        "nvml_calls_per_s": (calls1 - calls0) / wall,
+        "server_cpu_pct": ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / wall * 100,
+        "server_rss_mib": server.ps.memory_info().rss / 2**20,
+        "bytes_per_client_per_min": received[0] / clients / wall * 60,
+        "p50_ms": None if not latencies else _percentile(latencies, 50) * 1000,
+        "p99_ms": None if not latencies else _percentile(latencies, 99) * 1000,
+        "errors": errors[0],
+    }
+
+
+async def _run(levels: tuple[int, ...], duration: float) -> dict:
+    results: dict = {}
+    for tool in TOOLS:
+        with tempfile.TemporaryDirectory(prefix=f"gpumem-anchor-{tool}-") as tmp:
+            server = ToolServer(tool, Path(tmp))
+            try:
+                await server.wait_ready()
+                for clients in levels:
+                    results[(tool, clients)] = await _level(server, clients, duration)
+            finally:
+                server.close()
+    return results
+
+
+def _rows(results: dict, duration: float) -> list[dict]:
+    rows = []
+    for (tool, clients), r in results.items():
+        _, route, kind, period = TOOLS[tool]
+        note = (f"{clients} clients x {duration:g} s; {'GET' if kind == 'poll' else 'websocket'} /{route} "
+                f"every {period:g} s; fake NVML three_gpus (synthetic); {r['errors']} errors")
+        tag = f"{tool} {clients:>3} clients"
+        rows += [
+            {"name": f"{tag}: NVML calls", "value": round(r["nvml_calls_per_s"], 1), "unit": "calls/s", "note": note},
+            {"name": f"{tag}: server CPU", "value": round(r["server_cpu_pct"], 1), "unit": "% of a core", "note": note},
+            {"name": f"{tag}: server RSS", "value": round(r["server_rss_mib"], 1), "unit": "MiB", "note": note},
+            {"name": f"{tag}: sent per client", "value": round(r["bytes_per_client_per_min"]), "unit": "bytes/min", "note": note},
+        ]
+        if r["p50_ms"] is not None:
+            rows += [
+                {"name": f"{tag}: p50 latency", "value": round(r["p50_ms"], 2), "unit": "ms", "note": note},
+                {"name": f"{tag}: p99 latency", "value": round(r["p99_ms"], 2), "unit": "ms", "note": note},
+            ]
+    return rows
+
+
+def run(duration: float = 10.0, levels: tuple[int, ...] = LEVELS) -> list[dict]:
+    """Rows ``{"name", "value", "unit", "note"}``; a clear row when the anchors are not installed."""
+    if not (ANCHORS / "jupyterlab_nvdashboard").is_dir() or not (ANCHORS / "jupyter_resource_usage").is_dir():
+        return [{"name": "anchors", "value": None, "unit": "",
+                 "note": "not installed: run python bench/bench_anchors.py --install first"}]
+    duration = max(2.0, min(float(duration), 120.0))
+    return _rows(asyncio.run(_run(tuple(levels), duration)), duration)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--install", action="store_true", help=f"install {', '.join(ANCHOR_PINS)} into {ANCHORS}")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per level (2 to 120)")
+    parser.add_argument("--levels", default=",".join(map(str, LEVELS)), help="client counts, e.g. 1,10,50")
+    args = parser.parse_args(argv)
+    if args.install:
+        return install()
+    try:
+        levels = tuple(int(x) for x in args.levels.split(",") if x.strip())
+    except ValueError:
+        parser.error("--levels takes client counts separated by commas, e.g. 1,10,50")
+    if not levels or any(not 1 <= n <= 200 for n in levels):
+        parser.error("--levels: each count must be from 1 to 200")
+    for row in run(args.duration, levels):
+        value = "-" if row["value"] is None else row["value"]
+        print(f"{row['name']:<44} {value:>12} {row['unit']:<12} {row['note']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
