@@ -75,6 +75,8 @@ export interface JaxDeviceSnapshot {
   peak_bytes_in_use: number | null;
   largest_free_block_bytes: number | null;
   fragmentation: number | null;
+  /** Set when JAX keeps no statistics for this device (JAX on CPU); the numbers are null. */
+  stats_reason?: string | null;
 }
 
 export interface KernelSnapshot {

@@ -29,6 +29,26 @@ test('without the extension loaded the kernel section offers to load it', async 
   await expect(panel.locator('.jp-GpuMem-load')).toBeVisible();
 });
 
+test('once loaded, JAX on CPU shows its backend, settings with sources, and why there are no statistics', async ({ page, tmpPath }) => {
+  // The notebook's metadata turns preallocation off; the kernel start hook applies it.
+  await openNotebook(page, tmpPath, 'jax_cpu.ipynb');
+  const panel = await openPanel(page);
+  await panel.locator('.jp-GpuMem-load').click();
+  const backend = panel.locator('.jp-GpuMem-backend');
+  await expect(backend).toContainText('JAX has not started yet');
+  await runFirstCell(page);
+  // The panel refreshes by itself while visible: no click after the cell.
+  await expect(backend).toHaveText('JAX started on cpu');
+  const settings = panel.locator('.jp-GpuMem-settingsInEffect');
+  await expect(settings.locator('tr', { hasText: 'preallocate' })).toContainText('false (%gpumem)');
+  await expect(settings.locator('tr', { hasText: 'fraction' })).toContainText('0.75 (JAX default)');
+  await expect(panel.locator('.jp-GpuMem-noStats')).toContainText(
+    'JAX is running on the CPU, which keeps no allocator statistics'
+  );
+  await expect(panel.locator('.jp-GpuMem-allocator th', { hasText: 'in use' })).toHaveCount(0);
+  await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-jax-cpu.png') });
+});
+
 test('the settings form writes the notebook metadata', async ({ page, tmpPath }) => {
   await openNotebook(page, tmpPath, 'xla_env.ipynb');
   const panel = await openPanel(page);
