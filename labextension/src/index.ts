@@ -37,10 +37,17 @@ async function restartWith(
   s: NotebookAllocatorSettings
 ): Promise<void> {
   writeNotebookSettings(nb, s);
-  // A fresh kernel of the same kind: the start hook applies the metadata before any cell.
-  // (An in-place restart is hooked too, but a new process is the surest clean start.)
-  const name = nb.sessionContext.session?.kernel?.name;
-  await nb.sessionContext.changeKernel(name ? { name } : {});
+  const ctx = nb.sessionContext;
+  const kernel = ctx.session?.kernel;
+  if (kernel && kernel.status !== 'dead') {
+    // An in-place restart (same kernel id, new process); the start hook queues the
+    // settings on the restarted kernel before any cell.
+    await ctx.restartKernel();
+    return;
+  }
+  // No kernel, or a dead one that cannot restart: start one of the same kind.
+  const name = kernel?.name ?? ctx.kernelPreference.name;
+  await ctx.changeKernel(name ? { name } : {});
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {

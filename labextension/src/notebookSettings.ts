@@ -212,6 +212,10 @@ export class KernelStartHook {
     };
     ctx.kernelChanged.connect(
       (_: ISessionContext, change: { oldValue: Kernel.IKernelConnection | null; newValue: Kernel.IKernelConnection | null }) => {
+        if (change.oldValue === change.newValue) {
+          // restartKernel() reports the same connection as changed; the restart was hooked.
+          return;
+        }
         if (change.oldValue) {
           change.oldValue.statusChanged.disconnect(onStatus);
           change.oldValue.connectionStatusChanged.disconnect(onConnection);

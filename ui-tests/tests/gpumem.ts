@@ -7,6 +7,14 @@ export const PANEL_ID = 'jupyter-gpumem-panel';
 export const NOTEBOOKS_DIR = path.resolve(__dirname, '..', 'notebooks');
 export const IMAGES_DIR = path.resolve(__dirname, '..', '..', 'docs', 'images');
 
+/**
+ * Galata's kernel tracker answers every POST under /api/kernels, a restart included, with
+ * 201; JupyterLab accepts only 200 for a restart ("Invalid response: 201 Created") and the
+ * kernel stays "restarting". Specs that restart kernels turn the tracker off (`kernels: null`);
+ * their kernels are still shut down with their sessions, which galata keeps tracking.
+ */
+export const NO_KERNEL_TRACKER = { kernels: null } as const;
+
 /** Opens the GPU memory sidebar and returns its node. */
 export async function openPanel(page: IJupyterLabPageFixture): Promise<Locator> {
   await page.sidebar.openTab(PANEL_ID);
@@ -50,8 +58,9 @@ export async function waitForKernelIdle(page: IJupyterLabPageFixture): Promise<v
 }
 
 /**
- * Does `action` and waits until the active notebook's kernel has restarted (or been replaced
- * by a fresh one) and is connected and idle again (a restart begins asynchronously after a click).
+ * Does `action` and waits until the active notebook's kernel has restarted in place (same
+ * kernel id, status "restarting" seen) and is connected and idle again (a restart begins
+ * asynchronously after a click).
  */
 export async function withKernelRestart(
   page: IJupyterLabPageFixture,
@@ -74,7 +83,8 @@ export async function withKernelRestart(
     const kernel = w.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel;
     return (
       kernel &&
-      (w.__gpumemRestarted || kernel.id !== w.__gpumemOldKernel) &&
+      w.__gpumemRestarted &&
+      kernel.id === w.__gpumemOldKernel &&
       kernel.status === 'idle' &&
       kernel.connectionStatus === 'connected'
     );

@@ -7,6 +7,7 @@ import { expect, test } from '@jupyterlab/galata';
 
 import {
   IMAGES_DIR,
+  NO_KERNEL_TRACKER,
   notebookMetadata,
   openNotebook,
   openPanel,
@@ -14,7 +15,7 @@ import {
   withKernelRestart
 } from './gpumem';
 
-test.use({ autoGoto: true });
+test.use({ autoGoto: true, ...NO_KERNEL_TRACKER });
 
 test('a replayed trace shows its devices, labelled replay and synthetic', async ({ page }) => {
   const panel = await openPanel(page);

@@ -6,6 +6,7 @@ import { expect, test } from '@jupyterlab/galata';
 
 import {
   IMAGES_DIR,
+  NO_KERNEL_TRACKER,
   notebookMetadata,
   openNotebook,
   openPanel,
@@ -13,7 +14,7 @@ import {
   withKernelRestart
 } from './gpumem';
 
-test.use({ autoGoto: true });
+test.use({ autoGoto: true, ...NO_KERNEL_TRACKER });
 
 test('the panel opens from its sidebar tab and explains that there is no GPU', async ({ page }) => {
   const panel = await openPanel(page);
@@ -72,7 +73,7 @@ test('a fraction above 1 is refused by the form and nothing is written', async (
   expect(await notebookMetadata(page)).toBeNull();
 });
 
-test('restart with these settings gives the new kernel their environment', async ({ page, tmpPath }) => {
+test('restart with these settings restarts the kernel in place with their environment', async ({ page, tmpPath }) => {
   await openNotebook(page, tmpPath, 'xla_env.ipynb');
   const panel = await openPanel(page);
   await panel.locator('select[name="preallocate"]').selectOption('off');
@@ -84,4 +85,17 @@ test('restart with these settings gives the new kernel their environment', async
   await expect(output).toContainText("('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')");
   await expect(output).toContainText(/MEM_FRACTION', '0\.3'/);
   await page.screenshot({ path: path.join(IMAGES_DIR, 'panel-settings.png') });
+});
+
+test('a restart from the Kernel menu applies the saved settings again', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'xla_env.ipynb');
+  const panel = await openPanel(page);
+  await panel.locator('select[name="allocator"]').selectOption('platform');
+  await panel.getByRole('button', { name: 'Save to notebook' }).click();
+  await withKernelRestart(page, async () => {
+    await page.menu.clickMenuItem('Kernel>Restart Kernel…');
+    await page.locator('.jp-Dialog .jp-mod-accept').click();
+  });
+  const output = await runFirstCell(page);
+  await expect(output).toContainText("('XLA_PYTHON_CLIENT_ALLOCATOR', 'platform')");
 });
