@@ -210,7 +210,8 @@ async def test_slow_nvml_does_not_stall_requests_or_start_more_reader_threads(jp
     assert all(b["state"] == "ok" for b in bodies)
     # A stale reading is served after one interval instead of waiting for the slow call.
     assert elapsed < 1.0
-    assert _reader_threads() == readers_before  # no extra reader thread for the slow call
+    # No reader thread was added for the slow call (threads of servers from earlier tests may end).
+    assert _reader_threads() <= readers_before
 
 
 def _reader_threads():
