@@ -861,7 +861,7 @@ class Monitor:
 
         path = os.fspath(path or self._export_name("csv"))
         keys = sorted(self._views) if self._views else None
-        with open(path, "w", newline="", encoding="utf-8") as fh:
+        with _replaced_on_success(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
             csv.writer(fh).writerows(csv_rows(self._source_samples(), keys))
         return path
 
@@ -879,7 +879,7 @@ class Monitor:
                 fields["devices"] = header_devices(samples[-1].devices)
         items: list = [*samples, *self._source_events()]
         items.sort(key=lambda x: x.t)
-        with TraceWriter(path, fields) as writer:
+        with _replaced_on_success(path) as tmp, TraceWriter(tmp, fields) as writer:
             for item in items:
                 (writer.write_sample if isinstance(item, Sample) else writer.write_event)(item)
         return path
@@ -908,3 +908,20 @@ class Monitor:
         with contextlib.suppress(Exception):
             if not self._closed and self._sub is not None:
                 self._sub.close()
+
+
+@contextlib.contextmanager
+def _replaced_on_success(path: str) -> Iterator[str]:
+    """Yield a temporary path beside ``path``; move it onto ``path`` only if the block succeeds.
+
+    An export that fails midway leaves no partial file and any earlier file untouched.
+    """
+    folder, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.part")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise

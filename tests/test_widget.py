@@ -233,6 +233,74 @@ def test_exported_csv_has_a_row_per_sample_and_device(tmp_path):
     m.close()
 
 
+def _fail_after(n, fn, calls):
+    """Wrap fn so the (n+1)-th call raises, as a disk filling up midway would."""
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > n:
+            raise OSError(28, "No space left on device")
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
+def test_csv_export_failing_midway_keeps_the_previous_file(tmp_path, monkeypatch):
+    import jupyter_gpumem.widget as widget_mod
+
+    target = tmp_path / "out.csv"
+    target.write_text("previous export\n")
+    rows_written = []
+    original = widget_mod.csv_rows
+
+    def rows_then_failure(*args, **kwargs):
+        for i, row in enumerate(original(*args, **kwargs)):
+            if i == 3:
+                raise OSError(28, "No space left on device")
+            rows_written.append(row)
+            yield row
+
+    monkeypatch.setattr(widget_mod, "csv_rows", rows_then_failure)
+    m = Monitor(replay=SYNTHETIC[0])
+    with pytest.raises(OSError, match="No space"):
+        m.export_csv(target)
+    m.close()
+    assert len(rows_written) == 3, "the failure should come after some rows were written"
+    assert target.read_text() == "previous export\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_trace_export_failing_midway_leaves_no_file(tmp_path, monkeypatch):
+    from jupyter_gpumem.tracefile import TraceWriter
+
+    calls: list = []
+    monkeypatch.setattr(TraceWriter, "write_sample", _fail_after(5, TraceWriter.write_sample, calls))
+    target = tmp_path / "out.jsonl"
+    m = Monitor(replay=SYNTHETIC[0])
+    with pytest.raises(OSError, match="No space"):
+        m.export_trace(target)
+    m.close()
+    assert len(calls) == 6, "the failure should come after some samples were written"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_trace_export_failing_midway_keeps_the_previous_file(tmp_path, monkeypatch):
+    from jupyter_gpumem.tracefile import TraceWriter
+
+    target = tmp_path / "out.jsonl"
+    first = Monitor(replay=SYNTHETIC[0])
+    first.export_trace(target)
+    first.close()
+    before = target.read_bytes()
+    monkeypatch.setattr(TraceWriter, "write_sample", _fail_after(5, TraceWriter.write_sample, []))
+    m = Monitor(replay=SYNTHETIC[0])
+    with pytest.raises(OSError, match="No space"):
+        m.export_trace(target)
+    m.close()
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+
+
 # --- controls and shutdown -----------------------------------------------------------------
 
 
