@@ -409,6 +409,8 @@ class MemoryNow:
     in_use: int
     peak: int | None = None
     pool: int | None = None
+    # (jax_id, bytes_in_use, peak_bytes_in_use) of each device with statistics
+    devices: tuple[tuple[int, int | None, int | None], ...] = ()
 
     @property
     def measure_words(self) -> str:
@@ -417,11 +419,18 @@ class MemoryNow:
         return "live JAX array bytes (no allocator statistics here)"
 
 
+def _with_stats(readings: Iterable) -> list:
+    return [r for r in readings if isinstance(r.stats, AllocatorStats)]
+
+
 def memory_now() -> MemoryNow:
-    stats = _stats_list(_jax_readings())
+    readings = _with_stats(_jax_readings())
+    stats = [r.stats for r in readings]
     in_use = _sum(s.bytes_in_use for s in stats)
     if stats and in_use is not None:
-        return MemoryNow("allocator", in_use, _sum(s.peak_bytes_in_use for s in stats), _sum(s.pool_bytes for s in stats))
+        devices = tuple((r.jax_id, r.stats.bytes_in_use, r.stats.peak_bytes_in_use) for r in readings)
+        return MemoryNow("allocator", in_use, _sum(s.peak_bytes_in_use for s in stats),
+                         _sum(s.pool_bytes for s in stats), devices)
     total = sum(r.nbytes for r in _distinct_live())
     return MemoryNow("live_arrays", total)
 
@@ -553,7 +562,9 @@ class Track:
     - ``peak_rise``: how far ``peak_bytes_in_use`` rose (None without statistics). XLA's peak
       cannot be reset, so a peak below an earlier one does not show here
     - ``sampled_max``: the largest bytes_in_use the sampler saw during the block (None if none)
-    - ``peak``: the best known peak during the block; ``pool_growth``: change in pool bytes
+    - ``peak``: the best known peak during the block, summed over devices: a device whose
+      ``peak_bytes_in_use`` rose gives its new peak, any other the most it was seen holding
+      (a lifetime peak from before the block is left out); ``pool_growth``: change in pool bytes
     - ``seconds``
     """
 
@@ -569,6 +580,7 @@ class Track:
         self._start: MemoryNow | None = None
         self._sub: Any = None
         self._samples: list[int] = []
+        self._device_max: dict[int, int] = {}
         self._t0 = 0.0
 
     def start(self) -> "Track":
@@ -579,9 +591,14 @@ class Track:
 
             def on_sample(sample: Sample) -> None:
                 if not isinstance(sample.jax, NotAvailable):
-                    total = _sum(s.bytes_in_use for s in _stats_list(sample.jax))
+                    readings = _with_stats(sample.jax)
+                    total = _sum(r.stats.bytes_in_use for r in readings)
                     if total is not None:
                         self._samples.append(total)
+                    for r in readings:
+                        if r.stats.bytes_in_use is not None:
+                            seen = self._device_max.get(r.jax_id, 0)
+                            self._device_max[r.jax_id] = max(seen, r.stats.bytes_in_use)
 
             self._sub = get_sampler().subscribe(on_sample, interval=self.sample_interval)
         return self
@@ -602,12 +619,24 @@ class Track:
             if start.peak is not None and end.peak is not None:
                 self.peak_rise = max(0, end.peak - start.peak)
                 known = [self.before, self.after] + ([self.sampled_max] if self.sampled_max is not None else [])
-                self.peak = end.peak if self.peak_rise > 0 else max(known)
+                self.peak = max(known + [self._peak_by_device(start, end)])
             if start.pool is not None and end.pool is not None:
                 self.pool_growth = end.pool - start.pool
         else:
             self.peak = max(self.before, self.after)
         return self
+
+    def _peak_by_device(self, start: MemoryNow, end: MemoryNow) -> int:
+        """Sum over devices of each one's best known peak during the block."""
+        before = {jax_id: (in_use, peak) for jax_id, in_use, peak in start.devices}
+        total = 0
+        for jax_id, in_use, peak in end.devices:
+            in_use_0, peak_0 = before.get(jax_id, (None, None))
+            if peak is not None and peak_0 is not None and peak > peak_0:
+                total += peak
+            else:
+                total += max(v for v in (in_use_0, in_use, self._device_max.get(jax_id), 0) if v is not None)
+        return total
 
     def __enter__(self) -> "Track":
         return self.start()
