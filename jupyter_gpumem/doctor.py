@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from . import allocator_shim, oom
+from .cell_hooks import CellHooks
 from .model import AllocatorStats, DeviceReading, NotAvailable, Sample, fragmentation, headroom
 from .oom import Fix, OomError, OomReadings, OtherProcess
 from .units import format_bytes
@@ -57,7 +58,7 @@ __all__ = [
 ]
 
 _state: dict[str, Any] = {"doctor": True, "cells": False, "shell": None}
-_hooks: dict[int, tuple[Any, Any, Any]] = {}
+_hooks = CellHooks()
 # (device_id, buffer_pointer) -> (execution count of the cell after which it was first seen,
 # a weak reference to the array that held it, to notice a pointer reused by a later array)
 _cell_of: dict[tuple, tuple[int, Any]] = {}
@@ -80,6 +81,33 @@ def _esc(value: Any) -> str:
 
 
 # --- live arrays, and who holds them --------------------------------------------------------
+
+
+def _pretty_as_text(self: Any, printer: Any, cycle: bool) -> None:
+    printer.text(str(self))
+
+
+class _TextReport:
+    """A report made of ``lines()``: printed as those lines, shown in a notebook as text.
+
+    A dataclass subclass sets ``_repr_pretty_ = _pretty_as_text`` itself: IPython prefers a
+    class's own ``__repr__`` (which the dataclass writes) to an inherited ``_repr_pretty_``.
+    """
+
+    def lines(self) -> list[str]:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+class _PreReport(_TextReport):
+    """A text report shown in a notebook as its lines in a ``<pre>`` of ``_html_class``."""
+
+    _html_class = ""
+
+    def _repr_html_(self) -> str:
+        return f"<pre class='{self._html_class}'>" + _esc(str(self)) + "</pre>"
 
 
 @dataclass(frozen=True)
@@ -318,8 +346,7 @@ class ArraysReport:
                 lines.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
         return "\n".join(lines)
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
+    _repr_pretty_ = _pretty_as_text
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{_esc(h)}</th>" for h in self.headers())
@@ -448,8 +475,11 @@ def _distinct_live() -> list:
 
 
 @dataclass(frozen=True)
-class FreeReport:
+class FreeReport(_PreReport):
     """What ``%gpumem free`` released, measured before and after."""
+
+    _html_class = "jupyter-gpumem-free"
+    _repr_pretty_ = _pretty_as_text
 
     actions: tuple[str, ...]
     measure: str
@@ -470,14 +500,6 @@ class FreeReport:
                 out.append(f"  {_b(r.nbytes):>11}  {r.dtype}{list(r.shape)}  {', '.join(r.names) or '(no name: held elsewhere)'}")
         return out
 
-    def __str__(self) -> str:
-        return "\n".join(self.lines())
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
-
-    def _repr_html_(self) -> str:
-        return "<pre class='jupyter-gpumem-free'>" + _esc(str(self)) + "</pre>"
 
 
 def _clear_history(shell: Any) -> tuple[int, list[str]]:
@@ -712,9 +734,11 @@ class DeviceState:
 
 
 @dataclass(frozen=True)
-class OomReport:
+class OomReport(_TextReport):
     """The report shown when a cell fails for want of memory. Text in a terminal, HTML in a
     notebook, ``to_json()`` for tools."""
+
+    _repr_pretty_ = _pretty_as_text
 
     error: OomError
     settings: tuple[tuple[str, str, str], ...]
@@ -767,12 +791,6 @@ class OomReport:
             out.append(f"     Why: {f.why}")
         out.append("(The error above is unchanged and still stops the run.)")
         return out
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines())
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
     def _repr_html_(self) -> str:
         settings = "".join(f"<tr><td>{_esc(n)}</td><td><b>{_esc(s)}</b></td><td>{_esc(src)}</td></tr>" for n, s, src in self.settings)
@@ -960,8 +978,7 @@ def install(shell: Any) -> None:
     propagates as before: the hook only adds output); new array buffers are attributed to the
     cell; with ``%gpumem cells on``, one line of memory use.
     """
-    key = id(shell)
-    if key in _hooks:
+    if shell in _hooks:
         return
     _state["shell"] = shell
     running: dict[str, Any] = {"track": None}
@@ -985,21 +1002,12 @@ def install(shell: Any) -> None:
         except Exception:  # a diagnosis must never be a second error
             log.debug("jupyter-gpumem doctor hook failed", exc_info=True)
 
-    shell.events.register("pre_run_cell", pre_run_cell)
-    shell.events.register("post_run_cell", post_run_cell)
-    _hooks[key] = (shell, pre_run_cell, post_run_cell)
+    _hooks.add(shell, pre_run_cell, post_run_cell)
 
 
 def uninstall(shell: Any) -> None:
-    entry = _hooks.pop(id(shell), None)
-    if entry is None:
-        return
-    _, pre, post = entry
-    for name, hook in (("pre_run_cell", pre), ("post_run_cell", post)):
-        try:
-            shell.events.unregister(name, hook)
-        except ValueError:
-            pass
+    """Remove the hooks ``install`` added; a no-op if there are none."""
+    _hooks.remove(shell)
 
 
 def _switch(argv: list[str], what: str, key: str, shell: Any, on_text: str) -> str:
@@ -1016,8 +1024,7 @@ def _switch(argv: list[str], what: str, key: str, shell: Any, on_text: str) -> s
 class _Line(str):
     """A one-line answer shown as plain text."""
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
+    _repr_pretty_ = _pretty_as_text
 
 
 def magic_doctor(argv: list[str], shell: Any) -> _Line:
@@ -1034,8 +1041,11 @@ def magic_cells(argv: list[str], shell: Any) -> _Line:
 
 
 @dataclass(frozen=True)
-class EstimateReport:
+class EstimateReport(_PreReport):
     """A compiled call's memory against what is free now."""
+
+    _html_class = "jupyter-gpumem-estimate"
+    _repr_pretty_ = _pretty_as_text
 
     expression: str
     memory: allocator_shim.CompiledMemory
@@ -1054,14 +1064,6 @@ class EstimateReport:
                f"free in total {_b(self.total_free)} ({self.measure})"]
         return out
 
-    def __str__(self) -> str:
-        return "\n".join(self.lines())
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
-
-    def _repr_html_(self) -> str:
-        return "<pre class='jupyter-gpumem-estimate'>" + _esc(str(self)) + "</pre>"
 
 
 def _verdict(needed: int, largest_piece: int, largest_block: int | None, total_free: int | None) -> str:
@@ -1148,8 +1150,10 @@ def magic_estimate(argv: list[str], shell: Any) -> EstimateReport:
 
 
 @dataclass(frozen=True)
-class DefragSummary:
+class DefragSummary(_TextReport):
     """Before and after moving a pytree through the host."""
+
+    _repr_pretty_ = _pretty_as_text
 
     arrays_moved: int
     bytes_moved: int
@@ -1173,12 +1177,6 @@ class DefragSummary:
         if self.note:
             out.append("  " + self.note)
         return out
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines())
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
 
 def defragment(tree: Any, shell: Any = None) -> tuple[Any, DefragSummary]:

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from .cell_hooks import CellHooks
 from .model import ERROR, Event, NotAvailable, Sample, Timeline
 
 log = logging.getLogger(__name__)
@@ -291,7 +292,7 @@ def get_sampler() -> Sampler:
 
 # --- IPython cell events -----------------------------------------------------------------------
 
-_cell_hooks: dict[int, tuple[Any, Callable, Callable]] = {}
+_cell_hooks = CellHooks()
 
 
 def register_cell_events(shell: Any, sampler: Sampler | None = None) -> None:
@@ -299,8 +300,7 @@ def register_cell_events(shell: Any, sampler: Sampler | None = None) -> None:
 
     Idempotent per shell. The hooks only append an event: no sampling, no imports.
     """
-    key = id(shell)
-    if key in _cell_hooks:
+    if shell in _cell_hooks:
         return
     target = sampler if sampler is not None else get_sampler()
 
@@ -324,9 +324,7 @@ def register_cell_events(shell: Any, sampler: Sampler | None = None) -> None:
             state["offset"] = count - state["start"]
         target.add_event("cell_end", execution_count=count, success=bool(getattr(result, "success", True)))
 
-    shell.events.register("pre_run_cell", pre_run_cell)
-    shell.events.register("post_run_cell", post_run_cell)
-    _cell_hooks[key] = (shell, pre_run_cell, post_run_cell)
+    _cell_hooks.add(shell, pre_run_cell, post_run_cell)
 
 
 def _ipython_major() -> int:
@@ -341,12 +339,4 @@ def _ipython_major() -> int:
 
 def unregister_cell_events(shell: Any) -> None:
     """Remove the hooks ``register_cell_events`` added; a no-op if there are none."""
-    entry = _cell_hooks.pop(id(shell), None)
-    if entry is None:
-        return
-    _, pre, post = entry
-    for name, hook in (("pre_run_cell", pre), ("post_run_cell", post)):
-        try:
-            shell.events.unregister(name, hook)
-        except ValueError:
-            pass
+    _cell_hooks.remove(shell)
