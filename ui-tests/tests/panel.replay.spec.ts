@@ -50,3 +50,42 @@ test('two kernels over-committing a GPU get a warning whose fix sets fraction 1/
   const output = await runFirstCell(page);
   await expect(output).toContainText(`MEM_FRACTION', '${suggested}'`);
 });
+
+test('in JupyterLab Dark no part of the panel keeps a light background', async ({ page, tmpPath }) => {
+  // Two kernels: the over-commit warning is on screen too.
+  await openNotebook(page, tmpPath, 'xla_env.ipynb', 'dark_a.ipynb');
+  await openNotebook(page, tmpPath, 'xla_env.ipynb', 'dark_b.ipynb');
+  await page.theme.setDarkTheme();
+  const panel = await openPanel(page);
+  await expect(panel.locator('tr.jp-GpuMem-thisKernel')).toHaveCount(1);
+  await expect(panel.locator('.jp-GpuMem-warning').first()).toBeVisible();
+  // Relative luminance (0 black .. 1 white) of every painted background, a translucent one
+  // seen over the panel's own background. Above 0.6 is a pastel or near white (JupyterLab's
+  // *-color3 variables); a saturated accent such as the orange of other kernels stays below.
+  const light = await panel.evaluate((root: HTMLElement) => {
+    const rgba = (el: Element) => {
+      const m = /rgba?\(([\d.]+), ([\d.]+), ([\d.]+)(?:, ([\d.]+))?\)/.exec(
+        getComputedStyle(el).backgroundColor
+      );
+      return m ? [Number(m[1]), Number(m[2]), Number(m[3]), m[4] === undefined ? 1 : Number(m[4])] : null;
+    };
+    const base = rgba(root) ?? [0, 0, 0, 1];
+    const out: string[] = [];
+    for (const el of [root, ...Array.from(root.querySelectorAll('*'))]) {
+      const c = rgba(el);
+      if (!c || c[3] === 0) {
+        continue;
+      }
+      const [r, g, b] = [0, 1, 2].map(i => {
+        const v = (c[3] * c[i] + (1 - c[3]) * base[i]) / 255;
+        return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+      });
+      if (0.2126 * r + 0.7152 * g + 0.0722 * b > 0.6) {
+        out.push(`${el.tagName.toLowerCase()}.${el.className}: ${getComputedStyle(el).backgroundColor}`);
+      }
+    }
+    return out;
+  });
+  expect(light).toEqual([]);
+  await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-dark.png') });
+});
