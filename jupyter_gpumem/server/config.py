@@ -6,6 +6,16 @@ from traitlets import Bool, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 
+# trait: (lowest, highest, lowest allowed itself, unit) of each numeric setting
+_RANGES = {
+    "poll_interval": (0.1, 3600, True, " seconds"),
+    "idle_intervals": (1, 10000, True, ""),
+    "replay_speed": (0, 1000, False, ""),
+    "preallocated_fraction": (0, 1, False, ""),
+    "kernel_pid_timeout": (0, 60, False, " seconds"),
+}
+
+
 class GpuMem(Configurable):
     """Settings of the jupyter-gpumem server extension (``c.GpuMem.<name>``)."""
 
@@ -56,37 +66,11 @@ class GpuMem(Configurable):
         help="Seconds to wait for a kernel's usage_reply (its pid) on the control channel.",
     ).tag(config=True)
 
-    @validate("poll_interval")
-    def _check_poll_interval(self, proposal):
-        value = proposal["value"]
-        if not 0.1 <= value <= 3600:
-            raise TraitError(f"GpuMem.poll_interval must be between 0.1 and 3600 seconds, got {value}")
-        return value
-
-    @validate("idle_intervals")
-    def _check_idle_intervals(self, proposal):
-        value = proposal["value"]
-        if not 1 <= value <= 10000:
-            raise TraitError(f"GpuMem.idle_intervals must be between 1 and 10000, got {value}")
-        return value
-
-    @validate("replay_speed")
-    def _check_replay_speed(self, proposal):
-        value = proposal["value"]
-        if not 0 < value <= 1000:
-            raise TraitError(f"GpuMem.replay_speed must be above 0 and at most 1000, got {value}")
-        return value
-
-    @validate("preallocated_fraction")
-    def _check_preallocated_fraction(self, proposal):
-        value = proposal["value"]
-        if not 0 < value <= 1:
-            raise TraitError(f"GpuMem.preallocated_fraction must be above 0 and at most 1, got {value}")
-        return value
-
-    @validate("kernel_pid_timeout")
-    def _check_kernel_pid_timeout(self, proposal):
-        value = proposal["value"]
-        if not 0 < value <= 60:
-            raise TraitError(f"GpuMem.kernel_pid_timeout must be above 0 and at most 60 seconds, got {value}")
+    @validate(*_RANGES)
+    def _check_range(self, proposal):
+        name, value = proposal["trait"].name, proposal["value"]
+        low, high, low_included, unit = _RANGES[name]
+        if not ((low <= value) if low_included else (low < value)) or not value <= high:
+            words = f"between {low} and {high}" if low_included else f"above {low} and at most {high}"
+            raise TraitError(f"GpuMem.{name} must be {words}{unit}, got {value}")
         return value

@@ -1,0 +1,33 @@
+"""c.GpuMem.*: a number out of its range is refused with the range in words; the edges are allowed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from traitlets import TraitError
+
+from jupyter_gpumem.server.config import GpuMem
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("poll_interval", 0.05, "GpuMem.poll_interval must be between 0.1 and 3600 seconds, got 0.05"),
+        ("poll_interval", 3601, "GpuMem.poll_interval must be between 0.1 and 3600 seconds, got 3601.0"),
+        ("idle_intervals", 0, "GpuMem.idle_intervals must be between 1 and 10000, got 0"),
+        ("replay_speed", 0, "GpuMem.replay_speed must be above 0 and at most 1000, got 0.0"),
+        ("preallocated_fraction", 1.5, "GpuMem.preallocated_fraction must be above 0 and at most 1, got 1.5"),
+        ("kernel_pid_timeout", math.nan, "GpuMem.kernel_pid_timeout must be above 0 and at most 60 seconds, got nan"),
+    ],
+)
+def test_out_of_range_setting_is_refused_naming_its_range(name, value, message):
+    with pytest.raises(TraitError) as err:
+        GpuMem(**{name: value})
+    assert str(err.value) == message
+
+
+def test_the_edges_of_each_range_are_allowed():
+    c = GpuMem(poll_interval=0.1, idle_intervals=10000, replay_speed=1000, preallocated_fraction=1, kernel_pid_timeout=60)
+    assert (c.poll_interval, c.idle_intervals, c.replay_speed, c.preallocated_fraction, c.kernel_pid_timeout) == (
+        0.1, 10000, 1000, 1, 60)
