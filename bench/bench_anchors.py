@@ -25,18 +25,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import secrets
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DROPIN = ROOT / "jupyter_gpumem" / "testing" / "pynvml_dropin"
+from _common import DROPIN, ROOT, JupyterServer, parse_levels, percentile, print_rows
+
 ANCHORS = ROOT / ".venv" / "bench-anchors"  # outside the venv's site-packages: enabled only here
 # The newest nvdashboard on PyPI; it reads GPUs through pynvml (nvidia-ml-py), see docs/performance.md.
 ANCHOR_PINS = ("jupyterlab-nvdashboard==0.15.0", "jupyter-resource-usage==1.3.0")
@@ -74,92 +71,22 @@ def install() -> int:
     return subprocess.call(cmd)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ToolServer:
-    """A jupyter_server subprocess on loopback with one tool's extension enabled."""
+class ToolServer(JupyterServer):
+    """A jupyter_server with one tool's extension enabled, counting NVML calls in its process."""
 
     def __init__(self, tool: str, workdir: Path):
-        import psutil
-
-        module = TOOLS[tool][0]
         self.tool = tool
-        self.port = _free_port()
-        self.token = secrets.token_hex(16)
         self.calls_file = workdir / "nvml_calls"
-        (workdir / "config").mkdir()
-        (workdir / "root").mkdir()
-        exts = {m: False for m in ("jupyterlab", "jupyter_lsp", "notebook_shim", "jupyter_server_terminals",
-                                   "jupyter_gpumem", "jupyterlab_nvdashboard", "jupyter_resource_usage")}
-        exts[module] = True
-        config = {
-            "ServerApp": {"ip": "127.0.0.1", "port": self.port, "port_retries": 0, "open_browser": False,
-                          "allow_root": True, "root_dir": str(workdir / "root"), "jpserver_extensions": exts},
-            "IdentityProvider": {"token": self.token},
-            "GpuMem": {"poll_interval": 2.0},
-        }
-        (workdir / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(DROPIN), str(ANCHORS), str(ROOT)])
-        env["JUPYTER_GPUMEM_FAKE_NVML"] = "three_gpus"
-        env["JUPYTER_CONFIG_DIR"] = str(workdir / "config")
-        env["JUPYTER_RUNTIME_DIR"] = str(workdir / "runtime")
-        self.log = open(workdir / "server.log", "w+")
-        self.proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(self.calls_file)], env=env,
-                                     cwd=str(workdir), stdout=self.log, stderr=subprocess.STDOUT)
-        self.ps = psutil.Process(self.proc.pid)
-
-    def url(self, path: str, scheme: str = "http") -> str:
-        return f"{scheme}://127.0.0.1:{self.port}/{path}"
-
-    def headers(self) -> dict:
-        return {"Authorization": f"token {self.token}"}
+        extensions = {m: False for m in ("jupyter_gpumem", "jupyterlab_nvdashboard", "jupyter_resource_usage")}
+        extensions[TOOLS[tool][0]] = True
+        super().__init__(f"{tool} server", workdir, extensions, [str(DROPIN), str(ANCHORS), str(ROOT)],
+                         ["-c", LAUNCHER, str(self.calls_file)])
 
     def nvml_calls(self) -> int:
         try:
             return int(self.calls_file.read_text() or 0)
         except (OSError, ValueError):
             return 0
-
-    async def wait_ready(self) -> None:
-        from tornado.httpclient import AsyncHTTPClient, HTTPRequest
-
-        client = AsyncHTTPClient(force_instance=True)
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        try:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    self.log.seek(0)
-                    raise RuntimeError(f"{self.tool} server exited:\n{self.log.read()[-2000:]}")
-                try:
-                    await client.fetch(HTTPRequest(self.url("api/status"), headers=self.headers(), request_timeout=5))
-                    return
-                except Exception:
-                    await asyncio.sleep(0.2)
-            raise RuntimeError(f"{self.tool} server did not answer within {STARTUP_TIMEOUT:g} s")
-        finally:
-            client.close()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 async def _level(server: ToolServer, clients: int, duration: float) -> dict:
@@ -220,8 +147,8 @@ async def _level(server: ToolServer, clients: int, duration: float) -> dict:
         "server_cpu_pct": ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / wall * 100,
         "server_rss_mib": server.ps.memory_info().rss / 2**20,
         "bytes_per_client_per_min": received[0] / clients / wall * 60,
-        "p50_ms": None if not latencies else _percentile(latencies, 50) * 1000,
-        "p99_ms": None if not latencies else _percentile(latencies, 99) * 1000,
+        "p50_ms": None if not latencies else percentile(latencies, 50) * 1000,
+        "p99_ms": None if not latencies else percentile(latencies, 99) * 1000,
         "errors": errors[0],
     }
 
@@ -232,7 +159,7 @@ async def _run(levels: tuple[int, ...], duration: float) -> dict:
         with tempfile.TemporaryDirectory(prefix=f"gpumem-anchor-{tool}-") as tmp:
             server = ToolServer(tool, Path(tmp))
             try:
-                await server.wait_ready()
+                await server.wait_ready("api/status", STARTUP_TIMEOUT)
                 for clients in levels:
                     results[(tool, clients)] = await _level(server, clients, duration)
             finally:
@@ -278,15 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.install:
         return install()
-    try:
-        levels = tuple(int(x) for x in args.levels.split(",") if x.strip())
-    except ValueError:
-        parser.error("--levels takes client counts separated by commas, e.g. 1,10,50")
-    if not levels or any(not 1 <= n <= 200 for n in levels):
-        parser.error("--levels: each count must be from 1 to 200")
-    for row in run(args.duration, levels):
-        value = "-" if row["value"] is None else row["value"]
-        print(f"{row['name']:<44} {value:>12} {row['unit']:<12} {row['note']}")
+    print_rows(run(args.duration, parse_levels(parser, args.levels)))
     return 0
 
 

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import os
-import statistics
-import time
+
+from _common import median_thread_cpu, print_rows
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 ARRAYS = 5000
 REPEATS = 5
-
-
-def _median_cpu(fn) -> float:
-    fn()
-    times = []
-    for _ in range(REPEATS):
-        start = time.thread_time()
-        fn()
-        times.append(time.thread_time() - start)
-    return statistics.median(times)
 
 
 def run() -> list[dict]:
@@ -30,8 +20,8 @@ def run() -> list[dict]:
     arrays = [jnp.ones(4) + i for i in range(ARRAYS)]
     shell = type("Shell", (), {"user_ns": {"arrays": arrays}})()
     count = iter(range(10**6))
-    after_cell = _median_cpu(lambda: doctor._attribute_new_buffers(next(count)))
-    listing = _median_cpu(lambda: doctor.live_arrays(shell))
+    after_cell = median_thread_cpu(lambda: doctor._attribute_new_buffers(next(count)), REPEATS)
+    listing = median_thread_cpu(lambda: doctor.live_arrays(shell), REPEATS)
     return [
         {"name": "doctor after-cell bookkeeping", "value": round(after_cell * 1e3, 2), "unit": "ms CPU",
          "note": f"{ARRAYS} live arrays, JAX on CPU; runs after every cell once JAX has started"},
@@ -41,5 +31,4 @@ def run() -> list[dict]:
 
 
 if __name__ == "__main__":
-    for row in run():
-        print(row)
+    print_rows(run())

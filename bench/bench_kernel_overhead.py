@@ -15,6 +15,8 @@ import os
 import statistics
 import time
 
+from _common import print_rows
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 RATES = (1, 10, 50)
@@ -91,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 3 <= args.rounds <= 100:
         parser.error("--rounds must be from 3 to 100")
-    for row in run(args.rounds):
-        print(f"{row['name']:<34} {row['value']:>9.3f} {row['unit']:<12} {row['note']}")
+    print_rows(run(args.rounds))
     return 0
 
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from _common import print_rows
+
 RUNS = 15  # per side
 _CHILD = """
 import json, sys, time
@@ -55,5 +57,4 @@ def run() -> list[dict]:
 
 
 if __name__ == "__main__":
-    for row in run():
-        print(row)
+    print_rows(run())

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import statistics
-import time
+
+from _common import median_thread_cpu, print_rows
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -13,15 +13,7 @@ CALLS = 300
 
 
 def _per_call_cpu(fn) -> float:
-    """Median over blocks of this thread's CPU seconds per call."""
-    fn()
-    per_block = []
-    for _ in range(BLOCKS):
-        start = time.thread_time()
-        for _ in range(CALLS):
-            fn()
-        per_block.append((time.thread_time() - start) / CALLS)
-    return statistics.median(per_block)
+    return median_thread_cpu(fn, BLOCKS, CALLS)
 
 
 def run() -> list[dict]:
@@ -49,5 +41,4 @@ def run() -> list[dict]:
 
 
 if __name__ == "__main__":
-    for row in run():
-        print(row)
+    print_rows(run())
