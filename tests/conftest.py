@@ -15,6 +15,16 @@ import pytest
 pytest_plugins = ("pytest_jupyter.jupyter_server",)
 
 
+@pytest.fixture
+def jp_serverapp(jp_serverapp):
+    """pytest-jupyter's server, with jupyter-gpumem unloaded after the test as a stopping server
+    would: its NVML reader thread does not outlive the test."""
+    yield jp_serverapp
+    from jupyter_gpumem import server as extension
+
+    extension._unload_jupyter_server_extension(jp_serverapp)
+
+
 def _cuda_visible() -> bool:
     if os.environ.get("JUPYTER_GPUMEM_FORCE_GPU_TESTS") == "1":
         return True

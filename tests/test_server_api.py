@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import threading
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -316,3 +317,19 @@ async def test_unreadable_replay_is_an_error_state_not_a_failed_server(jp_fetch,
     assert (body["state"], body["source"], body["devices"]) == ("error", "replay", [])
     assert "cannot replay" in body["reason"]
     assert (await get_json(jp_fetch, "config"))["source"] == "replay"
+
+
+def _gpumem_threads() -> set:
+    return {t for t in threading.enumerate() if t.name.startswith("jupyter-gpumem")}
+
+
+async def test_unloading_the_extension_leaves_no_thread_behind(jp_fetch, jp_serverapp, world):
+    from jupyter_gpumem import server as extension
+
+    extension._unload_jupyter_server_extension(jp_serverapp)  # the one loaded at server start
+    before = _gpumem_threads()
+    extension._load_jupyter_server_extension(jp_serverapp)
+    await get_json(jp_fetch, "devices")
+    assert len(_gpumem_threads()) > len(before), "a request starts the NVML reader thread"
+    extension._unload_jupyter_server_extension(jp_serverapp)
+    assert _gpumem_threads() == before

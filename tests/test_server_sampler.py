@@ -17,9 +17,11 @@ class CountingSource:
         self.calls = 0
         self.gate = gate
         self.threads: set[str] = set()
+        self.thread_objects: set[threading.Thread] = set()
 
     def read(self) -> Reading:
         self.threads.add(threading.current_thread().name)
+        self.thread_objects.add(threading.current_thread())
         if self.gate is not None:
             self.gate.wait(5)
         self.calls += 1
@@ -110,5 +112,43 @@ async def test_source_that_raises_becomes_an_error_reading():
     try:
         reading = await sampler.latest()
         assert "bus error" in reading.devices.reason
+    finally:
+        sampler.stop()
+
+
+async def test_stop_leaves_no_reader_thread():
+    source = CountingSource()
+    sampler = SharedSampler(source, interval=60)
+    await sampler.latest()
+    (reader,) = source.thread_objects
+    assert reader.is_alive()
+    sampler.stop()
+    assert not reader.is_alive()
+
+
+async def test_reader_thread_ends_when_the_loop_goes_idle():
+    source = CountingSource()
+    sampler = SharedSampler(source, interval=0.05, idle_intervals=1)
+    try:
+        await sampler.latest()
+        await asyncio.wait_for(sampler._task, 5)
+        assert source.thread_objects
+        for reader in source.thread_objects:
+            reader.join(5)  # shut down when the loop ended: the thread ends by itself
+            assert not reader.is_alive()
+    finally:
+        sampler.stop()
+
+
+async def test_a_request_after_the_idle_stop_reads_on_a_fresh_thread():
+    source = CountingSource()
+    sampler = SharedSampler(source, interval=0.05, idle_intervals=1)
+    try:
+        await sampler.latest()
+        await asyncio.wait_for(sampler._task, 5)
+        first = set(source.thread_objects)
+        calls = source.calls
+        await sampler.latest()
+        assert source.calls > calls and source.thread_objects - first
     finally:
         sampler.stop()

@@ -4,7 +4,8 @@ Requests read the latest cached reading. A request that finds the cache older th
 interval triggers one read, which concurrent requests share. While anyone asks, a loop on the
 IOLoop keeps the cache fresh; it stops after ``idle_intervals`` intervals with no request.
 Reads run on one worker thread, so a slow NVML call never stalls the IOLoop and there is never
-more than one NVML read at a time, however many clients poll.
+more than one NVML read at a time, however many clients poll. The thread exists only while the
+loop runs: it ends when the loop goes idle (a later request starts a fresh one) and on ``stop()``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -20,6 +22,8 @@ from ..model import ERROR, NotAvailable
 from .sources import Reading
 
 log = logging.getLogger(__name__)
+# How long stop() waits for a read in progress before leaving its thread to end by itself.
+READER_JOIN_TIMEOUT = 2.0
 
 
 class SharedSampler:
@@ -40,7 +44,8 @@ class SharedSampler:
         self.on_reading = on_reading
         self.first_read_timeout = first_read_timeout
         self._clock = clock
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-gpumem-nvml")
+        self._executor: ThreadPoolExecutor | None = None
+        self._reader_threads: set[threading.Thread] = set()
         self._latest: Reading | None = None
         self._latest_at = -math.inf
         self._last_request = -math.inf
@@ -95,10 +100,16 @@ class SharedSampler:
         return self._latest
 
     def stop(self) -> None:
+        """Stop the loop and the reader thread, waiting up to READER_JOIN_TIMEOUT for a read in progress."""
         self._closed = True
         if self._task is not None:
             self._task.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._retire_reader(cancel_pending=True)
+        for thread in list(self._reader_threads):
+            if thread is not threading.current_thread():
+                thread.join(READER_JOIN_TIMEOUT)
+            if not thread.is_alive():
+                self._reader_threads.discard(thread)
 
     # --- inside --------------------------------------------------------------------------
 
@@ -117,9 +128,31 @@ class SharedSampler:
             self._inflight = asyncio.ensure_future(self._read_once())
         return self._inflight
 
+    def _reader(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-gpumem-nvml")
+        return self._executor
+
+    def _retire_reader(self, cancel_pending: bool = False) -> None:
+        """Shut the reader down; a read in progress finishes, then its thread ends."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=cancel_pending)
+        for thread in list(self._reader_threads):
+            if not thread.is_alive():
+                self._reader_threads.discard(thread)
+
+    def _retire_after_read(self) -> None:
+        """Retire the reader once no read is in flight, unless the loop has started again."""
+        inflight = self._inflight
+        if inflight is not None and not inflight.done():
+            inflight.add_done_callback(lambda _: None if self.running or self._closed else self._retire_reader())
+            return
+        self._retire_reader()
+
     async def _read_once(self) -> Reading:
         loop = asyncio.get_running_loop()
-        reading = await loop.run_in_executor(self._executor, self._read_safely)
+        reading = await loop.run_in_executor(self._reader(), self._read_safely)
         self._latest, self._latest_at = reading, self._clock()
         self.reads += 1
         if self.on_reading is not None:
@@ -133,6 +166,7 @@ class SharedSampler:
         return reading
 
     def _read_safely(self) -> Reading:
+        self._reader_threads.add(threading.current_thread())
         try:
             return self.source.read()
         except Exception as exc:
@@ -159,6 +193,9 @@ class SharedSampler:
                     await asyncio.sleep(self.interval)
         except asyncio.CancelledError:
             pass
+        finally:
+            if not self._closed:
+                self._retire_after_read()  # idle: no thread waits for the next request
 
 
 def _log_failure(task: asyncio.Task) -> None:
