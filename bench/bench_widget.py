@@ -5,18 +5,28 @@
 grows and frees in a saw-tooth), fed to a Monitor through a sampler without a thread, with
 every comm message the widgets send measured (JSON body + binary buffers).
 
-The browser's drawing time is not measured here: a 1-hour window at 10 Hz is compared by the
-size of the plotly JSON the browser would have to draw, before and after decimation.
+A 1-hour window at 10 Hz is compared every point against decimated (what the monitor draws):
+by the size of the plotly JSON, and by the time headless Chromium takes in ``Plotly.newPlot``
+for it. The page loads plotly.js from the installed plotly package (no network), times
+``JSON.parse`` and ``Plotly.newPlot`` with ``performance.now()``, and writes the times into the
+DOM, which ``chromium --headless --dump-dom`` prints. Each figure is drawn in several fresh
+browsers, interleaved; medians are reported. Without Chromium those rows say so.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -31,6 +41,9 @@ from jupyter_gpumem.model import (  # noqa: E402
 
 GiB = 1 << 30
 PID = 4242
+BROWSER_RUNS = 5  # fresh browsers per figure
+BROWSER_TIMEOUT = 180.0
+CHROMIUM = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
 
 
 def synthetic_sample(t: float, i: int) -> Sample:
@@ -124,10 +137,6 @@ def _hour_at_10hz() -> dict:
         ys = [_y(name, r[col]) for r in rows]
         if any(v is not None for v in ys):
             traces.append(_trace(name, xs, ys, "all", True, "all"))
-    started = time.perf_counter()
-    raw_json = go.Figure(data=traces).to_json()
-    raw_s = time.perf_counter() - started
-
     sampler = _ThreadlessSampler(timeline)
     sampler_clock = time.time
     # The monitor loads the last hour of the timeline: make "now" the end of the samples.
@@ -147,9 +156,15 @@ def _hour_at_10hz() -> dict:
     started = time.perf_counter()
     drawn_json = view.fig.to_json()
     drawn_s = time.perf_counter() - started
+    # Every point, drawn with the monitor's own layout so only the data differs.
+    started = time.perf_counter()
+    raw_json = go.Figure(data=traces, layout=view.fig.layout).to_json()
+    raw_s = time.perf_counter() - started
     monitor.close()
     del sampler_clock
     return {
+        "raw_json": raw_json,
+        "drawn_json": drawn_json,
         "raw_bytes": len(raw_json),
         "drawn_bytes": len(drawn_json),
         "raw_points": len(samples),
@@ -158,6 +173,94 @@ def _hour_at_10hz() -> dict:
         "raw_s": raw_s,
         "drawn_s": drawn_s,
     }
+
+
+_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><script src="{plotly}"></script></head>
+<body>
+<div id="plot" style="width:1000px"></div>
+<script id="figure" type="application/json">{figure}</script>
+<script>
+(function () {{
+  var out;
+  try {{
+    var text = document.getElementById("figure").textContent;
+    var t0 = performance.now();
+    var fig = JSON.parse(text);
+    var t1 = performance.now();
+    var div = document.getElementById("plot");
+    Plotly.newPlot(div, fig.data, fig.layout);
+    div.getBoundingClientRect();  // make layout happen inside the timed span
+    var t2 = performance.now();
+    out = {{parse_ms: t1 - t0, newplot_ms: t2 - t1, traces: fig.data.length,
+           paths: div.querySelectorAll("path").length}};
+    Plotly.purge(div);  // keep the dumped DOM small
+  }} catch (e) {{
+    out = {{error: String(e)}};
+  }}
+  document.getElementById("figure").remove();
+  var pre = document.createElement("pre");
+  pre.id = "draw-result";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+}})();
+</script>
+</body></html>
+"""
+
+
+def _chromium() -> str | None:
+    for name in CHROMIUM:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _plotly_js() -> Path:
+    import plotly
+
+    return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+
+
+def _draw_once(browser: str, page: Path, profile: Path) -> dict:
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+           "--allow-file-access-from-files", f"--user-data-dir={profile}", "--dump-dom", page.as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BROWSER_TIMEOUT)
+    found = re.search(r'<pre id="draw-result">(.*?)</pre>', proc.stdout, re.S)
+    if not found:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the page wrote no timing (exit {proc.returncode}): {last}")
+    result = json.loads(html.unescape(found.group(1)))
+    if "error" in result:
+        raise RuntimeError(f"plotly.js failed in the page: {result['error']}")
+    return result
+
+
+def _browser_draw(figures: dict[str, str], runs: int = BROWSER_RUNS) -> dict | str:
+    """Median Plotly.newPlot and JSON.parse times per figure in headless Chromium, or why not."""
+    browser = _chromium()
+    if browser is None:
+        return "Chromium not found (looked for " + ", ".join(CHROMIUM) + "): browser draw time not measured"
+    plotly_js = _plotly_js()
+    if not plotly_js.is_file():
+        return f"{plotly_js} is missing from the plotly package: browser draw time not measured"
+    times: dict[str, list[dict]] = {name: [] for name in figures}
+    with tempfile.TemporaryDirectory(prefix="gpumem-bench-draw-") as tmp:
+        pages = {}
+        for name, figure in figures.items():
+            pages[name] = Path(tmp) / f"{name}.html"
+            # "</" inside a script element would end it; JSON allows "<\/" for "</".
+            pages[name].write_text(_PAGE.format(plotly=plotly_js.as_uri(), figure=figure.replace("</", "<\\/")),
+                                   encoding="utf-8")
+        _draw_once(browser, pages[next(iter(pages))], Path(tmp) / "profile-warm")  # warm the file cache
+        for i in range(runs):
+            order = list(figures) if i % 2 == 0 else list(reversed(figures))
+            for name in order:
+                times[name].append(_draw_once(browser, pages[name], Path(tmp) / f"profile-{name}-{i}"))
+    return {name: {"newplot_ms": statistics.median(r["newplot_ms"] for r in rs),
+                   "parse_ms": statistics.median(r["parse_ms"] for r in rs),
+                   "paths": rs[0]["paths"], "runs": len(rs)} for name, rs in times.items()}
 
 
 def run() -> list[dict]:
@@ -173,14 +276,36 @@ def run() -> list[dict]:
         dict(name="widget: kernel CPU per update (mean)", value=round(live["cpu_mean"] * 1000, 2), unit="ms",
              note=f"p95 {live['cpu_p95'] * 1000:.2f} ms; process CPU on the calling thread, shared 2-core machine"),
         dict(name="widget: 1 h at 10 Hz, plotly JSON, every point", value=hour["raw_bytes"], unit="B",
-             note=f"{hour['raw_points']} points per series; serialised in {hour['raw_s'] * 1000:.0f} ms. Browser draw time not measured"),
+             note=f"{hour['raw_points']} points per series, the monitor's layout; serialised in {hour['raw_s'] * 1000:.0f} ms"),
         dict(name="widget: 1 h at 10 Hz, plotly JSON, decimated", value=hour["drawn_bytes"], unit="B",
              note=f"at most {hour['drawn_points']} points per series in {hour['traces']} traces; serialised in {hour['drawn_s'] * 1000:.0f} ms"),
+    ]
+    layout_only = json.dumps({"data": [], "layout": json.loads(hour["drawn_json"])["layout"]})
+    try:
+        drawn = _browser_draw({"every_point": hour["raw_json"], "decimated": hour["drawn_json"],
+                               "layout_only": layout_only})
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        drawn = f"browser draw failed: {exc}"
+    if isinstance(drawn, str):
+        rows.append(dict(name="widget: 1 h at 10 Hz, browser draw", value=None, unit="ms", note=drawn))
+        return rows
+    full, dec, bare = drawn["every_point"], drawn["decimated"], drawn["layout_only"]
+    how = f"headless Chromium, median of {full['runs']} fresh browsers, interleaved; Plotly.newPlot, performance.now()"
+    rows += [
+        dict(name="widget: 1 h at 10 Hz, browser draw, every point", value=round(full["newplot_ms"], 1), unit="ms",
+             note=f"{how}; JSON.parse {full['parse_ms']:.0f} ms more"),
+        dict(name="widget: 1 h at 10 Hz, browser draw, decimated", value=round(dec["newplot_ms"], 1), unit="ms",
+             note=f"{how}; {hour['traces']} traces (one per series per span); JSON.parse {dec['parse_ms']:.0f} ms more"),
+        dict(name="widget: browser draw, layout only (no data)", value=round(bare["newplot_ms"], 1), unit="ms",
+             note="the same page and layout without traces: plotly.js's fixed cost per figure"),
+        dict(name="widget: 1 h at 10 Hz, browser draw, ratio", value=round(full["newplot_ms"] / dec["newplot_ms"], 1),
+             unit="x", note="every point / decimated, Plotly.newPlot medians"),
     ]
     return rows
 
 
 if __name__ == "__main__":
-    for row in run():
-        print(f"{row['name']:<52} {row['value']:>12} {row['unit']:<3} {row['note']}")
+    from _common import print_rows
+
+    print_rows(run())
     print(json.dumps({"synthetic": True}))
