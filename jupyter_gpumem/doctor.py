@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from . import allocator_shim, oom
-from .cell_hooks import CellHooks
+from . import doctor_hooks
 from .model import AllocatorStats, DeviceReading, NotAvailable, Sample, fragmentation, headroom
 from .oom import Fix, OomError, OomReadings, OtherProcess
 from .units import format_bytes
@@ -57,8 +57,10 @@ __all__ = [
     "magic_estimate",
 ]
 
-_state: dict[str, Any] = {"doctor": True, "cells": False, "shell": None}
-_hooks = CellHooks()
+# The switches live with the hooks, so that loading the extension need not import this module.
+_state = doctor_hooks.state
+install = doctor_hooks.install
+uninstall = doctor_hooks.uninstall
 # (device_id, buffer_pointer) -> (execution count of the cell after which it was first seen,
 # a weak reference to the array that held it, to notice a pointer reused by a later array)
 _cell_of: dict[tuple, tuple[int, Any]] = {}
@@ -971,43 +973,15 @@ def _on_error(error: BaseException | None, shell: Any) -> None:
             _display(report)
 
 
-def install(shell: Any) -> None:
-    """Add the doctor's cell hooks to ``shell`` (idempotent). Cheap: imports nothing heavy.
-
-    After each cell: an out-of-memory error gets a report (the error itself is shown and
-    propagates as before: the hook only adds output); new array buffers are attributed to the
-    cell; with ``%gpumem cells on``, one line of memory use.
-    """
-    if shell in _hooks:
-        return
-    _state["shell"] = shell
-    running: dict[str, Any] = {"track": None}
-
-    def pre_run_cell(info: Any = None) -> None:
-        if _state["cells"]:
-            try:
-                running["track"] = Track().start()
-            except Exception:
-                running["track"] = None
-
-    def post_run_cell(result: Any = None) -> None:
-        try:
-            count = getattr(result, "execution_count", None)
-            tracker, running["track"] = running["track"], None
-            if tracker is not None and _state["cells"]:
-                tracker.stop()
-                print(tracker.line(f"cell {count}" if count is not None else "cell"))
-            _on_error(getattr(result, "error_in_exec", None), shell)
-            _attribute_new_buffers(count)
-        except Exception:  # a diagnosis must never be a second error
-            log.debug("jupyter-gpumem doctor hook failed", exc_info=True)
-
-    _hooks.add(shell, pre_run_cell, post_run_cell)
-
-
-def uninstall(shell: Any) -> None:
-    """Remove the hooks ``install`` added; a no-op if there are none."""
-    _hooks.remove(shell)
+def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
+    """The doctor's work after a cell (called by ``doctor_hooks``): the per-cell line, the OOM
+    report, and attributing new array buffers to the cell."""
+    count = getattr(result, "execution_count", None)
+    if tracker is not None and _state["cells"]:
+        tracker.stop()
+        print(tracker.line(f"cell {count}" if count is not None else "cell"))
+    _on_error(getattr(result, "error_in_exec", None), shell)
+    _attribute_new_buffers(count)
 
 
 def _switch(argv: list[str], what: str, key: str, shell: Any, on_text: str) -> str:

@@ -223,7 +223,7 @@ def load(shell: Any) -> None:
     """Register %gpumem on ``shell``, the cell events the sampler listens to, and the comm
     target the JupyterLab panel talks to."""
     shell.register_magics(GpumemMagics)
-    from .doctor import install as install_doctor
+    from .doctor_hooks import install as install_doctor
     from .kernel_comm import register as register_comm
     from .sampler import register_cell_events
 
@@ -244,7 +244,7 @@ def unload(shell: Any) -> None:
     if manager is not None:
         manager.magics.get("line", {}).pop("gpumem", None)
         manager.registry.pop("GpumemMagics", None)
-    from .doctor import uninstall as uninstall_doctor
+    from .doctor_hooks import uninstall as uninstall_doctor
     from .kernel_comm import unregister as unregister_comm
     from .sampler import unregister_cell_events
 

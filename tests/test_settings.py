@@ -245,15 +245,19 @@ def test_address_allocator_follows_what_the_installed_jax_accepts():
         assert "valid: default, bfc" in r["cell"]["error"]
 
 
-LOADING = scenario("""
-R["loaded"] = [m for m in ("jax", "jaxlib", "pynvml", "plotly", "ipywidgets") if m in sys.modules]
+HEAVY = ("jax", "jaxlib", "pynvml", "plotly", "ipywidgets", "jupyter_gpumem.doctor", "jupyter_gpumem.allocator_shim")
+LOADING = scenario(f"""
+R["loaded"] = [m for m in {HEAVY!r} if m in sys.modules]
 R["magic"] = "gpumem" in shell.magics_manager.magics["line"]
+cell("x = 1 + 1")
+R["after_a_plain_cell"] = [m for m in {HEAVY!r} if m in sys.modules]
 """)
 
 
 def test_loading_imports_no_heavy_modules():
+    # Neither loading nor a cell without JAX pulls in JAX, NVML, plotting or the doctor.
     r = run_in_fresh_kernel(LOADING)
-    assert r == {"loaded": [], "magic": True}
+    assert r == {"loaded": [], "magic": True, "after_a_plain_cell": []}
 
 
 RESET = scenario(
