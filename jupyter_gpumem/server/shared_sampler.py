@@ -66,11 +66,7 @@ class SharedSampler:
             try:
                 return await asyncio.wait_for(asyncio.shield(self._refresh()), self.first_read_timeout)
             except asyncio.TimeoutError:
-                return Reading(
-                    t=time.time(),
-                    devices=NotAvailable(ERROR, f"NVML did not answer within {self.first_read_timeout:g} s"),
-                    source=getattr(self.source, "label", "nvml"),
-                )
+                return self._error_reading(f"NVML did not answer within {self.first_read_timeout:g} s")
         # A stale reading beats a hung request: wait one interval for the fresh one at most.
         try:
             return await asyncio.wait_for(asyncio.shield(self._refresh()), self.interval)
@@ -94,10 +90,6 @@ class SharedSampler:
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
-
-    @property
-    def cached(self) -> Reading | None:
-        return self._latest
 
     def stop(self) -> None:
         """Stop the loop and the reader thread, waiting up to READER_JOIN_TIMEOUT for a read in progress."""
@@ -171,11 +163,10 @@ class SharedSampler:
             return self.source.read()
         except Exception as exc:
             log.exception("jupyter-gpumem: reading devices failed")
-            return Reading(
-                t=time.time(),
-                devices=NotAvailable(ERROR, f"reading devices failed: {type(exc).__name__}: {exc}"),
-                source=getattr(self.source, "label", "nvml"),
-            )
+            return self._error_reading(f"reading devices failed: {type(exc).__name__}: {exc}")
+
+    def _error_reading(self, reason: str) -> Reading:
+        return Reading(t=time.time(), devices=NotAvailable(ERROR, reason), source=getattr(self.source, "label", "nvml"))
 
     async def _run(self) -> None:
         try:
