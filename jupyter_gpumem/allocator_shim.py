@@ -148,10 +148,6 @@ def _option_generator() -> Callable[[Mapping[str, str]], dict] | None:
     return run
 
 
-class _JaxRejects(Exception):
-    pass
-
-
 def jax_gpu_options(env: Mapping[str, str] | None = None) -> dict | None:
     """The options JAX's CUDA plugin would be created with under ``env`` (default: os.environ).
 
@@ -1110,18 +1106,3 @@ def host_round_trip(tree: Any) -> tuple[Any, int, int]:
         leaves[i].block_until_ready()
     return jax.tree_util.tree_unflatten(treedef, leaves), len(moved), total
 
-
-def is_jax_runtime_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is one of JAX's runtime error classes (JaxRuntimeError, XlaRuntimeError),
-    checked against the classes the installed JAX has, without importing it."""
-    classes = []
-    errors = sys.modules.get("jax.errors")
-    for name in ("JaxRuntimeError", "XlaRuntimeError"):
-        cls = getattr(errors, name, None) if errors is not None else None
-        if isinstance(cls, type):
-            classes.append(cls)
-    client = sys.modules.get("jaxlib.xla_client")
-    cls = getattr(client, "XlaRuntimeError", None) if client is not None else None
-    if isinstance(cls, type):
-        classes.append(cls)
-    return bool(classes) and isinstance(exc, tuple(classes))
