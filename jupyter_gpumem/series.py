@@ -40,6 +40,7 @@ __all__ = [
     "SERIES_NAMES",
     "BANDS",
     "series_values",
+    "row_for",
     "device_keys",
     "nothing_to_show",
     "notes_for",
@@ -158,7 +159,8 @@ def series_values(sample: Sample, key: int) -> dict[str, float | None]:
     return out
 
 
-def _row(sample: Sample, key: int) -> Values:
+def row_for(sample: Sample, key: int) -> Values:
+    """``series_values`` as a tuple in SERIES_NAMES order, the shape the chart series store."""
     values = series_values(sample, key)
     return tuple(values[name] for name in SERIES_NAMES)
 
@@ -407,14 +409,6 @@ class DeviceSeries:
         return sum(len(c.rows) for c in self.drawn_chunks()) + len(self.tail()[0])
 
 
-def rows_for(samples: Iterable[Sample], key: int) -> list[tuple[float, Values]]:
-    return [(s.t, _row(s, key)) for s in samples if key in device_keys(s)]
-
-
-def row_for(sample: Sample, key: int) -> Values:
-    return _row(sample, key)
-
-
 # --- cell markers ----------------------------------------------------------------------------
 
 
@@ -452,6 +446,6 @@ def csv_rows(samples: Iterable[Sample], keys: Sequence[int] | None = None) -> li
             if key not in device_keys(sample):
                 continue
             when = datetime.fromtimestamp(sample.t, timezone.utc).isoformat(timespec="milliseconds")
-            values = _row(sample, key)
+            values = row_for(sample, key)
             out.append([sample.t, when, key, *("" if v is None else v for v in values)])
     return out
