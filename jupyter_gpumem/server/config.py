@@ -42,9 +42,9 @@ class GpuMem(Configurable):
     replay_map_placeholder_pids = Bool(
         True,
         help=(
-            "In replay, map a trace process whose pid is a placeholder (-1, -2, ...) to this "
-            "server's 1st, 2nd, ... running kernel, for demos. Such processes are labelled "
-            "'replay_kernel_placeholder' in the JSON."
+            "In replay, show the trace process with the i-th pid of the header's "
+            "kernel_placeholder_pids as this server's i-th running kernel, for demos. Such "
+            "processes carry 'replay_placeholder_pid' in the JSON."
         ),
     ).tag(config=True)
 
