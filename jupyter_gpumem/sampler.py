@@ -196,10 +196,10 @@ class Sampler:
             return self._thread is not None
 
     def effective_interval(self) -> float:
-        """The period the thread runs at: the smallest any subscriber asked for."""
+        """The period the thread runs at: the smallest any subscriber asked for (a subscriber
+        that asked for none counts as the default ``interval``, as does having none)."""
         with self._lock:
-            asked = [s.interval for s in self._subs if s.interval is not None]
-        return min(asked + [self.interval]) if asked else self.interval
+            return min((s.interval if s.interval is not None else self.interval for s in self._subs), default=self.interval)
 
     def stop(self) -> None:
         """Close every subscription and wait for the thread to end."""

@@ -110,6 +110,12 @@ def test_effective_interval_is_the_smallest_requested():
     assert sampler.effective_interval() == 0.5
 
 
+def test_a_lone_slow_subscriber_is_not_sampled_at_the_faster_default():
+    sampler = _sampler(interval=0.5)
+    with sampler.subscribe(lambda s: None, interval=5.0):
+        assert sampler.effective_interval() == 5.0
+
+
 def test_bad_interval_is_refused_with_the_valid_range():
     with pytest.raises(ValueError, match="from 0.001 to 3600"):
         _sampler().subscribe(lambda s: None, interval=-1)
