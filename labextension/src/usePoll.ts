@@ -3,7 +3,6 @@ import { useEffect, useRef, useState } from 'react';
 export interface PollResult<T> {
   value: T | null;
   error: Error | null;
-  loading: boolean;
 }
 
 /**
@@ -18,8 +17,7 @@ export function usePoll<T>(
 ): PollResult<T> {
   const [state, setState] = useState<PollResult<T>>({
     value: null,
-    error: null,
-    loading: true
+    error: null
   });
   const fetchRef = useRef(fetch);
   fetchRef.current = fetch;
@@ -34,15 +32,11 @@ export function usePoll<T>(
       try {
         const value = await fetchRef.current();
         if (!stopped) {
-          setState({ value, error: null, loading: false });
+          setState({ value, error: null });
         }
       } catch (error) {
         if (!stopped) {
-          setState(prev => ({
-            value: prev.value,
-            error: error as Error,
-            loading: false
-          }));
+          setState(prev => ({ value: prev.value, error: error as Error }));
         }
       }
       if (!stopped) {
