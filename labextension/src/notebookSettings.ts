@@ -42,7 +42,7 @@ export function parseSettings(raw: unknown): ParsedSettings {
   const obj = raw as Record<string, unknown>;
   const problems: string[] = [];
   const out: NotebookAllocatorSettings = { ...EMPTY_SETTINGS };
-  const known = ['preallocate', 'fraction', 'allocator'];
+  const known = Object.keys(EMPTY_SETTINGS);
   for (const key of Object.keys(obj)) {
     if (!known.includes(key)) {
       problems.push(`unknown key "${key}" (valid: ${known.join(', ')})`);
@@ -160,10 +160,7 @@ export function writeNotebookSettings(
 
 /** What happened the last time settings were applied to a notebook's kernel. */
 export interface ApplyOutcome {
-  panel: NotebookPanel;
-  applied: NotebookAllocatorSettings | null;
   error: string | null;
-  problems: string[];
 }
 
 /**
@@ -233,18 +230,16 @@ export class KernelStartHook {
   ): Promise<void> {
     // The model may still be loading when the kernel starts with the document.
     await panel.context.ready;
-    const { settings, problems } = readNotebookSettings(panel);
+    const { settings } = readNotebookSettings(panel);
     let error: string | null = null;
-    let applied: NotebookAllocatorSettings | null = null;
     if (settings && hasAnySetting(settings)) {
       try {
         error = await executeSilently(kernel, configureCode(settings));
-        applied = error ? null : settings;
       } catch (e) {
         error = String(e);
       }
     }
-    const outcome = { panel, applied, error, problems };
+    const outcome = { error };
     this._outcomes.set(panel.id, outcome);
     this._changed.emit(outcome);
   }
