@@ -1,4 +1,4 @@
-/** Shapes of /work's REST and comm contract (docs in rest-contract.md). */
+/** Shapes of the REST and comm contract between the server extension, the kernel and the panel (docs/server.md). */
 
 export type NvmlState =
   | 'ok'
@@ -9,7 +9,8 @@ export type NvmlState =
 
 export interface ProcessInfo {
   pid: number;
-  used: number;
+  /** null when NVML does not report memory per process (MIG, containers). */
+  used: number | null;
   kind: 'kernel' | 'other';
   kernel_id: string | null;
   kernel_name: string | null;
