@@ -20,6 +20,7 @@ Pids are as the driver reports them: in the host's pid namespace, which may not 
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -130,6 +131,12 @@ class _DeviceGone(Exception):
     def __init__(self, why: NotAvailable, value: int | None = None):
         self.why = why
         self.value = value  # the NVML error code, None for a non-NVML exception
+
+
+def is_fake() -> bool:
+    """True when the ``pynvml`` in use is the fake world from ``jupyter_gpumem.testing`` (its
+    readings are made up). Never imports pynvml."""
+    return bool(getattr(sys.modules.get("pynvml"), "__fake__", False))
 
 
 def _text(value: Any) -> str:

@@ -17,6 +17,7 @@ import sys
 import threading
 from typing import Any, Sequence
 
+from .nvml import is_fake as nvml_is_fake
 from .sampler import Sampler, get_sampler
 from .tracefile import TraceWriter, header_devices
 
@@ -48,18 +49,13 @@ def _jax_version() -> str | None:
         return None
 
 
-def _nvml_is_fake() -> bool:
-    """True when the NVML being read is the test suite's fake world (its readings are made up)."""
-    return bool(getattr(sys.modules.get("pynvml"), "__fake__", False))
-
-
 class Recorder:
     """Writes every sample and event of ``sampler`` to a trace at ``path`` until ``stop()``."""
 
     def __init__(self, path: str | os.PathLike, sampler: Sampler, interval: float | None = None, header_fields: dict | None = None):
         first = sampler.sample_once()  # the header's device list comes from a real reading
         fields = {
-            "synthetic": bool(getattr(sampler, "synthetic", False)) or _nvml_is_fake(),
+            "synthetic": bool(getattr(sampler, "synthetic", False)) or nvml_is_fake(),
             "jax_version": _jax_version(),
             "settings": {"env": {k: os.environ[k] for k in _SETTINGS_ENV if k in os.environ}},
             "devices": header_devices(first.devices),
