@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from . import allocator_shim
 from .allocator_shim import SettingState
-from .model import DeviceReading, DeviceUnreadable, NotAvailable
+from .model import ERROR, NO_LIBRARY, DeviceReading, DeviceUnreadable, NotAvailable
 
 __all__ = ["StatusReport", "status", "display_gpu_warnings"]
 
@@ -104,14 +104,20 @@ def display_gpu_warnings(readings: NvmlReadings) -> list[str]:
 
 
 def _read_nvml() -> NvmlReadings:
+    """One NVML reading for this report; NVML is released again afterwards."""
     try:
         from .nvml import NvmlSource
     except ImportError:
-        return NotAvailable("no_library", "the NVML reader is not available in this installation")
+        return NotAvailable(NO_LIBRARY, "the NVML reader is not available in this installation")
+    source = NvmlSource()
     try:
-        return NvmlSource().read()
+        return source.read()
     except Exception as err:  # a reading, never an exception into the kernel
-        return NotAvailable("error", f"reading NVML failed: {err}")
+        return NotAvailable(ERROR, f"reading NVML failed: {err}")
+    finally:
+        # Each report starts NVML anew; without this every %gpumem status would add one to
+        # the driver's count of open NVML sessions.
+        source.shutdown()
 
 
 def status(nvml_readings: Any = None) -> StatusReport:

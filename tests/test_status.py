@@ -6,6 +6,7 @@ import pytest
 
 from jupyter_gpumem.model import DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.status_report import StatusReport, display_gpu_warnings, status
+from jupyter_gpumem.testing.fake_nvml import fake_nvml
 
 NO_NVML = NotAvailable("no_library", "synthetic: no NVML in this test")
 
@@ -94,6 +95,13 @@ def test_unreadable_devices_and_missing_nvml_give_no_display_warning():
 
 def test_status_includes_display_warnings_from_nvml_readings():
     assert any("drives a display" in w for w in status((_gpu(0, True),)).warnings)
+
+
+def test_status_reads_nvml_once_and_releases_it():
+    with fake_nvml("display_gpu") as world:
+        report = status()
+    assert any("drives a display" in w for w in report.warnings)
+    assert world.calls["nvmlInit"] + world.calls["nvmlInitWithFlags"] == 1 == world.calls["nvmlShutdown"]
 
 
 def test_text_report_lists_each_setting_with_value_source_and_variable(monkeypatch):
