@@ -104,6 +104,10 @@ def reply(data: Any) -> dict:
         }
 
 
+# The AllocatorStats fields each device row of a snapshot carries, in the panel's order.
+_STATS_FIELDS = ("allocator", "bytes_in_use", "pool_bytes", "bytes_limit", "peak_bytes_in_use", "largest_free_block_bytes")
+
+
 def snapshot() -> dict:
     """Settings in effect, backend state, warnings and per-device allocator statistics."""
     from .model import ERROR, NotAvailable, fragmentation
@@ -150,21 +154,11 @@ def snapshot() -> dict:
         for dev in readings:
             stats = dev.stats
             if isinstance(stats, NotAvailable):
-                row = dict.fromkeys(
-                    ("allocator", "bytes_in_use", "pool_bytes", "bytes_limit", "peak_bytes_in_use",
-                     "largest_free_block_bytes", "fragmentation")
-                )
+                row = dict.fromkeys((*_STATS_FIELDS, "fragmentation"))
                 row["stats_reason"] = stats.reason
             else:
-                row = {
-                    "allocator": stats.allocator,
-                    "bytes_in_use": stats.bytes_in_use,
-                    "pool_bytes": stats.pool_bytes,
-                    "bytes_limit": stats.bytes_limit,
-                    "peak_bytes_in_use": stats.peak_bytes_in_use,
-                    "largest_free_block_bytes": stats.largest_free_block_bytes,
-                    "fragmentation": fragmentation(stats),
-                }
+                row = {name: getattr(stats, name) for name in _STATS_FIELDS}
+                row["fragmentation"] = fragmentation(stats)
             devices.append({"jax_id": dev.jax_id, "nvml_index": dev.nvml_index, **row})
     return {
         "type": "snapshot",

@@ -113,3 +113,18 @@ async def test_load_ext_registers_the_comm_a_real_kernel_answers_on():
     finally:
         kc.stop_channels()
         await km.shutdown_kernel(now=True)
+
+
+def test_snapshot_device_row_carries_the_allocator_stats_and_fragmentation(monkeypatch):
+    from jupyter_gpumem import allocator_shim
+    from jupyter_gpumem.model import AllocatorStats, JaxDeviceReading
+
+    # synthetic: a BFC pool of 1000 bytes, 400 in use, 450 in the largest free block
+    stats = AllocatorStats("bfc", bytes_in_use=400, peak_bytes_in_use=700, bytes_limit=2000, pool_bytes=1000,
+                           largest_free_block_bytes=450)
+    reading = JaxDeviceReading(jax_id=0, platform="gpu", kind="Synthetic GPU", nvml_index=1, stats=stats)
+    monkeypatch.setattr(allocator_shim, "read_jax_devices", lambda: (reading,))
+    assert kernel_comm.snapshot()["devices"] == [{
+        "jax_id": 0, "nvml_index": 1, "allocator": "bfc", "bytes_in_use": 400, "pool_bytes": 1000,
+        "bytes_limit": 2000, "peak_bytes_in_use": 700, "largest_free_block_bytes": 450, "fragmentation": 0.25,
+    }]
