@@ -48,6 +48,15 @@ export function notebookMetadata(page: IJupyterLabPageFixture): Promise<any> {
   });
 }
 
+/** Waits until the active notebook's kernel is connected and idle. */
+export async function waitForKernelIdle(page: IJupyterLabPageFixture): Promise<void> {
+  await page.waitForFunction(() => {
+    const app = (window as any).jupyterapp;
+    const kernel = app.shell.currentWidget?.sessionContext?.session?.kernel;
+    return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
+  });
+}
+
 /**
  * Does `action` and waits until the active notebook's kernel has restarted in place (same
  * kernel id, status "restarting" seen) and is connected and idle again (a restart begins
