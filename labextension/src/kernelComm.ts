@@ -68,10 +68,16 @@ export class SnapshotChannel {
     const comm = this._kernel.createComm(COMM_TARGET);
     comm.onMsg = (msg: KernelMessage.ICommMsgMsg) => {
       const data = msg.content.data as any;
-      if (data && data.type === 'snapshot') {
+      if (data && (data.type === 'snapshot' || data.type === 'error')) {
         const waiters = this._waiters;
         this._waiters = [];
-        waiters.forEach(w => w.resolve(data as KernelSnapshot));
+        if (data.type === 'snapshot') {
+          waiters.forEach(w => w.resolve(data as KernelSnapshot));
+        } else {
+          // The kernel answered but could not make a snapshot: say why, don't wait for a timeout.
+          const why = new Error(`The kernel could not answer: ${data.error ?? 'no reason given'}`);
+          waiters.forEach(w => w.reject(why));
+        }
       }
     };
     comm.onClose = () => {

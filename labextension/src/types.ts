@@ -19,12 +19,15 @@ export interface ProcessInfo {
   preallocated: boolean | null;
   name: string | null;
   user: string | null;
+  /** In replay: the trace's placeholder pid this live kernel stands in for. */
+  replay_placeholder_pid?: number;
 }
 
 export interface DeviceInfo {
   index: number;
-  name: string;
-  uuid: string;
+  /** null when the device cannot be read (readable: false). */
+  name: string | null;
+  uuid: string | null;
   total: number;
   used: number;
   free: number;

@@ -31,6 +31,8 @@ test('the kernel row of the open notebook is matched to it', async ({ page, tmpP
   await expect(row).toHaveCount(1);
   await expect(row).toContainText('replay_one.ipynb');
   await expect(row).toContainText('this notebook');
+  // A live kernel standing in for a trace's placeholder pid says so.
+  await expect(row.locator('.jp-GpuMem-tag', { hasText: 'replay' })).toBeVisible();
   await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-replay.png') });
 });
 

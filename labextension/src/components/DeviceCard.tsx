@@ -14,7 +14,8 @@ export function DeviceCard(props: {
     return (
       <div className="jp-GpuMem-card" data-device={d.index}>
         <div className="jp-GpuMem-cardHead">
-          GPU {d.index} · {d.name}
+          GPU {d.index}
+          {d.name ? ` · ${d.name}` : ''}
         </div>
         <div className="jp-GpuMem-muted">
           Cannot be read: {d.reason ?? 'no reason given'}

@@ -68,6 +68,14 @@ export function KernelTable(props: {
                     </span>
                   )}
                   {mine ? <span className="jp-GpuMem-tag">this notebook</span> : null}
+                  {p.replay_placeholder_pid !== undefined ? (
+                    <span
+                      className="jp-GpuMem-tag"
+                      title={`Replay: this live kernel stands in for pid ${p.replay_placeholder_pid} of the trace`}
+                    >
+                      replay
+                    </span>
+                  ) : null}
                   {p.execution_state === 'dead' ? (
                     <span className="jp-GpuMem-tag">dead</span>
                   ) : null}
