@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import tempfile
 
 import nbformat
 import pytest
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -46,8 +48,13 @@ def executed(name: str) -> nbformat.NotebookNode:
         nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
         env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_VARS.match(k)}
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        # IPC sockets: TCP port picking races with other processes on a busy machine
+        # ("ZMQError: Address already in use").
+        # The socket path is absolute: the kernel runs in notebooks/, the client here.
+        km = KernelManager(kernel_name="python3", transport="ipc",
+                           ip=os.path.join(tempfile.mkdtemp(prefix="gpumem-nb-"), "kernel"))
         client = NotebookClient(
-            nb, kernel_name="python3", timeout=120, startup_timeout=60,
+            nb, km=km, timeout=120, startup_timeout=60,
             resources={"metadata": {"path": str(NOTEBOOKS)}},
         )
         client.execute(env=env)
