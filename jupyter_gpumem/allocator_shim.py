@@ -12,6 +12,7 @@ it rejects would make JAX fall back to the CPU silently, with only a log line to
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -912,116 +913,127 @@ def read_jax_devices() -> tuple[model.JaxDeviceReading, ...] | NotAvailable:
 # and imports it inside functions.
 
 
+# Nothing here reads a buffer: no unsafe_buffer_pointer(), no addressable_shards, no waiting.
+# On an array whose allocation failed, the pointer call is a fatal check in XLA
+# (xla/python/pjrt_ifrt raw_buffer.h "Check failed: buffer_.IsConcrete()", SIGABRT), and on a
+# pending one it waits with the GIL held, which deadlocks a jax.debug.print callback.
+# Building Shard objects makes JAX keep per-shard arrays alive, which jax.live_arrays() then
+# lists. Sizes come from the sharding and the abstract value, which JAX sets at dispatch.
+
+
 @dataclass(frozen=True)
-class LiveArray:
-    """One live JAX array and its device buffers.
+class Footprint:
+    """Where one array's bytes are, from its sharding alone.
 
-    ``buffers`` is ``((device_id, buffer_pointer, nbytes), ...)``: one per addressable shard, so
-    two arrays that share a buffer can be told apart from two that only look alike. ``array`` is
-    the jax.Array itself (the caller decides how long to keep it).
+    ``device_bytes`` maps a JAX device id to the bytes it holds in device memory; ``host_bytes``
+    counts arrays placed in a host memory kind (``pinned_host``, ``unpinned_host``), which take
+    no device memory; ``memory_kind`` is the sharding's, None where this JAX has none.
     """
 
-    array: Any
-    shape: tuple
-    dtype: str
-    buffers: tuple
+    device_bytes: Mapping[int, int]
+    host_bytes: int
+    memory_kind: str | None
+    shape: tuple = ()
+    dtype: str = ""
 
     @property
-    def key(self) -> tuple:
-        return tuple((dev, ptr) for dev, ptr, _ in self.buffers)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(n for _, _, n in self.buffers)
+    def on_device(self) -> int:
+        return sum(self.device_bytes.values())
 
 
-def _buffers_of(array: Any) -> tuple:
-    # One device: read the buffer straight off the array; building Shard objects costs ~50 us each.
+_DEVICE_KINDS = (None, "device")
+_footprints: dict[tuple, Footprint] = {}
+
+
+def _shard_sizes(sharding: Any, shape: tuple, devices: Any) -> dict[int, int]:
+    """Elements per addressable device: a shard's shape, or the device's slice where shards differ."""
     try:
-        devices = array.sharding.device_set
-        if len(devices) == 1 and getattr(array, "is_fully_addressable", True):
-            (device,) = devices
-            return ((device.id, int(array.unsafe_buffer_pointer()), int(array.nbytes)),)
-    except Exception:
-        pass
-    out = []
-    for shard in array.addressable_shards:
-        data = shard.data
-        try:
-            ptr = data.unsafe_buffer_pointer()
-        except Exception:  # some backends do not expose pointers: fall back to the object
-            ptr = id(data)
-        out.append((shard.device.id, int(ptr), int(data.nbytes)))
-    return tuple(out)
+        per_shard = math.prod(sharding.shard_shape(shape))
+        return {d.id: per_shard for d in devices}
+    except Exception:  # uneven shardings: shard_shape raises; the index map is metadata too
+        sizes = {}
+        for device, index in sharding.addressable_devices_indices_map(shape).items():
+            sizes[device.id] = math.prod(len(range(*s.indices(n))) for s, n in zip(index, shape))
+        return sizes
 
 
-def list_live_arrays() -> list[LiveArray]:
-    """Every live, undeleted JAX array with its buffers; [] before the backend starts.
+def footprint(array: Any) -> Footprint:
+    """The array's bytes per device and in host memory, without touching its buffers."""
+    sharding = array.sharding
+    aval = array.aval
+    key = (sharding, aval.shape, aval.dtype)
+    known = _footprints.get(key)
+    if known is not None:
+        return known
+    nbytes = int(array.nbytes)
+    devices = sharding.addressable_devices
+    kind = getattr(sharding, "memory_kind", None)
+    if len(devices) == 1:
+        (device,) = devices
+        per_device = {device.id: nbytes}
+    else:
+        total = math.prod(aval.shape)
+        per_device = {d: (nbytes * n // total if total else 0) for d, n in _shard_sizes(sharding, aval.shape, devices).items()}
+    shape, dtype = tuple(aval.shape), str(aval.dtype)
+    if kind in _DEVICE_KINDS:
+        found = Footprint(per_device, 0, kind, shape, dtype)
+    else:
+        found = Footprint({}, sum(per_device.values()), kind, shape, dtype)
+    if len(_footprints) > 4096:  # shapes come and go; a few thousand distinct ones is plenty
+        _footprints.clear()
+    _footprints[key] = found
+    return found
 
-    Never starts the backend (``jax.live_arrays()`` would).
+
+def live_arrays_newest_first() -> list:
+    """``jax.live_arrays()``, newest first; [] before the backend starts (listing would start it).
+
+    JAX lists from the head of the client's array list, where each new array is linked
+    (jaxlib py_array.cc, PyArray_Storage); tests/test_do_no_harm.py checks this order.
     """
     if not backend_started():
         return []
     import jax
 
-    out = []
-    for array in jax.live_arrays():
-        try:
-            if array.is_deleted():  # 0.4.30 still listed deleted arrays
-                continue
-            out.append(LiveArray(array, tuple(array.shape), str(array.dtype), _buffers_of(array)))
-        except Exception:  # deleted between listing and reading
-            continue
-    return out
+    return jax.live_arrays()
 
 
-def live_buffer_keys() -> list[tuple[Any, tuple]]:
-    """``(array, ((device_id, pointer), ...))`` for every live array: the cheap form of
-    ``list_live_arrays`` (no shapes, dtypes or sizes), for bookkeeping after every cell."""
-    if not backend_started():
-        return []
-    import jax
+def shard_view_ids(array: Any) -> tuple[int, ...]:
+    """ids of the per-shard arrays that ``array.addressable_shards`` made and JAX caches on the
+    array (jax/_src/array.py): views of the same buffers, which are not arrays of their own."""
+    try:
+        shards = vars(array).get("addressable_shards")
+    except TypeError:
+        return ()
+    if not isinstance(shards, list):
+        return ()
+    return tuple(id(s.data) for s in shards if getattr(s, "data", None) is not None)
 
-    out = []
-    for array in jax.live_arrays():
-        try:
-            devices = array.sharding.device_set
-            if len(devices) == 1:
-                (device,) = devices
-                out.append((array, ((device.id, int(array.unsafe_buffer_pointer())),)))
-            else:
-                out.append((array, tuple((d, p) for d, p, _ in _buffers_of(array))))
-        except Exception:  # deleted, or no pointer on this backend
-            continue
-    return out
+
+_concrete_array_types: set[type] = set()  # types seen to be jax.Array and not a tracer
 
 
 def is_jax_array(obj: Any) -> bool:
     """Whether ``obj`` is a jax.Array (False, cheaply, when jax is not imported)."""
+    if type(obj) in _concrete_array_types:
+        return True
     jax = sys.modules.get("jax")
     if jax is None:
         return False
     array_type = getattr(jax, "Array", None)
     try:
-        return array_type is not None and isinstance(obj, array_type) and not _is_tracer(obj)
+        found = array_type is not None and isinstance(obj, array_type) and not _is_tracer(obj)
     except Exception:
         return False
+    if found and type(obj).__name__ == "ArrayImpl":
+        _concrete_array_types.add(type(obj))
+    return found
 
 
 def _is_tracer(obj: Any) -> bool:
     core = sys.modules.get("jax._src.core")
     tracer = getattr(core, "Tracer", None)
     return tracer is not None and isinstance(obj, tracer)
-
-
-def buffer_keys(array: Any) -> tuple:
-    """``((device_id, buffer_pointer), ...)`` of a jax.Array; () when it is deleted."""
-    try:
-        if array.is_deleted():
-            return ()
-        return tuple((dev, ptr) for dev, ptr, _ in _buffers_of(array))
-    except Exception:
-        return ()
 
 
 def clear_caches() -> bool:

@@ -5,7 +5,8 @@ and JAX readings). Importing it does not import jax. Every reading that is not t
 no allocator statistics, no NVML) is said in words, and the measure used instead is named.
 
 - ``install(shell)``: the cell hooks (OOM report, per-cell line, which cell made which buffer)
-- ``live_arrays()``: live JAX arrays, deduplicated by device buffer, with names and cells
+- ``census()``, ``live_arrays()``: live JAX arrays with names and cells, sized from their
+  shardings (no buffer is read: see "Code that runs on its own" in docs/architecture.md)
 - ``free(history=True, caches=True, gc=True)``: release what can be released safely
 - ``track()``: memory change and peak of a block of code
 - ``estimate(callee, *args, **kwargs)``: will a jitted call fit, before running it
@@ -22,11 +23,10 @@ import logging
 import os
 import sys
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from . import allocator_shim, oom
+from . import allocator_shim, array_cells, oom
 from . import doctor_hooks
 from .model import AllocatorStats, DeviceReading, NotAvailable, Sample, fragmentation, headroom
 from .oom import Fix, OomError, OomReadings, OtherProcess
@@ -61,9 +61,6 @@ __all__ = [
 _state = doctor_hooks.state
 install = doctor_hooks.install
 uninstall = doctor_hooks.uninstall
-# (device_id, buffer_pointer) -> (execution count of the cell after which it was first seen,
-# a weak reference to the array that held it, to notice a pointer reused by a later array)
-_cell_of: dict[tuple, tuple[int, Any]] = {}
 
 _HISTORY_SINGLE = ("_", "__", "___")
 
@@ -112,21 +109,33 @@ class _PreReport(_TextReport):
         return f"<pre class='{self._html_class}'>" + _esc(str(self)) + "</pre>"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: %gpumem arrays builds tens of thousands, and frozen init is slow
 class ArrayRecord:
-    """One live JAX array, deduplicated by device buffer.
+    """One live JAX array.
 
-    ``bytes_per_device`` maps a JAX device id to the bytes of its buffers there; ``names`` are
-    the user-namespace expressions that reach it (``params['w']``, ``Out[3]``, ``_``);
-    ``cell`` is the execution count of the cell that created it, where known.
+    ``bytes_per_device`` maps a JAX device id to the device-memory bytes of its shards there;
+    ``host_bytes`` is what it holds in a host memory kind (``memory_kind`` says which), which
+    takes no device memory; ``names`` are the user-namespace expressions that reach it
+    (``params['w']``, ``Out[3]``, ``_``); ``cell`` is the execution count of the cell that made
+    it, where known. Sizes come from the sharding: no buffer is read.
     """
 
     shape: tuple
     dtype: str
-    nbytes: int
     bytes_per_device: Mapping[int, int]
     names: tuple[str, ...] = ()
     cell: int | None = None
+    host_bytes: int = 0
+    memory_kind: str | None = None
+
+    @property
+    def device_bytes(self) -> int:
+        return sum(self.bytes_per_device.values())
+
+    @property
+    def nbytes(self) -> int:
+        """Every byte it holds: device memory and host memory."""
+        return self.device_bytes + self.host_bytes
 
     @property
     def history_only(self) -> bool:
@@ -139,6 +148,8 @@ class ArrayRecord:
             "dtype": self.dtype,
             "nbytes": self.nbytes,
             "bytes_per_device": {str(k): v for k, v in self.bytes_per_device.items()},
+            "host_bytes": self.host_bytes,
+            "memory_kind": self.memory_kind,
             "names": list(self.names),
             "cell": self.cell,
         }
@@ -149,38 +160,111 @@ def _is_history_name(name: str) -> bool:
     return root == "Out" or root in _HISTORY_SINGLE or (root.startswith("_") and root[1:].isdigit())
 
 
-_SKIP_TYPES = (str, bytes, int, float, complex, bool, type(None), type, type(os), type(len))
+# --- the namespace walk: which names reach which array ----------------------------------------
+
+_SKIP_TYPES = (str, bytes, bytearray, int, float, complex, bool, type(None), type, type(os), type(len), range)
+# Mappings walked through their items: in-memory containers only. Any other Mapping may read a
+# disk or a network when iterated (shelve, dbm, h5py, zarr) or build arrays as it does.
+_MAPPING_MODULES = ("builtins", "collections", "types", "flax", "haiku", "equinox", "immutabledict",
+                    "frozendict", "ml_collections", "jax")
 
 
-def _walk(value: Any, path: str, found: dict, seen: set, depth: int, budget: list) -> None:
-    """Record ``path`` for every jax.Array reachable from ``value`` through containers."""
-    if budget[0] <= 0 or isinstance(value, _SKIP_TYPES) or callable(value) and not hasattr(value, "__dict__"):
-        return
-    budget[0] -= 1
-    if allocator_shim.is_jax_array(value):
-        for key in allocator_shim.buffer_keys(value):
-            found.setdefault(key, [])
-            if path not in found[key]:
-                found[key].append(path)
-        return
-    if depth <= 0 or id(value) in seen:
-        return
-    seen.add(id(value))
-    if isinstance(value, Mapping):
-        items = list(value.items())[:10_000]
-        for k, v in items:
-            _walk(v, f"{path}[{k!r}]", found, seen, depth - 1, budget)
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value[:10_000]):
-            _walk(v, f"{path}[{i}]", found, seen, depth - 1, budget)
-    elif hasattr(value, "__dict__") and not isinstance(value, type) and type(value).__module__ != "builtins":
-        try:
-            attrs = vars(value)
-        except TypeError:
+@dataclass
+class NameWalk:
+    """What the walk of the user's namespace found.
+
+    ``names`` maps ``id(array)`` to the expressions that reach it; ``skipped`` counts objects
+    that raised when read (a closed shelf, a ``__getattr__`` that raises) or are not walked
+    (a mapping that may do I/O); ``unfinished`` is True when the time budget ran out first.
+    """
+
+    names: dict[int, list[str]] = field(default_factory=dict)
+    skipped: int = 0
+    unfinished: bool = False
+    seconds: float = 0.0
+
+    def note(self) -> str:
+        """One sentence on what the walk could not see, or ''."""
+        parts = []
+        if self.unfinished:
+            parts.append(f"the walk of your variables stopped after {self.seconds:.1f} s, so some arrays "
+                         "show no name though a variable may hold them")
+        if self.skipped:
+            parts.append(f"{self.skipped} object{'s' if self.skipped != 1 else ''} in your variables could not be "
+                         "read and were skipped")
+        return ("Names: " + "; ".join(parts) + ".") if parts else ""
+
+
+class _Walker:
+    def __init__(self, seconds: float):
+        self.found = NameWalk()
+        self.seen: set[int] = set()
+        self.deadline = time.perf_counter() + seconds
+        self.t0 = time.perf_counter()
+        self.visits = 0
+
+    def out_of_time(self) -> bool:
+        self.visits += 1
+        if self.visits & 255 == 0 and time.perf_counter() > self.deadline:
+            self.found.unfinished = True
+        return self.found.unfinished
+
+    def walk(self, value: Any, path: str, depth: int) -> None:
+        """Record ``path`` for every jax.Array reachable from ``value``. Any object may raise
+        anything but an interrupt: it is skipped and counted."""
+        if self.out_of_time():
             return
-        for k, v in list(attrs.items())[:200]:
-            if not str(k).startswith("__"):
-                _walk(v, f"{path}.{k}", found, seen, depth - 1, budget)
+        try:
+            if isinstance(value, _SKIP_TYPES):
+                return
+            if allocator_shim.is_jax_array(value):
+                paths = self.found.names.setdefault(id(value), [])
+                if path not in paths:
+                    paths.append(path)
+                return
+            if depth <= 0 or id(value) in self.seen:
+                return
+            self.seen.add(id(value))
+            children = self._children(value)
+        except Exception:
+            self.found.skipped += 1
+            return
+        names = self.found.names
+        for suffix, child in children:
+            if allocator_shim.is_jax_array(child):  # the common leaf, without a call level
+                paths = names.setdefault(id(child), [])
+                if path + suffix not in paths:
+                    paths.append(path + suffix)
+                continue
+            self.walk(child, path + suffix, depth - 1)
+            if self.found.unfinished:
+                return
+
+    def _children(self, value: Any) -> Iterable[tuple[str, Any]]:
+        if isinstance(value, dict):
+            return [(f"[{k!r}]", v) for k, v in list(value.items())]
+        if isinstance(value, (list, tuple)):
+            return [(f"[{i}]", v) for i, v in enumerate(list(value))]
+        if isinstance(value, Mapping):
+            module = type(value).__module__.split(".", 1)[0]
+            if module not in _MAPPING_MODULES:
+                self.found.skipped += 1
+                return []
+            return [(f"[{k!r}]", v) for k, v in list(value.items())]
+        if callable(value) and not hasattr(value, "__dict__"):
+            return []
+        out: list[tuple[str, Any]] = []
+        attrs = getattr(value, "__dict__", None)
+        if isinstance(attrs, dict) and type(value).__module__ != "builtins":
+            out += [(f".{k}", v) for k, v in list(attrs.items()) if not str(k).startswith("__")]
+        for cls in type(value).__mro__:
+            for slot in cls.__dict__.get("__slots__", ()) if isinstance(cls.__dict__.get("__slots__", ()), (tuple, list)) else ():
+                if isinstance(slot, str) and not slot.startswith("__"):
+                    try:
+                        out.append((f".{slot}", object.__getattribute__(value, slot)))
+                    except AttributeError:
+                        pass
+        return out
 
 
 def _user_namespace(shell: Any) -> dict:
@@ -202,77 +286,96 @@ def _current_shell() -> Any:
 
 _NS_SKIP = {"In", "_ih", "_oh", "_dh", "exit", "quit", "get_ipython", "_i", "_ii", "_iii"}
 
+# Seconds for the walk of the user's variables: a command the user typed may take longer than
+# the OOM report, which runs on its own.
+WALK_SECONDS_COMMAND = 2.0
+WALK_SECONDS_REPORT = 0.25
 
-def names_by_buffer(namespace: Mapping[str, Any], depth: int = 4, budget: int = 200_000) -> dict[tuple, list[str]]:
-    """``(device_id, pointer) -> [names]`` for every jax.Array reachable from the namespace."""
-    found: dict[tuple, list[str]] = {}
-    seen: set = set()
-    left = [budget]
+
+def names_by_array(namespace: Mapping[str, Any], depth: int = 4, seconds: float = WALK_SECONDS_COMMAND) -> NameWalk:
+    """Which expressions reach each jax.Array in ``namespace``; total: never raises for what
+    the objects do, and stops at ``seconds`` (the result says so)."""
+    walker = _Walker(seconds)
     for name, value in list(namespace.items()):
         if name in _NS_SKIP or (name.startswith("_i") and name[2:].isdigit()):
             continue
         if name.startswith("__") and name not in ("__",):
             continue
-        if name == "Out" and isinstance(value, Mapping):
+        if name == "Out" and isinstance(value, dict):
             for n, v in list(value.items()):
-                _walk(v, f"Out[{n}]", found, seen, depth - 1, left)
+                walker.walk(v, f"Out[{n}]", depth - 1)
+        else:
+            walker.walk(value, name, depth)
+        if walker.found.unfinished:
+            break
+    walker.found.seconds = time.perf_counter() - walker.t0
+    return walker.found
+
+
+@dataclass(frozen=True)
+class ArrayCensus:
+    """The live arrays (largest first) and what the walk of names could not see."""
+
+    records: tuple[ArrayRecord, ...]
+    walk: NameWalk
+    seconds: float
+
+
+def census(shell: Any = None, seconds: float = WALK_SECONDS_COMMAND) -> ArrayCensus:
+    """Every live, undeleted JAX array as a record, largest first; empty before JAX's backend
+    starts (listing would start it). Sizes come from shardings and shapes; arrays that are
+    only per-shard views of another live array (``addressable_shards``) are not listed twice.
+    """
+    t0 = time.perf_counter()
+    # Tens of thousands of small objects would set off full collections over the user's heap.
+    paused = _gc.isenabled()
+    _gc.disable()
+    try:
+        return _census(shell, seconds, t0)
+    finally:
+        if paused:
+            _gc.enable()
+
+
+def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
+    walk = names_by_array(_user_namespace(shell), seconds=seconds)
+    arrays = [a for a in allocator_shim.live_arrays_newest_first() if not _deleted(a)]
+    views: set[int] = set()
+    for a in arrays:
+        try:
+            if len(a.sharding.device_set) > 1:
+                views.update(allocator_shim.shard_view_ids(a))
+        except Exception:
             continue
-        _walk(value, name, found, seen, depth, left)
-    return found
+    if arrays:
+        array_cells.note_new_arrays()
+    sized = []
+    names, cell_of, footprint = walk.names, array_cells.cell_of, allocator_shim.footprint
+    for a in arrays:
+        if id(a) in views:
+            continue
+        try:
+            fp = footprint(a)
+        except Exception:  # deleted between listing and reading
+            continue
+        record = ArrayRecord(fp.shape, fp.dtype, fp.device_bytes, tuple(names.get(id(a), ())), cell_of(a),
+                             fp.host_bytes, fp.memory_kind)
+        sized.append((-(fp.on_device + fp.host_bytes), fp.shape, len(sized), record))
+    sized.sort(key=lambda t: t[:3])
+    records = [t[3] for t in sized]
+    return ArrayCensus(tuple(records), walk, time.perf_counter() - t0)
+
+
+def _deleted(array: Any) -> bool:
+    try:
+        return bool(array.is_deleted())
+    except Exception:
+        return True
 
 
 def live_arrays(shell: Any = None) -> list[ArrayRecord]:
-    """The live JAX arrays, largest first: one record per distinct set of device buffers.
-
-    Empty before JAX's backend has started (listing would start it).
-    """
-    names = names_by_buffer(_user_namespace(shell))
-    records: dict[tuple, ArrayRecord] = {}
-    for live in allocator_shim.list_live_arrays():
-        key = live.key
-        if key in records:
-            continue
-        per_device: dict[int, int] = {}
-        for dev, _, n in live.buffers:
-            per_device[dev] = per_device.get(dev, 0) + n
-        refs: list[str] = []
-        for k in key:
-            for n in names.get(k, ()):
-                if n not in refs:
-                    refs.append(n)
-        cells = [_cell_of[k][0] for k in key if k in _cell_of]
-        records[key] = ArrayRecord(
-            shape=live.shape,
-            dtype=live.dtype,
-            nbytes=live.nbytes,
-            bytes_per_device=per_device,
-            names=tuple(refs),
-            cell=min(cells) if cells else None,
-        )
-    return sorted(records.values(), key=lambda r: (-r.nbytes, r.shape))
-
-
-def _attribute_new_buffers(execution_count: int | None) -> None:
-    """Buffers first seen after cell N belong to cell N; forget buffers that are gone."""
-    if not isinstance(execution_count, int) or not allocator_shim.backend_started():
-        return
-    seen: set = set()
-    for array, keys in allocator_shim.live_buffer_keys():
-        for key in keys:
-            seen.add(key)
-            entry = _cell_of.get(key)
-            # A dead holder means the address was freed and handed to a later array.
-            if entry is None or entry[1]() is None:
-                _cell_of[key] = (execution_count, _weak(array))
-    for key in [k for k in _cell_of if k not in seen]:
-        del _cell_of[key]
-
-
-def _weak(array: Any) -> Any:
-    try:
-        return weakref.ref(array)
-    except TypeError:
-        return lambda: None
+    """The live JAX arrays, largest first (``census(shell).records``)."""
+    return list(census(shell).records)
 
 
 def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int | None]]:
@@ -294,7 +397,7 @@ def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int
             keys = roots[:1] or ["(no name: held elsewhere)"]
         for k in keys:
             groups.setdefault(k, []).append(r)
-    out = [(k, len(v), sum(r.nbytes for r in v), min((r.cell for r in v if r.cell is not None), default=None))
+    out = [(k, len(v), sum(r.device_bytes for r in v), min((r.cell for r in v if r.cell is not None), default=None))
            for k, v in groups.items()]
     return sorted(out, key=lambda g: (-g[2], g[0]))
 
@@ -310,10 +413,17 @@ class ArraysReport:
     top: int = 20
     by: str | None = None
     note: str = ""
+    walk_note: str = ""  # what the walk of names could not see
+    seconds: float | None = None  # how long the listing took
 
     @property
     def total_bytes(self) -> int:
-        return sum(r.nbytes for r in self.records)
+        """Device-memory bytes of all live arrays."""
+        return sum(r.device_bytes for r in self.records)
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(r.host_bytes for r in self.records)
 
     def rows(self) -> list[tuple]:
         if self.by:
@@ -321,6 +431,8 @@ class ArraysReport:
         out = []
         for r in self.records[: self.top]:
             per_dev = ", ".join(f"{d}: {_b(n)}" for d, n in sorted(r.bytes_per_device.items()))
+            if r.host_bytes:
+                per_dev = f"host ({r.memory_kind}): {_b(r.host_bytes)}"
             out.append((f"{r.dtype}{list(r.shape)}", _b(r.nbytes), per_dev, ", ".join(r.names) or "(no name)",
                         "" if r.cell is None else str(r.cell)))
         return out
@@ -335,8 +447,11 @@ class ArraysReport:
             return self.note
         shown = min(self.top, len(self.rows()) if self.by else len(self.records))
         what = f"grouped by {self.by}" if self.by else "largest first"
-        return (f"{len(self.records)} live JAX arrays, {_b(self.total_bytes)} in all (deduplicated by device "
-                f"buffer); {shown} shown, {what}.")
+        host = f" and {_b(self.host_bytes)} in host memory" if self.host_bytes else ""
+        took = f" Listed in {self.seconds * 1e3:.0f} ms." if self.seconds is not None else ""
+        text = (f"{len(self.records)} live JAX arrays, {_b(self.total_bytes)} in device memory{host}; "
+                f"{shown} shown, {what}.{took}")
+        return text + (" " + self.walk_note if self.walk_note else "")
 
     def __str__(self) -> str:
         lines = [self.summary()]
@@ -357,7 +472,8 @@ class ArraysReport:
         return f"<div class='jupyter-gpumem-arrays'><p>{_esc(self.summary())}</p>{table}</div>"
 
     def to_json(self) -> dict:
-        return {"records": [r.to_json() for r in self.records], "total_bytes": self.total_bytes, "by": self.by}
+        return {"records": [r.to_json() for r in self.records], "total_bytes": self.total_bytes,
+                "host_bytes": self.host_bytes, "by": self.by, "walk_note": self.walk_note, "seconds": self.seconds}
 
 
 def _not_started_note() -> str:
@@ -410,7 +526,8 @@ def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
         raise ValueError(f"arrays: --by takes one of {', '.join(BY_CHOICES)}, got {by!r}")
     if not allocator_shim.backend_started():
         return ArraysReport((), top, by, _not_started_note())
-    return ArraysReport(tuple(live_arrays(shell)), top, by)
+    found = census(shell)
+    return ArraysReport(found.records, top, by, walk_note=found.walk.note(), seconds=found.seconds)
 
 
 # --- memory now: allocator stats where there are any, live-array bytes where not -------------
@@ -445,7 +562,8 @@ class MemoryNow:
     def measure_words(self) -> str:
         if self.measure == "allocator":
             return "JAX allocator bytes in use, all devices"
-        return "live JAX array bytes (no allocator statistics here)"
+        return ("live JAX array bytes (no allocator statistics here; on the CPU an array printed or handed "
+                "to NumPy counts twice: JAX keeps a second array object on its buffer)")
 
 
 def _with_stats(readings: Iterable) -> list:
@@ -460,17 +578,8 @@ def memory_now() -> MemoryNow:
         devices = tuple((r.jax_id, r.stats.bytes_in_use, r.stats.peak_bytes_in_use) for r in readings)
         return MemoryNow("allocator", in_use, _sum(s.peak_bytes_in_use for s in stats),
                          _sum(s.pool_bytes for s in stats), devices)
-    total = sum(r.nbytes for r in _distinct_live())
-    return MemoryNow("live_arrays", total)
-
-
-def _distinct_live() -> list:
-    seen, out = set(), []
-    for live in allocator_shim.list_live_arrays():
-        if live.key not in seen:
-            seen.add(live.key)
-            out.append(live)
-    return out
+    # Kept current by the cell hooks at the cost of new arrays: O(1) here, whatever lives.
+    return MemoryNow("live_arrays", array_cells.device_bytes())
 
 
 # --- free ------------------------------------------------------------------------------------
@@ -478,7 +587,11 @@ def _distinct_live() -> list:
 
 @dataclass(frozen=True)
 class FreeReport(_PreReport):
-    """What ``%gpumem free`` released, measured before and after."""
+    """What ``%gpumem free`` released, measured before and after.
+
+    ``actions`` are the steps that ran, ``failed`` the steps that raised (with why) and
+    ``not_done`` the steps left when it stopped (an interrupt); each step is whole or not at all.
+    """
 
     _html_class = "jupyter-gpumem-free"
     _repr_pretty_ = _pretty_as_text
@@ -488,6 +601,9 @@ class FreeReport(_PreReport):
     before: int
     after: int
     still_held: tuple[ArrayRecord, ...]
+    failed: tuple[str, ...] = ()
+    not_done: tuple[str, ...] = ()
+    note: str = ""
 
     @property
     def freed(self) -> int:
@@ -496,12 +612,20 @@ class FreeReport(_PreReport):
     def lines(self) -> list[str]:
         out = [f"Freed {_b(self.freed)}: {_b(self.before)} -> {_b(self.after)} ({self.measure})."]
         out += [f"  - {a}" for a in self.actions]
+        out += [f"  - FAILED {a}" for a in self.failed]
+        if self.not_done:
+            out.append("Interrupted: not done: " + ", ".join(self.not_done) + ".")
         if self.still_held:
             out.append("Still held (largest):")
             for r in self.still_held:
                 out.append(f"  {_b(r.nbytes):>11}  {r.dtype}{list(r.shape)}  {', '.join(r.names) or '(no name: held elsewhere)'}")
+        if self.note:
+            out.append(self.note)
         return out
 
+
+def _holds_array(value: Any) -> bool:
+    return bool(names_by_array({"v": value}, seconds=0.5).names)
 
 
 def _clear_history(shell: Any) -> tuple[int, list[str]]:
@@ -512,56 +636,88 @@ def _clear_history(shell: Any) -> tuple[int, list[str]]:
     hidden = hidden if isinstance(hidden, dict) else {}
     dropped: list[str] = []
     out = ns.get("Out")
-    holds = lambda v: bool(names_by_buffer({"v": v}))  # noqa: E731
     if isinstance(out, dict):
-        for n in [n for n, v in list(out.items()) if holds(v)]:
+        for n in [n for n, v in list(out.items()) if _holds_array(v)]:
             del out[n]
             dropped.append(f"Out[{n}]")
             ns.pop(f"_{n}", None)
             hidden.pop(f"_{n}", None)
     # The previous cell's ExecutionResult keeps its value until this cell ends.
     last = getattr(shell, "last_execution_result", None)
-    if last is not None and holds(getattr(last, "result", None)):
+    if last is not None and _holds_array(getattr(last, "result", None)):
         last.result = None
     hook = getattr(shell, "displayhook", None)
     for name in _HISTORY_SINGLE:
-        if name in ns and holds(ns[name]):
+        if name in ns and _holds_array(ns[name]):
             ns[name] = ""
             dropped.append(name)
-        if name in hidden and holds(hidden[name]):
+        if name in hidden and _holds_array(hidden[name]):
             hidden[name] = ""
-        if hook is not None and holds(getattr(hook, name, None)):
+        if hook is not None and _holds_array(getattr(hook, name, None)):
             setattr(hook, name, "")
     return len(dropped), dropped
 
 
+def _history_step(shell: Any) -> str:
+    count, names = _clear_history(shell)
+    shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+    return f"output history: dropped {count} reference{'s' if count != 1 else ''} to arrays" + (f" ({shown})" if names else "")
+
+
+def _caches_step() -> str:
+    ran = allocator_shim.clear_caches()
+    return "compiled-program caches: jax.clear_caches()" if ran else "compiled-program caches: JAX is not imported, nothing to clear"
+
+
+def _gc_step() -> str:
+    # The last error's traceback keeps its frames, and their arrays, alive (jax#14934).
+    for name in ("last_traceback", "last_value", "last_type", "last_exc"):
+        if hasattr(sys, name):
+            try:
+                delattr(sys, name)
+            except AttributeError:
+                pass
+    found = _gc.collect()
+    return f"garbage: the last error's traceback released; gc.collect() found {found} objects"
+
+
 def free(history: bool = True, caches: bool = True, gc: bool = True, shell: Any = None) -> FreeReport:
     """Release what can be released safely: output-history references to arrays, compiled
-    program caches (``jax.clear_caches()``), and garbage (with the last error's frames)."""
+    program caches (``jax.clear_caches()``), and garbage (with the last error's frames).
+
+    Never raises part-way: a step that fails is reported as failed and the others still run;
+    an interrupt stops it, and the report says which steps were done and which were not.
+    """
     shell = shell if shell is not None else (_state.get("shell") or _current_shell())
+    t0 = time.perf_counter()
     before = memory_now()
-    actions = []
-    if history:
-        count, names = _clear_history(shell)
-        shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
-        actions.append(f"output history: dropped {count} reference{'s' if count != 1 else ''} to arrays" + (f" ({shown})" if names else ""))
-    if caches:
-        ran = allocator_shim.clear_caches()
-        actions.append("compiled-program caches: jax.clear_caches()" if ran else "compiled-program caches: JAX is not imported, nothing to clear")
-    if gc:
-        # The last error's traceback keeps its frames, and their arrays, alive (jax#14934).
-        for name in ("last_traceback", "last_value", "last_type", "last_exc"):
-            if hasattr(sys, name):
-                try:
-                    delattr(sys, name)
-                except AttributeError:
-                    pass
-        found = _gc.collect()
-        actions.append(f"garbage: the last error's traceback released; gc.collect() found {found} objects")
+    steps = [(name, run) for name, wanted, run in (
+        ("output history", history, lambda: _history_step(shell)),
+        ("compiled-program caches", caches, _caches_step),
+        ("garbage", gc, _gc_step),
+    ) if wanted]
+    actions: list[str] = []
+    failed: list[str] = []
+    not_done: list[str] = []
+    for i, (name, run) in enumerate(steps):
+        try:
+            actions.append(run())
+        except KeyboardInterrupt:
+            not_done = [n for n, _ in steps[i:]]
+            break
+        except Exception as err:
+            failed.append(f"{name}: {type(err).__name__}: {err}")
+    still: tuple[ArrayRecord, ...] = ()
     after = memory_now()
+    note = ""
+    if not not_done and allocator_shim.backend_started():
+        try:
+            still = census(shell, seconds=WALK_SECONDS_REPORT).records[:5]
+        except KeyboardInterrupt:
+            note = "The list of what is still held was interrupted."
     measure = after.measure_words if after.measure == before.measure else "mixed measures"
-    still = tuple(live_arrays(shell)[:5]) if allocator_shim.backend_started() else ()
-    return FreeReport(tuple(actions), measure, before.in_use, after.in_use, still)
+    note = (note + " " if note else "") + f"Took {time.perf_counter() - t0:.2f} s."
+    return FreeReport(tuple(actions), measure, before.in_use, after.in_use, still, tuple(failed), tuple(not_done), note)
 
 
 def magic_free(argv: list[str], shell: Any) -> FreeReport:
@@ -780,6 +936,8 @@ class OomReport(_TextReport):
         if self.arrays:
             out += [f"  {_b(r.nbytes):>11}  {r.dtype}{list(r.shape)}  held by {', '.join(r.names) or '(no name: held elsewhere)'}"
                     + (f"  (cell {r.cell})" if r.cell is not None else "") for r in self.arrays]
+            if self.arrays_note:
+                out.append(f"  {self.arrays_note}")
         else:
             out.append(f"  {self.arrays_note or 'none'}")
         out += ["", "What to do, best first:"]
@@ -809,6 +967,7 @@ class OomReport(_TextReport):
         arrays = ("".join(f"<tr><td>{_esc(_b(r.nbytes))}</td><td>{_esc(r.dtype)}{_esc(list(r.shape))}</td>"
                           f"<td>{_esc(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
                           for r in self.arrays)
+                  + (f"<tr><td colspan='4'>{_esc(self.arrays_note)}</td></tr>" if self.arrays and self.arrays_note else "")
                   or f"<tr><td colspan='4'>{_esc(self.arrays_note or 'none')}</td></tr>")
         fixes = "".join(
             f"<li><b>{_esc(f.title)}</b><br>{_action_label(f.action)}: <code>{_esc(f.action)}</code>"
@@ -914,12 +1073,19 @@ def oom_report(
     values = {s.name: s.value for s in allocator_shim.settings_in_effect()}
 
     started = live is not None or allocator_shim.backend_started()
-    records = list(live) if live is not None else (live_arrays(shell) if started else [])
+    walk_note = ""
+    if live is not None:
+        records = list(live)
+    elif started:
+        found = census(shell, seconds=WALK_SECONDS_REPORT)
+        records, walk_note = list(found.records), found.walk.note()
+    else:
+        records = []
     device_id = failing.jax_id if failing is not None else None
     on_device = [r for r in records if device_id is None or device_id in r.bytes_per_device]
-    live_bytes = sum(r.bytes_per_device.get(device_id, r.nbytes) if device_id is not None else r.nbytes for r in on_device)
-    history = sum(r.nbytes for r in on_device if r.history_only)
-    arrays_note = "" if records else ("no live JAX arrays" if started else _not_started_note())
+    live_bytes = sum(r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device)
+    history = sum(r.device_bytes for r in on_device if r.history_only)
+    arrays_note = walk_note if records else ("no live JAX arrays" if started else _not_started_note())
 
     total = nvml_dev.total_bytes if nvml_dev is not None else (_host_memory_bytes() if platform == "cpu" else None)
     readings = OomReadings(
@@ -974,14 +1140,13 @@ def _on_error(error: BaseException | None, shell: Any) -> None:
 
 
 def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
-    """The doctor's work after a cell (called by ``doctor_hooks``): the per-cell line, the OOM
-    report, and attributing new array buffers to the cell."""
+    """The doctor's work after a cell (called by ``doctor_hooks``, once the cell's arrays are
+    noted): the per-cell line and the OOM report."""
     count = getattr(result, "execution_count", None)
     if tracker is not None and _state["cells"]:
         tracker.stop()
         print(tracker.line(f"cell {count}" if count is not None else "cell"))
     _on_error(getattr(result, "error_in_exec", None), shell)
-    _attribute_new_buffers(count)
 
 
 def _switch(argv: list[str], what: str, key: str, shell: Any, on_text: str) -> str:
@@ -1165,11 +1330,9 @@ def defragment(tree: Any, shell: Any = None) -> tuple[Any, DefragSummary]:
     """
     if not allocator_shim.backend_started():
         raise ValueError("defragment: JAX's backend has not started, so nothing is on a device yet")
-    keys: set = set()
-    found = names_by_buffer({"tree": tree})
-    keys.update(found)
+    keys = set(names_by_array({"tree": tree}).names)
     namespace = _user_namespace(shell)
-    holders = names_by_buffer(namespace) if namespace else {}
+    holders = names_by_array(namespace).names if namespace else {}
     other = sorted({n for k in keys for n in holders.get(k, ())})
     before = tuple(_device_state(r) for r in _jax_readings())
     new_tree, moved, nbytes = allocator_shim.host_round_trip(tree)

@@ -1,7 +1,7 @@
 """The doctor's cell hooks, kept apart from ``doctor.py`` so that loading the extension is cheap.
 
-A cell imports the doctor only when it has work for it: an error to diagnose, ``%gpumem cells
-on``, or JAX arrays to attribute to the cell (JAX already imported).
+A cell imports the doctor only when it has work for it: an error to diagnose, or ``%gpumem
+cells on``. Noting which cell made which array (``array_cells``) costs the new arrays only.
 """
 
 from __future__ import annotations
@@ -19,35 +19,64 @@ state: dict[str, Any] = {"doctor": True, "cells": False, "shell": None}
 _hooks = CellHooks()
 
 
+def _interrupted(what: str) -> None:
+    # An interrupt meant for the cell's code can land in a hook; say so in one line, no traceback.
+    print(f"gpumem: interrupted while {what}; the cell's own result stands", file=sys.stderr)
+
+
 def install(shell: Any) -> None:
     """Add the doctor's cell hooks to ``shell`` (idempotent).
 
-    After each cell: an out-of-memory error gets a report (the error itself is shown and
-    propagates as before: the hook only adds output); new array buffers are attributed to the
-    cell; with ``%gpumem cells on``, one line of memory use.
+    After each cell: the arrays the cell made are noted as its own (``array_cells``, at the cost
+    of the new arrays only); an out-of-memory error gets a report (the error itself is shown and
+    propagates as before: the hook only adds output); with ``%gpumem cells on``, one line of
+    memory use. Nothing here waits on JAX or reads an array's buffers.
     """
     if shell in _hooks:
         return
     state["shell"] = shell
     running: dict[str, Any] = {"track": None}
+    if "jax" in sys.modules:
+        from . import array_cells
+
+        try:
+            array_cells.note_new_arrays(None)  # arrays from before loading: "before tracking"
+        except Exception:
+            log.debug("jupyter-gpumem could not list the arrays made before loading", exc_info=True)
 
     def pre_run_cell(info: Any = None) -> None:
-        if state["cells"]:
-            try:
+        count = getattr(shell, "execution_count", None)
+        try:
+            if "jax" in sys.modules:
+                from . import array_cells
+
+                array_cells.begin_cell(count if isinstance(count, int) else None)
+            if state["cells"]:
                 from .doctor import Track
 
                 running["track"] = Track().start()
-            except Exception:
-                running["track"] = None
+        except KeyboardInterrupt:
+            running["track"] = None
+            _interrupted("measuring memory before the cell")
+        except Exception:
+            running["track"] = None
+            log.debug("jupyter-gpumem pre-cell hook failed", exc_info=True)
 
     def post_run_cell(result: Any = None) -> None:
         tracker, running["track"] = running["track"], None
-        if tracker is None and getattr(result, "error_in_exec", None) is None and "jax" not in sys.modules:
-            return  # nothing for the doctor: no error, no line to print, no JAX arrays yet
+        count = getattr(result, "execution_count", None)
         try:
+            if "jax" in sys.modules:
+                from . import array_cells
+
+                array_cells.end_cell(count if isinstance(count, int) else None)
+            if tracker is None and getattr(result, "error_in_exec", None) is None:
+                return  # nothing for the doctor: no error, no line to print
             from .doctor import after_cell
 
             after_cell(result, shell, tracker)
+        except KeyboardInterrupt:
+            _interrupted("reporting on the cell")
         except Exception:  # a diagnosis must never be a second error
             log.debug("jupyter-gpumem doctor hook failed", exc_info=True)
 
@@ -55,5 +84,9 @@ def install(shell: Any) -> None:
 
 
 def uninstall(shell: Any) -> None:
-    """Remove the hooks ``install`` added; a no-op if there are none."""
+    """Remove the hooks ``install`` added, and forget which cell made which array."""
     _hooks.remove(shell)
+    if "jupyter_gpumem.array_cells" in sys.modules:
+        from . import array_cells
+
+        array_cells.forget_all()

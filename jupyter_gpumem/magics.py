@@ -214,6 +214,11 @@ class GpumemMagics(Magics):
         except GpumemError as err:
             # UsageError: IPython shows the message without a traceback, and the cell fails.
             raise UsageError(str(err)) from None
+        except KeyboardInterrupt:
+            # Our own work was interrupted: one line, no traceback from inside the package; the
+            # cell still fails, so Run All stops as it would for any interrupt.
+            word = (line or "").split(maxsplit=1)[0] if (line or "").strip() else "status"
+            raise UsageError(f"%gpumem {word}: interrupted") from None
 
 
 GpumemMagics.gpumem.__doc__ = HELP
@@ -248,7 +253,9 @@ def unload(shell: Any) -> None:
     from .kernel_comm import unregister as unregister_comm
     from .sampler import unregister_cell_events
 
-    for hook in (unregister_cell_events, unregister_comm, uninstall_doctor):
+    from .record import stop_active
+
+    for hook in (stop_active, unregister_cell_events, unregister_comm, uninstall_doctor):
         try:
             hook(shell)
         except Exception:

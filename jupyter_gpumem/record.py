@@ -10,6 +10,7 @@ add "marker" events. Traces recorded here are real readings: ``"synthetic": fals
 from __future__ import annotations
 
 import argparse
+import atexit
 import math
 import os
 import runpy
@@ -17,6 +18,7 @@ import sys
 import threading
 from typing import Any, Sequence
 
+from .model import NOT_STARTED, NotAvailable
 from .nvml import is_fake as nvml_is_fake
 from .sampler import Sampler, get_sampler
 from .tracefile import TraceWriter, header_devices
@@ -64,15 +66,24 @@ class Recorder:
         self.path = os.fspath(path)
         self.sampler = sampler
         self.writer = TraceWriter(path, fields)
+        self._jax_seen = not _jax_not_started(first)
         self.writer.write_sample(first)
         self.samples_written = 1
         self._events = sampler.subscribe_events(self._write_event)
         self._samples = sampler.subscribe(self._write_sample, interval=interval)
 
     def _write_sample(self, sample: Any) -> None:
-        if not self.writer.closed:
-            self.writer.write_sample(sample)
-            self.samples_written += 1
+        if self.writer.closed:
+            return
+        if _jax_stopped(sample, self._jax_seen):
+            # JAX's backend never stops while the process runs: this is interpreter exit,
+            # after jax's own atexit cleared its backends. The recording ends with the last
+            # real sample.
+            self.writer.close()
+            return
+        self._jax_seen = self._jax_seen or not _jax_not_started(sample)
+        self.writer.write_sample(sample)
+        self.samples_written += 1
 
     def _write_event(self, event: Any) -> None:
         if not self.writer.closed:
@@ -82,13 +93,40 @@ class Recorder:
     def recording(self) -> bool:
         return not self.writer.closed
 
-    def stop(self) -> None:
-        """Take one last sample, stop sampling and close the file (idempotent)."""
+    def stop(self, last_sample: bool = True) -> None:
+        """Take one last sample (unless ``last_sample`` is False), stop sampling and close the
+        file (idempotent)."""
         self._samples.close()
         self._events.close()
-        if not self.writer.closed:
+        if last_sample and not self.writer.closed:
             self._write_sample(self.sampler.sample_once())  # the state at the end
         self.writer.close()
+
+
+def _jax_not_started(sample: Any) -> bool:
+    return isinstance(sample.jax, NotAvailable) and sample.jax.code == NOT_STARTED
+
+
+def _jax_stopped(sample: Any, jax_seen: bool) -> bool:
+    return jax_seen and _jax_not_started(sample)
+
+
+def stop_active(shell: Any = None, last_sample: bool = True) -> str | None:
+    """Stop the recording in progress, if any (``%unload_ext``, interpreter exit); returns the
+    line to show, or None when nothing was recording."""
+    global _active
+    with _active_lock:
+        recorder, _active = _active, None
+    if recorder is None:
+        return None
+    recorder.stop(last_sample=last_sample)
+    return f"recording stopped: {recorder.samples_written} samples in {recorder.path}"
+
+
+def _stop_at_exit() -> None:
+    # No last sample at exit: JAX may already have cleared its backends (its atexit ran first
+    # when jax was imported after this was registered), and a reading then says "not started".
+    stop_active(last_sample=False)
 
 
 def mark(name: str, **data: Any) -> None:
@@ -114,12 +152,10 @@ def magic_record(argv: Sequence[str], shell: Any = None) -> str:
     if not args:
         raise RecordError(_MAGIC_USAGE)
     if args == ["stop"]:
-        with _active_lock:
-            recorder, _active = _active, None
-        if recorder is None:
+        stopped = stop_active()
+        if stopped is None:
             raise RecordError("no recording is running; start one with %gpumem record PATH.jsonl")
-        recorder.stop()
-        return f"recording stopped: {recorder.samples_written} samples in {recorder.path}"
+        return stopped
     path, interval = args[0], None
     rest = args[1:]
     if path.startswith("-") or path == "stop":
@@ -138,6 +174,8 @@ def magic_record(argv: Sequence[str], shell: Any = None) -> str:
 
             register_cell_events(shell, sampler)
         _active = Recorder(path, sampler, interval=interval)
+        atexit.unregister(_stop_at_exit)
+        atexit.register(_stop_at_exit)
     every = interval if interval is not None else sampler.interval
     return f"recording to {path} every {every:g} s; %gpumem record stop to finish"
 

@@ -1,0 +1,107 @@
+"""Which cell made each live JAX array, and how many device bytes the live arrays hold.
+
+Kept current after every cell at the cost of the arrays made since the last cell: JAX lists its
+arrays newest first, so the walk stops at the first array already known. Arrays are known by
+identity, through weak references; a dead one leaves the registry in its weakref callback, so a
+later array at the same address is never taken for it. Sizes come from the sharding
+(``allocator_shim.footprint``); no buffer is touched and nothing waits on JAX.
+
+Imports neither jax nor the doctor: the cell hooks call it on every cell.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from . import allocator_shim
+
+
+@dataclass(frozen=True)
+class _Entry:
+    cell: int | None  # None: made before tracking began, or between cells
+    ref: Any  # weakref.ref to the array
+    device_bytes: int
+
+
+_entries: dict[int, _Entry] = {}
+_total = [0]
+# Weakref callbacks run wherever an array dies, this thread included while it holds the lock.
+_lock = threading.RLock()
+_current: list[int | None] = [None]
+
+
+def _forget(key: int, ref: Any) -> None:
+    with _lock:
+        entry = _entries.get(key)
+        if entry is not None and entry.ref is ref:
+            del _entries[key]
+            _total[0] -= entry.device_bytes
+
+
+def _device_bytes(array: Any) -> int:
+    try:
+        return 0 if array.is_deleted() else allocator_shim.footprint(array).on_device
+    except Exception:  # deleted while we read it, or a sharding without sizes
+        return 0
+
+
+def note_new_arrays(cell: int | None = None) -> int:
+    """Register the arrays made since the last call as made by ``cell`` (the cell running now
+    when None); returns how many were new. Never starts JAX."""
+    if cell is None:
+        cell = _current[0]
+    new = 0
+    with _lock:
+        for array in allocator_shim.live_arrays_newest_first():
+            key = id(array)
+            entry = _entries.get(key)
+            if entry is not None and entry.ref() is array:
+                break  # everything older was seen by an earlier call
+            try:
+                ref = weakref.ref(array, lambda r, k=key: _forget(k, r))
+            except TypeError:
+                continue
+            size = _device_bytes(array)
+            if entry is not None:
+                _total[0] -= entry.device_bytes
+            _entries[key] = _Entry(cell, ref, size)
+            _total[0] += size
+            new += 1
+    return new
+
+
+def begin_cell(cell: int | None) -> None:
+    """Arrays found while this cell runs (``track()``, ``%gpumem`` commands) belong to it."""
+    _current[0] = cell
+
+
+def end_cell(cell: int | None) -> int:
+    """Register the cell's new arrays as its own; returns how many."""
+    try:
+        return note_new_arrays(cell)
+    finally:
+        _current[0] = None
+
+
+def cell_of(array: Any) -> int | None:
+    """The cell that made ``array``, where known."""
+    entry = _entries.get(id(array))
+    return entry.cell if entry is not None and entry.ref() is array else None
+
+
+def device_bytes() -> int:
+    """Device bytes of the live arrays, counted as they were registered (after picking up any
+    new ones). An array deleted by donation but still referenced counts until it is released."""
+    note_new_arrays()
+    return _total[0]
+
+
+def forget_all() -> None:
+    """Drop the registry (tests, and unloading the extension)."""
+    with _lock:
+        _entries.clear()
+        _total[0] = 0
+        _current[0] = None

@@ -1,0 +1,45 @@
+"""Run cells in a real IPython shell, in this process, and print what each did as one JSON line.
+
+    python tests/kernel_session.py CELLS.json [--ext]
+
+CELLS.json is a list of cell sources. With ``--ext`` the first thing run is
+``%load_ext jupyter_gpumem``; without it the same cells run on plain IPython and JAX, for
+comparison. Each cell's record: ``ok``, ``error`` (the exception's class name), ``seconds``
+(wall time of ``run_cell``, hooks included) and ``out`` (what it printed and displayed).
+The last line printed is ``JSON`` and the records. The test runs this under a time limit: a
+cell that hangs never prints it, and an abort shows as the return code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import time
+
+from IPython.core.interactiveshell import InteractiveShell
+
+
+def main() -> None:
+    with open(sys.argv[1]) as fh:
+        cells = json.load(fh)
+    shell = InteractiveShell.instance()
+    if "--ext" in sys.argv[2:]:
+        shell.run_line_magic("load_ext", "jupyter_gpumem")
+    records = []
+    for source in cells:
+        buf = io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            result = shell.run_cell(source, store_history=True)
+        seconds = time.perf_counter() - t0
+        error = result.error_in_exec or result.error_before_exec
+        records.append({"ok": result.success, "error": type(error).__name__ if error else None,
+                        "seconds": seconds, "out": buf.getvalue()})
+        print(f"cell {len(records)} done in {seconds:.3f} s", file=sys.__stderr__, flush=True)
+    print("JSON" + json.dumps(records), flush=True)
+
+
+if __name__ == "__main__":
+    main()

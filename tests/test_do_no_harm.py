@@ -1,0 +1,294 @@
+"""The extension never aborts, hangs or slows a user's kernel, and never changes what the user's
+code sees: each case runs in a fresh IPython process twice, with ``%load_ext jupyter_gpumem`` and
+without it (tests/kernel_session.py), and the two are compared.
+
+Where the cases come from:
+- The async out-of-memory error: a jitted call whose output cannot be allocated returns an
+  array at dispatch and fails later (JAX 0.10.2, CPU: ``is_ready()`` and ``is_deleted()``
+  answer, ``block_until_ready()`` raises). Reading that array's buffer pointer is a fatal check
+  in XLA (xla/python/pjrt_ifrt/raw_buffer.h, ``Check failed: buffer_.IsConcrete()``): SIGABRT.
+- The hang: ``unsafe_buffer_pointer()`` on a pending array waits with the GIL held, while JAX's
+  worker thread needs the GIL to run a ``jax.debug.print`` callback (jax/_src/debugging.py
+  runs the callback in Python).
+- Shard views: ``Array.addressable_shards`` caches per-shard arrays on the array
+  (jax/_src/array.py, 0.10.2), which ``jax.live_arrays()`` then lists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+SESSION = HERE / "kernel_session.py"
+
+SETUP = textwrap.dedent("""\
+    import jax, jax.numpy as jnp
+    x = jnp.ones((1000,))
+    f = jax.jit(lambda x: jnp.zeros((2**42,), jnp.float32) + x.sum())  # output cannot be allocated
+    x.block_until_ready()""")
+
+
+def run_session(tmp_path: Path, cells: list[str], ext: bool, env: dict | None = None, timeout: float = 120) -> list[dict]:
+    """Each cell's record; fails the test with the process's output if it died or hung."""
+    path = tmp_path / ("cells-ext.json" if ext else "cells-plain.json")
+    path.write_text(json.dumps(cells))
+    full_env = {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **(env or {})}
+    args = [sys.executable, str(SESSION), str(path)] + (["--ext"] if ext else [])
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=tmp_path)
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"{'with' if ext else 'without'} the extension, the session hung for {timeout} s; "
+                    f"progress: {(err.stderr or b'')[-2000:]!r}")
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
+    assert proc.returncode == 0 and line is not None, (
+        f"{'with' if ext else 'without'} the extension the process ended with code {proc.returncode}\n"
+        + proc.stdout[-3000:] + proc.stderr[-3000:])
+    return json.loads(line[4:])
+
+
+def compare(tmp_path: Path, cells: list[str], env: dict | None = None, timeout: float = 120) -> tuple[list[dict], list[dict]]:
+    """(plain, with extension): the same cells, the same outcome for each."""
+    plain = run_session(tmp_path, cells, ext=False, env=env, timeout=timeout)
+    loaded = run_session(tmp_path, cells, ext=True, env=env, timeout=timeout)
+    assert [(c["ok"], c["error"]) for c in loaded] == [(c["ok"], c["error"]) for c in plain], (plain, loaded)
+    return plain, loaded
+
+
+ASYNC_OOM_CASES = {
+    "assigned": ["y = f(x)", "1 + 1"],
+    "handled": ["try:\n    y = f(x); y.block_until_ready()\nexcept Exception:\n    pass", "1 + 1"],
+    "in a function": ["def run(x):\n    y = f(x)\n    return float(y.sum())", "run(x)", "1 + 1"],
+    "in a list": ["losses = []\nfor i in range(2):\n    losses.append(f(x))", "len(losses)",
+                  "try:\n    float(losses[0].sum())\nexcept Exception as err:\n    print(type(err).__name__)"],
+}
+
+
+@pytest.mark.parametrize("case", list(ASYNC_OOM_CASES))
+@pytest.mark.parametrize("doctor", ["on", "off"])
+def test_an_array_whose_allocation_failed_does_not_abort_the_kernel(tmp_path, case, doctor):
+    """Every cell ends as it does without the extension, the process lives, the next cell runs."""
+    cells = [SETUP] + ([] if doctor == "on" else ["pass"]) + ASYNC_OOM_CASES[case]
+    if doctor == "off":
+        cells[1] = "get_ipython().run_line_magic('gpumem', 'doctor off') if 'gpumem' in get_ipython().magics_manager.magics['line'] else None"
+    plain, loaded = compare(tmp_path, cells)
+    assert loaded[-1]["ok"]
+
+
+def test_the_oom_report_lists_arrays_whose_allocation_failed(tmp_path):
+    """The case the report exists for: a function allocates, the result is used, it fails."""
+    cells = [SETUP, "def run(x):\n    y = f(x)\n    return float(y.sum())", "pending = f(x)", "run(x)", "1 + 1"]
+    _, loaded = compare(tmp_path, cells)
+    assert not loaded[3]["ok"] and "JAX ran out of memory (jupyter-gpumem doctor)" in loaded[3]["out"]
+    assert "Largest live arrays:" in loaded[3]["out"]
+
+
+def test_typed_commands_survive_failed_arrays(tmp_path):
+    """%gpumem arrays, free and cells read only metadata of a failed array."""
+    cells = [SETUP, "y = f(x)", "%gpumem cells on", "z = f(x)", "%gpumem arrays", "%gpumem free", "1 + 1"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert all(c["ok"] for c in loaded), loaded
+    assert "live JAX arrays" in loaded[4]["out"] and "float32[4398046511104]" in loaded[4]["out"]
+    assert "Freed" in loaded[5]["out"]
+
+
+def test_a_debug_print_training_loop_does_not_hang(tmp_path):
+    """Plain JAX returns at once; a hook that waited on the pending buffer would deadlock."""
+    cells = [
+        "import jax, jax.numpy as jnp\n"
+        "@jax.jit\n"
+        "def init(x):\n    return {'w': x * 2.0}\n"
+        "@jax.jit\n"
+        "def train_step(p):\n    jax.debug.print('loss {l}', l=p['w'].sum())\n    return {'w': p['w'] * 0.9}\n"
+        "x = jnp.ones((256,))",
+        "params = init(x)\nfor i in range(3):\n    params = train_step(params)",
+        "float(params['w'].sum())",
+    ]
+    plain, loaded = compare(tmp_path, cells, timeout=60)
+    assert loaded[1]["seconds"] < 5, loaded
+
+
+SLOW = textwrap.dedent("""\
+    import time, jax, jax.numpy as jnp
+    @jax.jit
+    def slow(a):
+        return jax.lax.fori_loop(0, 150, lambda i, a: jnp.tanh(a @ a) * 0.5, a)
+    x = jnp.full((384, 384), 0.01)
+    slow(x).block_until_ready()  # compile
+    t0 = time.perf_counter(); slow(x).block_until_ready(); full = time.perf_counter() - t0
+    print(f"{full:.3f}")""")
+
+
+def test_a_chain_of_pending_computations_ends_its_cell_as_without_the_extension(tmp_path):
+    """Async dispatch: the cell returns while two slow calls are pending, with and without us."""
+    cells = [SLOW, "y = slow(x)\ny2 = slow(y)", "float(y2.sum())"]
+    plain, loaded = compare(tmp_path, cells)
+    full = float(plain[0]["out"])
+    assert plain[1]["seconds"] < full / 2, f"plain JAX did not dispatch asynchronously here ({full} s a call)"
+    assert loaded[1]["seconds"] < full / 2, (full, loaded[1])
+    assert loaded[2]["ok"]
+
+
+SHARDED = textwrap.dedent("""\
+    import jax, jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(jax.devices(), ("d",))
+    arrays = [jax.device_put(jnp.arange(100.0), NamedSharding(mesh, P("d"))) for _ in range(5)]
+    [a.block_until_ready() for a in arrays]
+    del _""")
+FOUR_CPUS = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+
+
+def test_sharded_arrays_are_not_multiplied_by_the_extension(tmp_path):
+    """jax.live_arrays() shows the user's five arrays after a cell, with and without us."""
+    cells = [SHARDED, "n = len(jax.live_arrays())", "%gpumem arrays", "print(len(jax.live_arrays()))"]
+    plain = run_session(tmp_path, [SHARDED, "print(len(jax.live_arrays()))"], ext=False, env=FOUR_CPUS)
+    loaded = run_session(tmp_path, cells, ext=True, env=FOUR_CPUS)
+    assert plain[1]["out"].strip() == loaded[3]["out"].strip() == "5"
+    assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in device memory"), loaded[2]["out"]
+
+
+def test_shard_views_the_user_made_are_not_listed_as_arrays(tmp_path):
+    """After ``addressable_shards``, JAX lists the per-shard views too; they are not new memory."""
+    cells = [SHARDED, "views = [s.data for s in arrays[0].addressable_shards]\nprint(len(jax.live_arrays()))",
+             "%gpumem arrays"]
+    loaded = run_session(tmp_path, cells, ext=True, env=FOUR_CPUS)
+    assert loaded[1]["out"].strip() == "9"
+    assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in device memory"), loaded[2]["out"]
+
+
+def test_arrays_are_sized_per_device_from_the_sharding(tmp_path):
+    cells = [SHARDED, "from jupyter_gpumem import doctor\n"
+                      "r = next(r for r in doctor.live_arrays() if 'arrays[0]' in r.names)\n"
+                      "print(sorted(r.bytes_per_device.items()), r.nbytes)"]
+    loaded = run_session(tmp_path, cells, ext=True, env=FOUR_CPUS)
+    assert loaded[1]["out"].strip() == "[(0, 100), (1, 100), (2, 100), (3, 100)] 400"
+
+
+ODD_OBJECTS = textwrap.dedent("""\
+    import shelve, collections.abc
+    shelf = shelve.open("shelf")
+    shelf["k"] = 1
+    shelf.close()
+    class BadMapping(collections.abc.Mapping):
+        def __getitem__(self, k): raise KeyError(k)
+        def __len__(self): return 1
+        def __iter__(self): raise RuntimeError("iteration fails")
+    bad_mapping = BadMapping()
+    class BadAttr:
+        def __getattr__(self, name): raise RuntimeError("no attributes here")
+    bad_attr = BadAttr()
+    class BadDict:
+        @property
+        def __dict__(self): raise ValueError("no dict")
+    bad_dict = BadDict()
+    w = jnp.ones((50,))""")
+
+
+def test_odd_objects_in_the_namespace_are_skipped_and_counted(tmp_path):
+    cells = [SETUP, ODD_OBJECTS, "%gpumem arrays", "%gpumem free", "jnp.zeros((2**42,), jnp.float32)", "1 + 1"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert [c["ok"] for c in loaded] == [True, True, True, True, False, True], loaded
+    arrays = loaded[2]["out"]
+    assert "w" in arrays and "could not be read and were skipped" in arrays, arrays
+    assert "Traceback" not in loaded[3]["out"] and "FAILED" not in loaded[3]["out"], loaded[3]["out"]
+    assert "JAX ran out of memory (jupyter-gpumem doctor)" in loaded[4]["out"]
+
+
+def test_a_long_list_of_arrays_is_walked_whole(tmp_path):
+    """20,000 arrays in one list are each named by their index, not 'held elsewhere'."""
+    cells = [SETUP, "xs = [jnp.full((), i) for i in range(20_000)]",
+             "from jupyter_gpumem import doctor\n"
+             "recs = doctor.live_arrays()\n"
+             "print(sum(1 for r in recs if any(n.startswith('xs[') for n in r.names)))"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert loaded[2]["out"].strip() == "20000"
+
+
+def test_an_array_reusing_a_donated_buffer_belongs_to_the_cell_that_made_it(tmp_path):
+    cells = ["import jax, jax.numpy as jnp\nx = jnp.ones((1000,))",
+             "g = jax.jit(lambda a: a * 2, donate_argnums=0)\nx = g(x)",
+             "from jupyter_gpumem import doctor\nprint([r.cell for r in doctor.live_arrays() if 'x' in r.names])"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert loaded[2]["out"].strip() == "[2]"  # the second cell made today's x
+
+
+def test_host_memory_arrays_are_not_device_bytes(tmp_path):
+    """A pinned_host array (CPU JAX 0.10.2 offers the memory kind) holds no device memory."""
+    cells = [SETUP, "from jax.sharding import SingleDeviceSharding\n"
+                    "h = jax.device_put(jnp.ones((1000,)), SingleDeviceSharding(jax.devices()[0], memory_kind='pinned_host'))",
+             "from jupyter_gpumem import doctor\n"
+             "r = next(r for r in doctor.live_arrays() if 'h' in r.names)\n"
+             "print(r.device_bytes, r.host_bytes, r.memory_kind)",
+             "%gpumem arrays --top 3"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert loaded[2]["out"].strip() == "0 4000 pinned_host"
+    assert "host (pinned_host): 3.91 KiB" in loaded[3]["out"] and "and 3.91 KiB in host memory" in loaded[3]["out"]
+
+
+def test_jax_lists_live_arrays_newest_first(tmp_path):
+    """The per-cell bookkeeping stops at the first array it knows; that needs this order
+    (jaxlib py_array.cc links each new array at the head of the client's list)."""
+    cells = ["import jax, jax.numpy as jnp\na = jnp.ones(3); b = jnp.ones(4); c = jnp.ones(5)\n"
+             "print([x.shape[0] for x in jax.live_arrays()])"]
+    plain = run_session(tmp_path, cells, ext=False)
+    assert plain[0]["out"].strip() == "[5, 4, 3]"
+
+
+TRAP = textwrap.dedent("""\
+    class Trap:  # an interrupt that lands while the extension reads this object
+        @property
+        def __dict__(self):
+            raise KeyboardInterrupt
+    trap = Trap()""")
+
+
+def test_an_interrupt_during_a_command_ends_it_in_one_line(tmp_path):
+    cells = [SETUP, TRAP, "%gpumem arrays", "1 + 1"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert not loaded[2]["ok"] and loaded[2]["error"] == "UsageError"
+    assert "%gpumem arrays: interrupted" in loaded[2]["out"]
+    assert "Traceback" not in loaded[2]["out"] and "jupyter_gpumem" not in loaded[2]["out"].replace("%gpumem", "")
+    assert loaded[3]["ok"]
+
+
+def test_an_interrupt_during_a_hook_is_one_line_and_the_next_cell_runs(tmp_path):
+    cells = [SETUP, TRAP, "jnp.zeros((2**42,), jnp.float32)", "1 + 1"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    out = loaded[2]["out"]
+    assert "gpumem: interrupted while reporting on the cell" in out
+    assert "Error in callback" not in out and "doctor_hooks" not in out
+    assert loaded[3]["ok"]
+
+
+def test_free_interrupted_says_what_was_done(tmp_path):
+    """An interrupt in the first step (the history walk) leaves the others undone, and says so."""
+    cells = [SETUP, "jnp.ones(3)", TRAP + "\nOut[99] = trap", "%gpumem free"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    out = loaded[3]["out"]
+    assert "Interrupted: not done: output history, compiled-program caches, garbage." in out, out
+
+
+def test_a_recording_stops_at_unload_without_a_last_bogus_sample(tmp_path):
+    count = "print(len(open('rec.jsonl').read().splitlines()))"
+    cells = [SETUP, "%gpumem record rec.jsonl --interval 0.05", "import time; time.sleep(0.3)",
+             "%unload_ext jupyter_gpumem", count, "time.sleep(0.3)", count]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert all(c["ok"] for c in loaded), loaded
+    assert int(loaded[4]["out"]) >= 5 and loaded[4]["out"] == loaded[6]["out"]
+    samples = [json.loads(l) for l in (tmp_path / "rec.jsonl").read_text().splitlines() if '"sample"' in l]
+    assert not any("not_started" in json.dumps(s.get("jax")) for s in samples)
+
+
+def test_a_recording_left_running_ends_at_exit_without_a_not_started_sample(tmp_path):
+    cells = [SETUP, "%gpumem record rec.jsonl --interval 0.02", "import time; time.sleep(0.3)"]
+    run_session(tmp_path, cells, ext=True)
+    samples = [json.loads(l) for l in (tmp_path / "rec.jsonl").read_text().splitlines() if '"sample"' in l]
+    assert len(samples) >= 3
+    assert not any("not_started" in json.dumps(s.get("jax")) for s in samples), samples[-1]
