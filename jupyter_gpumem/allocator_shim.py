@@ -965,10 +965,10 @@ def footprint(array: Any) -> Footprint:
     known = _footprints.get(key)
     if known is not None:
         return known
-    nbytes = int(array.nbytes)
+    nbytes = int(array.nbytes)  # the global array's bytes
     devices = sharding.addressable_devices
     kind = getattr(sharding, "memory_kind", None)
-    if len(devices) == 1:
+    if len(sharding.device_set) == 1:
         (device,) = devices
         per_device = {device.id: nbytes}
     else:

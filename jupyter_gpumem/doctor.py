@@ -258,11 +258,12 @@ class _Walker:
         if isinstance(attrs, dict) and type(value).__module__ != "builtins":
             out += [(f".{k}", v) for k, v in list(attrs.items()) if not str(k).startswith("__")]
         for cls in type(value).__mro__:
-            for slot in cls.__dict__.get("__slots__", ()) if isinstance(cls.__dict__.get("__slots__", ()), (tuple, list)) else ():
+            slots = cls.__dict__.get("__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:
                 if isinstance(slot, str) and not slot.startswith("__"):
                     try:
                         out.append((f".{slot}", object.__getattribute__(value, slot)))
-                    except AttributeError:
+                    except AttributeError:  # a slot never assigned
                         pass
         return out
 
