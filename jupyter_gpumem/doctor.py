@@ -199,8 +199,8 @@ class _Walker:
     def __init__(self, seconds: float):
         self.found = NameWalk()
         self.seen: set[int] = set()
-        self.deadline = time.perf_counter() + seconds
         self.t0 = time.perf_counter()
+        self.deadline = self.t0 + seconds
         self.visits = 0
 
     def out_of_time(self) -> bool:
@@ -208,6 +208,11 @@ class _Walker:
         if self.visits & 255 == 0 and time.perf_counter() > self.deadline:
             self.found.unfinished = True
         return self.found.unfinished
+
+    def record(self, array: Any, path: str) -> None:
+        paths = self.found.names.setdefault(id(array), [])
+        if path not in paths:
+            paths.append(path)
 
     def walk(self, value: Any, path: str, depth: int) -> None:
         """Record ``path`` for every jax.Array reachable from ``value``. Any object may raise
@@ -218,9 +223,7 @@ class _Walker:
             if isinstance(value, _SKIP_TYPES):
                 return
             if allocator_shim.is_jax_array(value):
-                paths = self.found.names.setdefault(id(value), [])
-                if path not in paths:
-                    paths.append(path)
+                self.record(value, path)
                 return
             if depth <= 0 or id(value) in self.seen:
                 return
@@ -229,40 +232,45 @@ class _Walker:
         except Exception:
             self.found.skipped += 1
             return
-        names = self.found.names
-        for suffix, child in children:
-            if allocator_shim.is_jax_array(child):  # the common leaf, without a call level
-                paths = names.setdefault(id(child), [])
-                if path + suffix not in paths:
-                    paths.append(path + suffix)
+        for form, key, child in children:
+            try:
+                child_path = path + form.format(key)  # a key's repr is user code too
+            except Exception:
+                self.found.skipped += 1
                 continue
-            self.walk(child, path + suffix, depth - 1)
+            if allocator_shim.is_jax_array(child):  # the common leaf, without a call level
+                self.record(child, child_path)
+                if self.out_of_time():
+                    return
+                continue
+            self.walk(child, child_path, depth - 1)
             if self.found.unfinished:
                 return
 
-    def _children(self, value: Any) -> Iterable[tuple[str, Any]]:
+    def _children(self, value: Any) -> list[tuple[str, Any, Any]]:
+        """``(path form, key, child)`` for each child, from a snapshot of the container."""
         if isinstance(value, dict):
-            return [(f"[{k!r}]", v) for k, v in list(value.items())]
+            return [("[{!r}]", k, v) for k, v in list(value.items())]
         if isinstance(value, (list, tuple)):
-            return [(f"[{i}]", v) for i, v in enumerate(list(value))]
+            return [("[{}]", i, v) for i, v in enumerate(list(value))]
         if isinstance(value, Mapping):
             module = type(value).__module__.split(".", 1)[0]
             if module not in _MAPPING_MODULES:
                 self.found.skipped += 1
                 return []
-            return [(f"[{k!r}]", v) for k, v in list(value.items())]
+            return [("[{!r}]", k, v) for k, v in list(value.items())]
         if callable(value) and not hasattr(value, "__dict__"):
             return []
-        out: list[tuple[str, Any]] = []
+        out: list[tuple[str, Any, Any]] = []
         attrs = getattr(value, "__dict__", None)
         if isinstance(attrs, dict) and type(value).__module__ != "builtins":
-            out += [(f".{k}", v) for k, v in list(attrs.items()) if not str(k).startswith("__")]
+            out += [(".{}", k, v) for k, v in list(attrs.items()) if not str(k).startswith("__")]
         for cls in type(value).__mro__:
             slots = cls.__dict__.get("__slots__", ())
             for slot in (slots,) if isinstance(slots, str) else slots:
                 if isinstance(slot, str) and not slot.startswith("__"):
                     try:
-                        out.append((f".{slot}", object.__getattribute__(value, slot)))
+                        out.append((".{}", slot, object.__getattribute__(value, slot)))
                     except AttributeError:  # a slot never assigned
                         pass
         return out

@@ -192,6 +192,9 @@ ODD_OBJECTS = textwrap.dedent("""\
         __slots__ = "v"  # one slot may be named by a bare string
     slotted = Slotted()
     slotted.v = jnp.ones((60,))
+    class BadKey:
+        def __repr__(self): raise RuntimeError("no repr")
+    keyed = {BadKey(): jnp.ones((70,))}
     w = jnp.ones((50,))""")
 
 
@@ -298,3 +301,25 @@ def test_a_recording_left_running_ends_at_exit_without_a_not_started_sample(tmp_
     samples = [json.loads(l) for l in (tmp_path / "rec.jsonl").read_text().splitlines() if '"sample"' in l]
     assert len(samples) >= 3
     assert not any("not_started" in json.dumps(s.get("jax")) for s in samples), samples[-1]
+
+
+def test_the_walk_stops_at_its_time_budget_and_says_so():
+    """No JAX needed: 10,000 containers, no time at all; the walk stops and the note says why."""
+    from jupyter_gpumem import doctor
+
+    walk = doctor.names_by_array({"many": [{"k": [i]} for i in range(10_000)]}, seconds=0.0)
+    assert walk.unfinished and walk.names == {}
+    assert walk.note().startswith("Names: the walk of your variables stopped after")
+
+
+def test_the_walk_counts_what_it_skips():
+    from jupyter_gpumem import doctor
+
+    class Raises:
+        @property
+        def __dict__(self):
+            raise OSError("gone")
+
+    walk = doctor.names_by_array({"a": Raises(), "b": [Raises(), 1]})
+    assert (walk.skipped, walk.unfinished) == (2, False)
+    assert walk.note() == "Names: 2 objects in your variables could not be read and were skipped."
