@@ -75,13 +75,14 @@ class Recorder:
     def _write_sample(self, sample: Any) -> None:
         if self.writer.closed:
             return
-        if _jax_stopped(sample, self._jax_seen):
+        not_started = _jax_not_started(sample)
+        if not_started and self._jax_seen:
             # JAX's backend never stops while the process runs: this is interpreter exit,
             # after jax's own atexit cleared its backends. The recording ends with the last
             # real sample.
             self.writer.close()
             return
-        self._jax_seen = self._jax_seen or not _jax_not_started(sample)
+        self._jax_seen = self._jax_seen or not not_started
         self.writer.write_sample(sample)
         self.samples_written += 1
 
@@ -105,10 +106,6 @@ class Recorder:
 
 def _jax_not_started(sample: Any) -> bool:
     return isinstance(sample.jax, NotAvailable) and sample.jax.code == NOT_STARTED
-
-
-def _jax_stopped(sample: Any, jax_seen: bool) -> bool:
-    return jax_seen and _jax_not_started(sample)
 
 
 def stop_active(shell: Any = None, last_sample: bool = True) -> str | None:
