@@ -29,9 +29,9 @@ def run(rounds: int = ROUNDS) -> list[dict]:
     import jax.numpy as jnp
 
     from jupyter_gpumem.allocator_shim import read_jax_devices
-    from jupyter_gpumem.nvml import NvmlSource
+    from jupyter_gpumem.sources.nvml import NvmlSource
     from jupyter_gpumem.sampler import Sampler
-    from jupyter_gpumem.testing.fake_nvml import fake_nvml
+    from jupyter_gpumem.testing import fake_nvml
 
     step = jax.jit(lambda a: jnp.tanh(a @ a) * 0.5)
     x = jnp.ones((256, 256), jnp.float32) * 0.01

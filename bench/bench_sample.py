@@ -21,9 +21,9 @@ def run() -> list[dict]:
     import jax.numpy as jnp
 
     from jupyter_gpumem.allocator_shim import read_jax_devices
-    from jupyter_gpumem.nvml import NvmlSource
+    from jupyter_gpumem.sources.nvml import NvmlSource
     from jupyter_gpumem.sampler import Sampler
-    from jupyter_gpumem.testing.fake_nvml import fake_nvml
+    from jupyter_gpumem.testing import fake_nvml
 
     jnp.ones(4).block_until_ready()  # start the backend
     note = f"median of {BLOCKS} blocks x {CALLS} calls, thread CPU time"

@@ -85,7 +85,8 @@ class _ThreadlessSampler:
 
 
 def _live_updates(minutes: float = 10.0, hz: float = 2.0, window_min: float = 10.0) -> dict:
-    from jupyter_gpumem.widget import Monitor, measure_comm_bytes
+    from comm_bytes import measure_comm_bytes
+    from jupyter_gpumem.widget import Monitor
 
     sampler = _ThreadlessSampler()
     t0 = 1_800_000_000.0
@@ -123,7 +124,8 @@ def _hour_at_10hz() -> dict:
     import plotly.graph_objects as go
 
     from jupyter_gpumem.series import SERIES_NAMES, row_for
-    from jupyter_gpumem.widget import Monitor, _trace, _y
+    from jupyter_gpumem.monitor_figure import _trace, _y
+    from jupyter_gpumem.widget import Monitor
 
     t0 = 1_800_000_000.0
     samples = [synthetic_sample(t0 + i / 10, i) for i in range(36_000)]

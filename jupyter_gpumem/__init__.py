@@ -14,7 +14,7 @@ __all__ = ["configure", "status", "Monitor", "track", "defragment", "__version__
 def _read_version() -> str:
     # Read on first use: importlib.metadata alone would add ~40 ms to every %load_ext.
     try:
-        from ._version import __version__ as version  # written by the build
+        from jupyter_gpumem._version import __version__ as version  # written by the build
 
         return version
     except ImportError:
@@ -28,13 +28,13 @@ def _read_version() -> str:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    from .magics import load
+    from jupyter_gpumem.magics import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from .magics import unload
+    from jupyter_gpumem.magics import unload
 
     unload(ipython)
 
@@ -44,14 +44,14 @@ def configure(**settings: Any):
 
     Same rules as ``%gpumem``: everything is validated before anything is applied.
     """
-    from .allocator_shim import configure as _configure
+    from jupyter_gpumem.allocator_shim import configure as _configure
 
     return _configure(**settings)
 
 
 def status():
     """The settings in effect, where each came from, the backend state and warnings."""
-    from .status_report import status as _status
+    from jupyter_gpumem.status_report import status as _status
 
     return _status()
 
@@ -61,13 +61,17 @@ def __getattr__(name: str) -> Any:
     if name == "__version__":
         return _read_version()
     if name == "Monitor":
-        from .widget import Monitor
+        from jupyter_gpumem.widget import Monitor
 
         return Monitor
-    if name in ("track", "defragment"):
-        from . import doctor
+    if name == "track":
+        from jupyter_gpumem.doctor.tracking import track
 
-        return getattr(doctor, name)
+        return track
+    if name == "defragment":
+        from jupyter_gpumem.doctor.repack import defragment
+
+        return defragment
     raise AttributeError(f"module 'jupyter_gpumem' has no attribute {name!r}")
 
 

@@ -1,31 +1,50 @@
-"""JAX's allocator: its settings before the backend starts, and its readings after.
-
-The only module that imports ``jax`` or ``jaxlib``, and only inside functions, so that loading
-the extension stays cheap.
+"""JAX's allocator settings before the backend starts: validate, apply, refuse, reset.
 
 Settings become environment variables that JAX's CUDA plugin reads once, when the backend
 starts (``jaxlib.xla_client.generate_pjrt_gpu_plugin_options``), plus ``jax.config`` for the
 remat pass. Every value is checked with that same generator before anything is written: a value
-it rejects would make JAX fall back to the CPU silently, with only a log line to say so.
+it rejects makes JAX's plugin set-up fail and JAX fall back to the CPU. Whether the backend has
+started is probed without starting it (``backend_started``, from ``sources.jax_backend``).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import math
 import os
-import re
-import sys
 import threading
-import types
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from . import model
-from .errors import GpumemError
-from .model import AllocatorSettings, NotAvailable
-from .units import format_bytes, parse_bytes, parse_fraction
+from jupyter_gpumem.env_table import (
+    _ALLOCATOR_ALIASES,
+    ALLOCATOR_VAR,
+    ASYNC_PREALLOC_VAR,
+    DEFAULT_FRACTION,
+    ENV_SETTINGS,
+    FRACTION_VAR,
+    FROM_CONFIG,
+    FROM_ENVIRONMENT,
+    FROM_MAGIC,
+    JAX_DEFAULT,
+    OLD_FRACTION_VAR,
+    PREALLOCATE_VAR,
+    REMAT_ENV,
+    REMAT_OPTION,
+    SETTING_NAMES,
+    STALE_ALLOCATOR_VAR,
+)
+from jupyter_gpumem.errors import GpumemError
+from jupyter_gpumem.model import AllocatorSettings, JaxDeviceReading, NotAvailable
+from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.sources.jax_backend import (
+    accepted_allocators,
+    backend_platform,
+    backend_started,
+    can_check_gpu_options,
+    fraction_var,
+    jax_gpu_options,
+    jax_rejection,
+)
+from jupyter_gpumem.units import format_bytes, parse_bytes, parse_fraction
 
 __all__ = [
     "GpumemError",
@@ -47,42 +66,11 @@ __all__ = [
     "fraction_var",
     "accepted_allocators",
     "backend_started",
-    "backend_info",
     "allocator_in_effect",
     "read_jax_devices",
+    "setting_variables",
 ]
 
-# --- names -----------------------------------------------------------------------------------
-
-PREALLOCATE_VAR = "XLA_PYTHON_CLIENT_PREALLOCATE"
-FRACTION_VAR = "XLA_CLIENT_MEM_FRACTION"  # read by jaxlib since 0.4.3x; the one we write if read
-OLD_FRACTION_VAR = "XLA_PYTHON_CLIENT_MEM_FRACTION"
-ALLOCATOR_VAR = "XLA_PYTHON_CLIENT_ALLOCATOR"
-ASYNC_PREALLOC_VAR = "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC"
-STALE_ALLOCATOR_VAR = "TF_GPU_ALLOCATOR"  # TensorFlow's; JAX does not read it
-REMAT_OPTION = "jax_compiler_enable_remat_pass"
-REMAT_ENV = "JAX_COMPILER_ENABLE_REMAT_PASS"  # read by jax at import only
-
-SETTING_NAMES = ("preallocate", "fraction", "allocator", "async_prealloc", "remat")
-ENV_SETTINGS = ("preallocate", "fraction", "allocator", "async_prealloc")
-
-JAX_DEFAULT = "JAX default"
-FROM_ENVIRONMENT = "environment"
-FROM_MAGIC = "%gpumem"
-FROM_CONFIG = "jax.config"
-
-# JAX's documented default when XLA_CLIENT_MEM_FRACTION is unset (of total memory).
-DEFAULT_FRACTION = 0.75
-
-# Allocator names to probe the installed JAX with; the accepted set is whatever it takes.
-_ALLOCATOR_CANDIDATES = ("default", "bfc", "platform", "cuda_async", "vmm", "address")
-_ALLOCATOR_ALIASES = {
-    "cuda_malloc_async": (
-        "cuda_async",
-        "cuda_malloc_async is TensorFlow's name: JAX calls it cuda_async and no longer reads "
-        "TF_GPU_ALLOCATOR, so XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async is what gets written",
-    ),
-}
 
 _RESTART = (
     "JAX reads these settings once, when its backend starts. To apply {what}, restart the "
@@ -99,112 +87,24 @@ class BackendStartedError(SettingsError):
     """A setting that can no longer take effect because JAX's backend has started."""
 
 
-# --- what this module has set, so that reset() can take exactly that back ------------------
-
 _lock = threading.RLock()
+
+
 _original_env: dict[str, str | None] = {}  # env var -> its value before our first write
+
+
 _ours: dict[str, Any] = {}  # setting name -> the value we set
+
+
 _UNSET = object()
+
+
 _original_remat: Any = _UNSET
 
 
-# --- JAX's own option generator, called without touching os.environ -------------------------
-
-
-class _EnvironmentView:
-    """Stands in for the ``os`` module inside JAX's generator: getenv reads a given mapping."""
-
-    def __init__(self, env: Mapping[str, str]):
-        self.environ = dict(env)
-
-    def getenv(self, key: str, default: Any = None) -> Any:
-        return self.environ.get(key, default)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(os, name)
-
-
-@lru_cache(maxsize=1)
-def _option_generator() -> Callable[[Mapping[str, str]], dict] | None:
-    """JAX's GPU option generator, rebound to read a mapping we pass instead of os.environ.
-
-    The generator only reads ``os.getenv`` (jaxlib/xla_client.py, 0.4.30 to 0.12), so giving it
-    its own ``os`` keeps candidate values out of the real environment, where another thread
-    starting JAX could see them.
-    """
-    try:
-        from jaxlib import xla_client
-    except Exception:
-        return None
-    gen = getattr(xla_client, "generate_pjrt_gpu_plugin_options", None)
-    if gen is None or not isinstance(gen, types.FunctionType):
-        return None
-
-    def run(env: Mapping[str, str]) -> dict:
-        isolated = types.FunctionType(
-            gen.__code__, {**gen.__globals__, "os": _EnvironmentView(env)}, gen.__name__, gen.__defaults__, gen.__closure__
-        )
-        return dict(isolated())
-
-    return run
-
-
-def jax_gpu_options(env: Mapping[str, str] | None = None) -> dict | None:
-    """The options JAX's CUDA plugin would be created with under ``env`` (default: os.environ).
-
-    None when the installed jaxlib has no generator (or none is installed). Raises ValueError
-    with JAX's own message when JAX would reject the environment.
-    """
-    gen = _option_generator()
-    if gen is None:
-        return None
-    try:
-        return gen(dict(os.environ) if env is None else env)
-    except Exception as err:  # the plugin would catch this and fall back to CPU
-        raise ValueError(str(err) or type(err).__name__) from None
-
-
-def jax_rejection(env: Mapping[str, str] | None = None) -> str | None:
-    """JAX's message if it would reject ``env`` (so fall back to CPU), else None."""
-    try:
-        jax_gpu_options(env)
-    except ValueError as err:
-        return str(err)
-    return None
-
-
-@lru_cache(maxsize=1)
-def fraction_var() -> str:
-    """The fraction variable the installed JAX reads: XLA_CLIENT_MEM_FRACTION where it exists."""
-    try:
-        options = jax_gpu_options({FRACTION_VAR: "0.5"})
-    except ValueError:
-        options = None
-    if options is not None and options.get("memory_fraction") == 0.5:
-        return FRACTION_VAR
-    return OLD_FRACTION_VAR
-
-
-@lru_cache(maxsize=1)
-def accepted_allocators() -> tuple[str, ...]:
-    """The allocator names the installed JAX accepts, found by asking its generator.
-
-    Names listed in its error message are probed too, so a newer JAX's names are found.
-    Empty when JAX is not installed.
-    """
-    if _option_generator() is None:
-        return ()
-    candidates = list(_ALLOCATOR_CANDIDATES)
-    message = jax_rejection({ALLOCATOR_VAR: "no_such_allocator"}) or ""
-    for name in re.findall(r'"([a-z][a-z0-9_]*)"', message):
-        if name not in candidates and name != "no_such_allocator":
-            candidates.append(name)
-    return tuple(name for name in candidates if jax_rejection({ALLOCATOR_VAR: name}) is None)
-
-
-# --- turning words and Python values into settings ------------------------------------------
-
 _ON = ("on", "true", "yes", "1")
+
+
 _OFF = ("off", "false", "no", "0")
 
 
@@ -264,9 +164,6 @@ def settings_from_kwargs(**kwargs: Any) -> tuple[AllocatorSettings, tuple[str, .
         if note:
             notes.append(note)
     return AllocatorSettings(**values), tuple(notes)
-
-
-# --- what is in effect -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -368,23 +265,27 @@ def _env_var_for(name: str, env: Mapping[str, str]) -> str:
     }.get(name) or _fraction_env_var(env)
 
 
+def setting_variables() -> tuple[tuple[str, str], ...]:
+    """Each setting's name and the variable it is written to here: the environment variable the
+    installed JAX reads, or the ``jax.config`` option for remat. For the panel and the docs."""
+    env = dict(os.environ)
+    rows = [(name, _env_var_for(name, env)) for name in ENV_SETTINGS]
+    return (*rows, ("remat", f"jax.config.{REMAT_OPTION}"))
+
+
 def _remat_in_effect() -> tuple[bool, str]:
     """The remat switch and its source, without importing jax when it is not imported."""
-    jax = sys.modules.get("jax")
     if "remat" in _ours:
         source = FROM_MAGIC
     elif REMAT_ENV in os.environ:
         source = FROM_ENVIRONMENT
     else:
         source = JAX_DEFAULT
-    if jax is not None:
-        try:
-            value = bool(getattr(jax.config, REMAT_OPTION))
-            if source == JAX_DEFAULT and value is not True:
-                source = FROM_CONFIG
-            return value, source
-        except Exception:
-            pass
+    value = jax_backend.remat_value()
+    if value is not None:
+        if source == JAX_DEFAULT and value is not True:
+            source = FROM_CONFIG
+        return value, source
     raw = os.environ.get(REMAT_ENV)
     if raw is not None:
         return raw.strip().lower() in ("1", "true", "t", "yes", "y", "on"), source
@@ -441,9 +342,6 @@ def environment_problems(env: Mapping[str, str] | None = None) -> list[str]:
     if ASYNC_PREALLOC_VAR in env and _canonical_allocator(str(values["allocator"])) != "cuda_async":
         problems.append(f"{ASYNC_PREALLOC_VAR} is set but is read only by the cuda_async allocator.")
     return problems
-
-
-# --- validate, then apply --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -510,17 +408,9 @@ def _normalised(settings: AllocatorSettings) -> AllocatorSettings:
 
 
 def _check_remat_exists() -> None:
-    try:
-        import jax
-    except Exception:
-        raise SettingsError("remat needs JAX, which is not installed in this environment") from None
-    try:
-        getattr(jax.config, REMAT_OPTION)
-    except AttributeError:
-        raise SettingsError(
-            f"the installed JAX ({getattr(jax, '__version__', '?')}) has no {REMAT_OPTION} option "
-            "(it was added in JAX 0.4.34)"
-        ) from None
+    problem = jax_backend.remat_option_problem()
+    if problem:
+        raise SettingsError(problem)
 
 
 def validate(settings: AllocatorSettings) -> _Plan:
@@ -534,7 +424,7 @@ def validate(settings: AllocatorSettings) -> _Plan:
     env_given = {k: v for k, v in given.items() if k in ENV_SETTINGS}
     notes: list[str] = []
     env = dict(os.environ)
-    if env_given and _option_generator() is None:
+    if env_given and not can_check_gpu_options():
         raise SettingsError(
             "JAX is not installed in this environment (jaxlib cannot be imported), so these "
             "settings cannot be checked; install jax (jax[cuda12] or jax[cuda13] for a GPU)"
@@ -613,12 +503,6 @@ def _write_env(writes: Mapping[str, str | None]) -> None:
             os.environ[var] = value
 
 
-def _update_remat(value: bool) -> None:
-    import jax
-
-    jax.config.update(REMAT_OPTION, bool(value))
-
-
 def _remat_message(value: bool) -> str:
     return (
         f"{REMAT_OPTION}={value} applies to compilations from now on; functions already "
@@ -634,11 +518,9 @@ def apply_settings(settings: AllocatorSettings, notes: tuple[str, ...] = ()) -> 
         config: dict[str, Any] = {}
         if plan.remat is not None:
             global _original_remat
-            import jax
-
             if _original_remat is _UNSET:
-                _original_remat = bool(getattr(jax.config, REMAT_OPTION))
-            _update_remat(plan.remat)
+                _original_remat = jax_backend.remat_value(import_jax=True)
+            jax_backend.set_remat(plan.remat)
             config[REMAT_OPTION] = plan.remat
         for name, value in plan.settings.given().items():
             if name not in plan.noop:
@@ -711,7 +593,7 @@ def reset() -> Applied:
                 os.environ[var] = value
         config = {}
         if _original_remat is not _UNSET:
-            _update_remat(_original_remat)
+            jax_backend.set_remat(_original_remat)
             config[REMAT_OPTION] = _original_remat
         _original_env.clear()
         _ours.clear()
@@ -726,113 +608,12 @@ def reset() -> Applied:
         return Applied("gpumem: reset: " + "; ".join(parts), (), writes, config)
 
 
-# --- has JAX started? ------------------------------------------------------------------------
-
-
-def backend_started() -> bool:
-    """Whether JAX's backend has started, found without starting it.
-
-    Never imports jax: a process that has not imported it has not started it. Uses the private
-    ``jax._src.xla_bridge.backends_are_initialized()`` (0.4.21 to 0.12), falling back to the
-    module's ``_backends`` dict it reads.
-    """
-    if "jax" not in sys.modules:
-        return False
-    bridge = sys.modules.get("jax._src.xla_bridge")
-    if bridge is None:
-        return False  # jax is still importing; nothing has started
-    probe = getattr(bridge, "backends_are_initialized", None)
-    try:
-        if callable(probe):
-            return bool(probe())
-        backends = getattr(bridge, "_backends", None)
-        if isinstance(backends, dict):
-            return bool(backends)
-        return getattr(bridge, "_default_backend", None) is not None
-    except Exception:
-        return False
-
-
-def _bridge() -> Any:
-    return sys.modules.get("jax._src.xla_bridge")
-
-
-def _default_client() -> Any:
-    bridge = _bridge()
-    client = getattr(bridge, "_default_backend", None)
-    if client is None and bridge is not None:
-        client = bridge.get_backend()  # safe: only called once the backends exist
-    return client
-
-
-_GPU_PLATFORMS = ("cuda", "rocm", "gpu")
-_CUDA_PLUGIN_MODULES = ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
-
-
-def _cuda_plugin_installed() -> bool:
-    for name in _CUDA_PLUGIN_MODULES:
-        try:
-            if importlib.util.find_spec(name) is not None:
-                return True
-        except (ImportError, ValueError):
-            continue
-    return False
-
-
-def _fallback_reason(platform: str | None) -> str | None:
-    """Why JAX runs on the CPU although a GPU backend was expected, or None."""
-    if platform != "cpu":
-        return None
-    bridge = _bridge()
-    errors = dict(getattr(bridge, "_backend_errors", {}) or {})
-    for name in ("cuda", "rocm"):
-        if name in errors:
-            return f"the {name.upper()} backend failed to start: {errors[name]}"
-    if not _cuda_plugin_installed():
-        return None
-    factories = getattr(bridge, "_backend_factories", {}) or {}
-    if "cuda" not in factories:
-        rejection = jax_rejection()
-        if rejection:
-            return f"the CUDA plugin did not register because JAX rejected the environment: {rejection}"
-        return "the CUDA plugin is installed but did not register (run with TF_CPP_MIN_LOG_LEVEL=0 to see why)"
-    if os.environ.get("JAX_PLATFORMS", "").strip().lower() == "cpu":
-        return None
-    return "the CUDA plugin is installed but JAX chose the CPU (no visible NVIDIA GPU?)"
-
-
-def backend_info() -> dict:
-    """The backend's state: {started, platform, devices: [{id, kind, platform}], fallback_reason,
-    jax_version}. Reads the backend only once it has started; never raises."""
-    info: dict[str, Any] = {
-        "started": False,
-        "jax_imported": "jax" in sys.modules,
-        "jax_version": getattr(sys.modules.get("jax"), "__version__", None),
-        "platform": None,
-        "devices": [],
-        "fallback_reason": None,
-    }
-    try:
-        if not backend_started():
-            return info
-        info["started"] = True
-        client = _default_client()
-        info["platform"] = getattr(client, "platform", None)
-        info["devices"] = [
-            {"id": d.id, "kind": getattr(d, "device_kind", ""), "platform": d.platform} for d in client.local_devices()
-        ]
-        info["fallback_reason"] = _fallback_reason(info["platform"])
-    except Exception as err:  # a reading, never an exception into the kernel
-        info["error"] = f"{type(err).__name__}: {err}"
-    return info
-
-
 def allocator_in_effect() -> str:
     """The allocator JAX uses (or will use): "bfc" for default and bfc, "cuda_async", "platform",
     "vmm", ...; "cpu" or "tpu" when the backend started on those."""
     if backend_started():
         try:
-            platform = getattr(_default_client(), "platform", None)
+            platform = backend_platform()
             if platform in ("cpu", "tpu"):
                 return platform
         except Exception:
@@ -841,280 +622,6 @@ def allocator_in_effect() -> str:
     return _canonical_allocator(str(value).lower())
 
 
-# --- readings --------------------------------------------------------------------------------
-
-
-def _visible_devices() -> list[int] | None:
-    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if raw is None or not raw.strip():
-        return None
-    try:
-        return [int(part) for part in raw.split(",") if part.strip()]
-    except ValueError:
-        return None  # UUIDs or MIG names: no index mapping from here
-
-
-def _platform_family(platform: str) -> str:
-    return "gpu" if platform in _GPU_PLATFORMS else platform
-
-
-def _cuda_pool(ordinal: int) -> model.CudaPoolReading | NotAvailable:
-    try:
-        from .cuda_pool import read_default_pool
-    except ImportError:
-        return NotAvailable(model.NOT_SUPPORTED, "the CUDA pool reader is not available in this installation")
-    try:
-        return read_default_pool(ordinal)
-    except Exception as err:
-        return NotAvailable(model.ERROR, f"reading the CUDA pool failed: {err}")
-
-
-def read_jax_devices() -> tuple[model.JaxDeviceReading, ...] | NotAvailable:
-    """Each local JAX device's allocator statistics; never starts JAX and never raises."""
-    try:
-        if not backend_started():
-            if "jax" not in sys.modules and importlib.util.find_spec("jax") is None:
-                return NotAvailable(model.NO_JAX, "JAX is not installed in this environment")
-            return NotAvailable(model.NOT_STARTED, "JAX has not started yet; readings begin when it does")
-        allocator = allocator_in_effect()
-        visible = _visible_devices()
-        readings = []
-        for device in _default_client().local_devices():
-            family = _platform_family(device.platform)
-            try:
-                stats = model.normalise_stats(device.memory_stats(), allocator, family)
-            except Exception as err:
-                stats = NotAvailable(model.ERROR, f"memory_stats() failed: {err}")
-            nvml_index = None
-            pool = None
-            if family == "gpu":
-                hw = getattr(device, "local_hardware_id", None)
-                ordinal = hw if isinstance(hw, int) else device.id
-                nvml_index = visible[ordinal] if visible is not None and 0 <= ordinal < len(visible) else ordinal
-                if allocator == "cuda_async":
-                    pool = _cuda_pool(ordinal)
-            readings.append(
-                model.JaxDeviceReading(
-                    jax_id=device.id,
-                    platform=family,
-                    kind=getattr(device, "device_kind", ""),
-                    nvml_index=nvml_index,
-                    stats=stats,
-                    cuda_pool=pool,
-                )
-            )
-        return tuple(readings)
-    except Exception as err:
-        return NotAvailable(model.ERROR, f"reading JAX's devices failed: {type(err).__name__}: {err}")
-
-
-# === live arrays, caches, compilation and moving buffers (used by doctor.py) ==================
-# Everything below touches jax only once the backend has started (or when asked to compile),
-# and imports it inside functions.
-
-
-# Nothing here reads a buffer: no unsafe_buffer_pointer(), no addressable_shards, no waiting.
-# On an array whose allocation failed, the pointer call is a fatal check in XLA
-# (xla/python/pjrt_ifrt raw_buffer.h "Check failed: buffer_.IsConcrete()", SIGABRT), and on a
-# pending one it waits with the GIL held, which deadlocks a jax.debug.print callback.
-# Building Shard objects makes JAX keep per-shard arrays alive, which jax.live_arrays() then
-# lists. Sizes come from the sharding and the abstract value, which JAX sets at dispatch.
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """Where one array's bytes are, from its sharding alone.
-
-    ``device_bytes`` maps a JAX device id to the bytes it holds in device memory; ``host_bytes``
-    counts arrays placed in a host memory kind (``pinned_host``, ``unpinned_host``), which take
-    no device memory; ``memory_kind`` is the sharding's, None where this JAX has none.
-    """
-
-    device_bytes: Mapping[int, int]
-    host_bytes: int
-    memory_kind: str | None
-    shape: tuple = ()
-    dtype: str = ""
-
-    @property
-    def on_device(self) -> int:
-        return sum(self.device_bytes.values())
-
-
-_DEVICE_KINDS = (None, "device")
-_footprints: dict[tuple, Footprint] = {}
-
-
-def _shard_sizes(sharding: Any, shape: tuple, devices: Any) -> dict[int, int]:
-    """Elements per addressable device: a shard's shape, or the device's slice where shards differ."""
-    try:
-        per_shard = math.prod(sharding.shard_shape(shape))
-        return {d.id: per_shard for d in devices}
-    except Exception:  # uneven shardings: shard_shape raises; the index map is metadata too
-        sizes = {}
-        for device, index in sharding.addressable_devices_indices_map(shape).items():
-            sizes[device.id] = math.prod(len(range(*s.indices(n))) for s, n in zip(index, shape))
-        return sizes
-
-
-def footprint(array: Any) -> Footprint:
-    """The array's bytes per device and in host memory, without touching its buffers."""
-    sharding = array.sharding
-    aval = array.aval
-    key = (sharding, aval.shape, aval.dtype)
-    known = _footprints.get(key)
-    if known is not None:
-        return known
-    nbytes = int(array.nbytes)  # the global array's bytes
-    devices = sharding.addressable_devices
-    kind = getattr(sharding, "memory_kind", None)
-    if len(sharding.device_set) == 1:
-        (device,) = devices
-        per_device = {device.id: nbytes}
-    else:
-        total = math.prod(aval.shape)
-        per_device = {d: (nbytes * n // total if total else 0) for d, n in _shard_sizes(sharding, aval.shape, devices).items()}
-    shape, dtype = tuple(aval.shape), str(aval.dtype)
-    if kind in _DEVICE_KINDS:
-        found = Footprint(per_device, 0, kind, shape, dtype)
-    else:
-        found = Footprint({}, sum(per_device.values()), kind, shape, dtype)
-    if len(_footprints) > 4096:  # shapes come and go; a few thousand distinct ones is plenty
-        _footprints.clear()
-    _footprints[key] = found
-    return found
-
-
-def live_arrays_newest_first() -> list:
-    """``jax.live_arrays()``, newest first; [] before the backend starts (listing would start it).
-
-    JAX lists from the head of the client's array list, where each new array is linked
-    (jaxlib py_array.cc, PyArray_Storage); tests/test_do_no_harm.py checks this order.
-    """
-    if not backend_started():
-        return []
-    import jax
-
-    return jax.live_arrays()
-
-
-def shard_view_ids(array: Any) -> tuple[int, ...]:
-    """ids of the per-shard arrays that ``array.addressable_shards`` made and JAX caches on the
-    array (jax/_src/array.py): views of the same buffers, which are not arrays of their own."""
-    try:
-        shards = vars(array).get("addressable_shards")
-    except TypeError:
-        return ()
-    if not isinstance(shards, list):
-        return ()
-    return tuple(id(s.data) for s in shards if getattr(s, "data", None) is not None)
-
-
-_concrete_array_types: set[type] = set()  # types seen to be jax.Array and not a tracer
-
-
-def is_jax_array(obj: Any) -> bool:
-    """Whether ``obj`` is a jax.Array (False, cheaply, when jax is not imported)."""
-    if type(obj) in _concrete_array_types:
-        return True
-    jax = sys.modules.get("jax")
-    if jax is None:
-        return False
-    array_type = getattr(jax, "Array", None)
-    try:
-        found = array_type is not None and isinstance(obj, array_type) and not _is_tracer(obj)
-    except Exception:
-        return False
-    if found and type(obj).__name__ == "ArrayImpl":
-        _concrete_array_types.add(type(obj))
-    return found
-
-
-def _is_tracer(obj: Any) -> bool:
-    core = sys.modules.get("jax._src.core")
-    tracer = getattr(core, "Tracer", None)
-    return tracer is not None and isinstance(obj, tracer)
-
-
-def clear_caches() -> bool:
-    """``jax.clear_caches()`` where jax is imported: drops compiled programs. True if it ran."""
-    jax = sys.modules.get("jax")
-    if jax is None:
-        return False
-    jax.clear_caches()
-    return True
-
-
-@dataclass(frozen=True)
-class CompiledMemory:
-    """What a compiled call needs, from ``Compiled.memory_analysis()`` (bytes, per device)."""
-
-    argument_bytes: int
-    output_bytes: int
-    temp_bytes: int
-    alias_bytes: int
-    code_bytes: int
-    peak_bytes: int | None  # XLA's own peak where this JAX reports it
-    jitted: bool  # False: the callee was not jitted and was compiled as jax.jit(callee)
-
-
-def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> CompiledMemory:
-    """Lower and compile ``callee(*args, **kwargs)`` without running it, and read its memory.
-
-    A callee without ``.lower`` is wrapped in ``jax.jit``. Raises ValueError, with JAX's
-    message, when it cannot be lowered or compiled.
-    """
-    import jax
-
-    jitted = hasattr(callee, "lower")
-    fn = callee if jitted else jax.jit(callee)
-    try:
-        analysis = fn.lower(*args, **kwargs).compile().memory_analysis()
-    except Exception as err:
-        raise ValueError(f"could not compile it for these arguments: {type(err).__name__}: {err}") from None
-    if analysis is None:
-        raise ValueError("this backend gives no memory analysis for compiled programs")
-    if isinstance(analysis, (list, tuple)):  # older JAX: one per device
-        analysis = analysis[0]
-
-    def get(name: str) -> int:
-        value = getattr(analysis, name, 0)
-        return int(value) if isinstance(value, int) and value >= 0 else 0
-
-    peak = getattr(analysis, "peak_memory_in_bytes", None)
-    return CompiledMemory(
-        argument_bytes=get("argument_size_in_bytes"),
-        output_bytes=get("output_size_in_bytes"),
-        temp_bytes=get("temp_size_in_bytes"),
-        alias_bytes=get("alias_size_in_bytes"),
-        code_bytes=get("generated_code_size_in_bytes"),
-        peak_bytes=int(peak) if isinstance(peak, int) and peak > 0 else None,
-        jitted=jitted,
-    )
-
-
-def host_round_trip(tree: Any) -> tuple[Any, int, int]:
-    """Copy every jax.Array leaf of ``tree`` to the host, delete its device buffers, and put it
-    back with the same sharding; returns ``(new_tree, arrays_moved, bytes_moved)``.
-
-    All leaves are on the host before any is put back, so the allocator places them into a pool
-    with the old buffers gone. Deleting is what frees: any other reference to these arrays sees
-    a deleted array afterwards.
-    """
-    import jax
-    import numpy as np
-
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    moved = []
-    for i, leaf in enumerate(leaves):
-        if is_jax_array(leaf) and not leaf.is_deleted():
-            moved.append((i, leaf.sharding, np.asarray(jax.device_get(leaf))))
-    total = sum(int(host.nbytes) for _, _, host in moved)
-    for i, _, _ in moved:
-        leaves[i].delete()
-    for i, sharding, host in moved:
-        leaves[i] = jax.device_put(host, sharding)
-    for i, _, _ in moved:
-        leaves[i].block_until_ready()
-    return jax.tree_util.tree_unflatten(treedef, leaves), len(moved), total
-
+def read_jax_devices() -> tuple[JaxDeviceReading, ...] | NotAvailable:
+    """Each local JAX device's allocator statistics, read with the allocator in effect."""
+    return jax_backend.read_jax_devices(allocator_in_effect())

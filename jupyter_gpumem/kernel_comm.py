@@ -110,10 +110,10 @@ _STATS_FIELDS = ("allocator", "bytes_in_use", "pool_bytes", "bytes_limit", "peak
 
 def snapshot() -> dict:
     """Settings in effect, backend state, warnings and per-device allocator statistics."""
-    from .model import ERROR, NotAvailable, fragmentation
+    from jupyter_gpumem.model import ERROR, NotAvailable, fragmentation
 
     try:
-        from .status_report import status
+        from jupyter_gpumem.status_report import status
 
         # NVML is read by the server; reading it here too would only slow the kernel down.
         report = status(nvml_readings=NotAvailable("not_read", "NVML is read by the server"))
@@ -140,7 +140,7 @@ def snapshot() -> dict:
         warnings.append(status_error)
 
     try:
-        from .allocator_shim import read_jax_devices
+        from jupyter_gpumem.allocator_shim import read_jax_devices
 
         readings: Any = read_jax_devices()
     except Exception as exc:
@@ -160,6 +160,8 @@ def snapshot() -> dict:
                 row = {name: getattr(stats, name) for name in _STATS_FIELDS}
                 row["fragmentation"] = fragmentation(stats)
             devices.append({"jax_id": dev.jax_id, "nvml_index": dev.nvml_index, **row})
+    from jupyter_gpumem.allocator_shim import accepted_allocators, setting_variables
+
     return {
         "type": "snapshot",
         "backend_started": started,
@@ -168,6 +170,10 @@ def snapshot() -> dict:
         "warnings": warnings,
         "devices": devices,
         "reason": reason,
+        # The panel's settings form offers what the installed JAX accepts, and names the variable
+        # each setting is written to; it keeps no list of its own.
+        "allocator_choices": list(accepted_allocators()) or None,
+        "settings_table": [{"name": name, "env_var": var} for name, var in setting_variables()],
     }
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from .errors import GpumemError
-from .model import AllocatorSettings
+from jupyter_gpumem.errors import GpumemError
+from jupyter_gpumem.model import AllocatorSettings
 
 __all__ = ["Command", "HELP", "parse_line", "run_command", "GpumemMagics", "load", "unload"]
 
@@ -68,11 +68,11 @@ SETTING_WORDS = {
 DELEGATES = {
     "monitor": ("jupyter_gpumem.widget", "magic_monitor"),
     "record": ("jupyter_gpumem.record", "magic_record"),
-    "doctor": ("jupyter_gpumem.doctor", "magic_doctor"),
-    "arrays": ("jupyter_gpumem.doctor", "magic_arrays"),
-    "free": ("jupyter_gpumem.doctor", "magic_free"),
-    "cells": ("jupyter_gpumem.doctor", "magic_cells"),
-    "estimate": ("jupyter_gpumem.doctor", "magic_estimate"),
+    "doctor": ("jupyter_gpumem.doctor.after_cell", "magic_doctor"),
+    "arrays": ("jupyter_gpumem.doctor.arrays", "magic_arrays"),
+    "free": ("jupyter_gpumem.doctor.release", "magic_free"),
+    "cells": ("jupyter_gpumem.doctor.after_cell", "magic_cells"),
+    "estimate": ("jupyter_gpumem.doctor.estimates", "magic_estimate"),
 }
 
 _HELP_WORDS = ("--help", "-h", "help")
@@ -102,7 +102,7 @@ class Command:
 def parse_line(line: str) -> Command:
     """Parse a ``%gpumem`` line without side effects. Raises MagicUsageError or SettingsError,
     each naming the valid words or values."""
-    from .allocator_shim import coerce_setting
+    from jupyter_gpumem.allocator_shim import coerce_setting
 
     text = (line or "").strip()
     if not text:
@@ -174,27 +174,24 @@ def run_command(command: Command, shell: Any = None) -> None:
         print(HELP)
         return
     if command.action == "status":
-        from .status_report import status
+        from jupyter_gpumem.status_report import status
 
         _display(status())
         return
     if command.action == "reset":
-        from .allocator_shim import reset
+        from jupyter_gpumem.allocator_shim import reset
 
         print(reset())
         return
     if command.action == "settings":
-        from .allocator_shim import apply_settings
+        from jupyter_gpumem.allocator_shim import apply_settings
 
         text = str(apply_settings(command.settings, command.notes))
         if text:
             print(text)
         return
     module_name, function_name = DELEGATES[command.action]
-    try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as err:
-        raise MagicUsageError(f"%gpumem {command.action} is not available in this installation ({err})") from None
+    function = getattr(importlib.import_module(module_name), function_name)
     try:
         result = function(list(command.argv), shell)
     except GpumemError:
@@ -228,9 +225,9 @@ def load(shell: Any) -> None:
     """Register %gpumem on ``shell``, the cell events the sampler listens to, and the comm
     target the JupyterLab panel talks to."""
     shell.register_magics(GpumemMagics)
-    from .doctor_hooks import install as install_doctor
-    from .kernel_comm import register as register_comm
-    from .sampler import register_cell_events
+    from jupyter_gpumem.doctor.hooks import install as install_doctor
+    from jupyter_gpumem.kernel_comm import register as register_comm
+    from jupyter_gpumem.sampler import register_cell_events
 
     for hook, what in (
         (register_cell_events, "cell events"),
@@ -249,11 +246,11 @@ def unload(shell: Any) -> None:
     if manager is not None:
         manager.magics.get("line", {}).pop("gpumem", None)
         manager.registry.pop("GpumemMagics", None)
-    from .doctor_hooks import uninstall as uninstall_doctor
-    from .kernel_comm import unregister as unregister_comm
-    from .sampler import unregister_cell_events
+    from jupyter_gpumem.doctor.hooks import uninstall as uninstall_doctor
+    from jupyter_gpumem.kernel_comm import unregister as unregister_comm
+    from jupyter_gpumem.sampler import unregister_cell_events
 
-    from .record import stop_active
+    from jupyter_gpumem.record import stop_active
 
     for hook in (stop_active, unregister_cell_events, unregister_comm, uninstall_doctor):
         try:

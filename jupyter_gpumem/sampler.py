@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from .cell_hooks import CellHooks
-from .model import ERROR, Event, NotAvailable, Sample, Timeline
+from jupyter_gpumem.cell_hooks import CellHooks
+from jupyter_gpumem.model import ERROR, Event, NotAvailable, Sample, Timeline
 
 log = logging.getLogger(__name__)
 # How long closing the last subscription waits for a reading in progress to finish.
@@ -95,7 +95,7 @@ class Sampler:
     @classmethod
     def from_replay(cls, trace: Any, speed: float = 1.0, loop: bool = True, **kwargs: Any) -> "Sampler":
         """A Sampler driven by a trace (a ``Trace`` or a path), served as if live."""
-        from .replay import ReplaySource
+        from jupyter_gpumem.sources.replay import ReplaySource
 
         source = ReplaySource(trace, speed=speed, loop=loop, clock=kwargs.get("clock", time.time))
         kwargs.setdefault("pid", source.pid)
@@ -269,14 +269,14 @@ class _LazyNvml:
 
     def __call__(self) -> Any:
         if self._source is None:
-            from .nvml import NvmlSource
+            from jupyter_gpumem.sources.nvml import NvmlSource
 
             self._source = NvmlSource()
         return self._source.read()
 
 
 def _read_jax() -> Any:
-    from .allocator_shim import read_jax_devices
+    from jupyter_gpumem.allocator_shim import read_jax_devices
 
     return read_jax_devices()
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
-from .model import (
+from jupyter_gpumem.model import (
     AllocatorStats,
     CudaPoolReading,
     DeviceReading,

@@ -11,9 +11,10 @@ import html
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from . import allocator_shim
-from .allocator_shim import SettingState
-from .model import ERROR, NO_LIBRARY, DeviceReading, DeviceUnreadable, NotAvailable
+from jupyter_gpumem import allocator_shim
+from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.allocator_shim import SettingState
+from jupyter_gpumem.model import ERROR, NO_LIBRARY, DeviceReading, DeviceUnreadable, NotAvailable
 
 __all__ = ["StatusReport", "status", "display_gpu_warnings"]
 
@@ -27,7 +28,7 @@ class StatusReport:
     """What ``%gpumem status`` shows.
 
     - ``settings``: one ``SettingState`` per setting (name, value, shown, source, env_var).
-    - ``backend``: ``allocator_shim.backend_info()``: started, platform, devices
+    - ``backend``: ``jax_backend.backend_info()``: started, platform, devices
       ([{id, kind, platform}]), fallback_reason, jax_version.
     - ``warnings``: sentences for people.
     """
@@ -106,7 +107,7 @@ def display_gpu_warnings(readings: NvmlReadings) -> list[str]:
 def _read_nvml() -> NvmlReadings:
     """One NVML reading for this report; NVML is released again afterwards."""
     try:
-        from .nvml import NvmlSource
+        from jupyter_gpumem.sources.nvml import NvmlSource
     except ImportError:
         return NotAvailable(NO_LIBRARY, "the NVML reader is not available in this installation")
     source = NvmlSource()
@@ -127,7 +128,7 @@ def status(nvml_readings: Any = None) -> StatusReport:
     not given.
     """
     settings = allocator_shim.settings_in_effect()
-    backend = allocator_shim.backend_info()
+    backend = jax_backend.backend_info()
     warnings = allocator_shim.environment_problems()
     readings = _read_nvml() if nvml_readings is None else nvml_readings
     warnings.extend(display_gpu_warnings(readings))

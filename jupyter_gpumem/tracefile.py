@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from . import model
-from .model import (
+from jupyter_gpumem import model
+from jupyter_gpumem.model import (
     CudaPoolReading,
     DeviceReading,
     DeviceUnreadable,
@@ -152,7 +152,7 @@ def event_to_json(event: Event) -> dict:
 
 
 def _tool() -> str:
-    from . import __version__
+    from jupyter_gpumem import __version__
 
     return f"jupyter-gpumem {__version__}"
 

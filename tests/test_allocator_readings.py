@@ -17,6 +17,7 @@ import pytest
 
 from jupyter_gpumem import allocator_shim as shim
 from jupyter_gpumem import model
+from jupyter_gpumem.sources import jax_backend
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +77,7 @@ def test_readings_before_start_say_jax_has_not_started(monkeypatch):
 
 def test_readings_without_jax_installed_say_so(monkeypatch):
     monkeypatch.delitem(sys.modules, "jax", raising=False)
-    monkeypatch.setattr(shim.importlib.util, "find_spec", lambda name, *args: None)
+    monkeypatch.setattr(jax_backend.importlib.util, "find_spec", lambda name, *args: None)
     readings = shim.read_jax_devices()
     assert isinstance(readings, model.NotAvailable) and readings.code == model.NO_JAX
 
@@ -101,9 +102,9 @@ def test_cuda_async_devices_carry_the_cuda_pool_reading(monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")
     pool = model.CudaPoolReading(reserved_bytes=3 << 30, reserved_high_bytes=4 << 30, used_bytes=1 << 30, used_high_bytes=2 << 30)
     ordinals = []
-    fake_pool = types.ModuleType("jupyter_gpumem.cuda_pool")
+    fake_pool = types.ModuleType("jupyter_gpumem.sources.libcuda")
     fake_pool.read_default_pool = lambda ordinal: ordinals.append(ordinal) or pool
-    monkeypatch.setitem(sys.modules, "jupyter_gpumem.cuda_pool", fake_pool)
+    monkeypatch.setitem(sys.modules, "jupyter_gpumem.sources.libcuda", fake_pool)
     fake_jax(monkeypatch, started=True, devices=[_device(0, 1, {"bytes_in_use": 10, "bytes_limit": 0})])
     reading = shim.read_jax_devices()[0]
     assert reading.cuda_pool == pool and ordinals == [1]
@@ -112,7 +113,7 @@ def test_cuda_async_devices_carry_the_cuda_pool_reading(monkeypatch):
 
 def test_a_missing_cuda_pool_reader_is_not_available(monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")
-    monkeypatch.setitem(sys.modules, "jupyter_gpumem.cuda_pool", None)
+    monkeypatch.setitem(sys.modules, "jupyter_gpumem.sources.libcuda", None)
     fake_jax(monkeypatch, started=True, devices=[_device(0, 0, {"bytes_in_use": 10})])
     assert isinstance(shim.read_jax_devices()[0].cuda_pool, model.NotAvailable)
 
@@ -138,22 +139,22 @@ def test_read_jax_devices_never_raises(monkeypatch):
 def test_cpu_fallback_reason_is_the_cuda_backend_error(monkeypatch):
     fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")],
              errors={"cuda": "synthetic: no supported devices found", "tpu": "synthetic: no libtpu"})
-    info = shim.backend_info()
+    info = jax_backend.backend_info()
     assert info["platform"] == "cpu"
     assert info["fallback_reason"] == "the CUDA backend failed to start: synthetic: no supported devices found"
 
 
 def test_a_tpu_error_alone_is_not_a_gpu_fallback(monkeypatch):
-    monkeypatch.setattr(shim, "_cuda_plugin_installed", lambda: False)
+    monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: False)
     fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")], errors={"tpu": "synthetic: no libtpu"})
-    assert shim.backend_info()["fallback_reason"] is None
+    assert jax_backend.backend_info()["fallback_reason"] is None
 
 
 def test_a_cuda_plugin_that_never_registered_blames_the_rejected_environment(monkeypatch):
-    monkeypatch.setattr(shim, "_cuda_plugin_installed", lambda: True)
+    monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: True)
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_malloc_async")
     fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")], factories={"cpu": object()})
-    reason = shim.backend_info()["fallback_reason"]
+    reason = jax_backend.backend_info()["fallback_reason"]
     assert reason.startswith("the CUDA plugin did not register because JAX rejected the environment") and "cuda_malloc_async" in reason
 
 
@@ -187,6 +188,7 @@ def test_readings_and_status_never_start_jax():
 import json
 import jax
 from jupyter_gpumem import allocator_shim
+from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.status_report import status as status_report
 readings = allocator_shim.read_jax_devices()
 report = status_report()
@@ -203,8 +205,9 @@ import json
 import jax.numpy as jnp
 jnp.ones(3).block_until_ready()
 from jupyter_gpumem import allocator_shim
+from jupyter_gpumem.sources import jax_backend
 r = allocator_shim.read_jax_devices()
-info = allocator_shim.backend_info()
+info = jax_backend.backend_info()
 print(json.dumps({"probe": allocator_shim.backend_started(), "platform": info["platform"],
                   "devices": info["devices"], "fallback": info["fallback_reason"],
                   "readings": [(x.platform, x.nvml_index, x.stats.code) for x in r],

@@ -6,7 +6,7 @@ import ctypes
 import subprocess
 import sys
 
-from jupyter_gpumem.cuda_pool import (
+from jupyter_gpumem.sources.libcuda import (
     CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
     CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
     CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
@@ -168,7 +168,7 @@ def test_listed_but_unopenable_libcuda_is_not_loaded_fresh(tmp_path):
 
 def test_import_loads_no_cuda():
     code = (
-        "import jupyter_gpumem.cuda_pool as c, sys; "
+        "import jupyter_gpumem.sources.libcuda as c, sys; "
         "c.read_default_pool(0); "
         "print(c.loaded_libcuda_path() is None, 'jax' in sys.modules)"
     )

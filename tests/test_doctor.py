@@ -41,6 +41,7 @@ cell("import jax, jax.numpy as jnp\nimport jupyter_gpumem")
 cell("a = jnp.ones((256, 256))\nb = a\nparams = {'w': jnp.zeros((100,), jnp.int8)}")
 cell("jnp.arange(1000.0)")
 from jupyter_gpumem import doctor
+from jupyter_gpumem.doctor import hooks
 recs = doctor.live_arrays(ip)
 out["records"] = [r.to_json() | {"history_only": r.history_only} for r in recs]
 out["arrays_by_dtype"] = str(doctor.magic_arrays(["--by", "dtype"], ip))
@@ -71,7 +72,7 @@ out["defrag"] = {"moved": ns["summary"].arrays_moved, "bytes": ns["summary"].byt
                  "old_deleted": ns["old"].is_deleted(), "new_sum": float(ns["tree"]["p"].sum()),
                  "other_names": list(ns["summary"].other_names), "text": str(ns["summary"])}
 
-before = {k: v for k, v in doctor._state.items() if k != "shell"}
+before = {k: v for k, v in hooks.state.items() if k != "shell"}
 out["usage"] = {
     "by": usage("arrays --by colour"),
     "top": usage("arrays --top 0"),
@@ -80,7 +81,7 @@ out["usage"] = {
     "estimate_name": usage("estimate nosuch(a)"),
     "doctor": usage("doctor maybe"),
 }
-out["state_unchanged"] = before == {k: v for k, v in doctor._state.items() if k != "shell"}
+out["state_unchanged"] = before == {k: v for k, v in hooks.state.items() if k != "shell"}
 print("JSON" + json.dumps(out))
 '''
 
@@ -213,7 +214,7 @@ def test_arrays_before_jax_starts_say_so_without_starting_it():
 
 
 def test_fix_lines_say_run_for_code_and_do_for_actions_in_words():
-    from jupyter_gpumem.doctor import _action_label
+    from jupyter_gpumem.doctor.text import _action_label
 
     assert _action_label("%gpumem fraction 0.45") == "Run"
     assert _action_label("jax.clear_caches()") == "Run"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpumem import allocator_shim, doctor, sampler
+from jupyter_gpumem.doctor import hooks
 from jupyter_gpumem.model import JaxDeviceReading, NotAvailable, NO_DRIVER, Sample, normalise_stats
 
 MiB = 2**20
@@ -106,8 +107,8 @@ def test_track_reports_change_peak_rise_sampled_max_and_pool_growth(monkeypatch,
 def test_cells_on_prints_the_hand_worked_line_after_a_cell(monkeypatch, stub, capsys):
     script(monkeypatch, NEW_PEAK_START, NEW_PEAK_END)
     shell = FakeShell()
-    monkeypatch.setitem(doctor._state, "cells", True)
-    monkeypatch.setitem(doctor._state, "shell", None)
+    monkeypatch.setitem(hooks.state, "cells", True)
+    monkeypatch.setitem(hooks.state, "shell", None)
     doctor.install(shell)
     try:
         shell.run_cell(7, lambda: [stub.push(*jax) for jax in NEW_PEAK_DURING])

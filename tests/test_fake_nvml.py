@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR, FakeWorld, scenario
-from jupyter_gpumem.testing.fake_nvml import NVMLError, WorldFromEnv, make_pynvml_module
+from jupyter_gpumem.testing import NVMLError, WorldFromEnv, make_pynvml_module
 
 GiB = 1024**3
 
@@ -84,7 +84,7 @@ def test_dropin_refuses_an_unknown_world_by_name():
 
 READ_ON_REQUEST = """
     import sys
-    from jupyter_gpumem.nvml import NvmlSource
+    from jupyter_gpumem.sources.nvml import NvmlSource
     source = NvmlSource()
     for _ in sys.stdin:
         result = source.read()

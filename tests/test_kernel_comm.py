@@ -128,3 +128,21 @@ def test_snapshot_device_row_carries_the_allocator_stats_and_fragmentation(monke
         "jax_id": 0, "nvml_index": 1, "allocator": "bfc", "bytes_in_use": 400, "pool_bytes": 1000,
         "bytes_limit": 2000, "peak_bytes_in_use": 700, "largest_free_block_bytes": 450, "fragmentation": 0.25,
     }]
+
+
+def test_snapshot_offers_the_allocators_the_installed_jax_accepts_and_names_each_variable():
+    """The panel keeps no list of its own: it offers what this kernel's JAX takes (found by asking
+    jaxlib's generate_pjrt_gpu_plugin_options, as allocator_shim.accepted_allocators does)."""
+    from jupyter_gpumem.allocator_shim import accepted_allocators, fraction_var
+
+    answer = kernel_comm.snapshot()
+    assert answer["allocator_choices"] == list(accepted_allocators())
+    assert {"default", "platform", "bfc", "cuda_async"} <= set(answer["allocator_choices"])
+    table = {row["name"]: row["env_var"] for row in answer["settings_table"]}
+    assert table == {
+        "preallocate": "XLA_PYTHON_CLIENT_PREALLOCATE",
+        "fraction": fraction_var(),
+        "allocator": "XLA_PYTHON_CLIENT_ALLOCATOR",
+        "async_prealloc": "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC",
+        "remat": "jax.config.jax_compiler_enable_remat_pass",
+    }

@@ -23,7 +23,7 @@ from jupyter_gpumem.model import (
     NotAvailable,
     ProcessReading,
 )
-from jupyter_gpumem.nvml import NvmlSource
+from jupyter_gpumem.sources.nvml import NvmlSource
 from jupyter_gpumem.testing import SCENARIOS, FakeGpu, FakeWorld, fake_nvml, scenario
 
 MiB = 1024**2
@@ -201,7 +201,7 @@ def test_every_scenario_reads_without_raising():
 
 
 def test_importing_nvml_imports_no_pynvml():
-    code = "import sys, jupyter_gpumem.nvml as n; n.NvmlSource(); print('pynvml' in sys.modules)"
+    code = "import sys, jupyter_gpumem.sources.nvml as n; n.NvmlSource(); print('pynvml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

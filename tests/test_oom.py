@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpumem import doctor
-from jupyter_gpumem.oom import OomError, OomReadings, OtherProcess, advise, parse_request, recognise, recognise_text
+from jupyter_gpumem.doctor.oom_rules import OomReadings, OtherProcess, advise
+from jupyter_gpumem.doctor.oom_text import OomError, parse_request, recognise, recognise_text
 from jupyter_gpumem.tracefile import read_trace
 
 TEXTS = Path(__file__).parent / "data" / "oom_texts"

@@ -196,8 +196,8 @@ def test_magic_record_adds_cell_events_from_the_shell(tmp_path, fake_process_sam
 
 
 def test_recording_the_fake_nvml_world_is_marked_synthetic(tmp_path):
-    from jupyter_gpumem.nvml import NvmlSource
-    from jupyter_gpumem.testing.fake_nvml import fake_nvml
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
 
     with fake_nvml("three_gpus"):
         recorder = Recorder(tmp_path / "r.jsonl", Sampler(NvmlSource().read, lambda: (), interval=0.1))

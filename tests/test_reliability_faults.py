@@ -20,10 +20,10 @@ import time
 import pytest
 
 from jupyter_gpumem.model import DeviceReading, DeviceUnreadable, NotAvailable
-from jupyter_gpumem.nvml import NvmlSource
+from jupyter_gpumem.sources.nvml import NvmlSource
 from jupyter_gpumem.sampler import Sampler
-from jupyter_gpumem.server import sources as sources_module
-from jupyter_gpumem.testing.fake_nvml import fake_nvml
+from jupyter_gpumem.server import readings as sources_module
+from jupyter_gpumem.testing import fake_nvml
 
 GiB = 1024**3
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import jupyter_gpumem
 from jupyter_gpumem.allocator_shim import SettingsError
 from jupyter_gpumem.magics import Command, MagicUsageError, parse_line
-from jupyter_gpumem.testing.fake_nvml import fake_nvml
+from jupyter_gpumem.testing import fake_nvml
 from jupyter_gpumem.tracefile import Trace, TraceError, read_trace_bytes
 
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
-from jupyter_gpumem.testing.fake_nvml import fake_nvml
+from jupyter_gpumem.testing import fake_nvml
 
 CLIENTS = 100
 DURATION = 8.0  # seconds; bounded so that CI spends ~10 s here

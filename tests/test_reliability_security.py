@@ -15,7 +15,7 @@ import urllib.parse
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jupyter_gpumem.testing.fake_nvml import fake_nvml
+from jupyter_gpumem.testing import fake_nvml
 
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
 GiB = 1024**3

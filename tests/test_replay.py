@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from jupyter_gpumem.replay import ReplaySource, timeline_from_trace
+from jupyter_gpumem.sources.replay import ReplaySource, timeline_from_trace
 from jupyter_gpumem.tracefile import read_trace
 
 TRACE = pathlib.Path(__file__).parent / "data" / "traces" / "synthetic_bfc_prealloc.jsonl"

@@ -11,11 +11,11 @@ import threading
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jupyter_gpumem.server import sources as sources_module
+from jupyter_gpumem.server import readings as sources_module
 from jupyter_gpumem.server import service as service_module
-from jupyter_gpumem.server.demo_trace import write_demo_trace
-from jupyter_gpumem.server.sources import ProcessFacts
-from jupyter_gpumem.testing.fake_nvml import fake_nvml
+from jupyter_gpumem.testing.demo_trace import write_demo_trace
+from jupyter_gpumem.server.readings import ProcessFacts
+from jupyter_gpumem.testing import fake_nvml
 
 GiB = 1024**3
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}

@@ -10,7 +10,7 @@ from jupyter_gpumem.model import NO_DRIVER, DeviceReading, NotAvailable, PIDS_HI
 from jupyter_gpumem.server.device_report import build_devices_report, suggested_fraction
 from jupyter_gpumem.server.kernels import KernelInfo
 from jupyter_gpumem.server.metrics import gauges
-from jupyter_gpumem.server.sources import ProcessFacts, Reading
+from jupyter_gpumem.server.readings import ProcessFacts, Reading
 
 GiB = 1024**3
 ME = 1000

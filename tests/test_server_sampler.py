@@ -7,7 +7,7 @@ import threading
 import time
 
 from jupyter_gpumem.server.shared_sampler import SharedSampler
-from jupyter_gpumem.server.sources import Reading
+from jupyter_gpumem.server.readings import Reading
 
 
 class CountingSource:

@@ -245,7 +245,8 @@ def test_address_allocator_follows_what_the_installed_jax_accepts():
         assert "valid: default, bfc" in r["cell"]["error"]
 
 
-HEAVY = ("jax", "jaxlib", "pynvml", "plotly", "ipywidgets", "jupyter_gpumem.doctor", "jupyter_gpumem.allocator_shim")
+HEAVY = ("jax", "jaxlib", "pynvml", "plotly", "ipywidgets", "jupyter_gpumem.doctor.after_cell", "jupyter_gpumem.doctor.report",
+         "jupyter_gpumem.doctor.arrays", "jupyter_gpumem.allocator_shim", "jupyter_gpumem.sources.jax_backend")
 LOADING = scenario(f"""
 R["loaded"] = [m for m in {HEAVY!r} if m in sys.modules]
 R["magic"] = "gpumem" in shell.magics_manager.magics["line"]
@@ -255,7 +256,8 @@ R["after_a_plain_cell"] = [m for m in {HEAVY!r} if m in sys.modules]
 
 
 def test_loading_imports_no_heavy_modules():
-    # Neither loading nor a cell without JAX pulls in JAX, NVML, plotting or the doctor.
+    # Neither loading nor a cell without JAX pulls in JAX, NVML, plotting or the doctor's work
+    # modules (only its light hooks module loads).
     r = run_in_fresh_kernel(LOADING)
     assert r == {"loaded": [], "magic": True, "after_a_plain_cell": []}
 

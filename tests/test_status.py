@@ -6,7 +6,7 @@ import pytest
 
 from jupyter_gpumem.model import DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.status_report import StatusReport, display_gpu_warnings, status
-from jupyter_gpumem.testing.fake_nvml import fake_nvml
+from jupyter_gpumem.testing import fake_nvml
 
 NO_NVML = NotAvailable("no_library", "synthetic: no NVML in this test")
 

@@ -13,7 +13,10 @@ import pytest
 from jupyter_gpumem.model import NO_DRIVER, NOT_STARTED, Event, NotAvailable, Sample, Timeline
 from jupyter_gpumem.sampler import Sampler
 from jupyter_gpumem.tracefile import read_trace
-from jupyter_gpumem.widget import Monitor, MonitorOptionError, magic_monitor, measure_comm_bytes, parse_monitor_args
+from jupyter_gpumem.widget import Monitor, MonitorOptionError, magic_monitor, parse_monitor_args
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))
+from comm_bytes import measure_comm_bytes  # noqa: E402  (a bench tool, measured here too)
 
 from test_series import PID, bfc_sample
 
@@ -146,8 +149,8 @@ def test_no_driver_and_jax_not_started_shows_the_explained_empty_state(stub):
 
 
 def test_three_gpus_from_the_fake_nvml_world_get_three_tabs():
-    from jupyter_gpumem.nvml import NvmlSource
-    from jupyter_gpumem.testing.fake_nvml import fake_nvml
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
 
     with fake_nvml("three_gpus"):
         source = NvmlSource()
@@ -162,8 +165,8 @@ def test_three_gpus_from_the_fake_nvml_world_get_three_tabs():
 
 
 def test_device_option_draws_only_that_gpu():
-    from jupyter_gpumem.nvml import NvmlSource
-    from jupyter_gpumem.testing.fake_nvml import fake_nvml
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
 
     with fake_nvml("three_gpus"):
         sample = Sample(1.0, PID, NvmlSource().read(), NotAvailable(NOT_STARTED, "x"))

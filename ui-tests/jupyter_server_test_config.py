@@ -21,7 +21,7 @@ c.GpuMem.poll_interval = 0.5  # noqa: F821
 
 _replay = os.environ.get("GPUMEM_UI_REPLAY", "")
 if _replay == "demo":
-    from jupyter_gpumem.server.demo_trace import write_demo_trace
+    from jupyter_gpumem.testing.demo_trace import write_demo_trace
 
     _replay = write_demo_trace(os.path.join(tempfile.mkdtemp(prefix="gpumem-ui-"), "demo.jsonl"))
 if _replay:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import GpuMem
+from jupyter_gpumem.server.config import GpuMem
 
 __all__ = ["GpuMem"]
 
@@ -18,8 +18,8 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    from .handlers import handlers
-    from .service import GpuMemService
+    from jupyter_gpumem.server.handlers import handlers
+    from jupyter_gpumem.server.service import GpuMemService
 
     config = GpuMem(parent=serverapp)
     service = GpuMemService(config, serverapp.kernel_manager, getattr(serverapp, "session_manager", None))

@@ -10,9 +10,9 @@ import math
 import os
 from typing import Any, Callable, Iterable, Mapping
 
-from ..model import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
-from .kernels import KernelInfo
-from .sources import ProcessFacts, Reading
+from jupyter_gpumem.model import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
+from jupyter_gpumem.server.kernels import KernelInfo
+from jupyter_gpumem.server.readings import ProcessFacts, Reading
 
 STATES = {NO_LIBRARY: "no_library", NO_DRIVER: "no_driver", NO_PERMISSION: "no_permission"}
 

@@ -11,13 +11,13 @@ import logging
 import time
 from typing import Any
 
-from .. import __version__
-from .config import GpuMem
-from .device_report import build_devices_report
-from .kernels import KernelDirectory, KernelInfo
-from .metrics import gauges, set_touch
-from .shared_sampler import SharedSampler
-from .sources import Reading, in_child_pid_namespace, make_source, process_facts
+from jupyter_gpumem import __version__
+from jupyter_gpumem.server.config import GpuMem
+from jupyter_gpumem.server.device_report import build_devices_report
+from jupyter_gpumem.server.kernels import KernelDirectory, KernelInfo
+from jupyter_gpumem.server.metrics import gauges, set_touch
+from jupyter_gpumem.server.shared_sampler import SharedSampler
+from jupyter_gpumem.server.readings import Reading, in_child_pid_namespace, make_source, process_facts
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from ..model import ERROR, NotAvailable
-from .sources import Reading
+from jupyter_gpumem.model import ERROR, NotAvailable
+from jupyter_gpumem.server.readings import Reading
 
 log = logging.getLogger(__name__)
 # How long stop() waits for a read in progress before leaving its thread to end by itself.

@@ -10,12 +10,11 @@ import importlib
 import os
 import sys
 
-# jupyter_gpumem.testing.fake_nvml is also the name of a function there: import the module by path.
 try:
-    _fake = importlib.import_module("jupyter_gpumem.testing.fake_nvml")
+    _fake = importlib.import_module("jupyter_gpumem.testing")
 except ImportError:  # run from a checkout without the package installed
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
-    _fake = importlib.import_module("jupyter_gpumem.testing.fake_nvml")
+    _fake = importlib.import_module("jupyter_gpumem.testing")
 
 _world = _fake.WorldFromEnv(os.environ.get(_fake.ENV_VAR) or "three_gpus")
 _fake.install_pynvml_api(globals(), _world.current)

@@ -12,8 +12,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from .model import Event, Sample, Timeline
-from .tracefile import Trace, read_trace
+from jupyter_gpumem.model import Event, Sample, Timeline
+from jupyter_gpumem.tracefile import Trace, read_trace
 
 
 def _load(trace: Trace | str | os.PathLike) -> Trace:

@@ -6,15 +6,15 @@ a process of no kernel holds 2 GiB on GPU 1. With ``c.GpuMem.replay`` pointing a
 server maps the placeholders to its own 1st and 2nd running kernels, so the panel shows a
 replayed process joined to an open notebook. Everything in it is marked synthetic.
 
-    python -m jupyter_gpumem.server.demo_trace OUT.jsonl
+    python -m jupyter_gpumem.testing.demo_trace OUT.jsonl
 """
 
 from __future__ import annotations
 
 import sys
 
-from ..model import DeviceReading, NotAvailable, NOT_STARTED, ProcessReading, Sample
-from ..tracefile import TraceWriter
+from jupyter_gpumem.model import DeviceReading, NotAvailable, NOT_STARTED, ProcessReading, Sample
+from jupyter_gpumem.tracefile import TraceWriter
 
 GiB = 1024**3
 TOTAL = 40 * GiB
@@ -64,7 +64,7 @@ def write_demo_trace(path: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m jupyter_gpumem.server.demo_trace OUT.jsonl", file=sys.stderr)
+        print("usage: python -m jupyter_gpumem.testing.demo_trace OUT.jsonl", file=sys.stderr)
         return 2
     print(write_demo_trace(args[0]))
     return 0

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..model import ERROR, DeviceReading, NotAvailable
+from jupyter_gpumem.model import ERROR, DeviceReading, NotAvailable
 
 try:  # psutil is a dependency; without it process details are simply unknown
     import psutil
@@ -92,7 +92,7 @@ def _pids(devices: Any) -> set[int]:
 
 
 class NvmlDevices:
-    """Live readings from ``jupyter_gpumem.nvml.NvmlSource``, created on first read."""
+    """Live readings from ``jupyter_gpumem.sources.nvml.NvmlSource``, created on first read."""
 
     label = "nvml"
     placeholder_pids: tuple[int, ...] = ()
@@ -109,7 +109,7 @@ class NvmlDevices:
         t = time.time()
         try:
             if self._source is None:
-                from ..nvml import NvmlSource
+                from jupyter_gpumem.sources.nvml import NvmlSource
 
                 self._source = NvmlSource()
             devices = self._source.read()
@@ -132,8 +132,8 @@ class ReplayDevices:
         self.placeholder_pids: tuple[int, ...] = ()
         self._source: Any = None
         try:
-            from ..replay import ReplaySource
-            from ..tracefile import read_trace
+            from jupyter_gpumem.sources.replay import ReplaySource
+            from jupyter_gpumem.tracefile import read_trace
 
             trace = read_trace(path)
             self.synthetic = bool(trace.header.get("synthetic", False))

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .model import (
+from jupyter_gpumem.model import (
     ERROR,
     GPU_LOST,
     NO_DRIVER,

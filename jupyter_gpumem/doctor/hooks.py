@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any
 
-from .cell_hooks import CellHooks
+from jupyter_gpumem.cell_hooks import CellHooks
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def install(shell: Any) -> None:
     state["shell"] = shell
     running: dict[str, Any] = {"track": None}
     if "jax" in sys.modules:
-        from . import array_cells
+        from jupyter_gpumem.doctor import array_cells
 
         try:
             array_cells.note_new_arrays(None)  # arrays from before loading: "before tracking"
@@ -48,11 +48,11 @@ def install(shell: Any) -> None:
         count = getattr(shell, "execution_count", None)
         try:
             if "jax" in sys.modules:
-                from . import array_cells
+                from jupyter_gpumem.doctor import array_cells
 
                 array_cells.begin_cell(count if isinstance(count, int) else None)
             if state["cells"]:
-                from .doctor import Track
+                from jupyter_gpumem.doctor.tracking import Track
 
                 running["track"] = Track().start()
         except KeyboardInterrupt:
@@ -67,12 +67,12 @@ def install(shell: Any) -> None:
         count = getattr(result, "execution_count", None)
         try:
             if "jax" in sys.modules:
-                from . import array_cells
+                from jupyter_gpumem.doctor import array_cells
 
                 array_cells.end_cell(count if isinstance(count, int) else None)
             if tracker is None and getattr(result, "error_in_exec", None) is None:
                 return  # nothing for the doctor: no error, no line to print
-            from .doctor import after_cell
+            from jupyter_gpumem.doctor.after_cell import after_cell
 
             after_cell(result, shell, tracker)
         except KeyboardInterrupt:
@@ -86,7 +86,7 @@ def install(shell: Any) -> None:
 def uninstall(shell: Any) -> None:
     """Remove the hooks ``install`` added, and forget which cell made which array."""
     _hooks.remove(shell)
-    if "jupyter_gpumem.array_cells" in sys.modules:
-        from . import array_cells
+    if "jupyter_gpumem.doctor.array_cells" in sys.modules:
+        from jupyter_gpumem.doctor import array_cells
 
         array_cells.forget_all()

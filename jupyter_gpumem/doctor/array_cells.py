@@ -4,7 +4,7 @@ Kept current after every cell at the cost of the arrays made since the last cell
 arrays newest first, so the walk stops at the first array already known. Arrays are known by
 identity, through weak references; a dead one leaves the registry in its weakref callback, so a
 later array at the same address is never taken for it. Sizes come from the sharding
-(``allocator_shim.footprint``); no buffer is touched and nothing waits on JAX.
+(``jax_arrays.footprint``); no buffer is touched and nothing waits on JAX.
 
 Imports neither jax nor the doctor: the cell hooks call it on every cell.
 """
@@ -16,7 +16,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import allocator_shim
+from jupyter_gpumem.sources import jax_arrays
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def _forget(key: int, ref: Any) -> None:
 
 def _device_bytes(array: Any) -> int:
     try:
-        return 0 if array.is_deleted() else allocator_shim.footprint(array).on_device
+        return 0 if array.is_deleted() else jax_arrays.footprint(array).on_device
     except Exception:  # deleted while we read it, or a sharding without sizes
         return 0
 
@@ -55,7 +55,7 @@ def note_new_arrays(cell: int | None = None) -> int:
         cell = _current[0]
     new = 0
     with _lock:
-        for array in allocator_shim.live_arrays_newest_first():
+        for array in jax_arrays.live_arrays_newest_first():
             key = id(array)
             entry = _entries.get(key)
             if entry is not None and entry.ref() is array:

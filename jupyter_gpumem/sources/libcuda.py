@@ -18,7 +18,14 @@ import os
 import threading
 from typing import Any
 
-from .model import ERROR, NO_LIBRARY, NOT_STARTED, NOT_SUPPORTED, CudaPoolReading, NotAvailable
+from jupyter_gpumem.model import (
+    ERROR,
+    NO_LIBRARY,
+    NOT_STARTED,
+    NOT_SUPPORTED,
+    CudaPoolReading,
+    NotAvailable,
+)
 
 __all__ = [
     "read_default_pool",

@@ -1,0 +1,54 @@
+"""Explain and fix: why a cell ran out of memory, what holds memory, and what can be released.
+
+One module per job; importing this package imports none of them, so the cell hooks stay cheap.
+
+- ``hooks``: the cell hooks (which cell made which array, the OOM report, the per-cell line)
+- ``array_cells``: which cell made each live array, and the live arrays' device bytes
+- ``oom_text``: is this exception an out-of-memory error, and how much did it ask for
+- ``oom_rules``: ranked fixes from the numbers read at failure, one function per rule
+- ``report``: the OOM report itself, text and HTML
+- ``names``, ``arrays``: ``%gpumem arrays``: live arrays, their names and cells
+- ``usage``, ``tracking``: memory now, and the change and peak of a block or a cell
+- ``release``: ``%gpumem free``; ``estimates``: ``%gpumem estimate``; ``repack``: ``defragment``
+- ``text``: how the reports read, as text and as HTML
+- ``after_cell``: the work after a cell, and ``%gpumem doctor|cells on|off``
+"""
+
+from typing import Any
+
+# The doctor's public names, each imported from its module on first use.
+_PUBLIC = {
+    "install": "hooks",
+    "uninstall": "hooks",
+    "ArrayRecord": "arrays",
+    "ArraysReport": "arrays",
+    "census": "arrays",
+    "live_arrays": "arrays",
+    "magic_arrays": "arrays",
+    "names_by_array": "names",
+    "memory_now": "usage",
+    "FreeReport": "release",
+    "free": "release",
+    "magic_free": "release",
+    "Track": "tracking",
+    "track": "tracking",
+    "OomReport": "report",
+    "oom_report": "report",
+    "magic_doctor": "after_cell",
+    "magic_cells": "after_cell",
+    "EstimateReport": "estimates",
+    "estimate": "estimates",
+    "magic_estimate": "estimates",
+    "DefragSummary": "repack",
+    "defragment": "repack",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jupyter_gpumem.doctor' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"jupyter_gpumem.doctor.{module}"), name)

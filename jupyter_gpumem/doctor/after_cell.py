@@ -1,0 +1,75 @@
+"""What the doctor does after a cell (the OOM report, the per-cell line), and its switches:
+``%gpumem doctor on|off`` and ``%gpumem cells on|off``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_gpumem.doctor.hooks import install
+from jupyter_gpumem.doctor import oom_text
+from jupyter_gpumem.doctor.hooks import state as _state
+from jupyter_gpumem.doctor.report import oom_report
+from jupyter_gpumem.doctor.text import _pretty_as_text
+from jupyter_gpumem.doctor.tracking import Track
+
+
+def _display(obj: Any) -> None:
+    from IPython.display import display
+
+    display(obj)
+
+
+def _on_error(error: BaseException | None, shell: Any) -> None:
+    if error is None:
+        return
+    found = oom_text.recognise(error)
+    if found is None:
+        return
+    try:
+        from jupyter_gpumem.sampler import get_sampler
+
+        get_sampler().add_event("oom", requested_bytes=found.requested_bytes, form=found.form)
+    except Exception:
+        pass
+    if _state["doctor"]:
+        report = oom_report(found, shell)
+        if report is not None:
+            _display(report)
+
+
+def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
+    """The doctor's work after a cell (called by ``doctor_hooks``, once the cell's arrays are
+    noted): the per-cell line and the OOM report."""
+    count = getattr(result, "execution_count", None)
+    if tracker is not None and _state["cells"]:
+        tracker.stop()
+        print(tracker.line(f"cell {count}" if count is not None else "cell"))
+    _on_error(getattr(result, "error_in_exec", None), shell)
+
+
+def _switch(argv: list[str], what: str, key: str, shell: Any, on_text: str) -> str:
+    if not argv:
+        return f"gpumem: {what} is {'on' if _state[key] else 'off'}"
+    if len(argv) != 1 or argv[0].lower() not in ("on", "off"):
+        raise ValueError(f"{what} takes on or off, got {' '.join(argv)!r}")
+    _state[key] = argv[0].lower() == "on"
+    if shell is not None:
+        install(shell)
+    return f"gpumem: {what} {'on: ' + on_text if _state[key] else 'off'}"
+
+
+class _Line(str):
+    """A one-line answer shown as plain text."""
+
+    _repr_pretty_ = _pretty_as_text
+
+
+def magic_doctor(argv: list[str], shell: Any) -> _Line:
+    """``%gpumem doctor on|off``: the OOM report after a failing cell (on by default)."""
+    return _Line(_switch(argv, "doctor", "doctor", shell, "an out-of-memory error in a cell is followed by a report"))
+
+
+def magic_cells(argv: list[str], shell: Any) -> _Line:
+    """``%gpumem cells on|off``: one line of memory use after each cell."""
+    return _Line(_switch(argv, "cells", "cells", shell, "one line of memory use after each cell"))

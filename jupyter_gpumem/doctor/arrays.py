@@ -1,0 +1,288 @@
+"""Which JAX arrays are alive, how big, made by which cell and held by which names: ``%gpumem arrays``.
+
+Sizes come from each array's sharding and abstract value; no buffer is read (see "Code that
+runs on its own does no harm" in docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import gc as _gc
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from jupyter_gpumem import allocator_shim
+from jupyter_gpumem.doctor import array_cells
+from jupyter_gpumem.doctor.names import (
+    WALK_SECONDS_COMMAND,
+    NameWalk,
+    _is_history_name,
+    _user_namespace,
+    names_by_array,
+)
+from jupyter_gpumem.doctor.text import _b, _esc, _pretty_as_text
+from jupyter_gpumem.sources import jax_arrays
+
+
+@dataclass(slots=True)  # not frozen: %gpumem arrays builds tens of thousands, and frozen init is slow
+class ArrayRecord:
+    """One live JAX array.
+
+    ``bytes_per_device`` maps a JAX device id to the device-memory bytes of its shards there;
+    ``host_bytes`` is what it holds in a host memory kind (``memory_kind`` says which), which
+    takes no device memory; ``names`` are the user-namespace expressions that reach it
+    (``params['w']``, ``Out[3]``, ``_``); ``cell`` is the execution count of the cell that made
+    it, where known. Sizes come from the sharding: no buffer is read.
+    """
+
+    shape: tuple
+    dtype: str
+    bytes_per_device: Mapping[int, int]
+    names: tuple[str, ...] = ()
+    cell: int | None = None
+    host_bytes: int = 0
+    memory_kind: str | None = None
+
+    @property
+    def device_bytes(self) -> int:
+        return sum(self.bytes_per_device.values())
+
+    @property
+    def nbytes(self) -> int:
+        """Every byte it holds: device memory and host memory."""
+        return self.device_bytes + self.host_bytes
+
+    @property
+    def history_only(self) -> bool:
+        """Held by name only through output history (Out, _, _N)."""
+        return bool(self.names) and all(_is_history_name(n) for n in self.names)
+
+    def to_json(self) -> dict:
+        return {
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "nbytes": self.nbytes,
+            "bytes_per_device": {str(k): v for k, v in self.bytes_per_device.items()},
+            "host_bytes": self.host_bytes,
+            "memory_kind": self.memory_kind,
+            "names": list(self.names),
+            "cell": self.cell,
+        }
+
+
+@dataclass(frozen=True)
+class ArrayCensus:
+    """The live arrays (largest first) and what the walk of names could not see."""
+
+    records: tuple[ArrayRecord, ...]
+    walk: NameWalk
+    seconds: float
+
+
+def census(shell: Any = None, seconds: float = WALK_SECONDS_COMMAND) -> ArrayCensus:
+    """Every live, undeleted JAX array as a record, largest first; empty before JAX's backend
+    starts (listing would start it). Sizes come from shardings and shapes; arrays that are
+    only per-shard views of another live array (``addressable_shards``) are not listed twice.
+    """
+    t0 = time.perf_counter()
+    # Tens of thousands of small objects would set off full collections over the user's heap.
+    paused = _gc.isenabled()
+    _gc.disable()
+    try:
+        return _census(shell, seconds, t0)
+    finally:
+        if paused:
+            _gc.enable()
+
+
+def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
+    walk = names_by_array(_user_namespace(shell), seconds=seconds)
+    arrays = [a for a in jax_arrays.live_arrays_newest_first() if not _deleted(a)]
+    views: set[int] = set()
+    for a in arrays:
+        try:
+            if len(a.sharding.device_set) > 1:
+                views.update(jax_arrays.shard_view_ids(a))
+        except Exception:
+            continue
+    if arrays:
+        array_cells.note_new_arrays()
+    sized = []
+    names, cell_of, footprint = walk.names, array_cells.cell_of, jax_arrays.footprint
+    for a in arrays:
+        if id(a) in views:
+            continue
+        try:
+            fp = footprint(a)
+        except Exception:  # deleted between listing and reading
+            continue
+        record = ArrayRecord(fp.shape, fp.dtype, fp.device_bytes, tuple(names.get(id(a), ())), cell_of(a),
+                             fp.host_bytes, fp.memory_kind)
+        sized.append((-(fp.on_device + fp.host_bytes), fp.shape, len(sized), record))
+    sized.sort(key=lambda t: t[:3])
+    records = [t[3] for t in sized]
+    return ArrayCensus(tuple(records), walk, time.perf_counter() - t0)
+
+
+def _deleted(array: Any) -> bool:
+    try:
+        return bool(array.is_deleted())
+    except Exception:
+        return True
+
+
+def live_arrays(shell: Any = None) -> list[ArrayRecord]:
+    """The live JAX arrays, largest first (``census(shell).records``)."""
+    return list(census(shell).records)
+
+
+def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int | None]]:
+    """``(key, count, bytes, first cell)`` per group, largest first."""
+    groups: dict[str, list[ArrayRecord]] = {}
+    for r in records:
+        if by == "shape":
+            keys = [f"{r.dtype}{list(r.shape)}"]
+        elif by == "dtype":
+            keys = [r.dtype]
+        elif by == "cell":
+            keys = [f"cell {r.cell}" if r.cell is not None else "before tracking (unknown cell)"]
+        else:  # name: the root name of each holder, or unnamed
+            roots = []
+            for n in r.names:
+                root = n.split("[", 1)[0].split(".", 1)[0]
+                if root not in roots:
+                    roots.append(root)
+            keys = roots[:1] or ["(no name: held elsewhere)"]
+        for k in keys:
+            groups.setdefault(k, []).append(r)
+    out = [(k, len(v), sum(r.device_bytes for r in v), min((r.cell for r in v if r.cell is not None), default=None))
+           for k, v in groups.items()]
+    return sorted(out, key=lambda g: (-g[2], g[0]))
+
+
+BY_CHOICES = ("shape", "dtype", "cell", "name")
+
+
+@dataclass(frozen=True)
+class ArraysReport:
+    """What ``%gpumem arrays`` shows; ``records`` are all live arrays, largest first."""
+
+    records: tuple[ArrayRecord, ...]
+    top: int = 20
+    by: str | None = None
+    note: str = ""
+    walk_note: str = ""  # what the walk of names could not see
+    seconds: float | None = None  # how long the listing took
+
+    @property
+    def total_bytes(self) -> int:
+        """Device-memory bytes of all live arrays."""
+        return sum(r.device_bytes for r in self.records)
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(r.host_bytes for r in self.records)
+
+    def rows(self) -> list[tuple]:
+        if self.by:
+            return [(k, str(c), _b(n), "" if cell is None else str(cell)) for k, c, n, cell in _group(list(self.records), self.by)[: self.top]]
+        out = []
+        for r in self.records[: self.top]:
+            per_dev = ", ".join(f"{d}: {_b(n)}" for d, n in sorted(r.bytes_per_device.items()))
+            if r.host_bytes:
+                per_dev = f"host ({r.memory_kind}): {_b(r.host_bytes)}"
+            out.append((f"{r.dtype}{list(r.shape)}", _b(r.nbytes), per_dev, ", ".join(r.names) or "(no name)",
+                        "" if r.cell is None else str(r.cell)))
+        return out
+
+    def headers(self) -> tuple[str, ...]:
+        if self.by:
+            return (self.by, "arrays", "bytes", "first cell")
+        return ("array", "bytes", "per device", "held by", "cell")
+
+    def summary(self) -> str:
+        if self.note:
+            return self.note
+        shown = min(self.top, len(self.rows()) if self.by else len(self.records))
+        what = f"grouped by {self.by}" if self.by else "largest first"
+        host = f" and {_b(self.host_bytes)} in host memory" if self.host_bytes else ""
+        took = f" Listed in {self.seconds * 1e3:.0f} ms." if self.seconds is not None else ""
+        text = (f"{len(self.records)} live JAX arrays, {_b(self.total_bytes)} in device memory{host}; "
+                f"{shown} shown, {what}.{took}")
+        return text + (" " + self.walk_note if self.walk_note else "")
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        rows = self.rows()
+        if rows:
+            table = [self.headers()] + rows
+            widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+            for row in table:
+                lines.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+        return "\n".join(lines)
+
+    _repr_pretty_ = _pretty_as_text
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{_esc(h)}</th>" for h in self.headers())
+        body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in self.rows())
+        table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>" if body else ""
+        return f"<div class='jupyter-gpumem-arrays'><p>{_esc(self.summary())}</p>{table}</div>"
+
+    def to_json(self) -> dict:
+        return {"records": [r.to_json() for r in self.records], "total_bytes": self.total_bytes,
+                "host_bytes": self.host_bytes, "by": self.by, "walk_note": self.walk_note, "seconds": self.seconds}
+
+
+def _not_started_note() -> str:
+    return "JAX's backend has not started: there are no live arrays yet (listing them would start it)."
+
+
+def _parse_options(argv: list[str], spec: dict[str, str], command: str) -> dict[str, Any]:
+    """``--name value`` and ``--flag`` options; ``spec`` maps an option to "flag" or "value"."""
+    valid = ", ".join(f"--{k}" + (" VALUE" if v == "value" else "") for k, v in spec.items())
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        name, eq, inline = word.partition("=")
+        key = name[2:] if name.startswith("--") else None
+        if key not in spec:
+            raise ValueError(f"{command}: unknown argument {word!r}; valid: {valid}")
+        if key in out:
+            raise ValueError(f"{command}: --{key} is given twice")
+        if spec[key] == "flag":
+            if eq:
+                raise ValueError(f"{command}: --{key} takes no value")
+            out[key] = True
+            i += 1
+            continue
+        if eq:
+            out[key] = inline
+            i += 1
+        elif i + 1 < len(argv):
+            out[key] = argv[i + 1]
+            i += 2
+        else:
+            raise ValueError(f"{command}: --{key} needs a value")
+    return out
+
+
+def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
+    """``%gpumem arrays [--top N] [--by shape|dtype|cell|name]``."""
+    opts = _parse_options(argv, {"top": "value", "by": "value"}, "arrays")
+    top = 20
+    if "top" in opts:
+        try:
+            top = int(opts["top"])
+        except ValueError:
+            top = 0
+        if top < 1:
+            raise ValueError(f"arrays: --top takes a whole number of rows, 1 or more, got {opts['top']!r}")
+    by = opts.get("by")
+    if by is not None and by not in BY_CHOICES:
+        raise ValueError(f"arrays: --by takes one of {', '.join(BY_CHOICES)}, got {by!r}")
+    if not allocator_shim.backend_started():
+        return ArraysReport((), top, by, _not_started_note())
+    found = census(shell)
+    return ArraysReport(found.records, top, by, walk_note=found.walk.note(), seconds=found.seconds)

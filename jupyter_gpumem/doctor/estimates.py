@@ -1,0 +1,121 @@
+"""Will this jitted call fit before it runs? ``%gpumem estimate EXPR``, from XLA's memory analysis.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+from jupyter_gpumem.doctor.usage import _jax_readings, _stats_list
+from jupyter_gpumem.doctor.names import _user_namespace
+from jupyter_gpumem.doctor.text import _b, _PreReport, _pretty_as_text
+from jupyter_gpumem.model import (
+    headroom,
+)
+from jupyter_gpumem.sources import jax_arrays
+
+
+@dataclass(frozen=True)
+class EstimateReport(_PreReport):
+    """A compiled call's memory against what is free now."""
+
+    _html_class = "jupyter-gpumem-estimate"
+    _repr_pretty_ = _pretty_as_text
+
+    expression: str
+    memory: jax_arrays.CompiledMemory
+    needed: int  # bytes the call allocates beyond its arguments: outputs + temporaries - aliased
+    verdict: str  # "fits", "does not fit", "fits only after defragmenting", "unknown"
+    measure: str
+    largest_block: int | None
+    total_free: int | None
+
+    def lines(self) -> list[str]:
+        m = self.memory
+        out = [f"{self.expression}: {self.verdict}" + ("" if m.jitted else " (callee not jitted: estimated as jax.jit of it)"),
+               f"  arguments {_b(m.argument_bytes)}, outputs {_b(m.output_bytes)}, temporaries {_b(m.temp_bytes)}, "
+               f"aliased {_b(m.alias_bytes)}, code {_b(m.code_bytes)}" + (f", XLA peak {_b(m.peak_bytes)}" if m.peak_bytes else ""),
+               f"  needs {_b(self.needed)} beyond its arguments; largest free block {_b(self.largest_block)}, "
+               f"free in total {_b(self.total_free)} ({self.measure})"]
+        return out
+
+
+def _verdict(needed: int, largest_piece: int, largest_block: int | None, total_free: int | None) -> str:
+    if largest_block is None or total_free is None:
+        return "unknown"
+    if needed <= total_free and largest_piece <= largest_block:
+        return "fits"
+    if needed <= total_free:
+        return "fits only after defragmenting"
+    return "does not fit"
+
+
+def estimate(callee: Any, *args: Any, _expression: str = "", **kwargs: Any) -> EstimateReport:
+    """Compile ``callee(*args, **kwargs)`` without running it and judge whether it fits now."""
+    memory = jax_arrays.compile_memory(callee, args, kwargs)
+    needed = max(0, memory.output_bytes + memory.temp_bytes - memory.alias_bytes)
+    largest_piece = max(memory.output_bytes, memory.temp_bytes)
+    stats = _stats_list(_jax_readings())
+    if stats and stats[0].bytes_limit is not None:
+        s = stats[0]
+        room = headroom(s) or 0
+        largest_block = max(s.largest_free_block_bytes or 0, room)
+        total_free = max(0, (s.pool_bytes or s.bytes_in_use or 0) - (s.bytes_in_use or 0)) + room
+        measure = "allocator statistics of device 0"
+    else:
+        largest_block = total_free = _available_host_bytes()
+        measure = "host memory available (CPU: no allocator statistics)"
+    verdict = _verdict(needed, largest_piece, largest_block, total_free)
+    return EstimateReport(_expression or getattr(callee, "__name__", "call"), memory, needed, verdict, measure,
+                          largest_block, total_free)
+
+
+def _available_host_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def magic_estimate(argv: list[str], shell: Any) -> EstimateReport:
+    """``%gpumem estimate f(x, y)``: the call is compiled for its arguments, never run."""
+    if len(argv) != 1 or not argv[0].strip():
+        raise ValueError("estimate takes one call expression, e.g. %gpumem estimate train_step(params, batch)")
+    text = argv[0].strip()
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as err:
+        raise ValueError(f"estimate: {text!r} is not a Python expression ({err.msg})") from None
+    call = tree.body
+    if not isinstance(call, ast.Call):
+        raise ValueError(f"estimate takes a call such as train_step(params, batch), got {text!r}")
+    ns = _user_namespace(shell)
+
+    def value(node: ast.AST) -> Any:
+        code = compile(ast.Expression(node), "<gpumem estimate>", "eval")
+        try:
+            return eval(code, ns)  # the user's own expression, in the user's namespace
+        except Exception as err:
+            raise ValueError(f"estimate: evaluating {ast.unparse(node)!r} failed: {type(err).__name__}: {err}") from None
+
+    callee = value(call.func)
+    if not callable(callee):
+        raise ValueError(f"estimate: {ast.unparse(call.func)!r} is not callable")
+    args: list[Any] = []
+    for a in call.args:
+        if isinstance(a, ast.Starred):
+            args.extend(value(a.value))
+        else:
+            args.append(value(a))
+    kwargs: dict[str, Any] = {}
+    for k in call.keywords:
+        if k.arg is None:
+            kwargs.update(value(k.value))
+        else:
+            kwargs[k.arg] = value(k.value)
+    return estimate(callee, *args, _expression=text, **kwargs)

@@ -1,0 +1,146 @@
+"""Is this exception JAX running out of memory, and how much did it ask for? Pure: no jax, no I/O.
+
+``recognise(exc)`` gives an ``OomError`` for JAX's out-of-memory errors in every message form
+known (GPU BFC with human units or bytes, the platform/address allocator, the CPU), by class
+name and by text, whatever the JAX version; None for anything else. ``parse_request(text)``
+gives the requested size in bytes, and the device ordinal where the text names one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from jupyter_gpumem.units import parse_bytes
+
+# JaxRuntimeError since jax 0.8 (module jax.errors); XlaRuntimeError before (jaxlib).
+_RUNTIME_CLASS_NAMES = ("JaxRuntimeError", "XlaRuntimeError")
+
+
+# (form, pattern). The size group is parsed with units.parse_bytes; "exact" wins over "size".
+_FORMS: tuple[tuple[str, re.Pattern], ...] = (
+    # platform / address allocator: "Failed to allocate request for 32.00MiB (33554432B) on device ordinal 0"
+    (
+        "platform",
+        re.compile(
+            r"Failed to allocate request for\s+(?P<size>[\d.]+\s*[KMGTP]?i?B)\s*\((?P<exact>\d+)\s*B\)"
+            r"(?:\s+on device ordinal\s+(?P<ordinal>\d+))?",
+            re.IGNORECASE,
+        ),
+    ),
+    # GPU BFC, 0.4.30: "Out of memory while trying to allocate 7406166528 bytes."
+    ("gpu_bytes", re.compile(r"Out of memory while trying to allocate\s+(?P<exact>\d+)\s*bytes", re.IGNORECASE)),
+    # GPU BFC, current: "Out of memory while trying to allocate 21.88GiB." (rounded, about ±0.5%)
+    (
+        "gpu_human",
+        re.compile(r"Out of memory while trying to allocate\s+(?P<size>[\d.]+\s*[KMGTP]?i?B)\b", re.IGNORECASE),
+    ),
+    # CPU: "RESOURCE_EXHAUSTED: Out of memory allocating 17592186044416 bytes."
+    ("cpu", re.compile(r"Out of memory allocating\s+(?P<exact>\d+)\s*bytes", re.IGNORECASE)),
+)
+
+
+_RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+
+
+_ORDINAL = re.compile(r"device ordinal\s+(?P<ordinal>\d+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class OomError:
+    """A recognised out-of-memory error.
+
+    ``form``: "gpu_human", "gpu_bytes", "platform", "cpu", or "resource_exhausted" (the status
+    without a size we can read). ``requested_bytes`` is None where the text gives no size;
+    ``exact`` is False where the size was printed rounded (human units).
+    """
+
+    form: str
+    requested_bytes: int | None
+    exact: bool
+    ordinal: int | None
+    class_name: str
+    message: str
+
+    def to_json(self) -> dict:
+        return {
+            "form": self.form,
+            "requested_bytes": self.requested_bytes,
+            "exact": self.exact,
+            "ordinal": self.ordinal,
+            "class_name": self.class_name,
+            "message": self.message,
+        }
+
+
+def parse_request(text: str) -> tuple[str, int | None, bool, int | None] | None:
+    """``(form, requested_bytes, exact, ordinal)`` from an error text, or None if no form matches."""
+    if not isinstance(text, str):
+        return None
+    for form, pattern in _FORMS:
+        match = pattern.search(text)
+        if not match:
+            continue
+        groups = match.groupdict()
+        size: int | None = None
+        exact = False
+        if groups.get("exact"):
+            size, exact = int(groups["exact"]), True
+        elif groups.get("size"):
+            try:
+                size = parse_bytes(groups["size"].replace(" ", ""))
+            except ValueError:
+                size = None
+        ordinal = groups.get("ordinal")
+        if ordinal is None:
+            other = _ORDINAL.search(text)
+            ordinal = other.group("ordinal") if other else None
+        return form, size, exact, int(ordinal) if ordinal is not None else None
+    return None
+
+
+def _class_names(exc: BaseException) -> tuple[str, ...]:
+    return tuple(cls.__name__ for cls in type(exc).__mro__)
+
+
+def recognise_text(text: str, class_name: str = "") -> OomError | None:
+    """An ``OomError`` from a message text alone (for recorded texts and logs)."""
+    parsed = parse_request(text)
+    if parsed is not None:
+        form, size, exact, ordinal = parsed
+        return OomError(form, size, exact, ordinal, class_name, text)
+    if _RESOURCE_EXHAUSTED in text and (not class_name or class_name in _RUNTIME_CLASS_NAMES):
+        ordinal = _ORDINAL.search(text)
+        return OomError(
+            "resource_exhausted", None, False, int(ordinal.group("ordinal")) if ordinal else None, class_name, text
+        )
+    return None
+
+
+def recognise(exc: BaseException | None) -> OomError | None:
+    """The out-of-memory error in ``exc`` (or in what it was raised from), else None.
+
+    Recognised by class (JAX's runtime error classes, any RuntimeError subclass) and text: an
+    out-of-memory message form, or RESOURCE_EXHAUSTED on one of JAX's runtime error classes.
+    MemoryError from Python itself is not JAX's and is left alone.
+    """
+    seen = 0
+    while exc is not None and seen < 5:
+        names = _class_names(exc)
+        if "RuntimeError" in names:
+            runtime_name = next((n for n in names if n in _RUNTIME_CLASS_NAMES), "")
+            try:
+                text = str(exc)
+            except Exception:
+                text = ""
+            parsed = parse_request(text)
+            if parsed is not None:
+                form, size, exact, ordinal = parsed
+                return OomError(form, size, exact, ordinal, type(exc).__name__, text)
+            if runtime_name and _RESOURCE_EXHAUSTED in text:
+                found = recognise_text(text, runtime_name)
+                if found is not None:
+                    return OomError(found.form, None, False, found.ordinal, type(exc).__name__, text)
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None

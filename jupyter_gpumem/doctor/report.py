@@ -1,0 +1,287 @@
+"""Why did this cell run out of memory, and what would fix it? The OOM report, text and HTML.
+
+Reads the numbers at failure (allocator statistics, NVML, live arrays within a time budget),
+then asks ``oom_rules`` for ranked fixes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from jupyter_gpumem import allocator_shim
+from jupyter_gpumem.doctor import oom_rules, oom_text
+from jupyter_gpumem.doctor.arrays import ArrayRecord, _not_started_note, census
+from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
+from jupyter_gpumem.doctor.oom_rules import Fix, OomReadings, OtherProcess
+from jupyter_gpumem.doctor.oom_text import OomError
+from jupyter_gpumem.doctor.text import (
+    _action_label,
+    _b,
+    _esc,
+    _pretty_as_text,
+    _TextReport,
+)
+from jupyter_gpumem.model import (
+    AllocatorStats,
+    DeviceReading,
+    NotAvailable,
+    Sample,
+    fragmentation,
+    headroom,
+)
+
+
+def _host_memory_bytes() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _process_label(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "process"
+    if "ipykernel" in cmd or "jupyter-kernel" in cmd:
+        return "Jupyter kernel"
+    first = cmd.split(" ", 1)[0]
+    return os.path.basename(first) or "process"
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    """One device at the failure, for the report."""
+
+    label: str
+    in_use: int | None = None
+    pool: int | None = None
+    limit: int | None = None
+    largest_free: int | None = None
+    fragmentation: float | None = None
+    headroom: int | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class OomReport(_TextReport):
+    """The report shown when a cell fails for want of memory. Text in a terminal, HTML in a
+    notebook, ``to_json()`` for tools."""
+
+    _repr_pretty_ = _pretty_as_text
+
+    error: OomError
+    settings: tuple[tuple[str, str, str], ...]
+    devices: tuple[DeviceState, ...]
+    others: tuple[OtherProcess, ...]
+    others_note: str
+    arrays: tuple[ArrayRecord, ...]
+    arrays_note: str
+    readings: OomReadings
+    fixes: tuple[Fix, ...]
+
+    def requested_line(self) -> str:
+        e = self.error
+        if e.requested_bytes is None:
+            return "Requested: the error does not say how much."
+        approx = "" if e.exact else " (as printed, rounded)"
+        return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes){approx}."
+
+    def lines(self) -> list[str]:
+        out = ["JAX ran out of memory (jupyter-gpumem doctor)" + (" [synthetic readings]" if self.readings.synthetic else ""),
+               self.requested_line(), "", "Allocator settings in effect:"]
+        out += [f"  {name:<15} {shown:<16} ({source})" for name, shown, source in self.settings]
+        out += ["", "Device state at failure:"]
+        for d in self.devices:
+            if d.note:
+                out.append(f"  {d.label}: {d.note}")
+                continue
+            frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
+            out.append(f"  {d.label}: in use {_b(d.in_use)}, pool {_b(d.pool)}, limit {_b(d.limit)}, "
+                       f"largest free block {_b(d.largest_free)}, fragmentation {frag}, headroom {_b(d.headroom)}")
+        out += ["", "Other processes on the device:"]
+        if self.others:
+            out += [f"  pid {p.pid} ({p.label}): {_b(p.used_bytes)}" for p in self.others]
+        else:
+            out.append(f"  {self.others_note or 'none'}")
+        out += ["", "Largest live arrays:"]
+        if self.arrays:
+            out += [f"  {_b(r.nbytes):>11}  {r.dtype}{list(r.shape)}  held by {', '.join(r.names) or '(no name: held elsewhere)'}"
+                    + (f"  (cell {r.cell})" if r.cell is not None else "") for r in self.arrays]
+            if self.arrays_note:
+                out.append(f"  {self.arrays_note}")
+        else:
+            out.append(f"  {self.arrays_note or 'none'}")
+        out += ["", "What to do, best first:"]
+        if not self.fixes:
+            out.append("  No fix stands out from these numbers: make the program need less (smaller batch, "
+                       "lower precision), or run `%gpumem arrays` to see what holds memory.")
+        for i, f in enumerate(self.fixes, 1):
+            out.append(f"  {i}. {f.title}.")
+            out.append(f"     {_action_label(f.action)}: {f.action}")
+            out += [f"     Or:  {a}" for a in f.extra_actions]
+            out.append(f"     Why: {f.why}")
+        out.append("(The error above is unchanged and still stops the run.)")
+        return out
+
+    def _repr_html_(self) -> str:
+        settings = "".join(f"<tr><td>{_esc(n)}</td><td><b>{_esc(s)}</b></td><td>{_esc(src)}</td></tr>" for n, s, src in self.settings)
+        devs = []
+        for d in self.devices:
+            if d.note:
+                devs.append(f"<tr><td>{_esc(d.label)}</td><td colspan='6'>{_esc(d.note)}</td></tr>")
+            else:
+                frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
+                cells = [d.label, _b(d.in_use), _b(d.pool), _b(d.limit), _b(d.largest_free), frag, _b(d.headroom)]
+                devs.append("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
+        others = ("".join(f"<li>pid {p.pid} ({_esc(p.label)}): {_esc(_b(p.used_bytes))}</li>" for p in self.others)
+                  or f"<li>{_esc(self.others_note or 'none')}</li>")
+        arrays = ("".join(f"<tr><td>{_esc(_b(r.nbytes))}</td><td>{_esc(r.dtype)}{_esc(list(r.shape))}</td>"
+                          f"<td>{_esc(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
+                          for r in self.arrays)
+                  + (f"<tr><td colspan='4'>{_esc(self.arrays_note)}</td></tr>" if self.arrays and self.arrays_note else "")
+                  or f"<tr><td colspan='4'>{_esc(self.arrays_note or 'none')}</td></tr>")
+        fixes = "".join(
+            f"<li><b>{_esc(f.title)}</b><br>{_action_label(f.action)}: <code>{_esc(f.action)}</code>"
+            + "".join(f"<br>Or: <code>{_esc(a)}</code>" for a in f.extra_actions)
+            + f"<br><small>{_esc(f.why)}</small></li>"
+            for f in self.fixes
+        ) or "<li>No fix stands out from these numbers: make the program need less, or run <code>%gpumem arrays</code>.</li>"
+        synthetic = " <i>(synthetic readings)</i>" if self.readings.synthetic else ""
+        return (
+            "<div class='jupyter-gpumem-oom' style='border-left:4px solid var(--jp-error-color1, #d32f2f);padding-left:8px'>"
+            f"<p><b>JAX ran out of memory</b>{synthetic}. {_esc(self.requested_line())}</p>"
+            f"<p>Allocator settings in effect:</p><table>{settings}</table>"
+            "<p>Device state at failure:</p><table><thead><tr><th>device</th><th>in use</th><th>pool</th><th>limit</th>"
+            f"<th>largest free block</th><th>fragmentation</th><th>headroom</th></tr></thead><tbody>{''.join(devs)}</tbody></table>"
+            f"<p>Other processes on the device:</p><ul>{others}</ul>"
+            "<p>Largest live arrays:</p><table><thead><tr><th>bytes</th><th>array</th><th>held by</th><th>cell</th></tr></thead>"
+            f"<tbody>{arrays}</tbody></table>"
+            f"<p>What to do, best first:</p><ol>{fixes}</ol>"
+            "<p><small>The error above is unchanged and still stops the run.</small></p></div>"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "error": self.error.to_json(),
+            "settings": [list(s) for s in self.settings],
+            "devices": [d.__dict__ for d in self.devices],
+            "others": [p.__dict__ for p in self.others],
+            "arrays": [r.to_json() for r in self.arrays],
+            "fixes": [f.to_json() for f in self.fixes],
+            "synthetic": self.readings.synthetic,
+        }
+
+
+def _failing_device(error: OomError, jax_readings: tuple) -> Any:
+    if not jax_readings:
+        return None
+    if error.ordinal is not None and 0 <= error.ordinal < len(jax_readings):
+        return jax_readings[error.ordinal]
+    with_stats = [r for r in jax_readings if isinstance(r.stats, AllocatorStats)]
+    if with_stats:
+        def room(r: Any) -> int:
+            s = r.stats
+            return max(s.largest_free_block_bytes or 0, headroom(s) or 0)
+        return min(with_stats, key=room)
+    return jax_readings[0]
+
+
+def _device_state(r: Any) -> DeviceState:
+    label = f"{r.platform} {r.jax_id}" + (f" ({r.kind})" if r.kind else "")
+    s = r.stats
+    if not isinstance(s, AllocatorStats):
+        return DeviceState(label, note=f"{s.reason}; live-array bytes are used instead")
+    return DeviceState(label, s.bytes_in_use, s.pool_bytes, s.bytes_limit, s.largest_free_block_bytes,
+                       fragmentation(s), headroom(s))
+
+
+def oom_report(
+    exc: BaseException | OomError,
+    shell: Any = None,
+    sample: Sample | None = None,
+    live: list[ArrayRecord] | None = None,
+    synthetic: bool = False,
+) -> OomReport | None:
+    """The OOM report for ``exc`` (an exception or a recognised ``OomError``), read now; None
+    when ``exc`` is not an out-of-memory error.
+
+    ``sample`` and ``live`` replace the live device reading and live arrays (a trace replayed);
+    ``synthetic`` marks the report as drawn from made-up readings.
+    """
+    error = exc if isinstance(exc, OomError) else oom_text.recognise(exc)
+    if error is None:
+        return None
+    if sample is None:
+        from jupyter_gpumem.sampler import get_sampler
+
+        sample = get_sampler().sample_once()
+    jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
+    failing = _failing_device(error, jax_readings)
+    stats = failing.stats if failing is not None and isinstance(failing.stats, AllocatorStats) else None
+    platform = failing.platform if failing is not None else ("cpu" if error.form == "cpu" else "gpu")
+
+    nvml_dev = None
+    if failing is not None and failing.nvml_index is not None:
+        dev = sample.device(failing.nvml_index)
+        nvml_dev = dev if isinstance(dev, DeviceReading) else None
+    others: tuple[OtherProcess, ...] = ()
+    others_note = ""
+    own = None
+    if nvml_dev is not None:
+        if isinstance(nvml_dev.processes, NotAvailable):
+            others_note = nvml_dev.processes.reason
+        else:
+            others = tuple(OtherProcess(p.pid, p.used_bytes if isinstance(p.used_bytes, int) else None, _process_label(p.pid))
+                           for p in nvml_dev.processes if p.pid != sample.pid)
+            own_bytes = nvml_dev.process_bytes(sample.pid)
+            own = own_bytes if isinstance(own_bytes, int) else None
+    elif isinstance(sample.devices, NotAvailable):
+        others_note = f"NVML: {sample.devices.reason}"
+    else:
+        others_note = "no NVIDIA device matches the failing JAX device" if platform == "gpu" else "the CPU is not a GPU: NVML does not list its users"
+
+    settings = tuple((s.name, s.shown, s.source) for s in allocator_shim.settings_in_effect())
+    values = {s.name: s.value for s in allocator_shim.settings_in_effect()}
+
+    started = live is not None or allocator_shim.backend_started()
+    walk_note = ""
+    if live is not None:
+        records = list(live)
+    elif started:
+        found = census(shell, seconds=WALK_SECONDS_REPORT)
+        records, walk_note = list(found.records), found.walk.note()
+    else:
+        records = []
+    device_id = failing.jax_id if failing is not None else None
+    on_device = [r for r in records if device_id is None or device_id in r.bytes_per_device]
+    live_bytes = sum(r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device)
+    history = sum(r.device_bytes for r in on_device if r.history_only)
+    arrays_note = walk_note if records else ("no live JAX arrays" if started else _not_started_note())
+
+    total = nvml_dev.total_bytes if nvml_dev is not None else (_host_memory_bytes() if platform == "cpu" else None)
+    readings = OomReadings(
+        requested=error.requested_bytes,
+        device_total=total,
+        device_free=nvml_dev.free_bytes if nvml_dev is not None else None,
+        bytes_in_use=stats.bytes_in_use if stats else None,
+        pool_bytes=stats.pool_bytes if stats else None,
+        bytes_limit=stats.bytes_limit if stats else None,
+        largest_free_block=stats.largest_free_block_bytes if stats else None,
+        own_process_bytes=own,
+        others=others,
+        preallocate=values.get("preallocate") if isinstance(values.get("preallocate"), bool) else None,
+        fraction=values.get("fraction") if isinstance(values.get("fraction"), float) else None,
+        allocator=str(values.get("allocator")),
+        remat=values.get("remat") if isinstance(values.get("remat"), bool) else None,
+        live_bytes=live_bytes if started else None,
+        history_bytes=history,
+        platform=platform,
+        synthetic=synthetic,
+    )
+    devices = tuple(_device_state(r) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
+    return OomReport(error, settings, devices, others, others_note, tuple(records[:5]), arrays_note, readings,
+                     tuple(oom_rules.advise(readings)))

@@ -1,0 +1,64 @@
+"""How much device memory does JAX hold right now? Allocator statistics where there are any, the
+live arrays' bytes where not (the CPU), with the measure named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from jupyter_gpumem import allocator_shim
+from jupyter_gpumem.doctor import array_cells
+from jupyter_gpumem.model import (
+    AllocatorStats,
+    NotAvailable,
+)
+
+
+def _jax_readings() -> tuple:
+    readings = allocator_shim.read_jax_devices()
+    return () if isinstance(readings, NotAvailable) else readings
+
+
+def _stats_list(readings: Iterable) -> list[AllocatorStats]:
+    return [r.stats for r in readings if isinstance(r.stats, AllocatorStats)]
+
+
+def _sum(values: Iterable[int | None]) -> int | None:
+    vals = [v for v in values if v is not None]
+    return sum(vals) if vals else None
+
+
+@dataclass(frozen=True)
+class MemoryNow:
+    """Bytes in use now, and which measure gave them."""
+
+    measure: str  # "allocator" (bytes_in_use, all devices) or "live_arrays"
+    in_use: int
+    peak: int | None = None
+    pool: int | None = None
+    # (jax_id, bytes_in_use, peak_bytes_in_use) of each device with statistics
+    devices: tuple[tuple[int, int | None, int | None], ...] = ()
+
+    @property
+    def measure_words(self) -> str:
+        if self.measure == "allocator":
+            return "JAX allocator bytes in use, all devices"
+        return ("live JAX array bytes (no allocator statistics here; on the CPU an array printed or handed "
+                "to NumPy counts twice: JAX keeps a second array object on its buffer)")
+
+
+def _with_stats(readings: Iterable) -> list:
+    return [r for r in readings if isinstance(r.stats, AllocatorStats)]
+
+
+def memory_now() -> MemoryNow:
+    readings = _with_stats(_jax_readings())
+    stats = [r.stats for r in readings]
+    in_use = _sum(s.bytes_in_use for s in stats)
+    if stats and in_use is not None:
+        devices = tuple((r.jax_id, r.stats.bytes_in_use, r.stats.peak_bytes_in_use) for r in readings)
+        return MemoryNow("allocator", in_use, _sum(s.peak_bytes_in_use for s in stats),
+                         _sum(s.pool_bytes for s in stats), devices)
+    # Kept current by the cell hooks at the cost of new arrays: O(1) here, whatever lives.
+    return MemoryNow("live_arrays", array_cells.device_bytes())

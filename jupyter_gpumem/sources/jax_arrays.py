@@ -1,0 +1,214 @@
+"""How big is each live JAX array, where does it live, and which are there, read without touching a buffer.
+
+Also the explicit operations the user asks for by name: clearing JAX's caches, compiling a call
+to read its memory analysis, and moving a pytree through the host (``defragment``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from jupyter_gpumem.sources.jax_backend import backend_started
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Where one array's bytes are, from its sharding alone.
+
+    ``device_bytes`` maps a JAX device id to the bytes it holds in device memory; ``host_bytes``
+    counts arrays placed in a host memory kind (``pinned_host``, ``unpinned_host``), which take
+    no device memory; ``memory_kind`` is the sharding's, None where this JAX has none.
+    """
+
+    device_bytes: Mapping[int, int]
+    host_bytes: int
+    memory_kind: str | None
+    shape: tuple = ()
+    dtype: str = ""
+
+    @property
+    def on_device(self) -> int:
+        return sum(self.device_bytes.values())
+
+
+_DEVICE_KINDS = (None, "device")
+
+
+_footprints: dict[tuple, Footprint] = {}
+
+
+def _shard_sizes(sharding: Any, shape: tuple, devices: Any) -> dict[int, int]:
+    """Elements per addressable device: a shard's shape, or the device's slice where shards differ."""
+    try:
+        per_shard = math.prod(sharding.shard_shape(shape))
+        return {d.id: per_shard for d in devices}
+    except Exception:  # uneven shardings: shard_shape raises; the index map is metadata too
+        sizes = {}
+        for device, index in sharding.addressable_devices_indices_map(shape).items():
+            sizes[device.id] = math.prod(len(range(*s.indices(n))) for s, n in zip(index, shape))
+        return sizes
+
+
+def footprint(array: Any) -> Footprint:
+    """The array's bytes per device and in host memory, without touching its buffers."""
+    sharding = array.sharding
+    aval = array.aval
+    key = (sharding, aval.shape, aval.dtype)
+    known = _footprints.get(key)
+    if known is not None:
+        return known
+    nbytes = int(array.nbytes)  # the global array's bytes
+    devices = sharding.addressable_devices
+    kind = getattr(sharding, "memory_kind", None)
+    if len(sharding.device_set) == 1:
+        (device,) = devices
+        per_device = {device.id: nbytes}
+    else:
+        total = math.prod(aval.shape)
+        per_device = {d: (nbytes * n // total if total else 0) for d, n in _shard_sizes(sharding, aval.shape, devices).items()}
+    shape, dtype = tuple(aval.shape), str(aval.dtype)
+    if kind in _DEVICE_KINDS:
+        found = Footprint(per_device, 0, kind, shape, dtype)
+    else:
+        found = Footprint({}, sum(per_device.values()), kind, shape, dtype)
+    if len(_footprints) > 4096:  # shapes come and go; a few thousand distinct ones is plenty
+        _footprints.clear()
+    _footprints[key] = found
+    return found
+
+
+def live_arrays_newest_first() -> list:
+    """``jax.live_arrays()``, newest first; [] before the backend starts (listing would start it).
+
+    JAX lists from the head of the client's array list, where each new array is linked
+    (jaxlib py_array.cc, PyArray_Storage); tests/test_do_no_harm.py checks this order.
+    """
+    if not backend_started():
+        return []
+    import jax
+
+    return jax.live_arrays()
+
+
+def shard_view_ids(array: Any) -> tuple[int, ...]:
+    """ids of the per-shard arrays that ``array.addressable_shards`` made and JAX caches on the
+    array (jax/_src/array.py): views of the same buffers, which are not arrays of their own."""
+    try:
+        shards = vars(array).get("addressable_shards")
+    except TypeError:
+        return ()
+    if not isinstance(shards, list):
+        return ()
+    return tuple(id(s.data) for s in shards if getattr(s, "data", None) is not None)
+
+
+_concrete_array_types: set[type] = set()  # types seen to be jax.Array and not a tracer
+
+
+def is_jax_array(obj: Any) -> bool:
+    """Whether ``obj`` is a jax.Array (False, cheaply, when jax is not imported)."""
+    if type(obj) in _concrete_array_types:
+        return True
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return False
+    array_type = getattr(jax, "Array", None)
+    try:
+        found = array_type is not None and isinstance(obj, array_type) and not _is_tracer(obj)
+    except Exception:
+        return False
+    if found and type(obj).__name__ == "ArrayImpl":
+        _concrete_array_types.add(type(obj))
+    return found
+
+
+def _is_tracer(obj: Any) -> bool:
+    core = sys.modules.get("jax._src.core")
+    tracer = getattr(core, "Tracer", None)
+    return tracer is not None and isinstance(obj, tracer)
+
+
+def clear_caches() -> bool:
+    """``jax.clear_caches()`` where jax is imported: drops compiled programs. True if it ran."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return False
+    jax.clear_caches()
+    return True
+
+
+@dataclass(frozen=True)
+class CompiledMemory:
+    """What a compiled call needs, from ``Compiled.memory_analysis()`` (bytes, per device)."""
+
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    alias_bytes: int
+    code_bytes: int
+    peak_bytes: int | None  # XLA's own peak where this JAX reports it
+    jitted: bool  # False: the callee was not jitted and was compiled as jax.jit(callee)
+
+
+def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> CompiledMemory:
+    """Lower and compile ``callee(*args, **kwargs)`` without running it, and read its memory.
+
+    A callee without ``.lower`` is wrapped in ``jax.jit``. Raises ValueError, with JAX's
+    message, when it cannot be lowered or compiled.
+    """
+    import jax
+
+    jitted = hasattr(callee, "lower")
+    fn = callee if jitted else jax.jit(callee)
+    try:
+        analysis = fn.lower(*args, **kwargs).compile().memory_analysis()
+    except Exception as err:
+        raise ValueError(f"could not compile it for these arguments: {type(err).__name__}: {err}") from None
+    if analysis is None:
+        raise ValueError("this backend gives no memory analysis for compiled programs")
+    if isinstance(analysis, (list, tuple)):  # older JAX: one per device
+        analysis = analysis[0]
+
+    def get(name: str) -> int:
+        value = getattr(analysis, name, 0)
+        return int(value) if isinstance(value, int) and value >= 0 else 0
+
+    peak = getattr(analysis, "peak_memory_in_bytes", None)
+    return CompiledMemory(
+        argument_bytes=get("argument_size_in_bytes"),
+        output_bytes=get("output_size_in_bytes"),
+        temp_bytes=get("temp_size_in_bytes"),
+        alias_bytes=get("alias_size_in_bytes"),
+        code_bytes=get("generated_code_size_in_bytes"),
+        peak_bytes=int(peak) if isinstance(peak, int) and peak > 0 else None,
+        jitted=jitted,
+    )
+
+
+def host_round_trip(tree: Any) -> tuple[Any, int, int]:
+    """Copy every jax.Array leaf of ``tree`` to the host, delete its device buffers, and put it
+    back with the same sharding; returns ``(new_tree, arrays_moved, bytes_moved)``.
+
+    All leaves are on the host before any is put back, so the allocator places them into a pool
+    with the old buffers gone. Deleting is what frees: any other reference to these arrays sees
+    a deleted array afterwards.
+    """
+    import jax
+    import numpy as np
+
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    moved = []
+    for i, leaf in enumerate(leaves):
+        if is_jax_array(leaf) and not leaf.is_deleted():
+            moved.append((i, leaf.sharding, np.asarray(jax.device_get(leaf))))
+    total = sum(int(host.nbytes) for _, _, host in moved)
+    for i, _, _ in moved:
+        leaves[i].delete()
+    for i, sharding, host in moved:
+        leaves[i] = jax.device_put(host, sharding)
+    for i, _, _ in moved:
+        leaves[i].block_until_ready()
+    return jax.tree_util.tree_unflatten(treedef, leaves), len(moved), total

@@ -1,0 +1,329 @@
+"""What the JAX in this process is doing: has its backend started, on which platform, what would its
+GPU plugin make of an environment, and what does each device's allocator report.
+
+With ``jax_arrays``, the only place that reaches into jax or jaxlib, and only inside functions,
+so that loading the extension stays cheap. Nothing here starts the backend.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+import types
+from functools import lru_cache
+from typing import Any, Callable, Mapping
+
+from jupyter_gpumem import model
+from jupyter_gpumem.env_table import (
+    _ALLOCATOR_CANDIDATES,
+    ALLOCATOR_VAR,
+    FRACTION_VAR,
+    OLD_FRACTION_VAR,
+    REMAT_OPTION,
+)
+from jupyter_gpumem.model import NotAvailable
+
+
+class _EnvironmentView:
+    """Stands in for the ``os`` module inside JAX's generator: getenv reads a given mapping."""
+
+    def __init__(self, env: Mapping[str, str]):
+        self.environ = dict(env)
+
+    def getenv(self, key: str, default: Any = None) -> Any:
+        return self.environ.get(key, default)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+
+@lru_cache(maxsize=1)
+def _option_generator() -> Callable[[Mapping[str, str]], dict] | None:
+    """JAX's GPU option generator, rebound to read a mapping we pass instead of os.environ.
+
+    The generator only reads ``os.getenv`` (jaxlib/xla_client.py, 0.4.30 to 0.12), so giving it
+    its own ``os`` keeps candidate values out of the real environment, where another thread
+    starting JAX could see them.
+    """
+    try:
+        from jaxlib import xla_client
+    except Exception:
+        return None
+    gen = getattr(xla_client, "generate_pjrt_gpu_plugin_options", None)
+    if gen is None or not isinstance(gen, types.FunctionType):
+        return None
+
+    def run(env: Mapping[str, str]) -> dict:
+        isolated = types.FunctionType(
+            gen.__code__, {**gen.__globals__, "os": _EnvironmentView(env)}, gen.__name__, gen.__defaults__, gen.__closure__
+        )
+        return dict(isolated())
+
+    return run
+
+
+def jax_gpu_options(env: Mapping[str, str] | None = None) -> dict | None:
+    """The options JAX's CUDA plugin would be created with under ``env`` (default: os.environ).
+
+    None when the installed jaxlib has no generator (or none is installed). Raises ValueError
+    with JAX's own message when JAX would reject the environment.
+    """
+    gen = _option_generator()
+    if gen is None:
+        return None
+    try:
+        return gen(dict(os.environ) if env is None else env)
+    except Exception as err:  # the plugin would catch this and fall back to CPU
+        raise ValueError(str(err) or type(err).__name__) from None
+
+
+def jax_rejection(env: Mapping[str, str] | None = None) -> str | None:
+    """JAX's message if it would reject ``env`` (so fall back to CPU), else None."""
+    try:
+        jax_gpu_options(env)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+@lru_cache(maxsize=1)
+def fraction_var() -> str:
+    """The fraction variable the installed JAX reads: XLA_CLIENT_MEM_FRACTION where it exists."""
+    try:
+        options = jax_gpu_options({FRACTION_VAR: "0.5"})
+    except ValueError:
+        options = None
+    if options is not None and options.get("memory_fraction") == 0.5:
+        return FRACTION_VAR
+    return OLD_FRACTION_VAR
+
+
+@lru_cache(maxsize=1)
+def accepted_allocators() -> tuple[str, ...]:
+    """The allocator names the installed JAX accepts, found by asking its generator.
+
+    Names listed in its error message are probed too, so a newer JAX's names are found.
+    Empty when JAX is not installed.
+    """
+    if _option_generator() is None:
+        return ()
+    candidates = list(_ALLOCATOR_CANDIDATES)
+    message = jax_rejection({ALLOCATOR_VAR: "no_such_allocator"}) or ""
+    for name in re.findall(r'"([a-z][a-z0-9_]*)"', message):
+        if name not in candidates and name != "no_such_allocator":
+            candidates.append(name)
+    return tuple(name for name in candidates if jax_rejection({ALLOCATOR_VAR: name}) is None)
+
+
+def backend_started() -> bool:
+    """Whether JAX's backend has started, found without starting it.
+
+    Never imports jax: a process that has not imported it has not started it. Uses the private
+    ``jax._src.xla_bridge.backends_are_initialized()`` (0.4.21 to 0.12), falling back to the
+    module's ``_backends`` dict it reads.
+    """
+    if "jax" not in sys.modules:
+        return False
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    if bridge is None:
+        return False  # jax is still importing; nothing has started
+    probe = getattr(bridge, "backends_are_initialized", None)
+    try:
+        if callable(probe):
+            return bool(probe())
+        backends = getattr(bridge, "_backends", None)
+        if isinstance(backends, dict):
+            return bool(backends)
+        return getattr(bridge, "_default_backend", None) is not None
+    except Exception:
+        return False
+
+
+def remat_option_problem() -> str | None:
+    """Why the remat switch cannot be set here (no JAX, or a JAX without the option), or None."""
+    try:
+        import jax
+    except ImportError:
+        return "remat needs JAX, which is not installed in this environment"
+    if not hasattr(jax.config, REMAT_OPTION):
+        return (
+            f"the installed JAX ({getattr(jax, '__version__', '?')}) has no {REMAT_OPTION} option "
+            "(it was added in JAX 0.4.34)"
+        )
+    return None
+
+
+def remat_value(import_jax: bool = False) -> bool | None:
+    """``jax.config``'s remat switch; None when jax is not imported (and ``import_jax`` is false)
+    or has no such option."""
+    if import_jax:
+        import jax
+    else:
+        jax = sys.modules.get("jax")
+    config = getattr(jax, "config", None)
+    if config is None or not hasattr(config, REMAT_OPTION):
+        return None
+    return bool(getattr(config, REMAT_OPTION))
+
+
+def set_remat(value: bool) -> None:
+    """Set ``jax.config``'s remat switch for later compilations (imports jax)."""
+    import jax
+
+    jax.config.update(REMAT_OPTION, bool(value))
+
+
+def can_check_gpu_options() -> bool:
+    """Whether the installed jaxlib has the GPU option generator that settings are checked with."""
+    return _option_generator() is not None
+
+
+def backend_platform() -> str | None:
+    """The started backend's platform ("cuda", "cpu", ...); None before it starts."""
+    if not backend_started():
+        return None
+    return getattr(_default_client(), "platform", None)
+
+
+def _bridge() -> Any:
+    return sys.modules.get("jax._src.xla_bridge")
+
+
+def _default_client() -> Any:
+    bridge = _bridge()
+    client = getattr(bridge, "_default_backend", None)
+    if client is None and bridge is not None:
+        client = bridge.get_backend()  # safe: only called once the backends exist
+    return client
+
+
+_GPU_PLATFORMS = ("cuda", "rocm", "gpu")
+
+
+_CUDA_PLUGIN_MODULES = ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
+
+
+def _cuda_plugin_installed() -> bool:
+    for name in _CUDA_PLUGIN_MODULES:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
+
+
+def _fallback_reason(platform: str | None) -> str | None:
+    """Why JAX runs on the CPU although a GPU backend was expected, or None."""
+    if platform != "cpu":
+        return None
+    bridge = _bridge()
+    errors = dict(getattr(bridge, "_backend_errors", {}) or {})
+    for name in ("cuda", "rocm"):
+        if name in errors:
+            return f"the {name.upper()} backend failed to start: {errors[name]}"
+    if not _cuda_plugin_installed():
+        return None
+    factories = getattr(bridge, "_backend_factories", {}) or {}
+    if "cuda" not in factories:
+        rejection = jax_rejection()
+        if rejection:
+            return f"the CUDA plugin did not register because JAX rejected the environment: {rejection}"
+        return "the CUDA plugin is installed but did not register (run with TF_CPP_MIN_LOG_LEVEL=0 to see why)"
+    if os.environ.get("JAX_PLATFORMS", "").strip().lower() == "cpu":
+        return None
+    return "the CUDA plugin is installed but JAX chose the CPU (no visible NVIDIA GPU?)"
+
+
+def backend_info() -> dict:
+    """The backend's state: {started, platform, devices: [{id, kind, platform}], fallback_reason,
+    jax_version}. Reads the backend only once it has started; never raises."""
+    info: dict[str, Any] = {
+        "started": False,
+        "jax_imported": "jax" in sys.modules,
+        "jax_version": getattr(sys.modules.get("jax"), "__version__", None),
+        "platform": None,
+        "devices": [],
+        "fallback_reason": None,
+    }
+    try:
+        if not backend_started():
+            return info
+        info["started"] = True
+        client = _default_client()
+        info["platform"] = getattr(client, "platform", None)
+        info["devices"] = [
+            {"id": d.id, "kind": getattr(d, "device_kind", ""), "platform": d.platform} for d in client.local_devices()
+        ]
+        info["fallback_reason"] = _fallback_reason(info["platform"])
+    except Exception as err:  # a reading, never an exception into the kernel
+        info["error"] = f"{type(err).__name__}: {err}"
+    return info
+
+
+def _visible_devices() -> list[int] | None:
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError:
+        return None  # UUIDs or MIG names: no index mapping from here
+
+
+def _platform_family(platform: str) -> str:
+    return "gpu" if platform in _GPU_PLATFORMS else platform
+
+
+def _cuda_pool(ordinal: int) -> model.CudaPoolReading | NotAvailable:
+    try:
+        from jupyter_gpumem.sources.libcuda import read_default_pool
+    except ImportError:
+        return NotAvailable(model.NOT_SUPPORTED, "the CUDA pool reader is not available in this installation")
+    try:
+        return read_default_pool(ordinal)
+    except Exception as err:
+        return NotAvailable(model.ERROR, f"reading the CUDA pool failed: {err}")
+
+
+def read_jax_devices(allocator: str) -> tuple[model.JaxDeviceReading, ...] | NotAvailable:
+    """Each local JAX device's allocator statistics; never starts JAX and never raises.
+
+    ``allocator`` is the allocator in effect (``allocator_shim.allocator_in_effect()``).
+    """
+    try:
+        if not backend_started():
+            if "jax" not in sys.modules and importlib.util.find_spec("jax") is None:
+                return NotAvailable(model.NO_JAX, "JAX is not installed in this environment")
+            return NotAvailable(model.NOT_STARTED, "JAX has not started yet; readings begin when it does")
+        visible = _visible_devices()
+        readings = []
+        for device in _default_client().local_devices():
+            family = _platform_family(device.platform)
+            try:
+                stats = model.normalise_stats(device.memory_stats(), allocator, family)
+            except Exception as err:
+                stats = NotAvailable(model.ERROR, f"memory_stats() failed: {err}")
+            nvml_index = None
+            pool = None
+            if family == "gpu":
+                hw = getattr(device, "local_hardware_id", None)
+                ordinal = hw if isinstance(hw, int) else device.id
+                nvml_index = visible[ordinal] if visible is not None and 0 <= ordinal < len(visible) else ordinal
+                if allocator == "cuda_async":
+                    pool = _cuda_pool(ordinal)
+            readings.append(
+                model.JaxDeviceReading(
+                    jax_id=device.id,
+                    platform=family,
+                    kind=getattr(device, "device_kind", ""),
+                    nvml_index=nvml_index,
+                    stats=stats,
+                    cuda_pool=pool,
+                )
+            )
+        return tuple(readings)
+    except Exception as err:
+        return NotAvailable(model.ERROR, f"reading JAX's devices failed: {type(err).__name__}: {err}")
