@@ -15,13 +15,13 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-browser test-python chromium clean
+.PHONY: help setup build lab test test-ts test-browser test-python chromium clean
 
 help:
 	@echo "make setup   .venv, editable install (builds the lab extension), ui-tests deps"
 	@echo "make build   rebuild the lab extension after editing labextension/src"
 	@echo "make lab     JupyterLab with the extension on notebooks/quickstart.ipynb"
-	@echo "make test    browser tests (chromium), then pytest"
+	@echo "make test    unit tests of the panel (node), browser tests (chromium), then pytest"
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -65,12 +65,16 @@ test-browser: setup chromium
 	$(MAKE) --no-print-directory $(STAMP_UI)
 	cd ui-tests && GPUMEM_CHROMIUM=$(CHROMIUM) jlpm playwright test
 
+# The panel's pure modules (labextension/test/*.test.ts) under node's own test runner.
+test-ts: setup
+	cd labextension && jlpm test
+
 test-python: setup
 	$(PY) -m pytest -q tests/
 
-# Browser tests first, pytest last (its summary line ends the output); any failure fails.
-test: test-browser test-python
+# Unit and browser tests first, pytest last (its summary line ends the output); any failure fails.
+test: test-ts test-browser test-python
 
 clean:
-	rm -rf labextension/lib labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \
+	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \
 		ui-tests/test-results ui-tests/playwright-report $(VENV)/.stamp-install $(STAMP_UI)

@@ -1,16 +1,22 @@
+/** The server extension's REST API, as the panel calls it. */
+
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { API_PREFIX } from './constants';
 import { DevicesReply } from './types';
 
+/** Why a request failed: no server, no extension on it, or an error answer. */
+export type ApiFailure =
+  | { kind: 'unreachable'; detail: string }
+  | { kind: 'not-enabled' }
+  | { kind: 'error-answer'; status: number; detail: string };
+
 /** Raised when the server extension cannot be reached or answers with an error. */
 export class ApiError extends Error {
-  constructor(
-    message: string,
-    readonly status: number | null
-  ) {
-    super(message);
+  constructor(readonly failure: ApiFailure) {
+    // For the console; the panel words the failure itself (DevicesSection).
+    super(`jupyter-gpumem API: ${JSON.stringify(failure)}`);
   }
 }
 
@@ -22,7 +28,7 @@ async function getJson<T>(endpoint: string): Promise<T> {
     // 'no-cache' revalidates without the timestamp query that 'no-store' appends.
     response = await ServerConnection.makeRequest(url, { cache: 'no-cache' }, settings);
   } catch (error) {
-    throw new ApiError(`The Jupyter server cannot be reached (${error}).`, null);
+    throw new ApiError({ kind: 'unreachable', detail: String(error) });
   }
   let body: any = null;
   try {
@@ -31,12 +37,14 @@ async function getJson<T>(endpoint: string): Promise<T> {
     body = null;
   }
   if (!response.ok) {
-    const detail = body && body.error ? body.error : response.statusText;
     throw new ApiError(
       response.status === 404
-        ? 'The jupyter-gpumem server extension is not enabled on this server.'
-        : `The server answered ${response.status}: ${detail}`,
-      response.status
+        ? { kind: 'not-enabled' }
+        : {
+            kind: 'error-answer',
+            status: response.status,
+            detail: body && body.error ? String(body.error) : response.statusText
+          }
     );
   }
   return body as T;
@@ -44,8 +52,6 @@ async function getJson<T>(endpoint: string): Promise<T> {
 
 /** GET devices, with this notebook's kernel attributed when a path is given. */
 export function fetchDevices(notebookPath: string | null): Promise<DevicesReply> {
-  const query = notebookPath
-    ? `?notebook=${encodeURIComponent(notebookPath)}`
-    : '';
+  const query = notebookPath ? `?notebook=${encodeURIComponent(notebookPath)}` : '';
   return getJson<DevicesReply>(`devices${query}`);
 }

@@ -1,18 +1,24 @@
-/** Names shared by the panel, the server extension and the kernel side. */
+/** Names shared by the panel, the server extension and the kernel side; the panel's defaults. */
 
 export const PLUGIN_ID = 'jupyter-gpumem:plugin';
 export const PANEL_ID = 'jupyter-gpumem-panel';
 export const API_PREFIX = 'jupyter-gpumem/api';
 export const COMM_TARGET = 'jupyter_gpumem';
 export const METADATA_KEY = 'jupyter_gpumem';
+/** The translation domain of the panel's strings. */
+export const TRANSLATION_DOMAIN = 'jupyter_gpumem';
 
 export const COMMAND_OPEN = 'jupyter-gpumem:open';
 export const COMMAND_RESTART_WITH_SETTINGS = 'jupyter-gpumem:restart-with-settings';
 
 export const DEFAULT_POLL_SECONDS = 2;
 export const MIN_POLL_SECONDS = 0.5;
+/** After failures a poll waits longer each time, up to this. */
+export const MAX_BACKOFF_SECONDS = 30;
 
-/** Allocator names JAX reads from XLA_PYTHON_CLIENT_ALLOCATOR (newer JAX accepts more). */
-export const ALLOCATOR_CHOICES = ['default', 'platform', 'bfc', 'cuda_async'];
+/** How long the panel waits for a kernel's snapshot before it calls the kernel busy. */
+export const SNAPSHOT_TIMEOUT_MS = 3000;
+/** After a kernel said "not loaded", ask it again this rarely (each ask logs in the kernel). */
+export const NOT_LOADED_RETRY_MS = 10000;
 
 export const LOAD_EXTENSION_CODE = '%load_ext jupyter_gpumem';

@@ -1,35 +1,36 @@
+/**
+ * The plugin: puts the GPU memory panel in the left sidebar, hooks kernel starts to apply each
+ * notebook's settings, and adds the panel's commands.
+ */
+
 import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
+import { EMPTY_SETTINGS } from './allocatorSettings';
 import {
   COMMAND_OPEN,
   COMMAND_RESTART_WITH_SETTINGS,
-  DEFAULT_POLL_SECONDS,
-  MIN_POLL_SECONDS,
   PANEL_ID,
-  PLUGIN_ID
+  PLUGIN_ID,
+  TRANSLATION_DOMAIN
 } from './constants';
 import { gpuMemIcon } from './icon';
-import {
-  EMPTY_SETTINGS,
-  KernelStartHook,
-  readNotebookSettings,
-  writeNotebookSettings
-} from './notebookSettings';
+import { KernelStartHook } from './kernelStartHook';
+import { readNotebookSettings, writeNotebookSettings } from './notebookMetadata';
 import { GpuMemPanel } from './panel';
+import { panelOptions } from './panelOptions';
 import { NotebookAllocatorSettings, PanelOptions } from './types';
 
 function readOptions(settings: ISettingRegistry.ISettings | null): PanelOptions {
-  const poll = settings?.get('pollInterval').composite as number | undefined;
-  const units = settings?.get('units').composite as string | undefined;
-  return {
-    pollSeconds: Math.max(poll ?? DEFAULT_POLL_SECONDS, MIN_POLL_SECONDS),
-    units: units === 'decimal' ? 'decimal' : 'binary'
-  };
+  return panelOptions(
+    settings?.get('pollInterval').composite,
+    settings?.get('units').composite
+  );
 }
 
 async function restartWith(
@@ -56,41 +57,44 @@ const plugin: JupyterFrontEndPlugin<void> = {
     'A sidebar panel: every GPU, which kernel holds how much, and this notebook’s JAX allocator.',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [ISettingRegistry],
+  optional: [ISettingRegistry, ITranslator],
   activate: async (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
-    registry: ISettingRegistry | null
+    registry: ISettingRegistry | null,
+    translator: ITranslator | null
   ) => {
+    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
     const hook = new KernelStartHook();
     tracker.forEach(nb => hook.watch(nb));
     tracker.widgetAdded.connect((_, nb) => hook.watch(nb));
 
-    let options = readOptions(null);
-    const widget = new GpuMemPanel(() => {
-      const nb = tracker.currentWidget;
-      return {
-        options,
-        notebook: nb,
-        outcome: nb ? hook.outcome(nb) : undefined,
+    const widget = new GpuMemPanel({
+      options: readOptions(null),
+      trans,
+      outcome: nb => hook.outcome(nb),
+      actions: {
         onOpen: path => void app.commands.execute('docmanager:open', { path }),
-        onSave: (panel, s) => {
-          writeNotebookSettings(panel, s);
+        onSave: (nb, s) => {
+          writeNotebookSettings(nb, s);
           widget.update();
         },
-        onRestart: (panel, s) => void restartWith(panel, s),
-        onFix: (panel, fraction) => {
-          const current = readNotebookSettings(panel).settings ?? EMPTY_SETTINGS;
-          void restartWith(panel, { ...current, fraction });
+        onRestart: (nb, s) => void restartWith(nb, s),
+        onFix: (nb, fraction) => {
+          const current = readNotebookSettings(nb).settings ?? EMPTY_SETTINGS;
+          void restartWith(nb, { ...current, fraction });
         }
-      };
+      }
     });
     widget.id = PANEL_ID;
     widget.title.icon = gpuMemIcon;
-    widget.title.caption = 'GPU memory';
+    widget.title.caption = trans.__('GPU memory');
     app.shell.add(widget, 'left', { rank: 900 });
 
-    tracker.currentChanged.connect(() => widget.update());
+    widget.notebook = tracker.currentWidget;
+    tracker.currentChanged.connect((_, nb) => {
+      widget.notebook = nb;
+    });
     tracker.widgetAdded.connect((_, nb) => {
       nb.context.ready.then(() => {
         nb.context.model.metadataChanged.connect(() => widget.update());
@@ -99,12 +103,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     hook.applied.connect(() => widget.update());
 
     app.commands.addCommand(COMMAND_OPEN, {
-      label: 'Show GPU memory',
+      label: trans.__('Show GPU memory'),
       icon: gpuMemIcon,
       execute: () => app.shell.activateById(PANEL_ID)
     });
     app.commands.addCommand(COMMAND_RESTART_WITH_SETTINGS, {
-      label: 'Restart kernel with this notebook’s GPU memory settings',
+      label: trans.__('Restart kernel with this notebook’s GPU memory settings'),
       isEnabled: () => !!tracker.currentWidget,
       execute: () => {
         const nb = tracker.currentWidget;
@@ -118,12 +122,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (registry) {
       try {
         const settings = await registry.load(PLUGIN_ID);
-        options = readOptions(settings);
+        widget.options = readOptions(settings);
         settings.changed.connect(() => {
-          options = readOptions(settings);
-          widget.update();
+          widget.options = readOptions(settings);
         });
-        widget.update();
       } catch (reason) {
         console.warn('jupyter-gpumem: settings not loaded, using defaults', reason);
       }

@@ -1,30 +1,91 @@
+/**
+ * The sidebar widget. It owns the panel's models, whose polls stand by while it is hidden,
+ * and renders PanelView; it re-renders when told the notebook or its settings changed.
+ */
+
 import * as React from 'react';
+import { NotebookPanel } from '@jupyterlab/notebook';
+import { TranslationBundle } from '@jupyterlab/translation';
 import { ReactWidget } from '@jupyterlab/ui-components';
 import { Message } from '@lumino/messaging';
 
-import { PanelView, PanelViewProps } from './components/PanelView';
+import { PanelActions, PanelView } from './components/PanelView';
+import { ApplyOutcome } from './kernelStartHook';
+import { DevicesModel } from './models/devicesModel';
+import { KernelModel } from './models/kernelModel';
+import { PanelOptions } from './types';
 
-type Inputs = Omit<PanelViewProps, 'visible'>;
+export interface GpuMemPanelOptions {
+  options: PanelOptions;
+  trans: TranslationBundle;
+  actions: PanelActions;
+  /** What happened when the notebook's settings were last applied to its kernel. */
+  outcome: (panel: NotebookPanel) => ApplyOutcome | undefined;
+}
 
-/** The sidebar widget. It re-renders when shown, hidden or told something changed. */
 export class GpuMemPanel extends ReactWidget {
-  constructor(private _inputs: () => Inputs) {
+  readonly devices: DevicesModel;
+  readonly kernel: KernelModel;
+  private _options: PanelOptions;
+
+  constructor(private _props: GpuMemPanelOptions) {
     super();
     this.addClass('jp-GpuMem');
+    this._options = _props.options;
+    const standby = () => !this.isVisible || 'when-hidden';
+    this.devices = new DevicesModel({
+      pollSeconds: this._options.pollSeconds,
+      notebookPath: () => this.kernel.notebook?.context.path ?? null,
+      standby
+    });
+    this.kernel = new KernelModel({ pollSeconds: this._options.pollSeconds, standby });
+  }
+
+  /** The notebook the panel shows; null when no notebook is active. */
+  set notebook(panel: NotebookPanel | null) {
+    if (panel !== this.kernel.notebook) {
+      this.kernel.notebook = panel;
+      this.devices.refresh();
+      this.update();
+    }
+  }
+
+  set options(options: PanelOptions) {
+    this._options = options;
+    this.devices.pollSeconds = options.pollSeconds;
+    this.kernel.pollSeconds = options.pollSeconds;
+    this.update();
   }
 
   render(): JSX.Element {
-    // Polls run only while the panel is on screen.
-    return <PanelView {...this._inputs()} visible={this.isVisible} />;
+    const nb = this.kernel.notebook;
+    return (
+      <PanelView
+        devices={this.devices}
+        kernel={this.kernel}
+        notebook={nb}
+        outcome={nb ? this._props.outcome(nb) : undefined}
+        units={this._options.units}
+        trans={this._props.trans}
+        actions={this._props.actions}
+      />
+    );
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this.devices.dispose();
+    this.kernel.dispose();
+    super.dispose();
   }
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
-    this.update();
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
+    // The polls stood by while hidden: read at once instead of at their next tick.
+    this.devices.refresh();
+    this.kernel.refresh();
     this.update();
   }
 }

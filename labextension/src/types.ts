@@ -1,4 +1,7 @@
-/** Shapes of the REST and comm contract between the server extension, the kernel and the panel (docs/server.md). */
+/**
+ * What the server extension and the kernel send the panel: the REST and comm shapes
+ * (docs/server.md, docs/rest-contract.md), plus the panel's own settings types.
+ */
 
 export type NvmlState =
   | 'ok'
@@ -23,19 +26,8 @@ export interface ProcessInfo {
   replay_placeholder_pid?: number;
 }
 
-export interface DeviceInfo {
+interface DeviceCommon {
   index: number;
-  /** null when the device cannot be read (readable: false). */
-  name: string | null;
-  uuid: string | null;
-  total: number;
-  used: number;
-  free: number;
-  utilization: number | null;
-  display_active: boolean | null;
-  mig: boolean | null;
-  readable: boolean;
-  reason: string | null;
   pids_visible: boolean;
   pids_reason: string | null;
   this_kernel_bytes: number;
@@ -43,6 +35,36 @@ export interface DeviceInfo {
   other_bytes: number;
   processes: ProcessInfo[];
 }
+
+/** A GPU NVML could read: every byte count is a number. */
+export interface ReadableDevice extends DeviceCommon {
+  readable: true;
+  name: string;
+  uuid: string;
+  total: number;
+  used: number;
+  free: number;
+  utilization: number | null;
+  display_active: boolean | null;
+  mig: boolean | null;
+  reason: null;
+}
+
+/** A GPU NVML lists but cannot read (a lost GPU): no numbers, and a reason. */
+export interface UnreadableDevice extends DeviceCommon {
+  readable: false;
+  name: string | null;
+  uuid: string | null;
+  total: null;
+  used: null;
+  free: null;
+  utilization: null;
+  display_active: null;
+  mig: null;
+  reason: string | null;
+}
+
+export type DeviceInfo = ReadableDevice | UnreadableDevice;
 
 export interface OvercommitWarning {
   kind: string;
@@ -83,6 +105,12 @@ export interface JaxDeviceSnapshot {
   stats_reason?: string | null;
 }
 
+/** One row of the kernel's table of settings: which environment variable JAX reads for it. */
+export interface SettingsTableRow {
+  name: string;
+  env_var: string;
+}
+
 export interface KernelSnapshot {
   type: 'snapshot';
   backend_started: boolean;
@@ -91,6 +119,10 @@ export interface KernelSnapshot {
   warnings: string[];
   devices: JaxDeviceSnapshot[];
   reason: string | null;
+  /** The allocator names the kernel's JAX accepts; null when unknown, absent from older kernels. */
+  allocator_choices?: string[] | null;
+  /** Absent from older kernels. */
+  settings_table?: SettingsTableRow[];
 }
 
 /** The per-notebook allocator settings kept in metadata.jupyter_gpumem. */
@@ -98,6 +130,12 @@ export interface NotebookAllocatorSettings {
   preallocate: boolean | null;
   fraction: number | null;
   allocator: string | null;
+}
+
+/** A kernel's answer to an execute request that failed. */
+export interface ExecutionError {
+  ename: string;
+  evalue: string;
 }
 
 export type Units = 'binary' | 'decimal';

@@ -48,6 +48,39 @@ export function notebookMetadata(page: IJupyterLabPageFixture): Promise<any> {
   });
 }
 
+/** Sets the active notebook's jupyter_gpumem metadata, as a notebook saved with it has. */
+export async function setNotebookMetadata(page: IJupyterLabPageFixture, value: unknown): Promise<void> {
+  await page.evaluate(v => {
+    const app = (window as any).jupyterapp;
+    app.shell.currentWidget.context.model.setMetadata('jupyter_gpumem', v);
+  }, value);
+}
+
+/**
+ * The allocator names the active notebook's kernel reports in its snapshot (null when it does
+ * not know them), asked of the kernel directly.
+ */
+export function kernelAllocatorChoices(page: IJupyterLabPageFixture): Promise<string[] | null> {
+  return page.evaluate(async () => {
+    const app = (window as any).jupyterapp;
+    const kernel = app.shell.currentWidget.sessionContext.session.kernel;
+    const future = kernel.requestExecute({
+      code:
+        'import json\nfrom jupyter_gpumem import kernel_comm\n' +
+        "print(json.dumps(kernel_comm.snapshot().get('allocator_choices')))",
+      store_history: false
+    });
+    let out = '';
+    future.onIOPub = (msg: any) => {
+      if (msg.header.msg_type === 'stream') {
+        out += msg.content.text;
+      }
+    };
+    await future.done;
+    return JSON.parse(out);
+  });
+}
+
 /** Waits until the active notebook's kernel is connected and idle. */
 export async function waitForKernelIdle(page: IJupyterLabPageFixture): Promise<void> {
   await page.waitForFunction(() => {

@@ -6,11 +6,13 @@ import { expect, test } from '@jupyterlab/galata';
 
 import {
   IMAGES_DIR,
+  kernelAllocatorChoices,
   NO_KERNEL_TRACKER,
   notebookMetadata,
   openNotebook,
   openPanel,
   runFirstCell,
+  setNotebookMetadata,
   withKernelRestart
 } from './gpumem';
 
@@ -22,6 +24,31 @@ test('the panel opens from its sidebar tab and explains that there is no GPU', a
   await expect(notice).toContainText(/No GPU here|NVML is not available/);
   await expect(panel.locator('.jp-GpuMem-card')).toHaveCount(0);
   await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-no-gpu.png') });
+});
+
+test('a GPU that cannot be read says why and shows no byte counts', async ({ page }) => {
+  const GiB = 1024 ** 3;
+  const common = { pids_visible: true, pids_reason: null, this_kernel_bytes: 0, kernels_bytes: 0, other_bytes: 0, processes: [] };
+  // The shape the server sends for a lost GPU (docs/server.md): null numbers and a reason.
+  const reply = {
+    t: 0, source: 'nvml', synthetic: false, state: 'ok', reason: null, poll_interval: 2, warnings: [],
+    devices: [
+      { ...common, index: 0, name: 'NVIDIA A100-SXM4-40GB', uuid: 'GPU-0', total: 40 * GiB, used: GiB,
+        free: 39 * GiB, utilization: 5, display_active: false, mig: false, readable: true, reason: null },
+      { ...common, index: 1, name: null, uuid: null, total: null, used: null, free: null,
+        utilization: null, display_active: null, mig: null, readable: false, reason: 'GPU is lost',
+        pids_visible: false, pids_reason: 'the device cannot be read' }
+    ]
+  };
+  await page.route('**/jupyter-gpumem/api/devices*', route => route.fulfill({ json: reply }));
+  const panel = await openPanel(page);
+  await expect(panel.locator('.jp-GpuMem-card')).toHaveCount(2);
+  const lost = panel.locator('.jp-GpuMem-card[data-device="1"]');
+  await expect(lost).toContainText('GPU 1');
+  await expect(lost).toContainText('Cannot be read: GPU is lost');
+  await expect(lost).not.toContainText(/\d (B|KiB|MiB|GiB|TiB)\b/);
+  await expect(lost.locator('.jp-GpuMem-bar')).toHaveCount(0);
+  await expect(panel.locator('.jp-GpuMem-card[data-device="0"]')).toContainText('1.00 GiB / 40.0 GiB');
 });
 
 test('without the extension loaded the kernel section offers to load it', async ({ page, tmpPath }) => {
@@ -50,18 +77,39 @@ test('once loaded, JAX on CPU shows its backend, settings with sources, and why 
   await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-jax-cpu.png') });
 });
 
-test('the settings form writes the notebook metadata', async ({ page, tmpPath }) => {
+test('the settings form writes the notebook metadata, keeping its allocator', async ({ page, tmpPath }) => {
   await openNotebook(page, tmpPath, 'xla_env.ipynb');
+  await setNotebookMetadata(page, { allocator: 'platform' });
   const panel = await openPanel(page);
+  // No list from the kernel yet: the notebook's own allocator is still on offer.
+  await expect(panel.locator('select[name="allocator"]')).toHaveValue('platform');
   await panel.locator('select[name="preallocate"]').selectOption('off');
   await panel.locator('input[name="fraction"]').fill('0.3');
-  await panel.locator('select[name="allocator"]').selectOption('platform');
   await panel.getByRole('button', { name: 'Save to notebook' }).click();
   expect(await notebookMetadata(page)).toEqual({
     preallocate: false,
     fraction: 0.3,
     allocator: 'platform'
   });
+});
+
+test('the allocators on offer are the ones the kernel reports', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'xla_env.ipynb');
+  const panel = await openPanel(page);
+  const options = panel.locator('select[name="allocator"] option');
+  const hint = panel.locator('.jp-GpuMem-choicesHint');
+  // Before the kernel answers, only "JAX default", and why.
+  await expect(options).toHaveText(['JAX default']);
+  await expect(hint).toContainText('The list of allocators comes from the kernel');
+  await panel.locator('.jp-GpuMem-load').click();
+  await expect(panel.locator('.jp-GpuMem-backend')).toContainText('JAX has not started yet');
+  const choices = await kernelAllocatorChoices(page);
+  await expect(options).toHaveText(['JAX default', ...(choices ?? [])]);
+  if (choices === null) {
+    await expect(hint).toContainText('does not say which allocators it accepts');
+  } else {
+    await expect(hint).toHaveCount(0);
+  }
 });
 
 test('a fraction above 1 is refused by the form and nothing is written', async ({ page, tmpPath }) => {
@@ -89,9 +137,7 @@ test('restart with these settings restarts the kernel in place with their enviro
 
 test('a restart from the Kernel menu applies the saved settings again', async ({ page, tmpPath }) => {
   await openNotebook(page, tmpPath, 'xla_env.ipynb');
-  const panel = await openPanel(page);
-  await panel.locator('select[name="allocator"]').selectOption('platform');
-  await panel.getByRole('button', { name: 'Save to notebook' }).click();
+  await setNotebookMetadata(page, { allocator: 'platform' });
   await withKernelRestart(page, async () => {
     await page.menu.clickMenuItem('Kernel>Restart Kernel…');
     await page.locator('.jp-Dialog .jp-mod-accept').click();

@@ -1,50 +1,73 @@
+/** This notebook's JAX allocator as its kernel's snapshot reports it. */
+
 import * as React from 'react';
+import { TranslationBundle } from '@jupyterlab/translation';
 
 import { formatBytes, formatPercent } from '../format';
-import { KernelSnapshot, Units } from '../types';
+import { JaxDeviceSnapshot, KernelSnapshot, Units } from '../types';
 import { StateNotice } from './StateNotice';
 
-/** This notebook's JAX allocator as its kernel reports it. */
+function DeviceStats(props: {
+  device: JaxDeviceSnapshot;
+  units: Units;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { device: d, units: u, trans } = props;
+  if (d.stats_reason) {
+    return (
+      <div className="jp-GpuMem-kv jp-GpuMem-noStats">
+        <StateNotice
+          title={trans.__('JAX device %1: no allocator statistics', d.jax_id)}
+          detail={d.stats_reason}
+        />
+      </div>
+    );
+  }
+  const rows: Array<[string, string]> = [
+    [trans.__('in use'), formatBytes(d.bytes_in_use, u)],
+    [trans.__('pool'), formatBytes(d.pool_bytes, u)],
+    [trans.__('limit'), formatBytes(d.bytes_limit, u)],
+    [trans.__('peak'), formatBytes(d.peak_bytes_in_use, u)],
+    [trans.__('fragmentation'), formatPercent(d.fragmentation)]
+  ];
+  return (
+    <table className="jp-GpuMem-table jp-GpuMem-kv">
+      <caption>
+        {d.allocator
+          ? trans.__('JAX device %1 · %2', d.jax_id, d.allocator)
+          : trans.__('JAX device %1', d.jax_id)}
+      </caption>
+      <tbody>
+        {rows.map(([name, value]) => (
+          <tr key={name}>
+            <th>{name}</th>
+            <td>{value}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
 export function AllocatorView(props: {
   snapshot: KernelSnapshot;
   units: Units;
+  trans: TranslationBundle;
 }): JSX.Element {
-  const s = props.snapshot;
-  const u = props.units;
+  const { snapshot: s, trans } = props;
   return (
     <div className="jp-GpuMem-allocator">
       <div className="jp-GpuMem-muted jp-GpuMem-backend">
         {s.backend_started
-          ? `JAX started on ${s.platform ?? 'an unknown platform'}`
-          : s.reason ?? 'JAX has not started yet'}
+          ? trans.__('JAX started on %1', s.platform ?? trans.__('an unknown platform'))
+          : s.reason ?? trans.__('JAX has not started yet')}
       </div>
-      {s.devices.map(d =>
-        d.stats_reason ? (
-          <div className="jp-GpuMem-kv jp-GpuMem-noStats" key={d.jax_id}>
-            <StateNotice
-              title={`JAX device ${d.jax_id}: no allocator statistics`}
-              detail={d.stats_reason}
-            />
-          </div>
-        ) : (
-          <table className="jp-GpuMem-table jp-GpuMem-kv" key={d.jax_id}>
-            <caption>
-              JAX device {d.jax_id}
-              {d.allocator ? ` · ${d.allocator}` : ''}
-            </caption>
-            <tbody>
-              <tr><th>in use</th><td>{formatBytes(d.bytes_in_use, u)}</td></tr>
-              <tr><th>pool</th><td>{formatBytes(d.pool_bytes, u)}</td></tr>
-              <tr><th>limit</th><td>{formatBytes(d.bytes_limit, u)}</td></tr>
-              <tr><th>peak</th><td>{formatBytes(d.peak_bytes_in_use, u)}</td></tr>
-              <tr><th>fragmentation</th><td>{formatPercent(d.fragmentation)}</td></tr>
-            </tbody>
-          </table>
-        )
-      )}
+      {s.devices.map(d => (
+        <DeviceStats key={d.jax_id} device={d} units={props.units} trans={trans} />
+      ))}
       {s.settings.length ? (
         <table className="jp-GpuMem-table jp-GpuMem-kv jp-GpuMem-settingsInEffect">
-          <caption>Settings in effect</caption>
+          <caption>{trans.__('Settings in effect')}</caption>
           <tbody>
             {s.settings.map(x => (
               <tr key={x.name}>
@@ -57,6 +80,7 @@ export function AllocatorView(props: {
           </tbody>
         </table>
       ) : null}
+      {/* The kernel words its warnings. */}
       {s.warnings.map((w, i) => (
         <div key={i} className="jp-GpuMem-warning">
           ⚠ {w}

@@ -1,56 +1,77 @@
-import * as React from 'react';
+/** One GPU: name, total, utilisation and who holds its memory; or why it cannot be read. */
 
+import * as React from 'react';
+import { TranslationBundle } from '@jupyterlab/translation';
+
+import { memoryShares } from '../deviceInfo';
 import { formatBytes } from '../format';
-import { DeviceInfo, Units } from '../types';
+import { DeviceInfo, ReadableDevice, Units, UnreadableDevice } from '../types';
 import { MemoryBar } from './MemoryBar';
 
-/** One GPU: name, total, utilisation and who holds its memory. */
 export function DeviceCard(props: {
   device: DeviceInfo;
   units: Units;
+  trans: TranslationBundle;
 }): JSX.Element {
   const d = props.device;
-  if (!d.readable) {
-    return (
-      <div className="jp-GpuMem-card" data-device={d.index}>
-        <div className="jp-GpuMem-cardHead">
-          GPU {d.index}
-          {d.name ? ` · ${d.name}` : ''}
-        </div>
-        <div className="jp-GpuMem-muted">
-          Cannot be read: {d.reason ?? 'no reason given'}
-        </div>
+  return d.readable ? (
+    <ReadableCard device={d} units={props.units} trans={props.trans} />
+  ) : (
+    <UnreadableCard device={d} trans={props.trans} />
+  );
+}
+
+/** No byte counts at all: an unreadable GPU's memory is unknown, not zero. */
+function UnreadableCard(props: {
+  device: UnreadableDevice;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { device: d, trans } = props;
+  return (
+    <div className="jp-GpuMem-card" data-device={d.index} data-readable="false">
+      <div className="jp-GpuMem-cardHead">
+        {d.name ? trans.__('GPU %1 · %2', d.index, d.name) : trans.__('GPU %1', d.index)}
       </div>
-    );
-  }
-  const mine = Math.max(d.this_kernel_bytes, 0);
-  const otherKernels = Math.max(d.kernels_bytes - mine, 0);
-  // Memory NVML counts as used but no visible process holds goes with "other processes".
-  const others = Math.max(d.used - mine - otherKernels, 0);
+      <div className="jp-GpuMem-muted">
+        {trans.__('Cannot be read: %1', d.reason ?? trans.__('no reason given'))}
+      </div>
+    </div>
+  );
+}
+
+function ReadableCard(props: {
+  device: ReadableDevice;
+  units: Units;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { device: d, units, trans } = props;
+  const shares = memoryShares(d);
   return (
     <div className="jp-GpuMem-card" data-device={d.index}>
       <div className="jp-GpuMem-cardHead">
-        <span>
-          GPU {d.index} · {d.name}
-        </span>
+        <span>{trans.__('GPU %1 · %2', d.index, d.name)}</span>
         <span className="jp-GpuMem-muted">
-          {formatBytes(d.used, props.units)} / {formatBytes(d.total, props.units)}
-          {d.utilization !== null ? ` · ${d.utilization}% busy` : ''}
+          {trans.__('%1 / %2', formatBytes(d.used, units), formatBytes(d.total, units))}
+          {d.utilization !== null ? trans.__(' · %1% busy', d.utilization) : ''}
         </span>
       </div>
       <MemoryBar
         total={d.total}
-        units={props.units}
+        units={units}
+        ariaLabel={trans.__('memory use')}
         segments={[
-          { key: 'mine', label: 'this notebook', bytes: mine },
-          { key: 'kernels', label: 'other kernels', bytes: otherKernels },
-          { key: 'other', label: 'other processes', bytes: others },
-          { key: 'free', label: 'free', bytes: d.free }
+          { key: 'mine', label: trans.__('this notebook'), bytes: shares.thisNotebook },
+          { key: 'kernels', label: trans.__('other kernels'), bytes: shares.otherKernels },
+          { key: 'other', label: trans.__('other processes'), bytes: shares.otherProcesses },
+          { key: 'free', label: trans.__('free'), bytes: shares.free }
         ]}
       />
       {!d.pids_visible ? (
         <div className="jp-GpuMem-muted">
-          Processes are not visible: {d.pids_reason ?? 'no reason given'}
+          {trans.__(
+            'Processes are not visible: %1',
+            d.pids_reason ?? trans.__('no reason given')
+          )}
         </div>
       ) : null}
     </div>

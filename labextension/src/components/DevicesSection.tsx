@@ -1,74 +1,128 @@
-import * as React from 'react';
+/** Every GPU the server sees, who holds its memory, and over-commit warnings. */
 
-import { DevicesReply, Units } from '../types';
+import * as React from 'react';
+import { TranslationBundle } from '@jupyterlab/translation';
+import { UseSignal } from '@jupyterlab/ui-components';
+
+import { ApiError } from '../api';
+import { DevicesModel } from '../models/devicesModel';
+import { DevicesReply, NvmlState, Units } from '../types';
 import { DeviceCard } from './DeviceCard';
 import { KernelTable } from './KernelTable';
 import { StateNotice } from './StateNotice';
 import { WarningList } from './WarningList';
 
-const STATE_TITLES: Record<string, string> = {
-  no_library: 'NVML is not available',
-  no_driver: 'No GPU here',
-  no_permission: 'Not allowed to read the GPUs',
-  error: 'The GPUs could not be read'
-};
+function stateTitle(state: NvmlState, trans: TranslationBundle): string {
+  switch (state) {
+    case 'no_library':
+      return trans.__('NVML is not available');
+    case 'no_driver':
+      return trans.__('No GPU here');
+    case 'no_permission':
+      return trans.__('Not allowed to read the GPUs');
+    default:
+      return trans.__('The GPUs could not be read');
+  }
+}
 
-/** Every GPU the server sees, who holds its memory, and over-commit warnings. */
-export function DevicesSection(props: {
-  reply: DevicesReply | null;
-  error: Error | null;
+/** A failed request in words. */
+function errorText(error: Error, trans: TranslationBundle): string {
+  if (!(error instanceof ApiError)) {
+    return error.message;
+  }
+  const f = error.failure;
+  switch (f.kind) {
+    case 'unreachable':
+      return trans.__('The Jupyter server cannot be reached (%1).', f.detail);
+    case 'not-enabled':
+      return trans.__('The jupyter-gpumem server extension is not enabled on this server.');
+    case 'error-answer':
+      return trans.__('The server answered %1: %2', f.status, f.detail);
+  }
+}
+
+interface Props {
+  model: DevicesModel;
   activePath: string | null;
   units: Units;
+  trans: TranslationBundle;
   canFix: boolean;
   onOpen: (path: string) => void;
   onFix: (fraction: number) => void;
-}): JSX.Element {
-  const { reply, error } = props;
+}
+
+export function DevicesSection(props: Props): JSX.Element {
+  return (
+    <UseSignal signal={props.model.changed} initialSender={props.model}>
+      {() => (
+        <DevicesView {...props} reply={props.model.reply} error={props.model.error} />
+      )}
+    </UseSignal>
+  );
+}
+
+function DevicesView(
+  props: Props & { reply: DevicesReply | null; error: Error | null }
+): JSX.Element {
+  const { reply, error, trans } = props;
   if (error && !reply) {
     return (
       <StateNotice
-        title="The server is unreachable"
-        detail={`${error.message} The panel keeps trying.`}
+        title={trans.__('The server is unreachable')}
+        detail={trans.__('%1 The panel keeps trying.', errorText(error, trans))}
         kind="warn"
       />
     );
   }
   if (!reply) {
-    return <div className="jp-GpuMem-muted">Reading the GPUs…</div>;
+    return <div className="jp-GpuMem-muted">{trans.__('Reading the GPUs…')}</div>;
   }
   return (
     <div className="jp-GpuMem-devices">
       <div className="jp-GpuMem-sourceLine">
         {reply.source === 'replay' ? (
-          <span className="jp-GpuMem-badge" data-badge="replay">replay</span>
+          <span className="jp-GpuMem-badge" data-badge="replay">
+            {trans.__('replay')}
+          </span>
         ) : null}
         {reply.synthetic ? (
-          <span className="jp-GpuMem-badge" data-badge="synthetic">synthetic</span>
+          <span className="jp-GpuMem-badge" data-badge="synthetic">
+            {trans.__('synthetic')}
+          </span>
         ) : null}
         {error ? (
           <span className="jp-GpuMem-muted">
-            Last update failed ({error.message}); showing the previous reading.
+            {trans.__(
+              'Last update failed (%1); showing the previous reading.',
+              errorText(error, trans)
+            )}
           </span>
         ) : null}
       </div>
       {reply.state !== 'ok' ? (
-        <StateNotice
-          title={STATE_TITLES[reply.state] ?? 'The GPUs could not be read'}
-          detail={reply.reason}
-        />
+        <StateNotice title={stateTitle(reply.state, trans)} detail={reply.reason} />
       ) : reply.devices.length === 0 ? (
-        <StateNotice title="No GPU here" detail="NVML works but lists no device." />
+        <StateNotice
+          title={trans.__('No GPU here')}
+          detail={trans.__('NVML works but lists no device.')}
+        />
       ) : (
         <>
-          <WarningList warnings={reply.warnings} canFix={props.canFix} onFix={props.onFix} />
+          <WarningList
+            warnings={reply.warnings}
+            canFix={props.canFix}
+            onFix={props.onFix}
+            trans={trans}
+          />
           {reply.devices.map(d => (
-            <DeviceCard key={d.index} device={d} units={props.units} />
+            <DeviceCard key={d.index} device={d} units={props.units} trans={trans} />
           ))}
-          <h3 className="jp-GpuMem-h">Kernels on the GPU</h3>
+          <h3 className="jp-GpuMem-h">{trans.__('Kernels on the GPU')}</h3>
           <KernelTable
             devices={reply.devices}
             activePath={props.activePath}
             units={props.units}
+            trans={trans}
             onOpen={props.onOpen}
           />
         </>

@@ -1,44 +1,39 @@
-import * as React from 'react';
-
-import { formatBytes } from '../format';
-import { DeviceInfo, ProcessInfo, Units } from '../types';
-
-interface Row {
-  device: number;
-  process: ProcessInfo;
-}
-
-function preallocText(p: boolean | null): string {
-  return p === null ? 'unknown' : p ? 'yes' : 'no';
-}
-
 /** Every kernel on every GPU, with its notebook linked. */
+
+import * as React from 'react';
+import { TranslationBundle } from '@jupyterlab/translation';
+
+import { kernelRows } from '../deviceInfo';
+import { formatBytes } from '../format';
+import { DeviceInfo, Units } from '../types';
+
+function preallocText(p: boolean | null, trans: TranslationBundle): string {
+  return p === null ? trans.__('unknown') : p ? trans.__('yes') : trans.__('no');
+}
+
 export function KernelTable(props: {
   devices: DeviceInfo[];
   activePath: string | null;
   units: Units;
+  trans: TranslationBundle;
   onOpen: (path: string) => void;
 }): JSX.Element {
-  const rows: Row[] = [];
-  for (const d of props.devices) {
-    for (const p of d.processes) {
-      if (p.kind === 'kernel') {
-        rows.push({ device: d.index, process: p });
-      }
-    }
-  }
+  const { trans } = props;
+  const rows = kernelRows(props.devices);
   if (rows.length === 0) {
-    return <div className="jp-GpuMem-muted">No kernel holds GPU memory.</div>;
+    return <div className="jp-GpuMem-muted">{trans.__('No kernel holds GPU memory.')}</div>;
   }
   return (
     <div className="jp-GpuMem-scrollX">
       <table className="jp-GpuMem-table">
         <thead>
           <tr>
-            <th>Notebook</th>
-            <th>GPU</th>
-            <th>Memory</th>
-            <th title="Whether the kernel preallocated its pool">Prealloc</th>
+            <th>{trans.__('Notebook')}</th>
+            <th>{trans.__('GPU')}</th>
+            <th>{trans.__('Memory')}</th>
+            <th title={trans.__('Whether the kernel preallocated its pool')}>
+              {trans.__('Prealloc')}
+            </th>
           </tr>
         </thead>
         <tbody>
@@ -54,7 +49,7 @@ export function KernelTable(props: {
                   {p.notebook_path ? (
                     <a
                       href="#"
-                      title={`Open ${p.notebook_path}`}
+                      title={trans.__('Open %1', p.notebook_path)}
                       onClick={e => {
                         e.preventDefault();
                         props.onOpen(p.notebook_path as string);
@@ -64,25 +59,30 @@ export function KernelTable(props: {
                     </a>
                   ) : (
                     <span className="jp-GpuMem-muted">
-                      {p.kernel_name ?? 'kernel'} (pid {p.pid})
+                      {trans.__('%1 (pid %2)', p.kernel_name ?? trans.__('kernel'), p.pid)}
                     </span>
                   )}
-                  {mine ? <span className="jp-GpuMem-tag">this notebook</span> : null}
+                  {mine ? (
+                    <span className="jp-GpuMem-tag">{trans.__('this notebook')}</span>
+                  ) : null}
                   {p.replay_placeholder_pid !== undefined ? (
                     <span
                       className="jp-GpuMem-tag"
-                      title={`Replay: this live kernel stands in for pid ${p.replay_placeholder_pid} of the trace`}
+                      title={trans.__(
+                        'Replay: this live kernel stands in for pid %1 of the trace',
+                        p.replay_placeholder_pid
+                      )}
                     >
-                      replay
+                      {trans.__('replay')}
                     </span>
                   ) : null}
                   {p.execution_state === 'dead' ? (
-                    <span className="jp-GpuMem-tag">dead</span>
+                    <span className="jp-GpuMem-tag">{trans.__('dead')}</span>
                   ) : null}
                 </td>
                 <td>{device}</td>
                 <td>{formatBytes(p.used, props.units)}</td>
-                <td>{preallocText(p.preallocated)}</td>
+                <td>{preallocText(p.preallocated, trans)}</td>
               </tr>
             );
           })}

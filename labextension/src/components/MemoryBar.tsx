@@ -1,3 +1,5 @@
+/** A horizontal stacked bar over `total` bytes, with a legend. */
+
 import * as React from 'react';
 
 import { formatBytes } from '../format';
@@ -5,20 +7,22 @@ import { Units } from '../types';
 
 export interface BarSegment {
   key: string;
+  /** Already translated. */
   label: string;
   bytes: number;
 }
 
-/** A horizontal stacked bar over `total` bytes with a legend. */
 export function MemoryBar(props: {
   total: number;
   segments: BarSegment[];
   units: Units;
+  /** Already translated. */
+  ariaLabel: string;
 }): JSX.Element {
   const total = Math.max(props.total, 1);
   return (
     <div className="jp-GpuMem-barWrap">
-      <div className="jp-GpuMem-bar" role="img" aria-label="memory use">
+      <div className="jp-GpuMem-bar" role="img" aria-label={props.ariaLabel}>
         {props.segments.map(s => (
           <div
             key={s.key}

@@ -1,61 +1,60 @@
+/** The whole sidebar: devices and kernels, then the active notebook. */
+
 import * as React from 'react';
 import { NotebookPanel } from '@jupyterlab/notebook';
+import { TranslationBundle } from '@jupyterlab/translation';
 
-import { fetchDevices } from '../api';
-import { ApplyOutcome } from '../notebookSettings';
-import { NotebookAllocatorSettings, PanelOptions } from '../types';
-import { usePoll } from '../usePoll';
+import { ApplyOutcome } from '../kernelStartHook';
+import { DevicesModel } from '../models/devicesModel';
+import { KernelModel } from '../models/kernelModel';
+import { NotebookAllocatorSettings, Units } from '../types';
 import { DevicesSection } from './DevicesSection';
 import { NotebookSection } from './NotebookSection';
 
-export interface PanelViewProps {
-  visible: boolean;
-  options: PanelOptions;
-  notebook: NotebookPanel | null;
-  outcome: ApplyOutcome | undefined;
+/** What the panel's buttons and links do; index.ts provides them. */
+export interface PanelActions {
   onOpen: (path: string) => void;
   onSave: (panel: NotebookPanel, s: NotebookAllocatorSettings) => void;
   onRestart: (panel: NotebookPanel, s: NotebookAllocatorSettings) => void;
   onFix: (panel: NotebookPanel, fraction: number) => void;
 }
 
-/** The whole sidebar: devices and kernels, then the active notebook. */
-export function PanelView(props: PanelViewProps): JSX.Element {
-  const nb = props.notebook;
-  const path = nb ? nb.context.path : null;
-  const intervalMs = Math.round(props.options.pollSeconds * 1000);
-  const devices = usePoll(
-    () => fetchDevices(path),
-    intervalMs,
-    props.visible,
-    path ?? ''
-  );
+export function PanelView(props: {
+  devices: DevicesModel;
+  kernel: KernelModel;
+  notebook: NotebookPanel | null;
+  outcome: ApplyOutcome | undefined;
+  units: Units;
+  trans: TranslationBundle;
+  actions: PanelActions;
+}): JSX.Element {
+  const { notebook: nb, trans, actions } = props;
   return (
     <div className="jp-GpuMem-panel">
-      <h2 className="jp-GpuMem-title">GPU memory</h2>
+      <h2 className="jp-GpuMem-title">{trans.__('GPU memory')}</h2>
       <DevicesSection
-        reply={devices.value}
-        error={devices.error}
-        activePath={path}
-        units={props.options.units}
+        model={props.devices}
+        activePath={nb ? nb.context.path : null}
+        units={props.units}
+        trans={trans}
         canFix={!!nb}
-        onOpen={props.onOpen}
-        onFix={f => nb && props.onFix(nb, f)}
+        onOpen={actions.onOpen}
+        onFix={f => nb && actions.onFix(nb, f)}
       />
       {nb ? (
         <NotebookSection
           key={nb.id}
           panel={nb}
-          visible={props.visible}
-          intervalMs={intervalMs}
-          units={props.options.units}
+          kernel={props.kernel}
+          units={props.units}
+          trans={trans}
           outcome={props.outcome}
-          onSave={s => props.onSave(nb, s)}
-          onRestart={s => props.onRestart(nb, s)}
+          onSave={s => actions.onSave(nb, s)}
+          onRestart={s => actions.onRestart(nb, s)}
         />
       ) : (
         <div className="jp-GpuMem-muted jp-GpuMem-notebook">
-          Open a notebook to see its JAX allocator and settings.
+          {trans.__('Open a notebook to see its JAX allocator and settings.')}
         </div>
       )}
     </div>

@@ -1,112 +1,140 @@
+/**
+ * Per-notebook allocator settings, saved in the notebook's metadata. The allocator names and
+ * the variables behind each setting come from the kernel's snapshot.
+ */
+
 import * as React from 'react';
 import { useEffect, useState } from 'react';
+import { TranslationBundle } from '@jupyterlab/translation';
 
-import { ALLOCATOR_CHOICES } from '../constants';
-import { fractionProblem } from '../notebookSettings';
-import { NotebookAllocatorSettings } from '../types';
+import {
+  fieldsOf,
+  problemText,
+  SettingsFields,
+  SettingsProblem,
+  settingsOf
+} from '../allocatorSettings';
+import { allocatorOptions, ChoicesSource, envVarOf } from '../settingsTable';
+import { KernelSnapshot, NotebookAllocatorSettings } from '../types';
 
-type Tri = 'default' | 'on' | 'off';
-
-function toTri(p: boolean | null): Tri {
-  return p === null ? 'default' : p ? 'on' : 'off';
+function choicesHint(source: ChoicesSource, trans: TranslationBundle): string | null {
+  switch (source) {
+    case 'kernel':
+      return null;
+    case 'no-snapshot':
+      return trans.__(
+        'The list of allocators comes from the kernel: it appears once jupyter_gpumem is loaded there.'
+      );
+    case 'unknown-to-kernel':
+      return trans.__(
+        "This kernel's JAX does not say which allocators it accepts; %gpumem allocator NAME in a cell sets one."
+      );
+  }
 }
 
-/** Per-notebook allocator settings, saved in the notebook's metadata. */
+/** The environment variable JAX reads for a setting, under its field. */
+function EnvVarHint(props: { name: string | null; trans: TranslationBundle }): JSX.Element | null {
+  return props.name ? (
+    <div className="jp-GpuMem-envVar">{props.trans.__('sets %1', props.name)}</div>
+  ) : null;
+}
+
 export function SettingsForm(props: {
   value: NotebookAllocatorSettings;
-  problems: string[];
+  problems: SettingsProblem[];
+  /** The kernel's latest snapshot; null before it answers. */
+  snapshot: KernelSnapshot | null;
+  trans: TranslationBundle;
   onSave: (s: NotebookAllocatorSettings) => void;
   onRestart: (s: NotebookAllocatorSettings) => void;
 }): JSX.Element {
-  const [prealloc, setPrealloc] = useState<Tri>(toTri(props.value.preallocate));
-  const [fraction, setFraction] = useState<string>(
-    props.value.fraction === null ? '' : String(props.value.fraction)
-  );
-  const [allocator, setAllocator] = useState<string>(
-    props.value.allocator ?? ''
-  );
+  const { trans, snapshot } = props;
+  const [fields, setFields] = useState<SettingsFields>(fieldsOf(props.value));
+  const { preallocate, fraction, allocator } = props.value;
   useEffect(() => {
-    setPrealloc(toTri(props.value.preallocate));
-    setFraction(props.value.fraction === null ? '' : String(props.value.fraction));
-    setAllocator(props.value.allocator ?? '');
-  }, [props.value.preallocate, props.value.fraction, props.value.allocator]);
+    setFields(fieldsOf({ preallocate, fraction, allocator }));
+  }, [preallocate, fraction, allocator]);
+  const edit = (change: Partial<SettingsFields>) => setFields(f => ({ ...f, ...change }));
 
-  const fractionValue = fraction.trim() === '' ? null : Number(fraction);
-  const error =
-    fractionValue === null ? null : fractionProblem(fractionValue as number);
-  const current = (): NotebookAllocatorSettings => ({
-    preallocate: prealloc === 'default' ? null : prealloc === 'on',
-    fraction: fractionValue,
-    allocator: allocator === '' ? null : allocator
-  });
+  const read = settingsOf(fields);
+  const options = allocatorOptions(snapshot, fields.allocator || null);
+  const hint = choicesHint(options.source, trans);
 
   return (
     <form
       className="jp-GpuMem-form"
       onSubmit={e => {
         e.preventDefault();
-        if (!error) {
-          props.onSave(current());
+        if (read.settings) {
+          props.onSave(read.settings);
         }
       }}
     >
       {props.problems.length ? (
         <div className="jp-GpuMem-warning" role="alert">
-          Ignored the notebook's jupyter_gpumem metadata, JAX defaults apply:{' '}
-          {props.problems.join('; ')}
+          {trans.__(
+            "Ignored the notebook's jupyter_gpumem metadata, JAX defaults apply: %1",
+            props.problems.map(p => problemText(p, trans)).join('; ')
+          )}
         </div>
       ) : null}
       <label>
-        Preallocate
+        {trans.__('Preallocate')}
         <select
           name="preallocate"
-          value={prealloc}
-          onChange={e => setPrealloc(e.target.value as Tri)}
+          value={fields.preallocate}
+          onChange={e => edit({ preallocate: e.target.value as SettingsFields['preallocate'] })}
         >
-          <option value="default">JAX default</option>
-          <option value="on">on</option>
-          <option value="off">off</option>
+          <option value="default">{trans.__('JAX default')}</option>
+          <option value="on">{trans.__('on')}</option>
+          <option value="off">{trans.__('off')}</option>
         </select>
       </label>
+      <EnvVarHint name={envVarOf(snapshot, 'preallocate')} trans={trans} />
       <label>
-        Fraction
+        {trans.__('Fraction')}
         <input
           name="fraction"
           type="text"
           inputMode="decimal"
-          placeholder="JAX default (0.75)"
-          value={fraction}
-          aria-invalid={!!error}
-          onChange={e => setFraction(e.target.value)}
+          placeholder={trans.__('JAX default (0.75)')}
+          value={fields.fraction}
+          aria-invalid={!!read.problem}
+          onChange={e => edit({ fraction: e.target.value })}
         />
       </label>
-      {error ? <div className="jp-GpuMem-error">{error}</div> : null}
+      {read.problem ? (
+        <div className="jp-GpuMem-error">{problemText(read.problem, trans)}</div>
+      ) : null}
+      <EnvVarHint name={envVarOf(snapshot, 'fraction')} trans={trans} />
       <label>
-        Allocator
+        {trans.__('Allocator')}
         <select
           name="allocator"
-          value={allocator}
-          onChange={e => setAllocator(e.target.value)}
+          value={fields.allocator}
+          onChange={e => edit({ allocator: e.target.value })}
         >
-          <option value="">JAX default</option>
-          {ALLOCATOR_CHOICES.map(a => (
+          <option value="">{trans.__('JAX default')}</option>
+          {options.names.map(a => (
             <option key={a} value={a}>
               {a}
             </option>
           ))}
         </select>
       </label>
+      {hint ? <div className="jp-GpuMem-muted jp-GpuMem-choicesHint">{hint}</div> : null}
+      <EnvVarHint name={envVarOf(snapshot, 'allocator')} trans={trans} />
       <div className="jp-GpuMem-formButtons">
-        <button type="submit" className="jp-mod-styled" disabled={!!error}>
-          Save to notebook
+        <button type="submit" className="jp-mod-styled" disabled={!read.settings}>
+          {trans.__('Save to notebook')}
         </button>
         <button
           type="button"
           className="jp-mod-styled jp-mod-accept"
-          disabled={!!error}
-          onClick={() => props.onRestart(current())}
+          disabled={!read.settings}
+          onClick={() => read.settings && props.onRestart(read.settings)}
         >
-          Restart kernel with these settings
+          {trans.__('Restart kernel with these settings')}
         </button>
       </div>
     </form>

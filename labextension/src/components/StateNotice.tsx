@@ -1,7 +1,9 @@
+/** A calm, explained state: no GPU, no NVML, server unreachable, kernel dead... */
+
 import * as React from 'react';
 
-/** A calm, explained state: no GPU, no NVML, server unreachable, kernel dead... */
 export function StateNotice(props: {
+  /** Already translated, as is `detail`. */
   title: string;
   detail?: string | null;
   kind?: 'info' | 'warn';

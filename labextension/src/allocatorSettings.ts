@@ -1,0 +1,152 @@
+/**
+ * What metadata.jupyter_gpumem and the settings form may hold, and how both are read and
+ * checked. Pure: no JupyterLab imports. The kernel validates allocator names on apply.
+ */
+
+import { METADATA_KEY } from './constants';
+import { Translate } from './translation';
+import { NotebookAllocatorSettings } from './types';
+
+export const EMPTY_SETTINGS: NotebookAllocatorSettings = {
+  preallocate: null,
+  fraction: null,
+  allocator: null
+};
+
+const SETTING_KEYS = Object.keys(EMPTY_SETTINGS);
+
+/** Allocator names look like this; which ones exist is the kernel's JAX's business. */
+const ALLOCATOR_NAME = /^[a-z_]+$/;
+
+/** Why a notebook's settings (or a field of the form) were not taken. */
+export type SettingsProblem =
+  | { kind: 'not-an-object' }
+  | { kind: 'unknown-key'; key: string }
+  | { kind: 'preallocate' }
+  | { kind: 'fraction'; value: unknown }
+  | { kind: 'allocator' };
+
+export interface ParsedSettings {
+  /** null when there are none, or when any problem makes the whole entry void. */
+  settings: NotebookAllocatorSettings | null;
+  problems: SettingsProblem[];
+}
+
+/** The problem with one fraction (0 < f <= 1), or null when it is valid. */
+export function fractionProblem(f: number): SettingsProblem | null {
+  if (!Number.isFinite(f) || f <= 0 || f > 1) {
+    return { kind: 'fraction', value: f };
+  }
+  return null;
+}
+
+/**
+ * Reads metadata.jupyter_gpumem. Nonsense gives `settings: null` and the problems, so the
+ * kernel starts with JAX's defaults and the panel can say why.
+ */
+export function parseSettings(raw: unknown): ParsedSettings {
+  if (raw === undefined || raw === null) {
+    return { settings: null, problems: [] };
+  }
+  if (typeof raw !== 'object' || Array.isArray(raw)) {
+    return { settings: null, problems: [{ kind: 'not-an-object' }] };
+  }
+  const obj = raw as Record<string, unknown>;
+  const problems: SettingsProblem[] = [];
+  const out: NotebookAllocatorSettings = { ...EMPTY_SETTINGS };
+  for (const key of Object.keys(obj)) {
+    if (!SETTING_KEYS.includes(key)) {
+      problems.push({ kind: 'unknown-key', key });
+    }
+  }
+  const p = obj.preallocate;
+  if (p === true || p === false) {
+    out.preallocate = p;
+  } else if (p !== null && p !== undefined) {
+    problems.push({ kind: 'preallocate' });
+  }
+  const f = obj.fraction;
+  if (typeof f === 'number') {
+    const problem = fractionProblem(f);
+    if (problem) {
+      problems.push(problem);
+    } else {
+      out.fraction = f;
+    }
+  } else if (f !== null && f !== undefined) {
+    problems.push({ kind: 'fraction', value: f });
+  }
+  const a = obj.allocator;
+  if (typeof a === 'string' && ALLOCATOR_NAME.test(a)) {
+    out.allocator = a;
+  } else if (a !== null && a !== undefined) {
+    problems.push({ kind: 'allocator' });
+  }
+  return { settings: problems.length ? null : out, problems };
+}
+
+/** A problem in words. */
+export function problemText(p: SettingsProblem, trans: Translate): string {
+  switch (p.kind) {
+    case 'not-an-object':
+      return trans.__('metadata.%1 must be an object', METADATA_KEY);
+    case 'unknown-key':
+      return trans.__('unknown key "%1" (valid: %2)', p.key, SETTING_KEYS.join(', '));
+    case 'preallocate':
+      return trans.__('preallocate must be true, false or null');
+    case 'fraction':
+      return trans.__(
+        'fraction must be a number with 0 < fraction <= 1, got %1',
+        typeof p.value === 'number' ? String(p.value) : JSON.stringify(p.value)
+      );
+    case 'allocator':
+      return trans.__('allocator must be an allocator name (lower-case letters and _) or null');
+  }
+}
+
+export function hasAnySetting(s: NotebookAllocatorSettings | null): boolean {
+  return !!s && (s.preallocate !== null || s.fraction !== null || s.allocator !== null);
+}
+
+/** The settings form's fields as the user edits them. */
+export interface SettingsFields {
+  preallocate: 'default' | 'on' | 'off';
+  /** Free text; empty means JAX's default. */
+  fraction: string;
+  /** Empty means JAX's default. */
+  allocator: string;
+}
+
+/** The form's fields showing `s`. */
+export function fieldsOf(s: NotebookAllocatorSettings): SettingsFields {
+  return {
+    preallocate: s.preallocate === null ? 'default' : s.preallocate ? 'on' : 'off',
+    fraction: s.fraction === null ? '' : String(s.fraction),
+    allocator: s.allocator ?? ''
+  };
+}
+
+/** The settings the form's fields say, or the problem that stops them being saved. */
+export function settingsOf(
+  fields: SettingsFields
+): { settings: NotebookAllocatorSettings; problem: null } | { settings: null; problem: SettingsProblem } {
+  const text = fields.fraction.trim();
+  const fraction = text === '' ? null : Number(text);
+  const problem =
+    fraction === null
+      ? null
+      : Number.isNaN(fraction)
+        ? ({ kind: 'fraction', value: text } as const)
+        : fractionProblem(fraction);
+  if (problem) {
+    return { settings: null, problem };
+  }
+  return {
+    settings: {
+      preallocate: fields.preallocate === 'default' ? null : fields.preallocate === 'on',
+      fraction,
+      allocator: fields.allocator === '' ? null : fields.allocator
+    },
+    problem: null
+  };
+}

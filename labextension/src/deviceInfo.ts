@@ -1,0 +1,39 @@
+/** Who holds a GPU's memory, and which kernels hold some: pure arithmetic over the devices reply. */
+
+import { DeviceInfo, ProcessInfo, ReadableDevice } from './types';
+
+/** A readable GPU's memory split four ways; the parts add up to `used + free`. */
+export interface MemoryShares {
+  thisNotebook: number;
+  otherKernels: number;
+  /** Memory NVML counts as used that no kernel holds: other processes, the driver, the display. */
+  otherProcesses: number;
+  free: number;
+}
+
+/** The four shares of a readable GPU. None is negative, even when the counts disagree. */
+export function memoryShares(d: ReadableDevice): MemoryShares {
+  const thisNotebook = Math.max(d.this_kernel_bytes, 0);
+  const otherKernels = Math.max(d.kernels_bytes - thisNotebook, 0);
+  const otherProcesses = Math.max(d.used - thisNotebook - otherKernels, 0);
+  return { thisNotebook, otherKernels, otherProcesses, free: Math.max(d.free, 0) };
+}
+
+/** One kernel on one GPU. */
+export interface KernelRow {
+  device: number;
+  process: ProcessInfo;
+}
+
+/** Every kernel process on every GPU, in device order; unreadable GPUs list none. */
+export function kernelRows(devices: DeviceInfo[]): KernelRow[] {
+  const rows: KernelRow[] = [];
+  for (const d of devices) {
+    for (const p of d.processes) {
+      if (p.kind === 'kernel') {
+        rows.push({ device: d.index, process: p });
+      }
+    }
+  }
+  return rows;
+}

@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+
+import { kernelRows, memoryShares } from '../src/deviceInfo';
+import { ProcessInfo, ReadableDevice, UnreadableDevice } from '../src/types';
+
+const GiB = 1024 ** 3;
+
+function kernelProcess(pid: number, used: number, path: string): ProcessInfo {
+  return {
+    pid,
+    used,
+    kind: 'kernel',
+    kernel_id: `k${pid}`,
+    kernel_name: 'python3',
+    notebook_path: path,
+    execution_state: 'idle',
+    preallocated: null,
+    name: null,
+    user: null
+  };
+}
+
+function otherProcess(pid: number, used: number): ProcessInfo {
+  return { ...kernelProcess(pid, used, ''), kind: 'other', kernel_id: null, kernel_name: null, notebook_path: null };
+}
+
+/** A 40 GiB A100 as the server reports it. */
+function a100(index: number, counts: Partial<ReadableDevice>): ReadableDevice {
+  return {
+    index,
+    name: 'NVIDIA A100-SXM4-40GB',
+    uuid: `GPU-${index}`,
+    total: 40 * GiB,
+    used: 0,
+    free: 40 * GiB,
+    utilization: 0,
+    display_active: false,
+    mig: false,
+    readable: true,
+    reason: null,
+    pids_visible: true,
+    pids_reason: null,
+    this_kernel_bytes: 0,
+    kernels_bytes: 0,
+    other_bytes: 0,
+    processes: [],
+    ...counts
+  };
+}
+
+const lost: UnreadableDevice = {
+  index: 2,
+  name: null,
+  uuid: null,
+  total: null,
+  used: null,
+  free: null,
+  utilization: null,
+  display_active: null,
+  mig: null,
+  readable: false,
+  reason: 'GPU is lost',
+  pids_visible: false,
+  pids_reason: 'the device cannot be read',
+  this_kernel_bytes: 0,
+  kernels_bytes: 0,
+  other_bytes: 0,
+  processes: []
+};
+
+describe('memoryShares', () => {
+  test('this notebook, other kernels, other processes and free add up to the card', () => {
+    // 30 GiB used: this notebook 20, another kernel 8, the rest (2) is other processes.
+    const d = a100(0, { used: 30 * GiB, free: 10 * GiB, this_kernel_bytes: 20 * GiB, kernels_bytes: 28 * GiB });
+    assert.deepEqual(memoryShares(d), {
+      thisNotebook: 20 * GiB,
+      otherKernels: 8 * GiB,
+      otherProcesses: 2 * GiB,
+      free: 10 * GiB
+    });
+  });
+
+  test('with no kernel on the card all used memory is other processes', () => {
+    const d = a100(0, { used: 1 * GiB, free: 39 * GiB });
+    assert.deepEqual(memoryShares(d), { thisNotebook: 0, otherKernels: 0, otherProcesses: 1 * GiB, free: 39 * GiB });
+  });
+
+  test('when kernels are counted above what NVML calls used, no share goes negative', () => {
+    const d = a100(0, { used: 10 * GiB, free: 30 * GiB, kernels_bytes: 12 * GiB });
+    assert.deepEqual(memoryShares(d), { thisNotebook: 0, otherKernels: 12 * GiB, otherProcesses: 0, free: 30 * GiB });
+  });
+});
+
+describe('kernelRows', () => {
+  test('kernels of every GPU in device order; other processes and unreadable GPUs give none', () => {
+    const a = kernelProcess(11, 30 * GiB, 'a.ipynb');
+    const b = kernelProcess(12, 8 * GiB, 'nb/b.ipynb');
+    const c = kernelProcess(13, 1 * GiB, 'c.ipynb');
+    const devices = [
+      a100(0, { processes: [a, otherProcess(99, GiB), b] }),
+      a100(1, { processes: [c] }),
+      lost
+    ];
+    assert.deepEqual(kernelRows(devices), [
+      { device: 0, process: a },
+      { device: 0, process: b },
+      { device: 1, process: c }
+    ]);
+  });
+
+  test('no kernel anywhere gives no rows', () => {
+    assert.deepEqual(kernelRows([a100(0, { processes: [otherProcess(5, GiB)] }), lost]), []);
+  });
+});
