@@ -15,13 +15,13 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts test-browser test-python chromium clean
+.PHONY: help setup build lab test test-ts lint-imports test-browser test-python chromium clean
 
 help:
 	@echo "make setup   .venv, editable install (builds the lab extension), ui-tests deps"
 	@echo "make build   rebuild the lab extension after editing labextension/src"
 	@echo "make lab     JupyterLab with the extension on notebooks/quickstart.ipynb"
-	@echo "make test    unit tests of the panel (node), browser tests (chromium), then pytest"
+	@echo "make test    import layers, unit tests of the panel (node), browser tests (chromium), then pytest"
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -69,11 +69,15 @@ test-browser: setup chromium
 test-ts: setup
 	cd labextension && jlpm test
 
+# The layers of docs/architecture.md, as import-linter contracts in pyproject.toml.
+lint-imports: setup
+	$(BIN)/lint-imports --no-cache
+
 test-python: setup
 	$(PY) -m pytest -q tests/
 
 # Unit and browser tests first, pytest last (its summary line ends the output); any failure fails.
-test: test-ts test-browser test-python
+test: lint-imports test-ts test-browser test-python
 
 clean:
 	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \

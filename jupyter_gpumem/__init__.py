@@ -11,22 +11,6 @@ from typing import Any
 __all__ = ["configure", "status", "Monitor", "track", "defragment", "__version__"]
 
 
-def _read_version() -> str:
-    # Read on first use: importlib.metadata alone would add ~40 ms to every %load_ext.
-    try:
-        from jupyter_gpumem._version import __version__ as version  # written by the build
-
-        return version
-    except ImportError:
-        pass
-    try:
-        from importlib.metadata import version as installed_version
-
-        return installed_version("jupyter-gpumem")
-    except Exception:  # neither built nor installed: a bare checkout
-        return "0+unknown"
-
-
 def load_ipython_extension(ipython: Any) -> None:
     from jupyter_gpumem.magics import load
 
@@ -59,7 +43,9 @@ def status():
 def __getattr__(name: str) -> Any:
     # Faces that pull in heavy packages are imported on first use only.
     if name == "__version__":
-        return _read_version()
+        from jupyter_gpumem.package_version import package_version
+
+        return package_version()
     if name == "Monitor":
         from jupyter_gpumem.widget import Monitor
 

@@ -28,6 +28,7 @@ from jupyter_gpumem.model import (
     ProcessReading,
     Sample,
 )
+from jupyter_gpumem.package_version import package_version
 
 FORMAT = 1
 # Counts beyond a signed 64-bit integer are not memory sizes any device reports.
@@ -152,9 +153,7 @@ def event_to_json(event: Event) -> dict:
 
 
 def _tool() -> str:
-    from jupyter_gpumem import __version__
-
-    return f"jupyter-gpumem {__version__}"
+    return f"jupyter-gpumem {package_version()}"
 
 
 def header_devices(devices: Any) -> list[dict]:
