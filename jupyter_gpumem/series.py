@@ -32,6 +32,9 @@ from jupyter_gpumem.model import (
     Sample,
     fragmentation,
     headroom,
+    held_bytes,
+    outside_allocator_bytes,
+    unused_pool_bytes,
 )
 
 __all__ = [
@@ -126,22 +129,16 @@ def series_values(sample: Sample, key: int) -> dict[str, float | None]:
     stats = jdev.stats if jdev is not None and isinstance(jdev.stats, AllocatorStats) else None
     cuda_pool = jdev.cuda_pool if jdev is not None and isinstance(jdev.cuda_pool, CudaPoolReading) else None
 
-    in_use = stats.bytes_in_use if stats else None
-    pool = stats.pool_bytes if stats else None
-    if pool is None and cuda_pool is not None:
-        pool = cuda_pool.reserved_bytes  # cuda_async: the pool's size comes from the driver
-    # What the allocator took from CUDA: its pool, or bytes in use when it keeps no pool.
-    held = pool if pool is not None else in_use
-    out["jax_in_use"] = in_use
-    if pool is not None and in_use is not None:
-        out["pool_unused"] = max(0, pool - in_use)
-    if stats:
+    # What the allocator took from CUDA (under cuda_async, the driver pool's reserved bytes).
+    held = held_bytes(stats, cuda_pool)
+    if stats is not None:
+        out["jax_in_use"] = stats.bytes_in_use
+        out["pool_unused"] = unused_pool_bytes(stats, cuda_pool)
         out["bytes_limit"] = stats.bytes_limit
         out["peak_in_use"] = stats.peak_bytes_in_use
-        if stats.largest_free_block_bytes is not None:  # BFC reports these three
-            out["fragmentation"] = fragmentation(stats)
-            out["largest_free_block"] = stats.largest_free_block_bytes
-            out["headroom"] = headroom(stats)
+        out["fragmentation"] = fragmentation(stats, cuda_pool)  # BFC only, like the next two
+        out["largest_free_block"] = stats.largest_free_block_bytes
+        out["headroom"] = headroom(stats, cuda_pool)
     if cuda_pool is not None:
         out["pool_reserved"] = cuda_pool.reserved_bytes
         out["pool_used"] = cuda_pool.used_bytes
@@ -154,7 +151,8 @@ def series_values(sample: Sample, key: int) -> dict[str, float | None]:
             # NVML cannot say whose the used bytes are: show JAX's part and leave the rest unnamed.
             out["unattributed"] = max(0, dev.used_bytes - (held or 0))
         else:
-            out["outside_jax"] = max(0, mine - (held or 0))
+            outside = outside_allocator_bytes(mine, stats, cuda_pool)
+            out["outside_jax"] = mine if outside is None else outside  # JAX not started: all of it
             out["other_processes"] = max(0, dev.used_bytes - mine)
     return out
 

@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jupyter_gpumem import model
 from jupyter_gpumem.model import (
     AllocatorStats,
+    CudaPoolReading,
     Event,
     NotAvailable,
     Sample,
     Timeline,
+    available_bytes,
     fragmentation,
+    growth_room,
     headroom,
+    held_bytes,
     largest_likely_request,
     normalise_stats,
     outside_allocator_bytes,
+    pool_bytes,
     unused_pool_bytes,
+    uses_driver_pool,
 )
 
 GiB = 1 << 30
@@ -124,7 +131,7 @@ def test_outside_allocator_bytes_is_process_used_minus_pool():
 
 
 def test_outside_allocator_bytes_uses_in_use_without_a_pool():
-    # cuda_async: 3 GiB process, 2 GiB in use -> 1 GiB outside
+    # cuda_async with no reading of the driver's pool: 3 GiB process, 2 GiB in use -> 1 GiB outside
     assert outside_allocator_bytes(3 * GiB, AllocatorStats(allocator="cuda_async", bytes_in_use=2 * GiB)) == GiB
 
 
@@ -135,6 +142,122 @@ def test_outside_allocator_bytes_never_negative():
 def test_outside_allocator_bytes_unknown_without_readings():
     assert outside_allocator_bytes(None, bfc(pool_bytes=1)) is None
     assert outside_allocator_bytes(5, None) is None
+
+
+# --- growth and what could be had, BFC --------------------------------------------------------
+
+
+def test_growth_room_is_headroom_capped_by_device_free():
+    # limit 60 - pool 12 = 48 GiB headroom; the driver has 2 GiB free -> 2 GiB
+    assert growth_room(bfc(bytes_limit=60 * GiB, pool_bytes=12 * GiB), device_free=2 * GiB) == 2 * GiB
+
+
+def test_available_bytes_is_unused_pool_plus_growth():
+    # pool 16, in use 6 -> 10 unused; headroom 60 - 16 = 44, capped by 30 free -> 10 + 30 = 40 GiB
+    stats = bfc(bytes_limit=60 * GiB, pool_bytes=16 * GiB, bytes_in_use=6 * GiB)
+    assert available_bytes(stats, device_free=30 * GiB) == 40 * GiB
+    assert available_bytes(stats) == 54 * GiB  # 10 + 44 uncapped
+
+
+def test_available_bytes_needs_a_pool():
+    assert available_bytes(bfc(bytes_limit=GiB, bytes_in_use=1)) is None
+
+
+# --- cuda_async: the CUDA driver's default pool is JAX's pool --------------------------------
+#
+# XLA's cuda_async allocator (openxla/xla, xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc,
+# read at the ROCm/xla fork's commit 37fe764f) takes the device's default pool
+# (cuDeviceGetDefaultMemPool), reports no pool_bytes, sets the release threshold and bytes_limit
+# to reserve_memory_size, which se_gpu_pjrt_client.cc makes 0 with preallocation off; the
+# default pool has no max size. So the pool's size comes from the driver, and the fraction caps
+# nothing. These stats are what normalise_stats makes of such a report.
+
+ASYNC_RAW = {"bytes_in_use": 3 * GiB, "peak_bytes_in_use": 5 * GiB, "bytes_limit": 0, "largest_free_block_bytes": 0}
+
+
+def cuda_async(**raw) -> AllocatorStats:
+    return normalise_stats({**ASYNC_RAW, **raw}, "cuda_async")
+
+
+def driver_pool(reserved: int, used: int) -> CudaPoolReading:
+    return CudaPoolReading(reserved_bytes=reserved, reserved_high_bytes=reserved, used_bytes=used, used_high_bytes=used)
+
+
+POOL_8_OF_3 = driver_pool(8 * GiB, 3 * GiB)  # 8 GiB reserved, 3 GiB used
+
+
+def test_pool_bytes_is_jax_pool_under_bfc():
+    assert pool_bytes(bfc(pool_bytes=16 * GiB)) == 16 * GiB
+
+
+def test_pool_bytes_is_the_driver_pools_reserved_bytes_under_cuda_async():
+    assert pool_bytes(cuda_async(), POOL_8_OF_3) == 8 * GiB
+
+
+@pytest.mark.parametrize("reading", [None, NotAvailable("no_driver", "libcuda is not loaded")])
+def test_pool_bytes_unknown_under_cuda_async_without_a_driver_reading(reading):
+    assert pool_bytes(cuda_async(), reading) is None
+
+
+def test_unused_pool_bytes_under_cuda_async_is_reserved_minus_in_use():
+    # 8 GiB reserved - 3 GiB in use = 5 GiB reserved but unused
+    assert unused_pool_bytes(cuda_async(), POOL_8_OF_3) == 5 * GiB
+
+
+def test_held_bytes_is_the_driver_pool_under_cuda_async_and_in_use_without_it():
+    assert held_bytes(cuda_async(), POOL_8_OF_3) == 8 * GiB
+    assert held_bytes(cuda_async(), None) == 3 * GiB
+    assert held_bytes(None) is None
+
+
+def test_reserved_but_unused_pool_is_not_outside_the_allocator():
+    # NVML: 9 GiB for the process; the driver pool holds 8 -> 1 GiB outside (not 9 - 3 in use = 6)
+    assert outside_allocator_bytes(9 * GiB, cuda_async(), POOL_8_OF_3) == 1 * GiB
+
+
+def test_headroom_under_cuda_async_with_preallocation_off_is_unknown_not_zero():
+    # bytes_limit reported as 0 (None after normalising): the fraction is no cap
+    assert headroom(cuda_async(), POOL_8_OF_3) is None
+
+
+def test_headroom_under_cuda_async_with_preallocation_on_is_unknown_too():
+    # bytes_limit 60 GiB is only the release threshold of a pool with no max size
+    assert headroom(cuda_async(bytes_limit=60 * GiB), driver_pool(60 * GiB, 3 * GiB)) is None
+
+
+def test_growth_under_cuda_async_is_what_the_device_has_free():
+    assert growth_room(cuda_async(), POOL_8_OF_3, device_free=71 * GiB) == 71 * GiB
+    assert growth_room(cuda_async(), POOL_8_OF_3) is None
+
+
+def test_largest_likely_request_under_cuda_async_is_device_free_when_that_is_larger():
+    # max(5 GiB unused in the pool, 71 GiB free on the device) = 71 GiB
+    assert largest_likely_request(cuda_async(), POOL_8_OF_3, device_free=71 * GiB) == 71 * GiB
+
+
+def test_largest_likely_request_under_cuda_async_is_the_unused_pool_when_that_is_larger():
+    # preallocated: 60 GiB reserved, 20 in use -> 40 unused; the device has 10 GiB free -> 40 GiB
+    stats = cuda_async(bytes_in_use=20 * GiB, bytes_limit=60 * GiB)
+    assert largest_likely_request(stats, driver_pool(60 * GiB, 20 * GiB), device_free=10 * GiB) == 40 * GiB
+
+
+def test_largest_likely_request_under_cuda_async_unknown_without_device_free():
+    assert largest_likely_request(cuda_async(), POOL_8_OF_3) is None
+
+
+def test_available_bytes_under_cuda_async_is_unused_pool_plus_device_free():
+    # 5 GiB unused in the pool + 71 GiB free on the device = 76 GiB
+    assert available_bytes(cuda_async(), POOL_8_OF_3, device_free=71 * GiB) == 76 * GiB
+
+
+def test_fragmentation_under_cuda_async_is_not_measured():
+    assert fragmentation(cuda_async(), POOL_8_OF_3) is None
+
+
+def test_driver_pool_is_known_by_the_allocator_or_by_a_pool_reading():
+    assert uses_driver_pool(cuda_async())
+    assert uses_driver_pool(AllocatorStats(allocator="unknown"), POOL_8_OF_3)
+    assert not uses_driver_pool(bfc(pool_bytes=GiB))
 
 
 # --- normalise_stats -----------------------------------------------------------------------------

@@ -12,13 +12,22 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpumem import doctor
-from jupyter_gpumem.doctor.oom_rules import OomReadings, OtherProcess, advise
+from jupyter_gpumem.doctor.oom_rules import OomReadings, OtherProcess, advise, shortfall
 from jupyter_gpumem.doctor.oom_text import OomError, parse_request, recognise, recognise_text
+from jupyter_gpumem.model import (
+    CudaPoolReading,
+    DeviceReading,
+    JaxDeviceReading,
+    ProcessReading,
+    Sample,
+    normalise_stats,
+)
 from jupyter_gpumem.tracefile import read_trace
 
 TEXTS = Path(__file__).parent / "data" / "oom_texts"
 TRACES = Path(__file__).parent / "data" / "traces"
 GiB = 1024**3
+PID = 4242
 
 
 def text(name: str) -> str:
@@ -233,3 +242,99 @@ def test_report_from_fragmenting_trace_says_fragmentation_and_preallocate_on(mon
     text_report = str(report)
     assert "largest free block 2.68 GiB" in text_report and "headroom 27.86 GiB" in text_report
     assert "<table>" in report._repr_html_()
+
+
+# --- cuda_async: the pool is the CUDA driver's default pool ----------------------------------
+#
+# Source: openxla/xla, xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc (read at the
+# ROCm/xla fork, commit 37fe764f8b67842e6783c6f439647fff3a251899; the same file at openxla/xla
+# 16569562 and in tensorflow/tensorflow's third_party/xla agrees on the points below):
+# - the allocator takes the device's default pool (cuDeviceGetDefaultMemPool), which has no max
+#   size, and allocates from it with cuMemAllocFromPoolAsync: the fraction is no cap;
+# - it sets the pool's CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, and its stats' bytes_limit, to
+#   reserve_memory_size, which xla/pjrt/gpu/se_gpu_pjrt_client.cc (CreateCudaAsyncAllocator)
+#   makes 0 with preallocation off: unused pool memory goes back at each synchronisation;
+# - its stats carry no pool_bytes, so the pool's size comes from the driver (CudaPoolReading).
+# shared/reference/jax-memory-facts.md records the same (still to be seen on a GPU).
+
+MiB = 1024**2
+
+
+def async_pool(reserved: int, used: int) -> CudaPoolReading:
+    return CudaPoolReading(reserved_bytes=reserved, reserved_high_bytes=reserved, used_bytes=used, used_high_bytes=used)
+
+
+def cuda_async_sample(reserved: int, in_use: int, process: int, free: int, bytes_limit: int = 0) -> Sample:
+    """GPU 0, 80 GiB, this process alone on it; cuda_async's stats as XLA reports them."""
+    used = 80 * GiB - free
+    dev = DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-0", 80 * GiB, used, free, processes=(ProcessReading(PID, process),))
+    stats = normalise_stats({"bytes_in_use": in_use, "peak_bytes_in_use": in_use, "bytes_limit": bytes_limit,
+                             "largest_free_block_bytes": 0, "num_allocs": 3}, "cuda_async")
+    jax = JaxDeviceReading(0, "gpu", "NVIDIA H100 80GB HBM3", 0, stats, async_pool(reserved, in_use))
+    return Sample(t=1.0, pid=PID, devices=(dev,), jax=(jax,))
+
+
+def test_cuda_async_reserved_but_unused_pool_is_not_blamed_on_compiled_programs():
+    # preallocation off: the driver pool reserves 30 GiB, 10 in use; NVML counts 31 GiB for the
+    # process -> 1 GiB outside the pool (not 31 - 10 = 21 GiB "of compiled programs")
+    r = OomReadings(requested=60 * GiB, device_total=80 * GiB, device_free=49 * GiB, bytes_in_use=10 * GiB,
+                    own_process_bytes=31 * GiB, allocator="cuda_async", preallocate=False,
+                    cuda_pool=async_pool(30 * GiB, 10 * GiB), synthetic=True)
+    assert r.outside_pool == 1 * GiB
+    assert "compiled_programs" not in kinds(r)
+
+
+def test_cuda_async_with_preallocation_on_is_not_advised_a_larger_fraction():
+    # bytes_limit 40 GiB is only the pool's release threshold: in use 38 + request 10 = 48 > 40
+    # would have suggested `%gpumem fraction 0.62` under BFC
+    r = OomReadings(requested=10 * GiB, device_total=80 * GiB, device_free=2 * GiB, bytes_in_use=38 * GiB,
+                    bytes_limit=40 * GiB, own_process_bytes=40 * GiB + 400 * MiB, fraction=0.5, preallocate=True,
+                    allocator="cuda_async", cuda_pool=async_pool(40 * GiB, 38 * GiB), synthetic=True)
+    assert "fraction_cap" not in kinds(r)
+
+
+def test_cuda_async_largest_request_is_what_the_device_has_free():
+    # driver pool 30 reserved, 10 in use -> 20 unused; device free 49 GiB -> max(20, 49) = 49
+    r = OomReadings(requested=60 * GiB, device_total=80 * GiB, device_free=49 * GiB, bytes_in_use=10 * GiB,
+                    allocator="cuda_async", cuda_pool=async_pool(30 * GiB, 10 * GiB), synthetic=True)
+    assert r.largest_request == 49 * GiB
+    assert shortfall(r) == 11 * GiB
+
+
+def test_cuda_async_memory_outside_the_driver_pool_names_that_pool():
+    # driver pool 20 GiB; NVML counts 30 GiB for the process -> 10 GiB outside it
+    r = OomReadings(requested=4 * GiB, device_total=80 * GiB, device_free=GiB, bytes_in_use=19 * GiB,
+                    own_process_bytes=30 * GiB, allocator="cuda_async", cuda_pool=async_pool(20 * GiB, 19 * GiB),
+                    synthetic=True)
+    fix = next(f for f in advise(r) if f.kind == "compiled_programs")
+    assert fix.gain_bytes == 10 * GiB
+    assert fix.why.endswith("NVML counts 30.00 GiB for this process, the CUDA driver's default pool (cuda_async) 20.00 GiB.")
+
+
+def test_report_under_cuda_async_reads_the_driver_pool_and_gives_no_fraction_advice(monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # 30 GiB reserved by the driver pool, 10 in arrays; the process 31 GiB; 49 GiB free on the device
+    sample = cuda_async_sample(reserved=30 * GiB, in_use=10 * GiB, process=31 * GiB, free=49 * GiB)
+    error = OomError("gpu_human", 60 * GiB, False, None, "JaxRuntimeError", "synthetic")
+    report = doctor.oom_report(error, sample=sample, live=[], synthetic=True)
+    text = str(report)
+    assert "outside JAX's pool" not in text
+    assert "%gpumem fraction" not in text
+    assert [f.kind for f in report.fixes] == ["remat"]
+    assert ("  gpu 0 (NVIDIA H100 80GB HBM3): in use 10.00 GiB, pool 30.00 GiB; the pool is the CUDA driver's "
+            "default pool (cuda_async), and no fraction caps it: with preallocation off its release threshold "
+            "is 0, so unused pool memory goes back to the device at each synchronisation") in text.splitlines()
+    assert "default pool (cuda_async)" in report._repr_html_()
+
+
+def test_report_from_cuda_async_trace_takes_the_pool_from_the_driver(monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    sample = last_sample("synthetic_cuda_async.jsonl")
+    error = OomError("gpu_human", 60 * GiB, False, None, "JaxRuntimeError", "synthetic")
+    report = doctor.oom_report(error, sample=sample, live=[], synthetic=True)
+    device = report.devices[0]
+    assert (device.pool, device.limit, device.headroom, device.driver_pool) == (29_393_682_432, None, None, True)
+    # max(29393682432 reserved - 29363158248 in use, 55031365632 free on the device)
+    assert report.readings.largest_request == 55_031_365_632

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from jupyter_gpumem.model import (
     NO_DRIVER,
-    NO_STATS,
     NOT_STARTED,
     PIDS_HIDDEN,
     CudaPoolReading,
@@ -99,6 +98,16 @@ def test_cuda_async_pool_comes_from_the_driver():
     assert v["outside_jax"] == 1 * GiB  # 9 this process - 8 pool
     assert (v["pool_reserved"], v["pool_used"]) == (8 * GiB, 3 * GiB)
     assert v["fragmentation"] is None and v["bytes_limit"] is None
+
+
+def test_cuda_async_preallocated_draws_its_limit_but_no_headroom():
+    # bytes_limit 60 GiB is the driver pool's release threshold, not a cap: no headroom band
+    dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 61 * GiB, 19 * GiB, processes=(ProcessReading(PID, 61 * GiB),))
+    stats = normalise_stats({"bytes_in_use": 20 * GiB, "bytes_limit": 60 * GiB, "largest_free_block_bytes": 0}, "cuda_async")
+    pool = CudaPoolReading(reserved_bytes=60 * GiB, reserved_high_bytes=60 * GiB, used_bytes=20 * GiB, used_high_bytes=20 * GiB)
+    v = series_values(Sample(1.0, PID, (dev,), (JaxDeviceReading(0, "gpu", "GPU", 0, stats, pool),)), 0)
+    assert (v["bytes_limit"], v["headroom"]) == (60 * GiB, None)
+    assert (v["pool_unused"], v["outside_jax"]) == (40 * GiB, 1 * GiB)  # 60 - 20; 61 - 60
 
 
 def test_hidden_pids_leave_the_rest_unattributed():

@@ -297,7 +297,7 @@ def test_two_kernels_trace_has_an_oom_event_and_little_device_free():
     (oom,) = [e for e in trace.events if e.name == "oom"]
     last = trace.samples[-1]
     assert "RESOURCE_EXHAUSTED" in oom.data["message"]
-    assert model.largest_likely_request(last.jax[0].stats, last.devices[0].free_bytes) < oom.data["requested_bytes"]
+    assert model.largest_likely_request(last.jax[0].stats, device_free=last.devices[0].free_bytes) < oom.data["requested_bytes"]
 
 
 def test_integer_too_long_to_parse_is_a_clear_error(tmp_path):

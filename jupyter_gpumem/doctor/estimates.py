@@ -7,12 +7,10 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem.doctor.usage import _jax_readings, _stats_list
+from jupyter_gpumem import model
 from jupyter_gpumem.doctor.names import _user_namespace
 from jupyter_gpumem.doctor.text import _b, _PreReport, _pretty_as_text
-from jupyter_gpumem.model import (
-    headroom,
-)
+from jupyter_gpumem.model import AllocatorStats, DeviceReading, NotAvailable, Sample
 from jupyter_gpumem.sources import jax_arrays
 
 
@@ -51,24 +49,49 @@ def _verdict(needed: int, largest_piece: int, largest_block: int | None, total_f
     return "does not fit"
 
 
-def estimate(callee: Any, *args: Any, _expression: str = "", **kwargs: Any) -> EstimateReport:
-    """Compile ``callee(*args, **kwargs)`` without running it and judge whether it fits now."""
-    memory = jax_arrays.compile_memory(callee, args, kwargs)
+def room_now(sample: Sample) -> tuple[int | None, int | None, str]:
+    """``(largest block, free in total, measure)``: what a new call could get on the first
+    device with allocator statistics, by ``model``'s metrics, as the monitor reads it.
+
+    The pool's free bytes plus its growth: BFC's largest free block and headroom (capped by
+    NVML's free bytes); under cuda_async the driver pool's unused bytes and the device's free
+    bytes, as no fraction caps that pool. On the CPU, host memory available.
+    """
+    jax_devices = () if isinstance(sample.jax, NotAvailable) else sample.jax
+    reading = next((r for r in jax_devices if isinstance(r.stats, AllocatorStats)), None)
+    if reading is None:
+        host = _available_host_bytes()
+        return host, host, "host memory available (CPU: no allocator statistics)"
+    stats, pool = reading.stats, reading.cuda_pool
+    device = sample.device(reading.nvml_index) if reading.nvml_index is not None else None
+    device_free = device.free_bytes if isinstance(device, DeviceReading) else None
+    largest = model.largest_likely_request(stats, pool, device_free=device_free)
+    total = model.available_bytes(stats, pool, device_free=device_free)
+    if model.uses_driver_pool(stats, pool):
+        measure = (f"cuda_async on device {reading.jax_id}: the driver pool's unused bytes and the device's free "
+                   "memory; no fraction caps that pool")
+        if device_free is None:
+            measure += " (the device's free memory cannot be read here)"
+    else:
+        measure = f"allocator statistics of device {reading.jax_id}"
+    return largest, total, measure
+
+
+def estimate_report(expression: str, memory: jax_arrays.CompiledMemory, sample: Sample) -> EstimateReport:
+    """Judge ``memory`` (a compiled call's needs) against the room on the device in ``sample``."""
     needed = max(0, memory.output_bytes + memory.temp_bytes - memory.alias_bytes)
     largest_piece = max(memory.output_bytes, memory.temp_bytes)
-    stats = _stats_list(_jax_readings())
-    if stats and stats[0].bytes_limit is not None:
-        s = stats[0]
-        room = headroom(s) or 0
-        largest_block = max(s.largest_free_block_bytes or 0, room)
-        total_free = max(0, (s.pool_bytes or s.bytes_in_use or 0) - (s.bytes_in_use or 0)) + room
-        measure = "allocator statistics of device 0"
-    else:
-        largest_block = total_free = _available_host_bytes()
-        measure = "host memory available (CPU: no allocator statistics)"
+    largest_block, total_free, measure = room_now(sample)
     verdict = _verdict(needed, largest_piece, largest_block, total_free)
-    return EstimateReport(_expression or getattr(callee, "__name__", "call"), memory, needed, verdict, measure,
-                          largest_block, total_free)
+    return EstimateReport(expression, memory, needed, verdict, measure, largest_block, total_free)
+
+
+def estimate(callee: Any, *args: Any, _expression: str = "", **kwargs: Any) -> EstimateReport:
+    """Compile ``callee(*args, **kwargs)`` without running it and judge whether it fits now."""
+    from jupyter_gpumem.sampler import get_sampler
+
+    memory = jax_arrays.compile_memory(callee, args, kwargs)
+    return estimate_report(_expression or getattr(callee, "__name__", "call"), memory, get_sampler().sample_once())
 
 
 def _available_host_bytes() -> int | None:

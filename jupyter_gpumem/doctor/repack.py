@@ -36,6 +36,10 @@ class DefragSummary(_TextReport):
             if b.note:
                 out.append(f"  {b.label}: {b.note}")
                 continue
+            if b.driver_pool:
+                out.append(f"  {b.label}: pool {_b(b.pool)} -> {_b(a.pool)}; cuda_async's driver pool reports no "
+                           "largest free block, so fragmentation is not measured")
+                continue
             fb = "n/a" if b.fragmentation is None else f"{b.fragmentation:.0%}"
             fa = "n/a" if a.fragmentation is None else f"{a.fragmentation:.0%}"
             out.append(f"  {b.label}: fragmentation {fb} -> {fa}; largest free block {_b(b.largest_free)} -> {_b(a.largest_free)}")

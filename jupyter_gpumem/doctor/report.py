@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem import allocator_shim
+from jupyter_gpumem import allocator_shim, model
 from jupyter_gpumem.doctor import oom_rules, oom_text
 from jupyter_gpumem.doctor.arrays import ArrayRecord, _not_started_note, census
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
@@ -25,11 +25,11 @@ from jupyter_gpumem.doctor.text import (
 )
 from jupyter_gpumem.model import (
     AllocatorStats,
+    CudaPoolReading,
     DeviceReading,
+    JaxDeviceReading,
     NotAvailable,
     Sample,
-    fragmentation,
-    headroom,
 )
 
 
@@ -54,7 +54,11 @@ def _process_label(pid: int) -> str:
 
 @dataclass(frozen=True)
 class DeviceState:
-    """One device at the failure, for the report."""
+    """One device at the failure, for the report.
+
+    ``driver_pool``: the pool is the CUDA driver's default pool (cuda_async), which no fraction
+    caps; ``limit`` is then the pool's release threshold, where JAX reports one.
+    """
 
     label: str
     in_use: int | None = None
@@ -64,6 +68,16 @@ class DeviceState:
     fragmentation: float | None = None
     headroom: int | None = None
     note: str = ""
+    driver_pool: bool = False
+
+    def driver_pool_words(self) -> str:
+        """What the cuda_async pool is and what the fraction does to it, for people."""
+        if self.limit is None:
+            threshold = ("with preallocation off its release threshold is 0, so unused pool memory goes back "
+                         "to the device at each synchronisation")
+        else:
+            threshold = f"the fraction sets only its release threshold ({_b(self.limit)}), below which it keeps unused memory"
+        return f"the pool is the CUDA driver's default pool (cuda_async), and no fraction caps it: {threshold}"
 
 
 @dataclass(frozen=True)
@@ -99,6 +113,9 @@ class OomReport(_TextReport):
             if d.note:
                 out.append(f"  {d.label}: {d.note}")
                 continue
+            if d.driver_pool:
+                out.append(f"  {d.label}: in use {_b(d.in_use)}, pool {_b(d.pool)}; {d.driver_pool_words()}")
+                continue
             frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
             out.append(f"  {d.label}: in use {_b(d.in_use)}, pool {_b(d.pool)}, limit {_b(d.limit)}, "
                        f"largest free block {_b(d.largest_free)}, fragmentation {frag}, headroom {_b(d.headroom)}")
@@ -133,6 +150,9 @@ class OomReport(_TextReport):
         for d in self.devices:
             if d.note:
                 devs.append(f"<tr><td>{_esc(d.label)}</td><td colspan='6'>{_esc(d.note)}</td></tr>")
+            elif d.driver_pool:
+                cells = "".join(f"<td>{_esc(c)}</td>" for c in (d.label, _b(d.in_use), _b(d.pool)))
+                devs.append(f"<tr>{cells}<td colspan='4'>{_esc(d.driver_pool_words())}</td></tr>")
             else:
                 frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
                 cells = [d.label, _b(d.in_use), _b(d.pool), _b(d.limit), _b(d.largest_free), frag, _b(d.headroom)]
@@ -176,27 +196,26 @@ class OomReport(_TextReport):
         }
 
 
-def _failing_device(error: OomError, jax_readings: tuple) -> Any:
+def _failing_device(error: OomError, jax_readings: tuple[JaxDeviceReading, ...]) -> JaxDeviceReading | None:
+    """The device named by the error, else the one with the least room, else the first."""
     if not jax_readings:
         return None
     if error.ordinal is not None and 0 <= error.ordinal < len(jax_readings):
         return jax_readings[error.ordinal]
     with_stats = [r for r in jax_readings if isinstance(r.stats, AllocatorStats)]
     if with_stats:
-        def room(r: Any) -> int:
-            s = r.stats
-            return max(s.largest_free_block_bytes or 0, headroom(s) or 0)
-        return min(with_stats, key=room)
+        return min(with_stats, key=lambda r: model.largest_likely_request(r.stats, r.cuda_pool) or 0)
     return jax_readings[0]
 
 
-def _device_state(r: Any) -> DeviceState:
+def _device_state(r: JaxDeviceReading) -> DeviceState:
     label = f"{r.platform} {r.jax_id}" + (f" ({r.kind})" if r.kind else "")
     s = r.stats
     if not isinstance(s, AllocatorStats):
         return DeviceState(label, note=f"{s.reason}; live-array bytes are used instead")
-    return DeviceState(label, s.bytes_in_use, s.pool_bytes, s.bytes_limit, s.largest_free_block_bytes,
-                       fragmentation(s), headroom(s))
+    pool = r.cuda_pool
+    return DeviceState(label, s.bytes_in_use, model.pool_bytes(s, pool), s.bytes_limit, s.largest_free_block_bytes,
+                       model.fragmentation(s, pool), model.headroom(s, pool), driver_pool=model.uses_driver_pool(s, pool))
 
 
 def oom_report(
@@ -222,6 +241,7 @@ def oom_report(
     jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
     failing = _failing_device(error, jax_readings)
     stats = failing.stats if failing is not None and isinstance(failing.stats, AllocatorStats) else None
+    cuda_pool = failing.cuda_pool if failing is not None and isinstance(failing.cuda_pool, CudaPoolReading) else None
     platform = failing.platform if failing is not None else ("cpu" if error.form == "cpu" else "gpu")
 
     nvml_dev = None
@@ -275,12 +295,13 @@ def oom_report(
         others=others,
         preallocate=values.get("preallocate") if isinstance(values.get("preallocate"), bool) else None,
         fraction=values.get("fraction") if isinstance(values.get("fraction"), float) else None,
-        allocator=str(values.get("allocator")),
+        allocator=stats.allocator if stats else str(values.get("allocator")),
         remat=values.get("remat") if isinstance(values.get("remat"), bool) else None,
         live_bytes=live_bytes if started else None,
         history_bytes=history,
         platform=platform,
         synthetic=synthetic,
+        cuda_pool=cuda_pool,
     )
     devices = tuple(_device_state(r) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
     return OomReport(error, settings, devices, others, others_note, tuple(records[:5]), arrays_note, readings,

@@ -12,16 +12,13 @@ from jupyter_gpumem.doctor import array_cells
 from jupyter_gpumem.model import (
     AllocatorStats,
     NotAvailable,
+    pool_bytes,
 )
 
 
 def _jax_readings() -> tuple:
     readings = allocator_shim.read_jax_devices()
     return () if isinstance(readings, NotAvailable) else readings
-
-
-def _stats_list(readings: Iterable) -> list[AllocatorStats]:
-    return [r.stats for r in readings if isinstance(r.stats, AllocatorStats)]
 
 
 def _sum(values: Iterable[int | None]) -> int | None:
@@ -59,6 +56,6 @@ def memory_now() -> MemoryNow:
     if stats and in_use is not None:
         devices = tuple((r.jax_id, r.stats.bytes_in_use, r.stats.peak_bytes_in_use) for r in readings)
         return MemoryNow("allocator", in_use, _sum(s.peak_bytes_in_use for s in stats),
-                         _sum(s.pool_bytes for s in stats), devices)
+                         _sum(pool_bytes(r.stats, r.cuda_pool) for r in readings), devices)
     # Kept current by the cell hooks at the cost of new arrays: O(1) here, whatever lives.
     return MemoryNow("live_arrays", array_cells.device_bytes())
