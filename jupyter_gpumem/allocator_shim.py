@@ -611,13 +611,9 @@ def reset() -> Applied:
 def allocator_in_effect() -> str:
     """The allocator JAX uses (or will use): "bfc" for default and bfc, "cuda_async", "platform",
     "vmm", ...; "cpu" or "tpu" when the backend started on those."""
-    if backend_started():
-        try:
-            platform = backend_platform()
-            if platform in ("cpu", "tpu"):
-                return platform
-        except Exception:
-            pass
+    platform = backend_platform()
+    if platform in ("cpu", "tpu"):
+        return platform
     value = _effective(dict(os.environ))["allocator"]
     return _canonical_allocator(str(value).lower())
 

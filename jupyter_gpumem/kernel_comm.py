@@ -35,51 +35,41 @@ def register(shell: Any) -> bool:
 
     Outside a kernel (a terminal IPython) there is no comm manager: nothing happens.
     """
-    try:
-        manager = _comm_manager(shell)
-        if manager is None:
-            return False
-        manager.register_target(TARGET, _on_open)
-        return True
-    except Exception:
-        log.debug("jupyter-gpumem: no comm manager to register with", exc_info=True)
+    manager = _comm_manager(shell)
+    if manager is None:
         return False
+    manager.register_target(TARGET, _on_open)
+    return True
 
 
 def unregister(shell: Any) -> None:
+    manager = _comm_manager(shell)
+    if manager is None:
+        return
     try:
-        manager = _comm_manager(shell)
-        if manager is not None:
-            manager.unregister_target(TARGET, _on_open)
-    except Exception:
+        manager.unregister_target(TARGET, _on_open)
+    except KeyError:  # never registered, or already gone
         pass
 
 
+# The comm manager calls these two and logs what they raise (comm's CommManager.comm_open and
+# comm_msg), so a failed send never reaches the user's cells; reply() answers every failure
+# of ours in the message itself.
 def _on_open(comm: Any, open_msg: dict) -> None:
-    def on_msg(msg: dict) -> None:
-        _answer(comm, _data(msg))
-
-    try:
-        comm.on_msg(on_msg)
-        data = _data(open_msg)
-        if data:
-            _answer(comm, data)
-    except Exception:
-        log.exception("jupyter-gpumem: comm open failed")
+    comm.on_msg(lambda msg: _answer(comm, _data(msg)))
+    data = _data(open_msg)
+    if data:
+        _answer(comm, data)
 
 
 def _data(msg: Any) -> Any:
-    try:
-        return msg["content"]["data"]
-    except Exception:
-        return None
+    """The ``data`` of a comm message (a Jupyter protocol dict), or None."""
+    content = msg.get("content") if isinstance(msg, dict) else None
+    return content.get("data") if isinstance(content, dict) else None
 
 
 def _answer(comm: Any, data: Any) -> None:
-    try:
-        comm.send(reply(data))
-    except Exception:
-        log.exception("jupyter-gpumem: comm reply failed")
+    comm.send(reply(data))
 
 
 def reply(data: Any) -> dict:
@@ -92,7 +82,8 @@ def reply(data: Any) -> dict:
         }
     try:
         return _json_safe(snapshot())
-    except Exception as exc:  # the panel shows this; the kernel carries on
+    except Exception as exc:  # the comm handler's one catch-all: the panel shows this, the kernel carries on
+        log.debug("jupyter-gpumem: snapshot failed", exc_info=True)
         return {
             "type": "snapshot",
             "backend_started": False,
@@ -110,41 +101,14 @@ _STATS_FIELDS = ("allocator", "bytes_in_use", "pool_bytes", "bytes_limit", "peak
 
 def snapshot() -> dict:
     """Settings in effect, backend state, warnings and per-device allocator statistics."""
-    from jupyter_gpumem.model import ERROR, NotAvailable, fragmentation
+    # Imported on the first request: registering the target at %load_ext stays cheap.
+    from jupyter_gpumem.allocator_shim import accepted_allocators, read_jax_devices, setting_variables
+    from jupyter_gpumem.model import NotAvailable, fragmentation
+    from jupyter_gpumem.status_report import status
 
-    try:
-        from jupyter_gpumem.status_report import status
-
-        # NVML is read by the server; reading it here too would only slow the kernel down.
-        report = status(nvml_readings=NotAvailable("not_read", "NVML is read by the server"))
-    except Exception as exc:
-        report = None
-        status_error = f"status failed: {type(exc).__name__}: {exc}"
-    else:
-        status_error = None
-
-    backend = getattr(report, "backend", None) or {}
-    started = bool(backend.get("started")) if isinstance(backend, dict) else False
-    platform = backend.get("platform") if isinstance(backend, dict) else None
-    settings = []
-    for item in getattr(report, "settings", ()) or ():
-        settings.append(
-            {
-                "name": getattr(item, "name", None),
-                "value": getattr(item, "value", None),
-                "source": getattr(item, "source", None),
-            }
-        )
-    warnings = [str(w) for w in (getattr(report, "warnings", ()) or ())]
-    if status_error:
-        warnings.append(status_error)
-
-    try:
-        from jupyter_gpumem.allocator_shim import read_jax_devices
-
-        readings: Any = read_jax_devices()
-    except Exception as exc:
-        readings = NotAvailable(ERROR, f"reading JAX's devices failed: {exc}")
+    # NVML is read by the server; reading it here too would only slow the kernel down.
+    report = status(nvml_readings=NotAvailable("not_read", "NVML is read by the server"))
+    readings = read_jax_devices()
 
     devices = []
     reason = None
@@ -157,17 +121,23 @@ def snapshot() -> dict:
                 row = dict.fromkeys((*_STATS_FIELDS, "fragmentation"))
                 row["stats_reason"] = stats.reason
             else:
-                row = {name: getattr(stats, name) for name in _STATS_FIELDS}
-                row["fragmentation"] = fragmentation(stats)
+                row = {
+                    "allocator": stats.allocator,
+                    "bytes_in_use": stats.bytes_in_use,
+                    "pool_bytes": stats.pool_bytes,
+                    "bytes_limit": stats.bytes_limit,
+                    "peak_bytes_in_use": stats.peak_bytes_in_use,
+                    "largest_free_block_bytes": stats.largest_free_block_bytes,
+                    "fragmentation": fragmentation(stats),
+                }
             devices.append({"jax_id": dev.jax_id, "nvml_index": dev.nvml_index, **row})
-    from jupyter_gpumem.allocator_shim import accepted_allocators, setting_variables
 
     return {
         "type": "snapshot",
-        "backend_started": started,
-        "platform": platform,
-        "settings": settings,
-        "warnings": warnings,
+        "backend_started": report.backend.started,
+        "platform": report.backend.platform,
+        "settings": [{"name": s.name, "value": s.value, "source": s.source} for s in report.settings],
+        "warnings": list(report.warnings),
         "devices": devices,
         "reason": reason,
         # The panel's settings form offers what the installed JAX accepts, and names the variable

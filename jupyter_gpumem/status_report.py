@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from jupyter_gpumem import allocator_shim
-from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.allocator_shim import SettingState
-from jupyter_gpumem.model import ERROR, NO_LIBRARY, DeviceReading, DeviceUnreadable, NotAvailable
+from jupyter_gpumem.model import DeviceReading, DeviceUnreadable, NotAvailable
+from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.sources.jax_backend import BackendInfo
+from jupyter_gpumem.sources.nvml import NvmlSource
 
 __all__ = ["StatusReport", "status", "display_gpu_warnings"]
 
@@ -28,25 +30,25 @@ class StatusReport:
     """What ``%gpumem status`` shows.
 
     - ``settings``: one ``SettingState`` per setting (name, value, shown, source, env_var).
-    - ``backend``: ``jax_backend.backend_info()``: started, platform, devices
-      ([{id, kind, platform}]), fallback_reason, jax_version.
+    - ``backend``: ``jax_backend.backend_info()``: started, platform, devices, fallback_reason,
+      jax_version.
     - ``warnings``: sentences for people.
     """
 
     settings: tuple[SettingState, ...]
-    backend: dict
+    backend: BackendInfo
     warnings: tuple[str, ...]
 
     def backend_line(self) -> str:
         b = self.backend
-        if not b.get("started"):
+        if not b.started:
             return "JAX's backend has not started: settings can still change."
-        devices = ", ".join(f"{d['id']}: {d['kind'] or d['platform']}" for d in b.get("devices", []))
-        line = f"JAX's backend has started on {b.get('platform')} ({devices or 'no devices'})."
-        if b.get("fallback_reason"):
-            line += f" It fell back to the CPU: {b['fallback_reason']}"
-        if b.get("error"):
-            line += f" (could not read it: {b['error']})"
+        devices = ", ".join(f"{d.id}: {d.kind or d.platform}" for d in b.devices)
+        line = f"JAX's backend has started on {b.platform} ({devices or 'no devices'})."
+        if b.fallback_reason:
+            line += f" It fell back to the CPU: {b.fallback_reason}"
+        if b.error:
+            line += f" (could not read it: {b.error})"
         return line
 
     def __str__(self) -> str:
@@ -84,7 +86,7 @@ class StatusReport:
     def to_json(self) -> dict:
         return {
             "settings": [s.to_json() for s in self.settings],
-            "backend": dict(self.backend),
+            "backend": self.backend.to_json(),
             "warnings": list(self.warnings),
         }
 
@@ -106,22 +108,16 @@ def display_gpu_warnings(readings: NvmlReadings) -> list[str]:
 
 def _read_nvml() -> NvmlReadings:
     """One NVML reading for this report; NVML is released again afterwards."""
-    try:
-        from jupyter_gpumem.sources.nvml import NvmlSource
-    except ImportError:
-        return NotAvailable(NO_LIBRARY, "the NVML reader is not available in this installation")
     source = NvmlSource()
     try:
         return source.read()
-    except Exception as err:  # a reading, never an exception into the kernel
-        return NotAvailable(ERROR, f"reading NVML failed: {err}")
     finally:
         # Each report starts NVML anew; without this every %gpumem status would add one to
         # the driver's count of open NVML sessions.
         source.shutdown()
 
 
-def status(nvml_readings: Any = None) -> StatusReport:
+def status(nvml_readings: NvmlReadings | None = None) -> StatusReport:
     """The settings in effect with their source, the backend's state and warnings.
 
     ``nvml_readings`` (NVML device readings, or NotAvailable) is read through ``nvml.py`` when

@@ -102,20 +102,17 @@ def test_cuda_async_devices_carry_the_cuda_pool_reading(monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")
     pool = model.CudaPoolReading(reserved_bytes=3 << 30, reserved_high_bytes=4 << 30, used_bytes=1 << 30, used_high_bytes=2 << 30)
     ordinals = []
-    fake_pool = types.ModuleType("jupyter_gpumem.sources.libcuda")
-    fake_pool.read_default_pool = lambda ordinal: ordinals.append(ordinal) or pool
-    monkeypatch.setitem(sys.modules, "jupyter_gpumem.sources.libcuda", fake_pool)
+    monkeypatch.setattr(jax_backend, "read_default_pool", lambda ordinal: ordinals.append(ordinal) or pool)
     fake_jax(monkeypatch, started=True, devices=[_device(0, 1, {"bytes_in_use": 10, "bytes_limit": 0})])
     reading = shim.read_jax_devices()[0]
     assert reading.cuda_pool == pool and ordinals == [1]
     assert reading.stats.allocator == "cuda_async" and reading.stats.bytes_limit is None
 
 
-def test_a_missing_cuda_pool_reader_is_not_available(monkeypatch):
+def test_a_cuda_pool_without_libcuda_loaded_is_not_available(monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")
-    monkeypatch.setitem(sys.modules, "jupyter_gpumem.sources.libcuda", None)
     fake_jax(monkeypatch, started=True, devices=[_device(0, 0, {"bytes_in_use": 10})])
-    assert isinstance(shim.read_jax_devices()[0].cuda_pool, model.NotAvailable)
+    assert shim.read_jax_devices()[0].cuda_pool.code == model.NOT_STARTED
 
 
 def test_a_failing_memory_stats_is_a_reading_not_an_exception(monkeypatch):
@@ -136,25 +133,42 @@ def test_read_jax_devices_never_raises(monkeypatch):
     assert isinstance(readings, model.NotAvailable) and readings.code == model.ERROR
 
 
+def test_backend_info_names_the_started_backend_s_devices(monkeypatch):
+    fake_jax(monkeypatch, started=True, devices=[_device(0, 0, None), _device(1, 1, None)])
+    assert jax_backend.backend_info() == jax_backend.BackendInfo(
+        started=True, jax_imported=True, jax_version="0.0-synthetic", platform="cuda",
+        devices=(jax_backend.BackendDevice(0, "Synthetic GPU", "cuda"), jax_backend.BackendDevice(1, "Synthetic GPU", "cuda")),
+    )
+
+
+def test_a_backend_that_cannot_list_its_devices_says_why_in_backend_info(monkeypatch):
+    def no_devices():
+        raise RuntimeError("synthetic: client gone")
+
+    fake_jax(monkeypatch, started=True, devices=no_devices)
+    info = jax_backend.backend_info()
+    assert (info.started, info.devices, info.error) == (True, (), "RuntimeError: synthetic: client gone")
+
+
 def test_cpu_fallback_reason_is_the_cuda_backend_error(monkeypatch):
     fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")],
              errors={"cuda": "synthetic: no supported devices found", "tpu": "synthetic: no libtpu"})
     info = jax_backend.backend_info()
-    assert info["platform"] == "cpu"
-    assert info["fallback_reason"] == "the CUDA backend failed to start: synthetic: no supported devices found"
+    assert info.platform == "cpu"
+    assert info.fallback_reason == "the CUDA backend failed to start: synthetic: no supported devices found"
 
 
 def test_a_tpu_error_alone_is_not_a_gpu_fallback(monkeypatch):
     monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: False)
     fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")], errors={"tpu": "synthetic: no libtpu"})
-    assert jax_backend.backend_info()["fallback_reason"] is None
+    assert jax_backend.backend_info().fallback_reason is None
 
 
 def test_a_cuda_plugin_that_never_registered_blames_the_rejected_environment(monkeypatch):
     monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: True)
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_malloc_async")
     fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")], factories={"cpu": object()})
-    reason = jax_backend.backend_info()["fallback_reason"]
+    reason = jax_backend.backend_info().fallback_reason
     assert reason.startswith("the CUDA plugin did not register because JAX rejected the environment") and "cuda_malloc_async" in reason
 
 
@@ -194,7 +208,7 @@ readings = allocator_shim.read_jax_devices()
 report = status_report()
 from jax._src import xla_bridge
 print(json.dumps({"code": readings.code, "started": xla_bridge.backends_are_initialized(),
-                  "probe": allocator_shim.backend_started(), "backend": report.backend["started"]}))
+                  "probe": allocator_shim.backend_started(), "backend": report.backend.started}))
 """)
     assert result == {"code": "not_started", "started": False, "probe": False, "backend": False}
 
@@ -208,8 +222,8 @@ from jupyter_gpumem import allocator_shim
 from jupyter_gpumem.sources import jax_backend
 r = allocator_shim.read_jax_devices()
 info = jax_backend.backend_info()
-print(json.dumps({"probe": allocator_shim.backend_started(), "platform": info["platform"],
-                  "devices": info["devices"], "fallback": info["fallback_reason"],
+print(json.dumps({"probe": allocator_shim.backend_started(), "platform": info.platform,
+                  "devices": info.to_json()["devices"], "fallback": info.fallback_reason,
                   "readings": [(x.platform, x.nvml_index, x.stats.code) for x in r],
                   "allocator": allocator_shim.allocator_in_effect()}))
 """)

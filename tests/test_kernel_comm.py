@@ -52,6 +52,17 @@ def test_snapshot_in_the_open_message_is_answered():
     assert {s["name"] for s in sent["settings"]} >= {"preallocate", "fraction", "allocator"}
 
 
+def test_unregistering_twice_is_quiet():
+    from comm.base_comm import CommManager
+
+    manager = CommManager()
+    shell = FakeShell(manager)
+    kernel_comm.register(shell)
+    kernel_comm.unregister(shell)
+    kernel_comm.unregister(shell)
+    assert manager.targets == {}
+
+
 def test_unknown_request_is_answered_with_the_valid_requests():
     assert kernel_comm.reply({"request": "explode"}) == {
         "type": "error", "error": "unknown request 'explode'; valid requests: snapshot"}

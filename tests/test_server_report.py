@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from types import SimpleNamespace
 
 from prometheus_client import REGISTRY, generate_latest
 
 from jupyter_gpumem.model import NO_DRIVER, DeviceReading, NotAvailable, PIDS_HIDDEN, ProcessReading
 from jupyter_gpumem.server.device_report import build_devices_report, suggested_fraction
-from jupyter_gpumem.server.kernels import KernelInfo
+from jupyter_gpumem.server.kernels import KernelInfo, provisioner_pid
 from jupyter_gpumem.server.metrics import gauges
-from jupyter_gpumem.server.readings import ProcessFacts, Reading
+from jupyter_gpumem.server.readings import ProcessFacts, Reading, process_facts
 
 GiB = 1024**3
 ME = 1000
@@ -141,3 +145,21 @@ def test_kernel_gauge_follows_readings_and_drops_kernels_that_left():
     text = generate_latest(REGISTRY).decode()
     assert metric(text, "jupyter_gpumem_kernel_gpu_bytes", kernel_id="kgauge") is None
     assert re.search(r'jupyter_gpumem_device_used_bytes\{index="0"', text)
+
+
+def test_process_facts_of_this_process_name_its_owner_and_command_line():
+    facts = process_facts(os.getpid())
+    assert (facts.exists, facts.uid) == (True, os.getuid())
+    assert "pytest" in facts.cmdline
+
+
+def test_process_facts_of_a_process_that_ended_say_it_is_gone():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert process_facts(child.pid) == ProcessFacts(exists=False)
+
+
+def test_provisioner_pid_is_the_started_process_and_none_without_one():
+    running = SimpleNamespace(provisioner=SimpleNamespace(process=SimpleNamespace(pid=4321)))
+    stopped = SimpleNamespace(provisioner=None)
+    assert (provisioner_pid(running), provisioner_pid(stopped)) == (4321, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpumem.model import DeviceReading, DeviceUnreadable, NotAvailable
+from jupyter_gpumem.sources.jax_backend import BackendDevice, BackendInfo
 from jupyter_gpumem.status_report import StatusReport, display_gpu_warnings, status
 from jupyter_gpumem.testing import fake_nvml
 
@@ -122,15 +123,18 @@ def test_html_report_is_a_table_with_escaped_text(monkeypatch):
 def test_json_report_carries_settings_backend_and_warnings():
     data = status(NO_NVML).to_json()
     assert [s["name"] for s in data["settings"]] == ["preallocate", "fraction", "allocator", "async_prealloc", "remat"]
-    assert {"started", "platform", "devices", "fallback_reason"} <= set(data["backend"])
+    assert set(data["backend"]) == {"started", "jax_imported", "jax_version", "platform", "devices", "fallback_reason",
+                                    "error"}
     assert data["warnings"] == []
 
 
 def test_backend_line_explains_a_cpu_fallback():
-    report = StatusReport(settings=(), warnings=(), backend={
-        "started": True, "platform": "cpu", "devices": [{"id": 0, "kind": "cpu", "platform": "cpu"}],
-        "fallback_reason": "the CUDA backend failed to start: synthetic error",
-    })
+    backend = BackendInfo(
+        started=True, jax_imported=True, jax_version="0.0.0", platform="cpu",
+        devices=(BackendDevice(id=0, kind="cpu", platform="cpu"),),
+        fallback_reason="the CUDA backend failed to start: synthetic error",
+    )
+    report = StatusReport(settings=(), warnings=(), backend=backend)
     assert report.backend_line() == (
         "JAX's backend has started on cpu (0: cpu). It fell back to the CPU: "
         "the CUDA backend failed to start: synthetic error"

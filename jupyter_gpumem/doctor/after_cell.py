@@ -26,12 +26,9 @@ def _on_error(error: BaseException | None, shell: Any) -> None:
     found = oom_text.recognise(error)
     if found is None:
         return
-    try:
-        from jupyter_gpumem.sampler import get_sampler
+    from jupyter_gpumem.sampler import get_sampler
 
-        get_sampler().add_event("oom", requested_bytes=found.requested_bytes, form=found.form)
-    except Exception:
-        pass
+    get_sampler().add_event("oom", requested_bytes=found.requested_bytes, form=found.form)
     if _state["doctor"]:
         report = oom_report(found, shell)
         if report is not None:

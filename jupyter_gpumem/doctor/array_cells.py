@@ -44,7 +44,7 @@ def _forget(key: int, ref: Any) -> None:
 def _device_bytes(array: Any) -> int:
     try:
         return 0 if array.is_deleted() else jax_arrays.footprint(array).on_device
-    except Exception:  # deleted while we read it, or a sharding without sizes
+    except (RuntimeError, ValueError):  # jaxlib: deleted while we read it; a sharding without sizes
         return 0
 
 

@@ -41,7 +41,7 @@ def install(shell: Any) -> None:
 
         try:
             array_cells.note_new_arrays(None)  # arrays from before loading: "before tracking"
-        except Exception:
+        except RuntimeError:  # jaxlib's XlaRuntimeError from listing the live arrays
             log.debug("jupyter-gpumem could not list the arrays made before loading", exc_info=True)
 
     def pre_run_cell(info: Any = None) -> None:
@@ -58,7 +58,7 @@ def install(shell: Any) -> None:
         except KeyboardInterrupt:
             running["track"] = None
             _interrupted("measuring memory before the cell")
-        except Exception:
+        except Exception:  # the hook's one catch-all: it runs on its own, so it never fails a cell
             running["track"] = None
             log.debug("jupyter-gpumem pre-cell hook failed", exc_info=True)
 
@@ -77,7 +77,7 @@ def install(shell: Any) -> None:
             after_cell(result, shell, tracker)
         except KeyboardInterrupt:
             _interrupted("reporting on the cell")
-        except Exception:  # a diagnosis must never be a second error
+        except Exception:  # the hook's one catch-all: a diagnosis must never be a second error
             log.debug("jupyter-gpumem doctor hook failed", exc_info=True)
 
     _hooks.add(shell, pre_run_cell, post_run_cell)

@@ -99,10 +99,11 @@ class _Walker:
         for form, key, child in children:
             try:
                 child_path = path + form.format(key)  # a key's repr is user code too
+                leaf = jax_arrays.is_jax_array(child)  # and so is its isinstance (a __class__ property)
             except Exception:
                 self.found.skipped += 1
                 continue
-            if jax_arrays.is_jax_array(child):  # the common leaf, without a call level
+            if leaf:  # the common leaf, without a call level
                 self.record(child, child_path)
                 if self.out_of_time():
                     return
@@ -142,19 +143,14 @@ class _Walker:
 
 def _user_namespace(shell: Any) -> dict:
     if shell is None:
-        shell = _state.get("shell") or _current_shell()
+        shell = _state["shell"] or _current_shell()
     ns = getattr(shell, "user_ns", None)
     return ns if isinstance(ns, dict) else {}
 
 
 def _current_shell() -> Any:
     ipython = sys.modules.get("IPython")
-    if ipython is None:
-        return None
-    try:
-        return ipython.get_ipython()
-    except Exception:
-        return None
+    return None if ipython is None else ipython.get_ipython()
 
 
 _NS_SKIP = {"In", "_ih", "_oh", "_dh", "exit", "quit", "get_ipython", "_i", "_ii", "_iii"}

@@ -234,8 +234,8 @@ def overcommit_warning(device: Mapping[str, Any]) -> dict | None:
     JAX takes 75% of the card per process by default, so a second kernel with default settings
     only gets what the first left and runs out of memory early.
     """
-    total = device.get("total")
-    kernels = [p for p in device.get("processes", []) if p["kind"] == "kernel"]
+    total = device["total"]
+    kernels = [p for p in device["processes"] if p["kind"] == "kernel"]
     if not total or len(kernels) < 2:
         return None
     pre = [p for p in kernels if p["preallocated"]]

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
+from queue import Empty
 from typing import Any
+
+import zmq
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +52,19 @@ class _PidEntry:
 
 def provisioner_pid(km: Any) -> int | None:
     """The pid of the process a local provisioner started, or None (remote kernels)."""
-    try:
-        process = getattr(km.provisioner, "process", None)
-        pid = getattr(process, "pid", None)
-        if isinstance(pid, int) and pid > 0:
-            return pid
-        pid = getattr(km.provisioner, "pid", None)  # some provisioners say it directly
-        return pid if isinstance(pid, int) and pid > 0 else None
-    except Exception:
-        return None
+    provisioner = getattr(km, "provisioner", None)  # None while the kernel is not running
+    process = getattr(provisioner, "process", None)
+    pid = getattr(process, "pid", None)
+    if isinstance(pid, int) and pid > 0:
+        return pid
+    pid = getattr(provisioner, "pid", None)  # some provisioners say it directly
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+# What asking a kernel over its control channel raises: Empty when no reply comes in time,
+# ZMQError and OSError when the kernel or its sockets are gone, RuntimeError from a client
+# whose kernel has no connection info.
+_NO_ANSWER = (Empty, zmq.ZMQError, OSError, RuntimeError)
 
 
 async def usage_pid(km: Any, timeout: float) -> int | None:
@@ -77,14 +85,11 @@ async def usage_pid(km: Any, timeout: float) -> int | None:
                 continue
             pid = reply.get("content", {}).get("pid")
             return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
-    except Exception:  # queue.Empty on timeout, or a kernel without a control channel
+    except _NO_ANSWER:
         return None
     finally:
         if client is not None:
-            try:
-                client.stop_channels()
-            except Exception:
-                pass
+            client.stop_channels()
 
 
 class KernelDirectory:
@@ -132,7 +137,7 @@ class KernelDirectory:
             return paths
         try:
             sessions = await self.session_manager.list_sessions()
-        except Exception:
+        except sqlite3.Error:  # the session store is a SQLite database
             log.exception("jupyter-gpumem: listing sessions failed")
             return paths
         for session in sessions:

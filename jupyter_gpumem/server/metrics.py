@@ -28,10 +28,7 @@ class _TouchCollector:
     def collect(self) -> list:
         touch = self.touch
         if touch is not None:
-            try:
-                touch()
-            except Exception:
-                pass
+            touch()  # SharedSampler.touch: never raises, even once the IOLoop has closed
         return []
 
 
@@ -60,9 +57,9 @@ class GpuMemGauges:
         """Set every gauge from a /devices report; drop label sets no longer in it."""
         devices: set[tuple[str, ...]] = set()
         kernels: dict[tuple[str, ...], float] = {}
-        if report.get("source") == "nvml" and report.get("state") == "ok":
+        if report["source"] == "nvml" and report["state"] == "ok":
             for dev in report["devices"]:
-                if not dev.get("readable"):
+                if not dev["readable"]:
                     continue
                 labels = (str(dev["index"]), dev["uuid"] or "", dev["name"] or "")
                 devices.add(labels)
@@ -85,7 +82,7 @@ class GpuMemGauges:
             self._devices, self._kernels = devices, set(kernels)
 
     def clear(self) -> None:
-        self.update({"source": None, "devices": []})
+        self.update({"source": None, "state": None, "devices": []})
 
 
 def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:

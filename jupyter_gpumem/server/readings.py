@@ -1,7 +1,8 @@
 """Where the server's device readings come from: live NVML or a replayed trace.
 
 Both answer ``read() -> Reading``. ``read`` runs on the shared sampler's worker thread, so it
-may block; it never raises (a failure is a ``NotAvailable`` in ``Reading.devices``).
+may block. A failure of NVML or of the trace is a ``NotAvailable`` in ``Reading.devices``,
+answered by the source that met it; the shared sampler catches anything else.
 """
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
+
+import psutil
 
 from jupyter_gpumem.model import ERROR, DeviceReading, NotAvailable
-
-try:  # psutil is a dependency; without it process details are simply unknown
-    import psutil
-except Exception:  # pragma: no cover
-    psutil = None  # type: ignore[assignment]
+from jupyter_gpumem.sources.nvml import NvmlSource
+from jupyter_gpumem.sources.replay import ReplaySource
+from jupyter_gpumem.tracefile import read_trace
 
 # Command lines are shown in a narrow panel; the rest is noise.
 MAX_CMDLINE = 300
@@ -46,26 +47,36 @@ class Reading:
     processes: Mapping[int, ProcessFacts] = field(default_factory=dict)
 
 
+class DeviceSource(Protocol):
+    """What the shared sampler reads: ``NvmlDevices`` or ``ReplayDevices``."""
+
+    label: str
+    placeholder_pids: tuple[int, ...]
+
+    @property
+    def calls(self) -> int: ...
+
+    def read(self) -> Reading: ...
+
+
 def process_facts(pid: int) -> ProcessFacts:
     """Owner and command line of ``pid`` as seen from this PID namespace."""
-    if psutil is None:
-        return ProcessFacts(exists=True)
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
             uid = proc.uids().real
             try:
                 user = proc.username()
-            except Exception:
+            except psutil.Error:
                 user = str(uid)
             try:
                 cmdline = " ".join(proc.cmdline())[:MAX_CMDLINE] or proc.name()
-            except Exception:  # another user's process: the name may still be readable
+            except psutil.Error:  # another user's process, or a zombie: no command line
                 cmdline = None
         return ProcessFacts(exists=True, uid=uid, user=user, cmdline=cmdline)
     except psutil.NoSuchProcess:
         return ProcessFacts(exists=False)
-    except Exception:
+    except psutil.Error:  # AccessDenied: it is there, and says nothing more
         return ProcessFacts(exists=True)
 
 
@@ -92,29 +103,22 @@ def _pids(devices: Any) -> set[int]:
 
 
 class NvmlDevices:
-    """Live readings from ``jupyter_gpumem.sources.nvml.NvmlSource``, created on first read."""
+    """Live readings from ``jupyter_gpumem.sources.nvml.NvmlSource`` (NVML starts on the first read)."""
 
     label = "nvml"
     placeholder_pids: tuple[int, ...] = ()
 
     def __init__(self) -> None:
-        self._source: Any = None
+        self._source = NvmlSource()
 
     @property
     def calls(self) -> int:
         """NVML calls made so far."""
-        return int(getattr(self._source, "calls", 0) or 0)
+        return self._source.calls
 
     def read(self) -> Reading:
         t = time.time()
-        try:
-            if self._source is None:
-                from jupyter_gpumem.sources.nvml import NvmlSource
-
-                self._source = NvmlSource()
-            devices = self._source.read()
-        except Exception as exc:  # the source should not raise; if it does, it is a state
-            devices = NotAvailable(ERROR, f"reading NVML failed: {type(exc).__name__}: {exc}")
+        devices = self._source.read()
         facts = {pid: process_facts(pid) for pid in _pids(devices)}
         return Reading(t=t, devices=devices, source="nvml", processes=facts)
 
@@ -130,31 +134,22 @@ class ReplayDevices:
         self.error: NotAvailable | None = None
         self.synthetic = False
         self.placeholder_pids: tuple[int, ...] = ()
-        self._source: Any = None
+        self._source: ReplaySource | None = None
         try:
-            from jupyter_gpumem.sources.replay import ReplaySource
-            from jupyter_gpumem.tracefile import read_trace
-
             trace = read_trace(path)
-            self.synthetic = bool(trace.header.get("synthetic", False))
+            self.synthetic = trace.synthetic
             if trace.error is not None:
                 raise ValueError(f"the trace is broken at {trace.error}")
             self.placeholder_pids = _placeholder_pids(trace.header)
             self._source = ReplaySource(trace, speed=speed, loop=loop)
         except OSError as exc:
             self.error = NotAvailable(ERROR, f"cannot replay {path}: {exc.strerror or exc}")
-        except Exception as exc:
+        except ValueError as exc:  # a broken trace, a bad header, or a trace with no samples
             self.error = NotAvailable(ERROR, f"cannot replay {path}: {exc}")
 
     def read(self) -> Reading:
         t = time.time()
-        if self.error is not None:
-            devices: Any = self.error
-        else:
-            try:
-                devices = self._source.read_devices()
-            except Exception as exc:
-                devices = NotAvailable(ERROR, f"replay failed: {type(exc).__name__}: {exc}")
+        devices = self.error if self._source is None else self._source.read_devices()
         return Reading(
             t=t,
             devices=devices,

@@ -6,6 +6,10 @@ IOLoop keeps the cache fresh; it stops after ``idle_intervals`` intervals with n
 Reads run on one worker thread, so a slow NVML call never stalls the IOLoop and there is never
 more than one NVML read at a time, however many clients poll. The thread exists only while the
 loop runs: it ends when the loop goes idle (a later request starts a fresh one) and on ``stop()``.
+
+The sources answer NVML's and the trace's failures as ``NotAvailable`` readings themselves;
+``_read_safely`` is the one place that catches the unexpected, so a bug in a source is a
+reading that says so, never a dead loop.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from jupyter_gpumem.model import ERROR, NotAvailable
-from jupyter_gpumem.server.readings import Reading
+from jupyter_gpumem.server.readings import DeviceSource, Reading
 
 log = logging.getLogger(__name__)
 # How long stop() waits for a read in progress before leaving its thread to end by itself.
@@ -31,10 +35,10 @@ class SharedSampler:
 
     def __init__(
         self,
-        source: Any,
+        source: DeviceSource,
         interval: float = 2.0,
         idle_intervals: int = 10,
-        on_reading: Callable[[Reading], Any] | None = None,
+        on_reading: Callable[[Reading], Coroutine[Any, Any, None]] | None = None,
         first_read_timeout: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -85,7 +89,7 @@ class SharedSampler:
 
     @property
     def nvml_calls(self) -> int:
-        return int(getattr(self.source, "calls", 0) or 0)
+        return self.source.calls
 
     @property
     def running(self) -> bool:
@@ -148,25 +152,22 @@ class SharedSampler:
         self._latest, self._latest_at = reading, self._clock()
         self.reads += 1
         if self.on_reading is not None:
-            try:
-                result = self.on_reading(reading)
-                if asyncio.iscoroutine(result):
-                    task = loop.create_task(result)
-                    task.add_done_callback(_log_failure)
-            except Exception:
-                log.exception("jupyter-gpumem: handling a reading failed")
+            # A coroutine function (the service's gauges update): its failures are logged by
+            # _log_failure and never stop the loop.
+            task = loop.create_task(self.on_reading(reading))
+            task.add_done_callback(_log_failure)
         return reading
 
     def _read_safely(self) -> Reading:
         self._reader_threads.add(threading.current_thread())
         try:
             return self.source.read()
-        except Exception as exc:
+        except Exception as exc:  # the one catch-all for the unexpected: a bug, not NVML's failure
             log.exception("jupyter-gpumem: reading devices failed")
             return self._error_reading(f"reading devices failed: {type(exc).__name__}: {exc}")
 
     def _error_reading(self, reason: str) -> Reading:
-        return Reading(t=time.time(), devices=NotAvailable(ERROR, reason), source=getattr(self.source, "label", "nvml"))
+        return Reading(t=time.time(), devices=NotAvailable(ERROR, reason), source=self.source.label)
 
     async def _run(self) -> None:
         try:
@@ -175,13 +176,7 @@ class SharedSampler:
                 if wait > 0:
                     await asyncio.sleep(wait)
                     continue
-                try:
-                    await self._refresh()
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("jupyter-gpumem: sampler read failed")
-                    await asyncio.sleep(self.interval)
+                await self._refresh()  # never raises: _read_safely answers every failure
         except asyncio.CancelledError:
             pass
         finally:

@@ -45,7 +45,7 @@ def _shard_sizes(sharding: Any, shape: tuple, devices: Any) -> dict[int, int]:
     try:
         per_shard = math.prod(sharding.shard_shape(shape))
         return {d.id: per_shard for d in devices}
-    except Exception:  # uneven shardings: shard_shape raises; the index map is metadata too
+    except (ValueError, NotImplementedError):  # uneven shardings (IndivisibleError); the index map is metadata too
         sizes = {}
         for device, index in sharding.addressable_devices_indices_map(shape).items():
             sizes[device.id] = math.prod(len(range(*s.indices(n))) for s, n in zip(index, shape))
@@ -109,17 +109,18 @@ _concrete_array_types: set[type] = set()  # types seen to be jax.Array and not a
 
 
 def is_jax_array(obj: Any) -> bool:
-    """Whether ``obj`` is a jax.Array (False, cheaply, when jax is not imported)."""
+    """Whether ``obj`` is a jax.Array (False, cheaply, when jax is not imported).
+
+    Asks ``isinstance``, which a user's object can make raise (a ``__class__`` property): the
+    caller that walks user objects guards that.
+    """
     if type(obj) in _concrete_array_types:
         return True
     jax = sys.modules.get("jax")
     if jax is None:
         return False
     array_type = getattr(jax, "Array", None)
-    try:
-        found = array_type is not None and isinstance(obj, array_type) and not _is_tracer(obj)
-    except Exception:
-        return False
+    found = array_type is not None and isinstance(obj, array_type) and not _is_tracer(obj)
     if found and type(obj).__name__ == "ArrayImpl":
         _concrete_array_types.add(type(obj))
     return found
@@ -157,7 +158,9 @@ def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Compi
     """Lower and compile ``callee(*args, **kwargs)`` without running it, and read its memory.
 
     A callee without ``.lower`` is wrapped in ``jax.jit``. Raises ValueError, with JAX's
-    message, when it cannot be lowered or compiled.
+    message, when it cannot be lowered or compiled (JAX raises TypeError or ValueError while
+    tracing, and jaxlib's XlaRuntimeError, a RuntimeError, while compiling); anything else the
+    callee raises while traced reaches the caller as it is.
     """
     import jax
 
@@ -165,7 +168,7 @@ def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Compi
     fn = callee if jitted else jax.jit(callee)
     try:
         analysis = fn.lower(*args, **kwargs).compile().memory_analysis()
-    except Exception as err:
+    except (TypeError, ValueError, RuntimeError) as err:
         raise ValueError(f"could not compile it for these arguments: {type(err).__name__}: {err}") from None
     if analysis is None:
         raise ValueError("this backend gives no memory analysis for compiled programs")

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import types
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
@@ -24,6 +25,7 @@ from jupyter_gpumem.env_table import (
     REMAT_OPTION,
 )
 from jupyter_gpumem.model import NotAvailable
+from jupyter_gpumem.sources.libcuda import read_default_pool
 
 
 class _EnvironmentView:
@@ -49,7 +51,7 @@ def _option_generator() -> Callable[[Mapping[str, str]], dict] | None:
     """
     try:
         from jaxlib import xla_client
-    except Exception:
+    except ImportError:
         return None
     gen = getattr(xla_client, "generate_pjrt_gpu_plugin_options", None)
     if gen is None or not isinstance(gen, types.FunctionType):
@@ -68,15 +70,13 @@ def jax_gpu_options(env: Mapping[str, str] | None = None) -> dict | None:
     """The options JAX's CUDA plugin would be created with under ``env`` (default: os.environ).
 
     None when the installed jaxlib has no generator (or none is installed). Raises ValueError
-    with JAX's own message when JAX would reject the environment.
+    with JAX's own message when JAX would reject the environment (the generator raises only
+    ValueError, its own or float()'s and int()'s; the plugin catches it and falls back to CPU).
     """
     gen = _option_generator()
     if gen is None:
         return None
-    try:
-        return gen(dict(os.environ) if env is None else env)
-    except Exception as err:  # the plugin would catch this and fall back to CPU
-        raise ValueError(str(err) or type(err).__name__) from None
+    return gen(dict(os.environ) if env is None else env)
 
 
 def jax_rejection(env: Mapping[str, str] | None = None) -> str | None:
@@ -130,15 +130,12 @@ def backend_started() -> bool:
     if bridge is None:
         return False  # jax is still importing; nothing has started
     probe = getattr(bridge, "backends_are_initialized", None)
-    try:
-        if callable(probe):
-            return bool(probe())
-        backends = getattr(bridge, "_backends", None)
-        if isinstance(backends, dict):
-            return bool(backends)
-        return getattr(bridge, "_default_backend", None) is not None
-    except Exception:
-        return False
+    if callable(probe):
+        return bool(probe())  # reads the module's _backends dict; it starts nothing
+    backends = getattr(bridge, "_backends", None)
+    if isinstance(backends, dict):
+        return bool(backends)
+    return getattr(bridge, "_default_backend", None) is not None
 
 
 def remat_option_problem() -> str | None:
@@ -181,10 +178,14 @@ def can_check_gpu_options() -> bool:
 
 
 def backend_platform() -> str | None:
-    """The started backend's platform ("cuda", "cpu", ...); None before it starts."""
+    """The started backend's platform ("cuda", "cpu", ...); None before it starts, or when the
+    started backend cannot be asked."""
     if not backend_started():
         return None
-    return getattr(_default_client(), "platform", None)
+    try:
+        return getattr(_default_client(), "platform", None)
+    except RuntimeError:  # jaxlib's XlaRuntimeError: the backend failed after it started
+        return None
 
 
 def _bridge() -> Any:
@@ -237,30 +238,68 @@ def _fallback_reason(platform: str | None) -> str | None:
     return "the CUDA plugin is installed but JAX chose the CPU (no visible NVIDIA GPU?)"
 
 
-def backend_info() -> dict:
-    """The backend's state: {started, platform, devices: [{id, kind, platform}], fallback_reason,
-    jax_version}. Reads the backend only once it has started; never raises."""
-    info: dict[str, Any] = {
-        "started": False,
-        "jax_imported": "jax" in sys.modules,
-        "jax_version": getattr(sys.modules.get("jax"), "__version__", None),
-        "platform": None,
-        "devices": [],
-        "fallback_reason": None,
-    }
+@dataclass(frozen=True)
+class BackendDevice:
+    """One local device of the started backend, as JAX names it."""
+
+    id: int
+    kind: str  # device_kind, e.g. "NVIDIA H100 80GB HBM3" or "cpu"
+    platform: str
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "platform": self.platform}
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """The state of JAX's backend in this process.
+
+    ``platform``, ``devices`` and ``fallback_reason`` are read only once it has ``started``;
+    ``error`` says why a started backend could not be read (a jaxlib error), else None.
+    """
+
+    started: bool
+    jax_imported: bool
+    jax_version: str | None
+    platform: str | None = None
+    devices: tuple[BackendDevice, ...] = ()
+    fallback_reason: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "started": self.started,
+            "jax_imported": self.jax_imported,
+            "jax_version": self.jax_version,
+            "platform": self.platform,
+            "devices": [d.to_json() for d in self.devices],
+            "fallback_reason": self.fallback_reason,
+            "error": self.error,
+        }
+
+
+def backend_info() -> BackendInfo:
+    """The backend's state. Reads the backend only once it has started; never starts it."""
+    jax = sys.modules.get("jax")
+    version = getattr(jax, "__version__", None)
+    if not backend_started():
+        return BackendInfo(started=False, jax_imported=jax is not None, jax_version=version)
     try:
-        if not backend_started():
-            return info
-        info["started"] = True
         client = _default_client()
-        info["platform"] = getattr(client, "platform", None)
-        info["devices"] = [
-            {"id": d.id, "kind": getattr(d, "device_kind", ""), "platform": d.platform} for d in client.local_devices()
-        ]
-        info["fallback_reason"] = _fallback_reason(info["platform"])
-    except Exception as err:  # a reading, never an exception into the kernel
-        info["error"] = f"{type(err).__name__}: {err}"
-    return info
+        platform = getattr(client, "platform", None)
+        devices = tuple(
+            BackendDevice(id=d.id, kind=getattr(d, "device_kind", ""), platform=d.platform) for d in client.local_devices()
+        )
+    except RuntimeError as err:  # jaxlib's XlaRuntimeError
+        return BackendInfo(started=True, jax_imported=True, jax_version=version, error=f"{type(err).__name__}: {err}")
+    return BackendInfo(
+        started=True,
+        jax_imported=True,
+        jax_version=version,
+        platform=platform,
+        devices=devices,
+        fallback_reason=_fallback_reason(platform),
+    )
 
 
 def _visible_devices() -> list[int] | None:
@@ -277,53 +316,46 @@ def _platform_family(platform: str) -> str:
     return "gpu" if platform in _GPU_PLATFORMS else platform
 
 
-def _cuda_pool(ordinal: int) -> model.CudaPoolReading | NotAvailable:
-    try:
-        from jupyter_gpumem.sources.libcuda import read_default_pool
-    except ImportError:
-        return NotAvailable(model.NOT_SUPPORTED, "the CUDA pool reader is not available in this installation")
-    try:
-        return read_default_pool(ordinal)
-    except Exception as err:
-        return NotAvailable(model.ERROR, f"reading the CUDA pool failed: {err}")
-
-
 def read_jax_devices(allocator: str) -> tuple[model.JaxDeviceReading, ...] | NotAvailable:
     """Each local JAX device's allocator statistics; never starts JAX and never raises.
 
-    ``allocator`` is the allocator in effect (``allocator_shim.allocator_in_effect()``).
+    ``allocator`` is the allocator in effect (``allocator_shim.allocator_in_effect()``). What
+    jaxlib raises (``XlaRuntimeError``, a ``RuntimeError``) becomes a ``NotAvailable``: for the
+    whole reading when the devices cannot be listed, for one device's stats otherwise.
     """
+    if not backend_started():
+        if "jax" not in sys.modules and importlib.util.find_spec("jax") is None:
+            return NotAvailable(model.NO_JAX, "JAX is not installed in this environment")
+        return NotAvailable(model.NOT_STARTED, "JAX has not started yet; readings begin when it does")
     try:
-        if not backend_started():
-            if "jax" not in sys.modules and importlib.util.find_spec("jax") is None:
-                return NotAvailable(model.NO_JAX, "JAX is not installed in this environment")
-            return NotAvailable(model.NOT_STARTED, "JAX has not started yet; readings begin when it does")
-        visible = _visible_devices()
-        readings = []
-        for device in _default_client().local_devices():
-            family = _platform_family(device.platform)
-            try:
-                stats = model.normalise_stats(device.memory_stats(), allocator, family)
-            except Exception as err:
-                stats = NotAvailable(model.ERROR, f"memory_stats() failed: {err}")
-            nvml_index = None
-            pool = None
-            if family == "gpu":
-                hw = getattr(device, "local_hardware_id", None)
-                ordinal = hw if isinstance(hw, int) else device.id
-                nvml_index = visible[ordinal] if visible is not None and 0 <= ordinal < len(visible) else ordinal
-                if allocator == "cuda_async":
-                    pool = _cuda_pool(ordinal)
-            readings.append(
-                model.JaxDeviceReading(
-                    jax_id=device.id,
-                    platform=family,
-                    kind=getattr(device, "device_kind", ""),
-                    nvml_index=nvml_index,
-                    stats=stats,
-                    cuda_pool=pool,
-                )
-            )
-        return tuple(readings)
-    except Exception as err:
+        devices = _default_client().local_devices()
+    except RuntimeError as err:
         return NotAvailable(model.ERROR, f"reading JAX's devices failed: {type(err).__name__}: {err}")
+    visible = _visible_devices()
+    return tuple(_read_device(device, allocator, visible) for device in devices)
+
+
+def _read_device(device: Any, allocator: str, visible: list[int] | None) -> model.JaxDeviceReading:
+    family = _platform_family(device.platform)
+    try:
+        raw = device.memory_stats()
+    except RuntimeError as err:
+        stats: model.AllocatorStats | NotAvailable = NotAvailable(model.ERROR, f"memory_stats() failed: {err}")
+    else:
+        stats = model.normalise_stats(raw, allocator, family)
+    nvml_index = None
+    pool = None
+    if family == "gpu":
+        hw = getattr(device, "local_hardware_id", None)
+        ordinal = hw if isinstance(hw, int) else device.id
+        nvml_index = visible[ordinal] if visible is not None and 0 <= ordinal < len(visible) else ordinal
+        if allocator == "cuda_async":
+            pool = read_default_pool(ordinal)
+    return model.JaxDeviceReading(
+        jax_id=device.id,
+        platform=family,
+        kind=getattr(device, "device_kind", ""),
+        nvml_index=nvml_index,
+        stats=stats,
+        cuda_pool=pool,
+    )

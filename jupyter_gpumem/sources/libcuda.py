@@ -116,24 +116,25 @@ def read_default_pool(
     ``driver`` stands in for libcuda in tests: an object with ``cuDeviceGet``,
     ``cuDeviceGetDefaultMemPool`` and ``cuMemPoolGetAttribute`` that take ctypes pointers as the
     C functions do and return a CUresult int. Without it, libcuda is used only if ``maps_path``
-    shows it already loaded in this process. Never raises.
+    shows it already loaded in this process. Never raises: the driver answers with CUresult
+    codes, and ctypes refuses arguments with ``ctypes.ArgumentError``.
     """
     if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 0:
         return NotAvailable(ERROR, f"a CUDA device ordinal is a non-negative int, got {ordinal!r}")
+    if driver is None:
+        path = loaded_libcuda_path(maps_path)
+        if path is None:
+            return NotAvailable(
+                NOT_STARTED,
+                "CUDA is not loaded in this process: JAX has not started its GPU backend (or runs on CPU)",
+            )
+        try:
+            driver = _open_loaded_driver(path)
+        except (OSError, AttributeError) as exc:  # not loadable, or a libcuda without memory pools
+            return NotAvailable(NO_LIBRARY, f"the loaded CUDA driver at {path} cannot be used: {exc}")
     try:
-        if driver is None:
-            path = loaded_libcuda_path(maps_path)
-            if path is None:
-                return NotAvailable(
-                    NOT_STARTED,
-                    "CUDA is not loaded in this process: JAX has not started its GPU backend (or runs on CPU)",
-                )
-            try:
-                driver = _open_loaded_driver(path)
-            except (OSError, AttributeError) as exc:
-                return NotAvailable(NO_LIBRARY, f"the loaded CUDA driver at {path} cannot be used: {exc}")
         return _read(driver, ordinal)
-    except Exception as exc:  # a ctypes surprise must not reach the kernel
+    except ctypes.ArgumentError as exc:
         return NotAvailable(ERROR, f"reading the CUDA memory pool failed: {type(exc).__name__}: {exc}")
 
 

@@ -15,6 +15,10 @@ NVML calls per ``read()`` (``NvmlSource.calls`` counts them):
 
 Pids are as the driver reports them: in the host's pid namespace, which may not be ours
 (containers). Matching them to kernels is the server's job.
+
+Every pynvml call goes through ``NvmlSource._call``, the one place that catches what the
+binding raises (its ``NVMLError`` and ``NVMLLibraryMismatchError``, and ``TypeError`` or
+``AttributeError`` from a binding older than the call) and turns it into a ``NotAvailable``.
 """
 
 from __future__ import annotations
@@ -72,6 +76,10 @@ _NO_PYNVML = NotAvailable(
 
 
 def _error_value(exc: BaseException) -> int | None:
+    if type(exc).__name__ == "NVMLLibraryMismatchError":
+        # nvidia-ml-py 13 raises it in place of NVMLError_FunctionNotFound for an unversioned
+        # call whose versioned function the driver lacks (throwOnVersionMismatch in pynvml.py).
+        return _FUNCTION_NOT_FOUND
     value = getattr(exc, "value", None)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -120,17 +128,32 @@ def explain_nvml_error(exc: BaseException, what: str = "NVML", device: int | Non
     return NotAvailable(ERROR, f"reading {what} on {gpu} failed: {message}")
 
 
-class _SystemGone(Exception):
-    """NVML as a whole stopped answering during a read."""
+class _Refused(Exception):
+    """A pynvml call failed; ``why`` says so for people."""
 
-    def __init__(self, why: NotAvailable):
-        self.why = why
-
-
-class _DeviceGone(Exception):
     def __init__(self, why: NotAvailable, value: int | None = None):
         self.why = why
         self.value = value  # the NVML error code, None for a non-NVML exception
+
+
+class _SystemGone(_Refused):
+    """NVML as a whole stopped answering during a read."""
+
+
+class _DeviceGone(_Refused):
+    """One query (or one device) failed; NVML itself still answers."""
+
+
+def _binding_errors(nvml: Any) -> tuple[type[BaseException], ...]:
+    """What a pynvml call raises when it cannot answer: the binding's ``NVMLError`` (and
+    nvidia-ml-py 13's ``NVMLLibraryMismatchError``), and ``TypeError`` or ``AttributeError`` from
+    a binding that predates a call or its arguments."""
+    own = tuple(
+        error
+        for error in (getattr(nvml, "NVMLError", None), getattr(nvml, "NVMLLibraryMismatchError", None))
+        if isinstance(error, type) and issubclass(error, Exception)
+    )
+    return (*own, TypeError, AttributeError)
 
 
 def is_fake() -> bool:
@@ -162,6 +185,7 @@ class NvmlSource:
         self._retry_interval_s = retry_interval_s
         self._clock = clock
         self._nvml = pynvml
+        self._errors: tuple[type[BaseException], ...] = ()
         self._lock = threading.RLock()
         self._started = False
         self._failure: NotAvailable | None = None
@@ -177,24 +201,22 @@ class NvmlSource:
     def read(self) -> tuple[DeviceReading | DeviceUnreadable, ...] | NotAvailable:
         """Every GPU now: a reading per device, or why none can be read."""
         with self._lock:
+            failure = self._ensure_started()
+            if failure is not None:
+                return failure
             try:
-                failure = self._ensure_started()
-                if failure is not None:
-                    return failure
                 return tuple(self._read_device(i) for i in range(self._count))
             except _SystemGone as gone:
                 self._drop(gone.why)
                 return gone.why
-            except Exception as exc:  # a binding quirk must not reach the kernel
-                return NotAvailable(ERROR, f"reading the GPUs failed: {type(exc).__name__}: {exc}")
 
     def driver_version(self) -> str | NotAvailable:
         """The NVIDIA driver's version, e.g. ``"550.54.15"``."""
         with self._lock:
+            failure = self._ensure_started()
+            if failure is not None:
+                return failure
             try:
-                failure = self._ensure_started()
-                if failure is not None:
-                    return failure
                 if self._driver_version is None:
                     self._driver_version = _text(self._call("nvmlSystemGetDriverVersion", what="the driver version"))
                 return self._driver_version
@@ -203,18 +225,12 @@ class NvmlSource:
                 return gone.why
             except _DeviceGone as gone:
                 return gone.why
-            except Exception as exc:
-                return NotAvailable(ERROR, f"reading the driver version failed: {type(exc).__name__}: {exc}")
 
     def shutdown(self) -> None:
         """Release NVML. A later read starts it again."""
         with self._lock:
             if self._started:
-                try:
-                    self.calls += 1
-                    self._nvml.nvmlShutdown()
-                except Exception:
-                    pass
+                self._shutdown_quietly()
             self._started = False
             self._failure = None
             self._next_try = float("-inf")
@@ -236,22 +252,22 @@ class NvmlSource:
         if self._nvml is None:
             try:
                 self._nvml = importlib.import_module("pynvml")
-            except Exception:
+            except ImportError:
                 self._failure = _NO_PYNVML
                 return self._failure
+        self._errors = _binding_errors(self._nvml)
         try:
-            self.calls += 1
-            self._nvml.nvmlInit()
-        except Exception as exc:
-            self._failure = explain_nvml_error(exc)
+            self._call("nvmlInit", what="NVML")
+        except _Refused as refused:
+            self._failure = refused.why
             return self._failure
         self._started = True
         self._forget_devices()
         try:
             self._count = int(self._call("nvmlDeviceGetCount", what="the number of GPUs"))
-        except _DeviceGone as gone:
-            self._drop(gone.why)
-            return gone.why
+        except _Refused as refused:
+            self._drop(refused.why)
+            return refused.why
         except (TypeError, ValueError) as exc:
             why = NotAvailable(ERROR, f"NVML gave an odd device count: {exc}")
             self._drop(why)
@@ -269,28 +285,32 @@ class NvmlSource:
     def _drop(self, why: NotAvailable) -> None:
         """NVML went away mid-run: forget it, and try again after the retry interval."""
         if self._started:
-            try:
-                self.calls += 1
-                self._nvml.nvmlShutdown()
-            except Exception:
-                pass
+            self._shutdown_quietly()
         self._started = False
         self._forget_devices()
         self._failure = why
         self._next_try = self._clock() + self._retry_interval_s
 
+    def _shutdown_quietly(self) -> None:
+        try:
+            self._call("nvmlShutdown", what="NVML")
+        except _Refused:
+            pass  # NVML is being let go of either way
+
     # -- calling ----------------------------------------------------------------------------
 
     def _call(self, function: str, *args: Any, what: str, device: int | None = None, **kwargs: Any) -> Any:
-        """Call one pynvml function; NVML errors become _SystemGone or _DeviceGone."""
+        """Call one pynvml function: the one place its errors are caught. They come out as
+        _SystemGone (NVML as a whole is gone) or _DeviceGone (this query or this GPU)."""
         self.calls += 1
         try:
             return getattr(self._nvml, function)(*args, **kwargs)
-        except Exception as exc:
+        except self._errors as exc:
             why = explain_nvml_error(exc, what, device)
-            if _error_value(exc) in _SYSTEM_ERRORS:
-                raise _SystemGone(why) from None
-            raise _DeviceGone(why, _error_value(exc)) from None
+            value = _error_value(exc)
+            if value in _SYSTEM_ERRORS:
+                raise _SystemGone(why, value) from None
+            raise _DeviceGone(why, value) from None
 
     def _optional(self, function: str, handle: Any, index: int, what: str, **kwargs: Any) -> Any:
         """A query whose failure leaves one field NotAvailable, unless the GPU itself is gone."""
