@@ -2,6 +2,16 @@
 
 ``gpu`` tests run only where a CUDA device is visible; elsewhere they are reported as skipped
 (never counted as passed).
+
+The fake NVML world as fixtures, one axis each, so a test that takes ``world`` runs once per
+combination and says which in its id (``[three_gpus-r470-nvidia-ml-py-13.615.71]``):
+
+- ``scenario_name``: every named world in ``jupyter_gpumem.testing.SCENARIOS``
+- ``driver``: the NVIDIA driver's version, which decides the NVML functions it has
+- ``nvidia_ml_py``: the pynvml binding release (``jupyter_gpumem.testing.NVIDIA_ML_PY_VERSIONS``)
+- ``world``: that scenario, on that driver, served as ``pynvml`` by that binding
+
+Test doubles shared by several test modules live in ``doubles.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +22,43 @@ import subprocess
 
 import pytest
 
+from jupyter_gpumem.testing import NVIDIA_ML_PY_VERSIONS, SCENARIOS, fake_nvml, scenario
+
 pytest_plugins = ("pytest_jupyter.jupyter_server",)
+
+
+@pytest.fixture(params=list(SCENARIOS))
+def scenario_name(request) -> str:
+    """The name of a fake NVML scenario (docs/fake-gpu.md lists them)."""
+    return request.param
+
+
+# 470.256.02: a late R470 release, before 510.39.01 brought the _v3 process queries and memory
+# info v2. 550.54.15: a current driver that has both (the fake world's default).
+DRIVERS = {"r470": "470.256.02", "r550": "550.54.15"}
+
+
+@pytest.fixture(params=list(DRIVERS.values()), ids=list(DRIVERS))
+def driver(request) -> str:
+    """The NVIDIA driver version the fake world reports and whose NVML functions it has."""
+    return request.param
+
+
+@pytest.fixture(params=NVIDIA_ML_PY_VERSIONS, ids=[f"nvidia-ml-py-{v}" for v in NVIDIA_ML_PY_VERSIONS])
+def nvidia_ml_py(request) -> str:
+    """The nvidia-ml-py release the fake pynvml acts as (strings, memory query, process query)."""
+    return request.param
+
+
+@pytest.fixture
+def world(scenario_name, driver, nvidia_ml_py):
+    """The scenario's world on ``driver``, served as ``pynvml`` by ``nvidia_ml_py`` for the test."""
+    fresh = scenario(scenario_name)
+    if int(driver.split(".")[0]) < 520 and any(gpu.compute_capability >= (9, 0) for gpu in fresh.gpus):
+        pytest.skip("no driver before 520 runs a Hopper GPU (compute capability 9.0 came with CUDA 11.8)")
+    fresh.driver_version = driver
+    with fake_nvml(fresh, nvidia_ml_py=nvidia_ml_py) as served:
+        yield served
 
 
 @pytest.fixture

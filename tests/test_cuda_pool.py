@@ -16,41 +16,7 @@ from jupyter_gpumem.sources.libcuda import (
 )
 from jupyter_gpumem.model import ERROR, NO_LIBRARY, NOT_STARTED, NOT_SUPPORTED, CudaPoolReading, NotAvailable
 
-POOL_HANDLE = 0xC0DA
-
-
-class FakeDriver:
-    """Answers like libcuda for one device with a default pool; records every call."""
-
-    def __init__(self, attributes: dict[int, int], fail: dict[str, int] | None = None, devices: int = 1):
-        self.attributes = attributes
-        self.fail = fail or {}
-        self.devices = devices
-        self.log: list[tuple] = []
-
-    def cuDeviceGet(self, device_ptr, ordinal):
-        self.log.append(("cuDeviceGet", ordinal))
-        if "cuDeviceGet" in self.fail:
-            return self.fail["cuDeviceGet"]
-        if ordinal >= self.devices:
-            return 101  # CUDA_ERROR_INVALID_DEVICE
-        device_ptr.contents.value = 100 + ordinal
-        return 0
-
-    def cuDeviceGetDefaultMemPool(self, pool_ptr, device):
-        self.log.append(("cuDeviceGetDefaultMemPool", device))
-        if "cuDeviceGetDefaultMemPool" in self.fail:
-            return self.fail["cuDeviceGetDefaultMemPool"]
-        pool_ptr.contents.value = POOL_HANDLE
-        return 0
-
-    def cuMemPoolGetAttribute(self, pool, attribute, value_ptr):
-        self.log.append(("cuMemPoolGetAttribute", pool.value, attribute))
-        if "cuMemPoolGetAttribute" in self.fail:
-            return self.fail["cuMemPoolGetAttribute"]
-        value_ptr.contents.value = self.attributes[attribute]
-        return 0
-
+from doubles import POOL_HANDLE, FakeCudaDriver
 
 GiB = 1024**3
 ATTRIBUTES = {
@@ -72,7 +38,7 @@ def test_attribute_values_are_cudas():
 
 
 def test_reads_the_default_pool_of_the_device_asked_for():
-    driver = FakeDriver(ATTRIBUTES, devices=2)
+    driver = FakeCudaDriver(ATTRIBUTES, devices=2)
     reading = read_default_pool(1, driver=driver)
     assert reading == CudaPoolReading(
         reserved_bytes=6 * GiB, reserved_high_bytes=8 * GiB, used_bytes=5 * GiB, used_high_bytes=7 * GiB
@@ -88,14 +54,14 @@ def test_reads_the_default_pool_of_the_device_asked_for():
 
 
 def test_never_calls_cuinit():
-    driver = FakeDriver(ATTRIBUTES, fail={"cuDeviceGet": 3})  # not initialised: still no cuInit
+    driver = FakeCudaDriver(ATTRIBUTES, fail={"cuDeviceGet": 3})  # not initialised: still no cuInit
     driver.cuInit = lambda flags: driver.log.append(("cuInit", flags)) or 0
     read_default_pool(0, driver=driver)
     assert ("cuInit", 0) not in driver.log
 
 
 def test_uninitialised_cuda_is_not_started():
-    driver = FakeDriver(ATTRIBUTES, fail={"cuDeviceGet": 3})  # CUDA_ERROR_NOT_INITIALIZED
+    driver = FakeCudaDriver(ATTRIBUTES, fail={"cuDeviceGet": 3})  # CUDA_ERROR_NOT_INITIALIZED
     reading = read_default_pool(0, driver=driver)
     assert isinstance(reading, NotAvailable) and reading.code == NOT_STARTED
     assert "CUDA_ERROR_NOT_INITIALIZED" in reading.reason
@@ -103,19 +69,19 @@ def test_uninitialised_cuda_is_not_started():
 
 
 def test_unknown_ordinal_names_it():
-    reading = read_default_pool(3, driver=FakeDriver(ATTRIBUTES, devices=1))
+    reading = read_default_pool(3, driver=FakeCudaDriver(ATTRIBUTES, devices=1))
     assert reading == NotAvailable(
         ERROR, "no CUDA device with ordinal 3 in this process (cuDeviceGet: CUDA_ERROR_INVALID_DEVICE)"
     )
 
 
 def test_device_without_pools_is_not_supported():
-    reading = read_default_pool(0, driver=FakeDriver(ATTRIBUTES, fail={"cuDeviceGetDefaultMemPool": 801}))
+    reading = read_default_pool(0, driver=FakeCudaDriver(ATTRIBUTES, fail={"cuDeviceGetDefaultMemPool": 801}))
     assert isinstance(reading, NotAvailable) and reading.code == NOT_SUPPORTED
 
 
 def test_failed_attribute_stops_the_reading():
-    driver = FakeDriver(ATTRIBUTES, fail={"cuMemPoolGetAttribute": 999})
+    driver = FakeCudaDriver(ATTRIBUTES, fail={"cuMemPoolGetAttribute": 999})
     reading = read_default_pool(0, driver=driver)
     assert reading == NotAvailable(ERROR, "cuMemPoolGetAttribute failed for CUDA device 0: CUresult 999")
     assert len(driver.log) == 3
@@ -132,7 +98,7 @@ def test_a_driver_that_raises_is_an_error_not_an_exception():
 
 
 def test_bad_ordinal_is_refused_without_touching_the_driver():
-    driver = FakeDriver(ATTRIBUTES)
+    driver = FakeCudaDriver(ATTRIBUTES)
     assert read_default_pool(-1, driver=driver).code == ERROR
     assert read_default_pool("0", driver=driver).code == ERROR
     assert driver.log == []

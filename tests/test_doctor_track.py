@@ -10,7 +10,9 @@ import pytest
 
 from jupyter_gpumem import allocator_shim, doctor, sampler
 from jupyter_gpumem.doctor import hooks
-from jupyter_gpumem.model import JaxDeviceReading, NotAvailable, NO_DRIVER, Sample, normalise_stats
+from jupyter_gpumem.model import JaxDeviceReading, normalise_stats
+
+from doubles import FakeShell, StubSampler
 
 MiB = 2**20
 
@@ -41,28 +43,6 @@ class ScriptedReadings:
         return self.readings.pop(0)
 
 
-class StubSampler:
-    """The process sampler without a thread: the test hands each mid-block sample over itself."""
-
-    def __init__(self):
-        self.callbacks: list = []
-
-    def subscribe(self, callback, interval=None):
-        stub = self
-        stub.callbacks.append(callback)
-
-        class Sub:
-            def close(self):
-                stub.callbacks.remove(callback)
-
-        return Sub()
-
-    def push(self, *jax: JaxDeviceReading) -> None:
-        sample = Sample(t=0.0, pid=1, devices=NotAvailable(NO_DRIVER, "synthetic"), jax=tuple(jax))
-        for cb in list(self.callbacks):
-            cb(sample)
-
-
 @pytest.fixture
 def stub(monkeypatch) -> StubSampler:
     s = StubSampler()
@@ -90,7 +70,7 @@ def test_track_reports_change_peak_rise_sampled_max_and_pool_growth(monkeypatch,
     script(monkeypatch, NEW_PEAK_START, NEW_PEAK_END)
     with doctor.track() as t:
         for jax in NEW_PEAK_DURING:
-            stub.push(*jax)
+            stub.push_jax(*jax)
     assert t.to_json() | {"seconds": None} == {
         "measure": "allocator",
         "before": 1000 * MiB,
@@ -111,7 +91,7 @@ def test_cells_on_prints_the_hand_worked_line_after_a_cell(monkeypatch, stub, ca
     monkeypatch.setitem(hooks.state, "shell", None)
     doctor.install(shell)
     try:
-        shell.run_cell(7, lambda: [stub.push(*jax) for jax in NEW_PEAK_DURING])
+        shell.run_cell(7, lambda: [stub.push_jax(*jax) for jax in NEW_PEAK_DURING])
     finally:
         doctor.uninstall(shell)
     assert capsys.readouterr().out == (
@@ -128,8 +108,8 @@ def test_cells_on_prints_the_hand_worked_line_after_a_cell(monkeypatch, stub, ca
 def test_a_block_below_an_earlier_peak_reports_its_sampled_peak(monkeypatch, stub):
     script(monkeypatch, (gpu(0, 1000, 6000, 8192),), (gpu(0, 1000, 6000, 8192),))
     with doctor.track() as t:
-        stub.push(gpu(0, 2000, 6000, 8192))
-        stub.push(gpu(0, 4000, 6000, 8192))
+        stub.push_jax(gpu(0, 2000, 6000, 8192))
+        stub.push_jax(gpu(0, 4000, 6000, 8192))
     assert (t.delta, t.peak_rise, t.sampled_max, t.pool_growth, t.peak) == (0, 0, 4000 * MiB, 0, 4000 * MiB)
 
 
@@ -147,8 +127,8 @@ def test_two_gpus_peak_leaves_out_a_peak_from_before_the_block(monkeypatch, stub
         (gpu(0, 1000, 5000, 6000), gpu(1, 800, 2500, 3000)),
     )
     with doctor.track() as t:
-        stub.push(gpu(0, 2000, 5000, 6000), gpu(1, 1500, 1500, 2000))
-        stub.push(gpu(0, 1000, 5000, 6000), gpu(1, 2500, 2500, 3000))
+        stub.push_jax(gpu(0, 2000, 5000, 6000), gpu(1, 1500, 1500, 2000))
+        stub.push_jax(gpu(0, 1000, 5000, 6000), gpu(1, 2500, 2500, 3000))
     assert (t.delta, t.peak_rise, t.sampled_max, t.pool_growth) == (300 * MiB, 2000 * MiB, 3500 * MiB, 2000 * MiB)
     assert t.peak == 4500 * MiB
 
@@ -156,31 +136,5 @@ def test_two_gpus_peak_leaves_out_a_peak_from_before_the_block(monkeypatch, stub
 def test_track_reads_the_allocator_once_at_each_end(monkeypatch, stub):
     scripted = script(monkeypatch, NEW_PEAK_START, NEW_PEAK_END)
     with doctor.track():
-        stub.push(*NEW_PEAK_DURING[0])
+        stub.push_jax(*NEW_PEAK_DURING[0])
     assert scripted.calls == 2 and stub.callbacks == []
-
-
-class FakeShell:
-    """Just enough of an IPython shell for the doctor's hooks: events, and running a cell."""
-
-    def __init__(self):
-        self.hooks: dict[str, list] = {"pre_run_cell": [], "post_run_cell": []}
-        self.events = self
-
-    def register(self, name, fn):
-        self.hooks[name].append(fn)
-
-    def unregister(self, name, fn):
-        self.hooks[name].remove(fn)
-
-    def run_cell(self, count: int, body) -> None:
-        class Result:
-            execution_count = count
-            error_in_exec = None
-            success = True
-
-        for fn in self.hooks["pre_run_cell"]:
-            fn(None)
-        body()
-        for fn in self.hooks["post_run_cell"]:
-            fn(Result())

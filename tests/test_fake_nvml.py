@@ -1,7 +1,11 @@
-"""The fake NVML world as other programs see it: the drop-in pynvml, JSON worlds, reloads."""
+"""The fake NVML world as other programs see it: the drop-in pynvml, JSON worlds, reloads, and
+the drivers and nvidia-ml-py releases it can act as."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,8 +14,17 @@ import textwrap
 
 import pytest
 
-from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR, FakeWorld, scenario
-from jupyter_gpumem.testing import NVMLError, WorldFromEnv, make_pynvml_module
+from jupyter_gpumem.testing import (
+    DROPIN_DIR,
+    ENV_VAR,
+    NVIDIA_ML_PY_VERSIONS,
+    FakeWorld,
+    NVMLError,
+    WorldFromEnv,
+    make_pynvml_module,
+    scenario,
+)
+from jupyter_gpumem.testing.nvml_errors import NVMLLibraryMismatchError
 
 GiB = 1024**3
 
@@ -205,3 +218,127 @@ def test_remove_process_that_is_not_there_names_those_that_are():
 def test_unknown_device_names_the_valid_ones():
     with pytest.raises(ValueError, match=r"valid devices: \[0, 1, 2\]"):
         scenario("three_gpus").lose_gpu(3)
+
+
+# --- driver and binding variants ---------------------------------------------------------------
+
+
+def _outcome(call) -> object:
+    """What a pynvml call gives: its answer, or the name of what it raised."""
+    try:
+        return call()
+    except (NVMLError, NVMLLibraryMismatchError) as exc:
+        return type(exc).__name__
+
+
+@pytest.mark.parametrize(
+    "driver_version, v2_processes, v3_processes, memory_info_v2",
+    [
+        ("440.100", "NVMLError_FunctionNotFound", "NVMLError_FunctionNotFound", "NVMLError_FunctionNotFound"),
+        ("450.66", [4200201], "NVMLError_FunctionNotFound", "NVMLError_FunctionNotFound"),
+        ("470.256.02", [4200201], "NVMLError_FunctionNotFound", "NVMLError_FunctionNotFound"),
+        ("510.39.01", [4200201], [4200201], 10 * GiB),
+    ],
+)
+def test_the_driver_version_decides_which_versioned_functions_it_has(
+    driver_version, v2_processes, v3_processes, memory_info_v2
+):
+    world = scenario("three_gpus")
+    world.driver_version = driver_version
+    module = make_pynvml_module(world, "12.535.108")
+    module.nvmlInit()
+    gpu1 = module.nvmlDeviceGetHandleByIndex(1)
+    assert [
+        _outcome(lambda: [p.pid for p in module.nvmlDeviceGetComputeRunningProcesses_v2(gpu1)]),
+        _outcome(lambda: [p.pid for p in module.nvmlDeviceGetComputeRunningProcesses_v3(gpu1)]),
+        _outcome(lambda: module.nvmlDeviceGetMemoryInfo(gpu1, version=module.nvmlMemory_v2).used),
+        _outcome(lambda: module.nvmlDeviceGetMemoryInfo(gpu1).used),
+    ] == [v2_processes, v3_processes, memory_info_v2, 10 * GiB + 512 * 1024**2]
+
+
+UNVERSIONED_PROCESSES_ON_R470 = {
+    "11.495.46": [4200201],  # calls the driver's _v2, which R470 has
+    "12.535.108": "NVMLError_FunctionNotFound",  # calls _v3
+    "13.615.71": "NVMLLibraryMismatchError",  # calls _v3, and says so its own way
+}
+
+
+def test_the_unversioned_process_query_on_an_old_driver_fails_as_the_binding_does(nvidia_ml_py):
+    world = scenario("three_gpus")
+    world.driver_version = "470.256.02"
+    module = make_pynvml_module(world, nvidia_ml_py)
+    module.nvmlInit()
+    gpu1 = module.nvmlDeviceGetHandleByIndex(1)
+    outcome = _outcome(lambda: [p.pid for p in module.nvmlDeviceGetComputeRunningProcesses(gpu1)])
+    assert outcome == UNVERSIONED_PROCESSES_ON_R470[nvidia_ml_py]
+
+
+# (name, uuid, driver version, has nvmlMemory_v2, has the _v3 process queries)
+BINDING_SURFACE = {
+    "11.495.46": (b"NVIDIA H100 80GB HBM3", b"GPU-5a1e0064-0000-4000-8000-000000000064", b"560.35.03", False, False),
+    "12.535.108": ("NVIDIA H100 80GB HBM3", "GPU-5a1e0064-0000-4000-8000-000000000064", "560.35.03", True, True),
+    "13.615.71": ("NVIDIA H100 80GB HBM3", "GPU-5a1e0064-0000-4000-8000-000000000064", "560.35.03", True, True),
+}
+
+
+def test_strings_memory_query_and_process_queries_are_those_of_the_binding(nvidia_ml_py):
+    module = make_pynvml_module(scenario("single_h100"), nvidia_ml_py)
+    module.nvmlInit()
+    h100 = module.nvmlDeviceGetHandleByIndex(0)
+    assert (
+        module.nvmlDeviceGetName(h100),
+        module.nvmlDeviceGetUUID(h100),
+        module.nvmlSystemGetDriverVersion(),
+        hasattr(module, "nvmlMemory_v2"),
+        hasattr(module, "nvmlDeviceGetComputeRunningProcesses_v3"),
+    ) == BINDING_SURFACE[nvidia_ml_py]
+
+
+def test_nvidia_ml_py_11_495_takes_no_memory_info_version():
+    module = make_pynvml_module(scenario("single_h100"), "11.495.46")
+    module.nvmlInit()
+    with pytest.raises(TypeError):
+        module.nvmlDeviceGetMemoryInfo(module.nvmlDeviceGetHandleByIndex(0), version=0x02000028)
+
+
+def _installed_pynvml(monkeypatch):
+    """The real pynvml from site-packages, loaded apart from any fake (it needs no driver to load)."""
+    spec = importlib.machinery.PathFinder.find_spec("pynvml")
+    if spec is None or spec.origin.endswith(os.path.join("pynvml_dropin", "pynvml.py")):
+        pytest.skip("nvidia-ml-py is not installed")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "pynvml", module)  # it looks itself up there while loading
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_fake_fails_a_missing_driver_function_as_the_installed_nvidia_ml_py_does(monkeypatch):
+    installed = importlib.metadata.version("nvidia-ml-py")
+    if installed not in NVIDIA_ML_PY_VERSIONS:
+        pytest.skip(f"the fake does not act as nvidia-ml-py {installed}")
+    real = _installed_pynvml(monkeypatch)
+
+    def driver_without(name):
+        raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    monkeypatch.setattr(real, "_nvmlGetFunctionPointer", driver_without)
+    with pytest.raises(Exception) as from_real:
+        real.nvmlDeviceGetComputeRunningProcesses(None)
+
+    world = scenario("three_gpus")
+    world.driver_version = "440.100"  # lacks every versioned process query
+    fake = make_pynvml_module(world, installed)
+    fake.nvmlInit()
+    with pytest.raises(Exception) as from_fake:
+        fake.nvmlDeviceGetComputeRunningProcesses(fake.nvmlDeviceGetHandleByIndex(0))
+    assert (type(from_fake.value).__name__, str(from_fake.value)) == (type(from_real.value).__name__, str(from_real.value))
+
+
+def test_unknown_nvidia_ml_py_names_the_valid_ones():
+    with pytest.raises(ValueError, match=r"valid: 11\.495\.46, 12\.535\.108, 13\.615\.71"):
+        make_pynvml_module(scenario("three_gpus"), "11.0.0")
+
+
+def test_a_driver_version_that_is_not_a_version_is_refused():
+    with pytest.raises(ValueError, match=r'driver_version must look like "550\.54\.15"'):
+        FakeWorld(driver_version="415.27.mock")

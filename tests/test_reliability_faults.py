@@ -25,6 +25,8 @@ from jupyter_gpumem.sampler import Sampler
 from jupyter_gpumem.server import readings as sources_module
 from jupyter_gpumem.testing import fake_nvml
 
+from doubles import Clock
+
 GiB = 1024**3
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
 
@@ -103,15 +105,15 @@ def test_driver_library_missing_mid_run_is_no_library_then_recovers(world):
 
 
 def test_missing_driver_is_not_retried_before_the_retry_interval(world):
-    now = [0.0]
-    source = NvmlSource(retry_interval_s=5.0, clock=lambda: now[0])
+    clock = Clock(now=0.0)
+    source = NvmlSource(retry_interval_s=5.0, clock=clock)
     world.remove_driver("LIBRARY_NOT_FOUND")
     source.read()
     world.restore_driver()
     calls = world.total_calls()
     assert isinstance(source.read(), NotAvailable)
     assert world.total_calls() == calls  # no NVML call while waiting to retry
-    now[0] = 5.0
+    clock.now = 5.0
     assert kinds(source.read()) == ["DeviceReading"] * 3
 
 

@@ -10,7 +10,12 @@
 from __future__ import annotations
 
 from jupyter_gpumem.testing.nvml_errors import ERROR_CODES, NVMLError
-from jupyter_gpumem.testing.pynvml_api import fake_nvml, install_pynvml_api, make_pynvml_module
+from jupyter_gpumem.testing.pynvml_api import (
+    NVIDIA_ML_PY_VERSIONS,
+    fake_nvml,
+    install_pynvml_api,
+    make_pynvml_module,
+)
 from jupyter_gpumem.testing.scenarios import DROPIN_DIR, ENV_VAR, SCENARIOS, WorldFromEnv, scenario, world_from_spec
 from jupyter_gpumem.testing.world import FakeGpu, FakeProcess, FakeWorld, GiB, MiB
 
@@ -18,6 +23,7 @@ __all__ = [
     "DROPIN_DIR",
     "ENV_VAR",
     "ERROR_CODES",
+    "NVIDIA_ML_PY_VERSIONS",
     "SCENARIOS",
     "FakeGpu",
     "FakeProcess",

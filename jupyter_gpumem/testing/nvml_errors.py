@@ -109,6 +109,24 @@ for _name, _value in ERROR_CODES.items():
 del _name, _value, _cls
 
 
+class NVMLLibraryMismatchError(Exception):
+    """What nvidia-ml-py 13.x raises when an unversioned call (``nvmlDeviceGetComputeRunningProcesses``)
+    resolves to a versioned driver function the driver lacks: not an ``NVMLError``, no ``.value``
+    (``throwOnVersionMismatch`` in pynvml.py, nvidia-ml-py 13.615.71; absent in 12.535.108).
+    """
+
+    __module__ = "pynvml"
+
+
+def library_mismatch(function: str) -> NVMLLibraryMismatchError:
+    """The error nvidia-ml-py 13.615.71 raises for unversioned ``function``, message included."""
+    return NVMLLibraryMismatchError(
+        "Unversioned function called and the pyNVML version does not match the NVML lib version. "
+        "Either use matching pyNVML and NVML lib versions or use a versioned function such as "
+        + function + "_v2"
+    )
+
+
 def error_value(error: int | str) -> int:
     """An NVML error code from ``15``, ``"GPU_IS_LOST"`` or ``"NVML_ERROR_GPU_IS_LOST"``."""
     if isinstance(error, bool):

@@ -1,5 +1,8 @@
 """The ``pynvml`` API over a fake world: ``fake_nvml(world)`` puts it in ``sys.modules`` for a
 block; ``install_pynvml_api`` fills a module namespace (the drop-in in ``pynvml_dropin/``).
+
+It acts as one of several nvidia-ml-py releases (``NVIDIA_ML_PY_VERSIONS``), on the driver the
+world names (``FakeWorld.driver_version``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from jupyter_gpumem.testing.nvml_errors import (
     ERROR_CLASSES,
     ERROR_CODES,
     NVMLError,
+    NVMLLibraryMismatchError,
+    library_mismatch,
 )
 from jupyter_gpumem.testing.scenarios import world_from_spec
 from jupyter_gpumem.testing.world import FakeGpu, FakeWorld
@@ -33,17 +38,58 @@ class _Handle:
 _NOT_IN_MIG = 0xFFFFFFFF
 
 
-class _FakePynvml:
-    """The functions of pynvml, reading ``world()`` on every call."""
+# The nvidia-ml-py releases the fake binding can act as, each read from its pynvml.py:
+# - 11.495.46: strings come back as bytes (no convertStrBytes, which 11.515.48 added); there is
+#   no nvmlMemory_v2 and nvmlDeviceGetMemoryInfo takes no version; the unversioned process
+#   queries call the driver's _v2 functions, and there are no _v3 ones.
+# - 12.535.108: strings are str; version=nvmlMemory_v2 calls nvmlDeviceGetMemoryInfo_v2; the
+#   unversioned process queries call _v3; a function the driver lacks raises
+#   NVMLError_FunctionNotFound.
+# - 13.615.71: as 12.535.108, except that an unversioned process query whose _v3 the driver
+#   lacks raises NVMLLibraryMismatchError (throwOnVersionMismatch).
+NVIDIA_ML_PY_VERSIONS = ("11.495.46", "12.535.108", "13.615.71")
+DEFAULT_NVIDIA_ML_PY = "13.615.71"
 
-    def __init__(self, world: Callable[[], FakeWorld]):
+# What each release returns as bytes before 11.515.48 (among the functions the fake has).
+_STRING_FUNCTIONS = (
+    "nvmlErrorString",
+    "nvmlSystemGetDriverVersion",
+    "nvmlSystemGetNVMLVersion",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetUUID",
+)
+
+
+def _check_nvidia_ml_py(version: str) -> str:
+    if version not in NVIDIA_ML_PY_VERSIONS:
+        raise ValueError(f"no fake nvidia-ml-py {version!r}; valid: {', '.join(NVIDIA_ML_PY_VERSIONS)}")
+    return version
+
+
+class _FakePynvml:
+    """The functions of pynvml, reading ``world()`` on every call, as nvidia-ml-py
+    ``nvidia_ml_py`` (one of ``NVIDIA_ML_PY_VERSIONS``) has them."""
+
+    def __init__(self, world: Callable[[], FakeWorld], nvidia_ml_py: str = DEFAULT_NVIDIA_ML_PY):
         self._world = world
         self._init_count = 0
         self._lock = threading.Lock()
+        self.nvidia_ml_py = _check_nvidia_ml_py(nvidia_ml_py)
 
-    def _device(self, function: str, handle: Any) -> FakeGpu:
+    def functions(self) -> dict[str, Callable]:
+        """The module-level functions of this release."""
+        out = {name: getattr(self, name) for name in dir(self) if name.startswith("nvml")}
+        if self.nvidia_ml_py == "11.495.46":
+            for name in _STRING_FUNCTIONS:
+                out[name] = _as_bytes(out[name])
+            out["nvmlDeviceGetMemoryInfo"] = self._memory_info_v1_only
+            for kind in ("Compute", "Graphics"):
+                del out[f"nvmlDeviceGet{kind}RunningProcesses_v3"]
+        return out
+
+    def _device(self, function: str, handle: Any, symbol: str | None = None) -> FakeGpu:
         index = handle.index if isinstance(handle, _Handle) else -1
-        gpu = self._world()._enter(function, index, self._init_count > 0)
+        gpu = self._world()._enter(function, index, self._init_count > 0, symbol)
         assert gpu is not None
         return gpu
 
@@ -119,8 +165,12 @@ class _FakePynvml:
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
         return self._device("nvmlDeviceGetUUID", handle).uuid
 
+    def _memory_info_v1_only(self, handle: Any) -> types.SimpleNamespace:
+        return self.nvmlDeviceGetMemoryInfo(handle)
+
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> types.SimpleNamespace:
-        gpu = self._device("nvmlDeviceGetMemoryInfo", handle)
+        symbol = "nvmlDeviceGetMemoryInfo_v2" if version else None
+        gpu = self._device("nvmlDeviceGetMemoryInfo", handle, symbol)
         if version:
             if "nvmlDeviceGetMemoryInfo_v2" in gpu.unsupported:
                 raise NVMLError(ERROR_CODES["FUNCTION_NOT_FOUND"])
@@ -149,8 +199,8 @@ class _FakePynvml:
         mode = int(gpu.mig_mode)
         return [mode, mode]
 
-    def _processes(self, function: str, handle: Any, graphics: bool) -> list[types.SimpleNamespace]:
-        gpu = self._device(function, handle)
+    def _processes(self, function: str, handle: Any, graphics: bool, symbol: str) -> list[types.SimpleNamespace]:
+        gpu = self._device(function, handle, symbol)
         gi = 0 if gpu.mig_mode else _NOT_IN_MIG
         procs = gpu.graphics_processes if graphics else gpu.processes
         return [
@@ -158,23 +208,36 @@ class _FakePynvml:
             for p in procs
         ]
 
+    def _unversioned_processes(self, function: str, handle: Any, graphics: bool) -> list[types.SimpleNamespace]:
+        suffix = "_v2" if self.nvidia_ml_py == "11.495.46" else "_v3"
+        try:
+            return self._processes(function, handle, graphics, function + suffix)
+        except ERROR_CLASSES["NVMLError_FunctionNotFound"]:
+            if self.nvidia_ml_py.startswith("13."):
+                raise library_mismatch(function) from None
+            raise
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[types.SimpleNamespace]:
-        return self._processes("nvmlDeviceGetComputeRunningProcesses", handle, False)
+        return self._unversioned_processes("nvmlDeviceGetComputeRunningProcesses", handle, False)
 
     def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Any) -> list[types.SimpleNamespace]:
-        return self._processes("nvmlDeviceGetComputeRunningProcesses_v2", handle, False)
+        name = "nvmlDeviceGetComputeRunningProcesses_v2"
+        return self._processes(name, handle, False, name)
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[types.SimpleNamespace]:
-        return self._processes("nvmlDeviceGetComputeRunningProcesses_v3", handle, False)
+        name = "nvmlDeviceGetComputeRunningProcesses_v3"
+        return self._processes(name, handle, False, name)
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[types.SimpleNamespace]:
-        return self._processes("nvmlDeviceGetGraphicsRunningProcesses", handle, True)
+        return self._unversioned_processes("nvmlDeviceGetGraphicsRunningProcesses", handle, True)
 
     def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: Any) -> list[types.SimpleNamespace]:
-        return self._processes("nvmlDeviceGetGraphicsRunningProcesses_v2", handle, True)
+        name = "nvmlDeviceGetGraphicsRunningProcesses_v2"
+        return self._processes(name, handle, True, name)
 
     def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: Any) -> list[types.SimpleNamespace]:
-        return self._processes("nvmlDeviceGetGraphicsRunningProcesses_v3", handle, True)
+        name = "nvmlDeviceGetGraphicsRunningProcesses_v3"
+        return self._processes(name, handle, True, name)
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int = 0) -> int:
         return self._device("nvmlDeviceGetTemperature", handle).temperature_c
@@ -234,13 +297,26 @@ _CONSTANTS: dict[str, Any] = {
 }
 
 
-def install_pynvml_api(namespace: dict, world: Callable[[], FakeWorld]) -> None:
-    """Fill ``namespace`` (a module's globals) with a pynvml-compatible API reading ``world()``."""
-    api = _FakePynvml(world)
-    for name in dir(api):
-        if name.startswith("nvml"):
-            namespace[name] = getattr(api, name)
+def _as_bytes(function: Callable[..., str]) -> Callable[..., bytes]:
+    def returning_bytes(*args: Any, **kwargs: Any) -> bytes:
+        return function(*args, **kwargs).encode()
+
+    returning_bytes.__name__ = function.__name__
+    return returning_bytes
+
+
+def install_pynvml_api(
+    namespace: dict, world: Callable[[], FakeWorld], nvidia_ml_py: str = DEFAULT_NVIDIA_ML_PY
+) -> None:
+    """Fill ``namespace`` (a module's globals) with a pynvml-compatible API reading ``world()``,
+    as nvidia-ml-py ``nvidia_ml_py`` has it (one of ``NVIDIA_ML_PY_VERSIONS``)."""
+    api = _FakePynvml(world, nvidia_ml_py)
+    namespace.update(api.functions())
     namespace.update(_CONSTANTS)
+    if nvidia_ml_py == "11.495.46":
+        del namespace["nvmlMemory_v2"]
+    if nvidia_ml_py.startswith("13."):
+        namespace["NVMLLibraryMismatchError"] = NVMLLibraryMismatchError
     for name, value in ERROR_CODES.items():
         namespace["NVML_ERROR_" + name] = value
     namespace["NVMLError"] = NVMLError
@@ -250,11 +326,14 @@ def install_pynvml_api(namespace: dict, world: Callable[[], FakeWorld]) -> None:
     namespace["__fake__"] = True
 
 
-def make_pynvml_module(world: FakeWorld | Callable[[], FakeWorld]) -> types.ModuleType:
-    """A fresh module object named ``pynvml`` that reads ``world``."""
+def make_pynvml_module(
+    world: FakeWorld | Callable[[], FakeWorld], nvidia_ml_py: str = DEFAULT_NVIDIA_ML_PY
+) -> types.ModuleType:
+    """A fresh module object named ``pynvml`` that reads ``world``, as nvidia-ml-py
+    ``nvidia_ml_py`` would (one of ``NVIDIA_ML_PY_VERSIONS``)."""
     module = types.ModuleType("pynvml", "A fake pynvml reading a jupyter_gpumem FakeWorld (synthetic).")
     source = world if callable(world) and not isinstance(world, FakeWorld) else (lambda: world)
-    install_pynvml_api(module.__dict__, source)
+    install_pynvml_api(module.__dict__, source, nvidia_ml_py)
     module.nvml = module  # the old pynvml package spelled errors pynvml.nvml.NVMLError_*
     return module
 
@@ -263,15 +342,20 @@ _MISSING = object()
 
 
 @contextmanager
-def fake_nvml(world: str | FakeWorld = "three_gpus") -> Iterator[FakeWorld]:
+def fake_nvml(
+    world: str | FakeWorld = "three_gpus", *, nvidia_ml_py: str = DEFAULT_NVIDIA_ML_PY
+) -> Iterator[FakeWorld]:
     """Serve ``world`` (a FakeWorld or a scenario name) as ``pynvml`` inside the block.
 
     Yields the world so the block can change it. ``sys.modules["pynvml"]`` is restored on exit.
     In a pytest fixture: ``with fake_nvml("three_gpus") as world: yield world``.
+    ``nvidia_ml_py`` picks the binding release it acts as (``NVIDIA_ML_PY_VERSIONS``); the
+    driver it acts as follows ``world.driver_version``.
     """
     world = world_from_spec(world)
+    module = make_pynvml_module(world, nvidia_ml_py)
     saved = sys.modules.get("pynvml", _MISSING)
-    sys.modules["pynvml"] = make_pynvml_module(world)
+    sys.modules["pynvml"] = module
     try:
         yield world
     finally:

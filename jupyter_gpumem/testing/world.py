@@ -11,6 +11,7 @@ import collections
 import copy
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,27 @@ MiB = 1024**2
 
 
 GiB = 1024**3
+
+
+# Versioned NVML functions and the driver release that first exports each. A binding looks a
+# function up by name when it is called and raises NVMLError_FunctionNotFound if the driver
+# lacks it (``_nvmlGetFunctionPointer`` in nvidia-ml-py's pynvml.py, 11.495.46 to 13.615.71).
+# Releases as gpustat's tests model them (gpustat/test_gpustat.py, NvidiaDriverMock):
+# 450.66 added the _v2 process queries; 510.39.01 added _v3 and nvmlDeviceGetMemoryInfo_v2.
+DRIVER_FUNCTIONS_SINCE: dict[str, tuple[int, ...]] = {
+    "nvmlDeviceGetComputeRunningProcesses_v2": (450, 66),
+    "nvmlDeviceGetGraphicsRunningProcesses_v2": (450, 66),
+    "nvmlDeviceGetComputeRunningProcesses_v3": (510, 39, 1),
+    "nvmlDeviceGetGraphicsRunningProcesses_v3": (510, 39, 1),
+    "nvmlDeviceGetMemoryInfo_v2": (510, 39, 1),
+}
+
+
+def _driver_release(version: str) -> tuple[int, ...]:
+    """``"470.256.02"`` -> ``(470, 256, 2)``; anything else is refused with the expected form."""
+    if not isinstance(version, str) or not re.fullmatch(r"\d+(\.\d+)*", version):
+        raise ValueError(f"driver_version must look like \"550.54.15\", got {version!r}")
+    return tuple(int(part) for part in version.split("."))
 
 
 @dataclass
@@ -136,6 +158,7 @@ class FakeWorld:
         cuda_driver_version: int = 12040,
         system_error: int | str | None = None,
     ):
+        _driver_release(driver_version)
         self.name = name
         self.gpus: list[FakeGpu] = list(gpus)
         self.driver_version = driver_version
@@ -152,6 +175,14 @@ class FakeWorld:
             if not isinstance(device, int) or not 0 <= device < len(self.gpus):
                 raise ValueError(f"no fake GPU {device!r}; valid devices: {list(range(len(self.gpus)))}")
             return self.gpus[device]
+
+    def driver_exports(self, function: str) -> bool:
+        """Whether this world's driver (``driver_version``) has the NVML C function ``function``.
+
+        ``"nvmlDeviceGetComputeRunningProcesses_v3"`` on a 470 driver: False, as on a real one.
+        """
+        since = DRIVER_FUNCTIONS_SINCE.get(function)
+        return since is None or _driver_release(self.driver_version) >= since
 
     def total_calls(self) -> int:
         with self._lock:
@@ -325,8 +356,14 @@ class FakeWorld:
         with self._lock:
             self._faults.append(fault)
 
-    def _enter(self, function: str, device: int | None, initialised: bool) -> FakeGpu | None:
-        """Count a call and decide its fate: raise, sleep, or hand back the GPU it reads."""
+    def _enter(
+        self, function: str, device: int | None, initialised: bool, symbol: str | None = None
+    ) -> FakeGpu | None:
+        """Count a call and decide its fate: raise, sleep, or hand back the GPU it reads.
+
+        ``symbol`` is the driver function the binding resolves ``function`` to, when the driver
+        may lack it (``DRIVER_FUNCTIONS_SINCE``).
+        """
         delay = 0.0
         error: int | None = None
         with self._lock:
@@ -335,6 +372,8 @@ class FakeWorld:
                 error = self.system_error
             elif not initialised:
                 error = ERROR_CODES["UNINITIALIZED"]
+            elif symbol is not None and not self.driver_exports(symbol):
+                error = ERROR_CODES["FUNCTION_NOT_FOUND"]
             else:
                 for fault in list(self._faults):
                     if fault.matches(function, device):

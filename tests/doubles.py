@@ -1,0 +1,221 @@
+"""Test doubles shared by the test modules, each standing in for one thing a test cannot use for real.
+
+- ``StubSampler``: the process sampler (``jupyter_gpumem.sampler.Sampler``) without its thread
+- ``FakeShell``: an IPython shell (magics, cell events, its kernel's comm manager)
+- ``FakeCommManager``, ``FakeComm``: ipykernel's comm manager and one comm
+- ``Clock``: a monotonic clock that moves only when the test moves it
+- ``FakeCudaDriver``: libcuda, for one device's default memory pool
+- sample builders: ``bfc_sample``, ``cuda_async_sample``, and ``PID``, the process they read as
+
+Tests import them from here (``from doubles import StubSampler``). Test modules do not import
+each other. The fake NVML world is not here: it ships in ``jupyter_gpumem.testing``, and
+conftest.py serves it as fixtures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from jupyter_gpumem.model import (
+    NO_DRIVER,
+    CudaPoolReading,
+    DeviceReading,
+    JaxDeviceReading,
+    NotAvailable,
+    ProcessReading,
+    Sample,
+    Timeline,
+    normalise_stats,
+)
+
+GiB = 1 << 30
+
+# --- samples -----------------------------------------------------------------------------------
+
+PID = 4242  # the process the sample builders read as ("this process")
+
+
+def bfc_sample(t: float = 100.0) -> Sample:
+    """GPU 0, 80 GiB: 50 used (20 by this process, 30 by another), 30 free.
+
+    JAX (BFC): 6 GiB in use, a 16 GiB pool, limit 60 GiB, peak 9 GiB, largest free block 4 GiB.
+    """
+    dev = DeviceReading(
+        index=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-0", total_bytes=80 * GiB,
+        used_bytes=50 * GiB, free_bytes=30 * GiB,
+        processes=(ProcessReading(PID, 20 * GiB), ProcessReading(999, 30 * GiB)),
+    )
+    raw = {"bytes_in_use": 6 * GiB, "pool_bytes": 16 * GiB, "peak_pool_bytes": 16 * GiB, "bytes_limit": 60 * GiB,
+           "peak_bytes_in_use": 9 * GiB, "largest_free_block_bytes": 4 * GiB, "num_allocs": 12}
+    jax = JaxDeviceReading(0, "gpu", "NVIDIA H100 80GB HBM3", 0, normalise_stats(raw, "bfc"))
+    return Sample(t=t, pid=PID, devices=(dev,), jax=(jax,))
+
+
+def cuda_async_sample() -> Sample:
+    """GPU 0: this process holds 9 GiB; cuda_async has 3 GiB in use of an 8 GiB driver pool."""
+    dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 9 * GiB, 71 * GiB, processes=(ProcessReading(PID, 9 * GiB),))
+    stats = normalise_stats({"bytes_in_use": 3 * GiB, "peak_bytes_in_use": 5 * GiB, "bytes_limit": 0}, "cuda_async")
+    pool = CudaPoolReading(reserved_bytes=8 * GiB, reserved_high_bytes=8 * GiB, used_bytes=3 * GiB, used_high_bytes=5 * GiB)
+    return Sample(t=1.0, pid=PID, devices=(dev,), jax=(JaxDeviceReading(0, "gpu", "GPU", 0, stats, pool),))
+
+
+# --- the sampler -------------------------------------------------------------------------------
+
+
+class StubSubscription:
+    """What ``StubSampler.subscribe`` returns: ``close()`` it to stop getting samples."""
+
+    def __init__(self, sampler: StubSampler, callback: Callable[[Sample], Any]):
+        self.sampler = sampler
+        self.callback = callback
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        if self in self.sampler.subscriptions:
+            self.sampler.subscriptions.remove(self)
+
+
+class StubSampler:
+    """Stands in for ``jupyter_gpumem.sampler.Sampler``: no thread and no sources. The test
+    hands each sample to the subscribers itself, with ``push``."""
+
+    synthetic = False
+
+    def __init__(self) -> None:
+        self.timeline = Timeline()
+        self.subscriptions: list[StubSubscription] = []
+
+    @property
+    def callbacks(self) -> list[Callable[[Sample], Any]]:
+        """The callbacks of the open subscriptions."""
+        return [sub.callback for sub in self.subscriptions]
+
+    def subscribe(self, callback: Callable[[Sample], Any], interval: float | None = None) -> StubSubscription:
+        sub = StubSubscription(self, callback)
+        self.subscriptions.append(sub)
+        return sub
+
+    def push(self, sample: Sample) -> None:
+        """Add ``sample`` to the timeline and hand it to every subscriber, in this thread."""
+        self.timeline.append(sample)
+        for sub in list(self.subscriptions):
+            sub.callback(sample)
+
+    def push_jax(self, *jax: JaxDeviceReading) -> None:
+        """Push a sample holding only these allocator readings (NVML not available)."""
+        self.push(Sample(t=0.0, pid=1, devices=NotAvailable(NO_DRIVER, "synthetic"), jax=tuple(jax)))
+
+
+# --- IPython and the kernel ----------------------------------------------------------------------
+
+
+class FakeCommManager:
+    """Stands in for ipykernel's comm manager: it records the comm targets registered on it."""
+
+    def __init__(self) -> None:
+        self.targets: dict[str, Callable] = {}
+
+    def register_target(self, name: str, callback: Callable) -> None:
+        self.targets[name] = callback
+
+
+class FakeComm:
+    """Stands in for one open comm: it records what is sent, and the handler of incoming messages."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+        self.handler: Callable | None = None
+
+    def on_msg(self, handler: Callable) -> None:
+        self.handler = handler
+
+    def send(self, data: Any) -> None:
+        self.sent.append(data)
+
+
+class FakeShell:
+    """Just enough of an IPython shell: registering magics, cell events (``shell.events``) and
+    running a cell through them. With a ``comm_manager`` it runs in a kernel
+    (``shell.kernel.comm_manager``); without one it is a terminal IPython, with no ``kernel``."""
+
+    def __init__(self, comm_manager: FakeCommManager | None = None) -> None:
+        self.registered: list[type] = []
+        self.hooks: dict[str, list] = {"pre_run_cell": [], "post_run_cell": []}
+        self.events = self
+        if comm_manager is not None:
+            self.kernel = SimpleNamespace(comm_manager=comm_manager)
+
+    def register_magics(self, cls: type) -> None:
+        self.registered.append(cls)
+
+    def register(self, name: str, fn: Callable) -> None:
+        self.hooks[name].append(fn)
+
+    def unregister(self, name: str, fn: Callable) -> None:
+        self.hooks[name].remove(fn)
+
+    def run_cell(self, count: int, body: Callable[[], Any]) -> None:
+        """Run ``body`` as cell ``count`` that succeeds, with the pre- and post-run events around it."""
+        result = SimpleNamespace(execution_count=count, error_in_exec=None, success=True)
+        for fn in self.hooks["pre_run_cell"]:
+            fn(None)
+        body()
+        for fn in self.hooks["post_run_cell"]:
+            fn(result)
+
+
+# --- time -------------------------------------------------------------------------------------
+
+
+class Clock:
+    """Stands in for ``time.monotonic``: it reads ``now``, which only the test changes."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- the CUDA driver ------------------------------------------------------------------------------
+
+POOL_HANDLE = 0xC0DA  # the default pool FakeCudaDriver hands out
+
+
+class FakeCudaDriver:
+    """Stands in for libcuda: devices ``0 .. devices-1``, each with a default memory pool whose
+    attributes are ``attributes``. Takes ctypes pointers and returns CUresult ints, as the C
+    functions do, and records every call in ``log``. ``fail`` maps a function name to the
+    CUresult it returns instead."""
+
+    def __init__(self, attributes: dict[int, int], fail: dict[str, int] | None = None, devices: int = 1):
+        self.attributes = attributes
+        self.fail = fail or {}
+        self.devices = devices
+        self.log: list[tuple] = []
+
+    def cuDeviceGet(self, device_ptr, ordinal):
+        self.log.append(("cuDeviceGet", ordinal))
+        if "cuDeviceGet" in self.fail:
+            return self.fail["cuDeviceGet"]
+        if ordinal >= self.devices:
+            return 101  # CUDA_ERROR_INVALID_DEVICE
+        device_ptr.contents.value = 100 + ordinal
+        return 0
+
+    def cuDeviceGetDefaultMemPool(self, pool_ptr, device):
+        self.log.append(("cuDeviceGetDefaultMemPool", device))
+        if "cuDeviceGetDefaultMemPool" in self.fail:
+            return self.fail["cuDeviceGetDefaultMemPool"]
+        pool_ptr.contents.value = POOL_HANDLE
+        return 0
+
+    def cuMemPoolGetAttribute(self, pool, attribute, value_ptr):
+        self.log.append(("cuMemPoolGetAttribute", pool.value, attribute))
+        if "cuMemPoolGetAttribute" in self.fail:
+            return self.fail["cuMemPoolGetAttribute"]
+        value_ptr.contents.value = self.attributes[attribute]
+        return 0
