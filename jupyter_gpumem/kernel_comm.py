@@ -103,7 +103,7 @@ def snapshot() -> dict:
     """Settings in effect, backend state, warnings and per-device allocator statistics."""
     # Imported on the first request: registering the target at %load_ext stays cheap.
     from jupyter_gpumem.allocator_shim import accepted_allocators, read_jax_devices, setting_variables
-    from jupyter_gpumem.model import NotAvailable, fragmentation
+    from jupyter_gpumem.model import NotAvailable, fragmentation, pool_bytes, unused_pool_bytes
     from jupyter_gpumem.status_report import status
 
     # NVML is read by the server; reading it here too would only slow the kernel down.
@@ -118,17 +118,19 @@ def snapshot() -> dict:
         for dev in readings:
             stats = dev.stats
             if isinstance(stats, NotAvailable):
-                row = dict.fromkeys((*_STATS_FIELDS, "fragmentation"))
+                row = dict.fromkeys((*_STATS_FIELDS, "fragmentation", "unused_pool_bytes"))
                 row["stats_reason"] = stats.reason
             else:
                 row = {
                     "allocator": stats.allocator,
                     "bytes_in_use": stats.bytes_in_use,
-                    "pool_bytes": stats.pool_bytes,
+                    # Under cuda_async the pool is the CUDA driver's default pool (model.pool_bytes).
+                    "pool_bytes": pool_bytes(stats, dev.cuda_pool),
                     "bytes_limit": stats.bytes_limit,
                     "peak_bytes_in_use": stats.peak_bytes_in_use,
                     "largest_free_block_bytes": stats.largest_free_block_bytes,
-                    "fragmentation": fragmentation(stats),
+                    "fragmentation": fragmentation(stats, dev.cuda_pool),
+                    "unused_pool_bytes": unused_pool_bytes(stats, dev.cuda_pool),
                 }
             devices.append({"jax_id": dev.jax_id, "nvml_index": dev.nvml_index, **row})
 

@@ -50,12 +50,15 @@ def nvidia_ml_py(request) -> str:
     return request.param
 
 
+def impossible_world(scenario_name: str, driver: str) -> bool:
+    """No driver before 520 runs a Hopper GPU (compute capability 9.0 came with CUDA 11.8)."""
+    return int(driver.split(".")[0]) < 520 and any(gpu.compute_capability >= (9, 0) for gpu in scenario(scenario_name).gpus)
+
+
 @pytest.fixture
 def world(scenario_name, driver, nvidia_ml_py):
     """The scenario's world on ``driver``, served as ``pynvml`` by ``nvidia_ml_py`` for the test."""
     fresh = scenario(scenario_name)
-    if int(driver.split(".")[0]) < 520 and any(gpu.compute_capability >= (9, 0) for gpu in fresh.gpus):
-        pytest.skip("no driver before 520 runs a Hopper GPU (compute capability 9.0 came with CUDA 11.8)")
     fresh.driver_version = driver
     with fake_nvml(fresh, nvidia_ml_py=nvidia_ml_py) as served:
         yield served
@@ -85,6 +88,12 @@ def _cuda_visible() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # Worlds no machine can have are not collected at all (rather than skipped).
+    params = [getattr(getattr(item, "callspec", None), "params", {}) for item in items]
+    drop = [i for i, p in zip(items, params) if "scenario_name" in p and "driver" in p and impossible_world(p["scenario_name"], p["driver"])]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if item not in drop]
     if _cuda_visible():
         return
     skip = pytest.mark.skip(reason="no CUDA device visible on this machine")

@@ -6,44 +6,21 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 from jupyter_client.manager import start_new_async_kernel
 
 from jupyter_gpumem import kernel_comm
 
-
-class FakeManager:
-    def __init__(self):
-        self.targets = {}
-
-    def register_target(self, name, callback):
-        self.targets[name] = callback
-
-
-class FakeShell:
-    def __init__(self, manager):
-        self.kernel = type("Kernel", (), {"comm_manager": manager})()
-
-
-class FakeComm:
-    def __init__(self):
-        self.sent, self.handler = [], None
-
-    def on_msg(self, handler):
-        self.handler = handler
-
-    def send(self, data):
-        self.sent.append(data)
+from doubles import FakeComm, FakeCommManager, FakeShell
 
 
 def test_register_adds_the_jupyter_gpumem_target():
-    manager = FakeManager()
+    manager = FakeCommManager()
     assert kernel_comm.register(FakeShell(manager)) is True
     assert list(manager.targets) == ["jupyter_gpumem"]
 
 
 def test_snapshot_in_the_open_message_is_answered():
-    manager = FakeManager()
+    manager = FakeCommManager()
     kernel_comm.register(FakeShell(manager))
     comm = FakeComm()
     manager.targets["jupyter_gpumem"](comm, {"content": {"data": {"request": "snapshot"}}})
@@ -138,7 +115,25 @@ def test_snapshot_device_row_carries_the_allocator_stats_and_fragmentation(monke
     assert kernel_comm.snapshot()["devices"] == [{
         "jax_id": 0, "nvml_index": 1, "allocator": "bfc", "bytes_in_use": 400, "pool_bytes": 1000,
         "bytes_limit": 2000, "peak_bytes_in_use": 700, "largest_free_block_bytes": 450, "fragmentation": 0.25,
+        "unused_pool_bytes": 600,
     }]
+
+
+def test_snapshot_under_cuda_async_takes_the_pool_from_the_driver(monkeypatch):
+    """XLA's cudaMallocAsync allocator reports no pool_bytes (xla/stream_executor/gpu/
+    gpu_cudamallocasync_allocator.cc, GetStats); the pool is the device's default CUDA pool, read
+    from the driver as the monitor and the OOM report read it (model.pool_bytes)."""
+    from jupyter_gpumem import allocator_shim
+    from jupyter_gpumem.model import AllocatorStats, CudaPoolReading, JaxDeviceReading
+
+    # synthetic: 3 GiB reserved by the driver's pool, 1 GiB of it handed to JAX's arrays
+    gib = 1 << 30
+    stats = AllocatorStats("cuda_async", bytes_in_use=gib, peak_bytes_in_use=2 * gib)
+    pool = CudaPoolReading(reserved_bytes=3 * gib, reserved_high_bytes=3 * gib, used_bytes=gib, used_high_bytes=2 * gib)
+    reading = JaxDeviceReading(jax_id=0, platform="gpu", kind="Synthetic GPU", nvml_index=0, stats=stats, cuda_pool=pool)
+    monkeypatch.setattr(allocator_shim, "read_jax_devices", lambda: (reading,))
+    row = kernel_comm.snapshot()["devices"][0]
+    assert (row["allocator"], row["pool_bytes"], row["unused_pool_bytes"], row["fragmentation"]) == ("cuda_async", 3 * gib, 2 * gib, None)
 
 
 def test_snapshot_offers_the_allocators_the_installed_jax_accepts_and_names_each_variable():

@@ -4,15 +4,13 @@
 that both have NVML's v2 memory query (driver 510.39.01 or later, nvidia-ml-py 11.515.48 or
 later). The other combinations differ only where NVML itself does, as ``expected_reading``
 spells out. The axes are the ``scenario_name``, ``driver`` and ``nvidia_ml_py`` fixtures in
-conftest.py. Where NvmlSource falls short of ``EXPECTED`` today (``PROCESS_LIST_GAP``) the case
-is a strict xfail, so it fails once the gap is closed and the mark is left behind.
+conftest.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import pytest
 
 from jupyter_gpumem.model import (
     GPU_LOST,
@@ -128,20 +126,12 @@ RESERVED_UNKNOWN = NotAvailable(NOT_SUPPORTED, "this driver does not report rese
 
 # NvmlSource asks for the process list through the unversioned nvmlDeviceGetComputeRunningProcesses.
 # From nvidia-ml-py 11.515.48 that calls the driver's _v3, which no driver before 510.39.01 has;
-# the driver's _v2 would answer. NvmlSource does not fall back to it yet.
-PROCESS_LIST_GAP = (
-    "on a driver before 510 with nvidia-ml-py 11.515.48 or later, NvmlSource does not yet fall back "
-    "to nvmlDeviceGetComputeRunningProcesses_v2"
-)
+# NvmlSource then asks the binding's _v2 function, so every combination lists the same processes.
 
 
 def has_memory_info_v2(driver: str, nvidia_ml_py: str) -> bool:
     """nvmlDeviceGetMemoryInfo_v2 came with driver 510.39.01; nvidia-ml-py 11.495.46 cannot ask for it."""
     return int(driver.split(".")[0]) >= 510 and nvidia_ml_py != "11.495.46"
-
-
-def has_process_list_gap(driver: str, nvidia_ml_py: str) -> bool:
-    return int(driver.split(".")[0]) < 510 and nvidia_ml_py != "11.495.46"
 
 
 def as_memory_info_v1(reading: DeviceReading | DeviceUnreadable) -> DeviceReading | DeviceUnreadable:
@@ -160,20 +150,11 @@ def expected_reading(scenario_name: str, driver: str, nvidia_ml_py: str):
     return tuple(as_memory_info_v1(reading) for reading in expected)
 
 
-def lists_processes(expected) -> bool:
-    return not isinstance(expected, NotAvailable) and any(
-        isinstance(r, DeviceReading) and isinstance(r.processes, tuple) for r in expected
-    )
-
-
 def test_every_scenario_has_an_expected_reading():
     assert sorted(EXPECTED) == sorted(SCENARIOS)
 
 
-def test_nvml_source_reads_the_expected_devices(world, scenario_name, driver, nvidia_ml_py, request):
+def test_nvml_source_reads_the_expected_devices(world, scenario_name, driver, nvidia_ml_py):
     expected = expected_reading(scenario_name, driver, nvidia_ml_py)
-    if has_process_list_gap(driver, nvidia_ml_py) and lists_processes(expected):
-        # An exception out of read() is not this gap: it fails the test.
-        request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=PROCESS_LIST_GAP))
     assert NvmlSource().read() == expected
 

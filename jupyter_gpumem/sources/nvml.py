@@ -194,6 +194,7 @@ class NvmlSource:
         self._identity: dict[int, tuple[str, str]] = {}
         self._count = 0
         self._memory_v2 = True
+        self._processes_v2 = False
         self._driver_version: str | None = None
 
     # -- public -----------------------------------------------------------------------------
@@ -280,6 +281,7 @@ class NvmlSource:
         self._identity.clear()
         self._count = 0
         self._memory_v2 = True
+        self._processes_v2 = False
         self._driver_version = None
 
     def _drop(self, why: NotAvailable) -> None:
@@ -380,12 +382,28 @@ class NvmlSource:
         current = mode[0] if isinstance(mode, (list, tuple)) else mode
         return int(current) == 1
 
+    def _running_processes(self, handle: Any, index: int) -> Any:
+        """The compute processes, asked the newest way the binding knows; a driver without that
+        query (before 510, under nvidia-ml-py 11.515 or later, which call the v3 function) is
+        asked through the binding's v2 function instead, from then on."""
+        v2 = getattr(self._nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
+        if not self._processes_v2:
+            try:
+                return self._call("nvmlDeviceGetComputeRunningProcesses", handle, what="its processes", device=index)
+            except _DeviceGone as gone:
+                if gone.why.code == GPU_LOST:
+                    raise
+                if gone.value != _FUNCTION_NOT_FOUND or v2 is None:
+                    return gone.why
+            self._processes_v2 = True
+        return self._optional("nvmlDeviceGetComputeRunningProcesses_v2", handle, index, "its processes")
+
     def _processes(self, handle: Any, index: int, mig: bool | NotAvailable) -> tuple[ProcessReading, ...] | NotAvailable:
         mig_hidden = NotAvailable(
             PIDS_HIDDEN,
             f"GPU {index} is in MIG mode: NVML reports memory per MIG instance, not per process on the whole GPU",
         )
-        procs = self._optional("nvmlDeviceGetComputeRunningProcesses", handle, index, "its processes")
+        procs = self._running_processes(handle, index)
         if isinstance(procs, NotAvailable):
             return mig_hidden if mig is True else procs
         readings = []
