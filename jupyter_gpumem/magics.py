@@ -1,7 +1,9 @@
-"""The ``%gpumem`` magic: a pure grammar (``parse_line``) and a thin IPython shell around it.
+"""The ``%gpumem`` magic: which command a line is (``parse_line``, pure) and a thin IPython
+shell around it.
 
-Settings words are validated, all of them, before any is applied. Subcommands owned by other
-modules (monitor, record, doctor, ...) are imported only when used, so loading stays cheap.
+Settings words are read by the one option parser (``magic_args``) and validated, all of them,
+before any is applied. Subcommands owned by other modules (monitor, record, doctor, ...) read
+their own words with that parser, and are imported only when used, so loading stays cheap.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from jupyter_gpumem.errors import GpumemError
+from jupyter_gpumem.magic_args import Grammar, MagicUsageError, Option
 from jupyter_gpumem.model import AllocatorSettings
 
-__all__ = ["Command", "HELP", "parse_line", "run_command", "GpumemMagics", "load", "unload"]
+__all__ = ["Command", "HELP", "MagicUsageError", "SETTINGS", "parse_line", "run_command", "GpumemMagics", "load", "unload"]
 
 HELP = """\
 %gpumem: see and steer JAX's GPU memory.
@@ -42,27 +45,18 @@ e.g. `%gpumem preallocate off fraction .4`):
 
 Watching and diagnosing:
   %gpumem monitor [--interval S] [--window MINUTES] [--device N|all] [--replay PATH]
-  %gpumem record PATH|stop        record samples to a trace file (JSON Lines)
-  %gpumem doctor on|off           explain out-of-memory errors when a cell fails (on by default)
+  %gpumem record PATH.jsonl|stop [--interval S]
+                                  record samples to a trace file (JSON Lines)
+  %gpumem doctor [on|off]         explain out-of-memory errors when a cell fails (on by default)
   %gpumem arrays [--top N] [--by shape|dtype|cell|name]
   %gpumem free [--history] [--caches] [--gc]
-  %gpumem cells on|off            memory per cell
+  %gpumem cells [on|off]          memory per cell
   %gpumem estimate EXPR           memory a jitted call would need, before running it
 
   %gpumem --help, %gpumem?        this text
 
 From Python: jupyter_gpumem.configure(preallocate=False, fraction=0.4), jupyter_gpumem.status().
 """
-
-# Magic word -> AllocatorSettings field.
-SETTING_WORDS = {
-    "preallocate": "preallocate",
-    "fraction": "fraction",
-    "allocator": "allocator",
-    "async-prealloc": "async_prealloc",
-    "async_prealloc": "async_prealloc",
-    "remat": "remat",
-}
 
 # Subcommand -> (module, function), each called as function(argv, shell).
 DELEGATES = {
@@ -76,12 +70,33 @@ DELEGATES = {
 }
 
 _HELP_WORDS = ("--help", "-h", "help")
-_SETTING_LIST = "preallocate, fraction, allocator, async-prealloc, remat"
-_ALL_WORDS = f"{_SETTING_LIST}, status, reset, {', '.join(DELEGATES)}, --help"
 
 
-class MagicUsageError(GpumemError, ValueError):
-    """A %gpumem line that does not parse; the message names the valid words."""
+def _setting(name: str):
+    """Reads a settings word as ``(value, note)``; a bad value raises SettingsError."""
+
+    def read(text: str) -> tuple[Any, str | None]:
+        from jupyter_gpumem.allocator_shim import coerce_setting
+
+        return coerce_setting(name, text)
+
+    return read
+
+
+# The settings words, each an AllocatorSettings field; several may share one line.
+SETTINGS = Grammar(
+    "%gpumem",
+    options=(
+        Option("preallocate", "on|off", read=_setting("preallocate"), help="on or off"),
+        Option("fraction", "F", read=_setting("fraction"), help="0 < F <= 1, e.g. .5, 0.5 or 50%"),
+        Option("allocator", "NAME", read=_setting("allocator"),
+               help="default, bfc, platform, cuda_async (vmm, address where the installed JAX has them)"),
+        Option("async-prealloc", "SIZE", read=_setting("async_prealloc"), aliases=("async_prealloc",),
+               help="bytes, e.g. 512MiB or 2GiB, or all"),
+        Option("remat", "on|off", read=_setting("remat"), help="on or off"),
+    ),
+)
+_ALL_WORDS = f"{', '.join(o.name for o in SETTINGS.options)}, status, reset, {', '.join(DELEGATES)}, --help"
 
 
 @dataclass(frozen=True)
@@ -102,8 +117,6 @@ class Command:
 def parse_line(line: str) -> Command:
     """Parse a ``%gpumem`` line without side effects. Raises MagicUsageError or SettingsError,
     each naming the valid words or values."""
-    from jupyter_gpumem.allocator_shim import coerce_setting
-
     text = (line or "").strip()
     if not text:
         return Command("status")
@@ -112,11 +125,9 @@ def parse_line(line: str) -> Command:
     if head_l in _HELP_WORDS:
         return Command("help")
     if head_l in DELEGATES:
-        if head_l == "estimate":
+        if head_l == "estimate":  # the expression is Python: kept whole, never split
             expr = rest.strip()
-            if not expr:
-                raise MagicUsageError("estimate takes an expression: %gpumem estimate f(x)")
-            return Command("estimate", argv=(expr,))
+            return Command("estimate", argv=(expr,) if expr else ())
         try:
             argv = tuple(shlex.split(rest))
         except ValueError as err:
@@ -130,36 +141,18 @@ def parse_line(line: str) -> Command:
         if len(words) > 1:
             raise MagicUsageError(f"{head_l} takes no arguments, got {' '.join(words[1:])!r}")
         return Command(head_l)
-
+    if any(word.lower() in _HELP_WORDS[:2] for word in words):
+        return Command("help")
+    if SETTINGS.find(words[0]) is None:
+        raise MagicUsageError(f"unknown word {words[0]!r}; valid: {_ALL_WORDS}")
     values: dict[str, Any] = {}
     notes: list[str] = []
-    i = 0
-    while i < len(words):
-        word = words[i].lower()
-        if word in _HELP_WORDS[:2]:
-            return Command("help")
-        name = SETTING_WORDS.get(word)
-        if name is None:
-            where = "" if i == 0 else " here"
-            raise MagicUsageError(f"unknown word {words[i]!r}{where}; valid: {_ALL_WORDS if i == 0 else _SETTING_LIST}")
-        if name in values:
-            raise MagicUsageError(f"{words[i]} is given twice")
-        if i + 1 >= len(words):
-            raise MagicUsageError(f"{words[i]} needs a value: {_VALUE_HINTS[name]}")
-        values[name], note = coerce_setting(name, words[i + 1])
-        if note:
-            notes.append(note)
-        i += 2
+    for name, given in SETTINGS.parse(words).items():
+        if given is not None:
+            values[name], note = given
+            if note:
+                notes.append(note)
     return Command("settings", AllocatorSettings(**values), tuple(notes))
-
-
-_VALUE_HINTS = {
-    "preallocate": "on or off",
-    "fraction": "0 < F <= 1, e.g. .5, 0.5 or 50%",
-    "allocator": "default, bfc, platform, cuda_async (vmm, address where the installed JAX has them)",
-    "async_prealloc": "bytes, e.g. 512MiB or 2GiB, or all",
-    "remat": "on or off",
-}
 
 
 def _display(obj: Any) -> None:

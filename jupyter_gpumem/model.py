@@ -195,10 +195,13 @@ class Timeline:
     """A bounded, thread-safe ring buffer of samples and events.
 
     The sampler thread appends; faces read snapshots. Memory is bounded by ``max_samples`` and
-    ``max_events`` whatever the run length.
+    ``max_events`` whatever the run length. ``trace_header`` is the header of the trace file
+    the readings were read from (faces label them "replay", and "synthetic" where it says so);
+    None for readings taken in this process.
     """
 
-    def __init__(self, max_samples: int = 36_000, max_events: int = 10_000):
+    def __init__(self, max_samples: int = 36_000, max_events: int = 10_000, trace_header: Mapping[str, Any] | None = None):
+        self.trace_header = dict(trace_header) if trace_header is not None else None
         self._samples: deque[Sample] = deque(maxlen=max_samples)
         self._events: deque[Event] = deque(maxlen=max_events)
         self._lock = threading.Lock()

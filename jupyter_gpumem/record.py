@@ -9,15 +9,16 @@ add "marker" events. Traces recorded here are real readings: ``"synthetic": fals
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import math
 import os
 import runpy
 import sys
 import threading
+from dataclasses import replace
 from typing import Any, Sequence
 
+from jupyter_gpumem.magic_args import MAX_INTERVAL_S, MIN_INTERVAL_S, Grammar, MagicUsageError, Option, check_interval
 from jupyter_gpumem.model import NOT_STARTED, NotAvailable
 from jupyter_gpumem.sources.nvml import is_fake as nvml_is_fake
 from jupyter_gpumem.sampler import Sampler, get_sampler
@@ -57,7 +58,7 @@ class Recorder:
     def __init__(self, path: str | os.PathLike, sampler: Sampler, interval: float | None = None, header_fields: dict | None = None):
         first = sampler.sample_once()  # the header's device list comes from a real reading
         fields = {
-            "synthetic": bool(getattr(sampler, "synthetic", False)) or nvml_is_fake(),
+            "synthetic": nvml_is_fake(),
             "jax_version": _jax_version(),
             "settings": {"env": {k: os.environ[k] for k in _SETTINGS_ENV if k in os.environ}},
             "devices": header_devices(first.devices),
@@ -133,35 +134,79 @@ def mark(name: str, **data: Any) -> None:
     sampler.add_event("marker", name=str(name), **data)
 
 
-# --- %gpumem record ----------------------------------------------------------------------------
+# --- what %gpumem record and the command line take ----------------------------------------------
 
-_MAGIC_USAGE = "usage: %gpumem record PATH.jsonl [--interval SECONDS] | %gpumem record stop"
+
+def _trace_path(text: str) -> str:
+    """A trace file to write: a .jsonl name in a folder that exists."""
+    if not text.endswith(".jsonl"):
+        raise ValueError(f"the trace file must end in .jsonl, got {text!r}")
+    parent = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(parent):
+        raise ValueError(f"the folder {parent!r} does not exist")
+    return text
+
+
+def _path_or_stop(text: str) -> str:
+    return text if text == "stop" else _trace_path(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise ValueError(f"--seconds must be a number of seconds, 0 or more, got {text!r}")
+    return value
+
+
+def _script(text: str) -> str:
+    if not os.path.isfile(text):
+        raise ValueError(f"--run: no such script {text!r}")
+    return text
+
+
+_INTERVAL = Option("--interval", "S", read=check_interval, help=f"seconds between samples, {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}")
+
+RECORD_ARGS = Grammar(
+    "%gpumem record",
+    options=(_INTERVAL,),
+    positionals=(Option("path", "PATH.jsonl|stop", read=_path_or_stop, required=True),),
+)
+
+CLI_ARGS = Grammar(
+    "python -m jupyter_gpumem.record",
+    options=(
+        Option("--seconds", "N", read=_seconds,
+               help="how long to record; with --run, how long to go on after the script ends (default: until Ctrl-C, or 0 with --run)"),
+        replace(_INTERVAL, default=0.5, help=_INTERVAL.help + " (default 0.5)"),
+        Option("--run", "SCRIPT.py", read=_script, help="run this script in-process while recording; arguments after -- go to it"),
+        Option("--force", help="overwrite OUT.jsonl if it exists"),
+    ),
+    positionals=(Option("out", "OUT.jsonl", read=_trace_path, required=True, help="the trace file to write"),),
+)
+
+
+# --- %gpumem record ----------------------------------------------------------------------------
 
 
 def magic_record(argv: Sequence[str], shell: Any = None) -> str:
     """``%gpumem record PATH [--interval S]`` starts a recording; ``%gpumem record stop`` ends it.
 
-    Returns the line to show. Raises RecordError (nothing changed) for bad arguments or a
-    second start while recording.
+    Returns the line to show. Raises MagicUsageError for bad arguments and RecordError for a
+    second start while recording; either way nothing changed.
     """
     global _active
-    args = list(argv)
-    if not args:
-        raise RecordError(_MAGIC_USAGE)
-    if args == ["stop"]:
+    args = RECORD_ARGS.parse(argv)
+    path, interval = args["path"], args["interval"]
+    if path == "stop":
+        if interval is not None:
+            raise MagicUsageError("%gpumem record stop takes no --interval")
         stopped = stop_active()
         if stopped is None:
             raise RecordError("no recording is running; start one with %gpumem record PATH.jsonl")
         return stopped
-    path, interval = args[0], None
-    rest = args[1:]
-    if path.startswith("-") or path == "stop":
-        raise RecordError(_MAGIC_USAGE)
-    if rest:
-        if len(rest) != 2 or rest[0] != "--interval":
-            raise RecordError(f"unexpected {' '.join(rest)!r}; {_MAGIC_USAGE}")
-        interval = _parse_interval(rest[1], RecordError)
-    _check_out_path(path, RecordError)
     with _active_lock:
         if _active is not None:
             raise RecordError(f"already recording to {_active.path}; stop it first with %gpumem record stop")
@@ -177,47 +222,17 @@ def magic_record(argv: Sequence[str], shell: Any = None) -> str:
     return f"recording to {path} every {every:g} s; %gpumem record stop to finish"
 
 
-def _parse_interval(text: str, error: type) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise error(f"interval must be a number of seconds from 0.01 to 3600, got {text!r}") from None
-    if not math.isfinite(value) or not 0.01 <= value <= 3600:
-        raise error(f"interval must be a number of seconds from 0.01 to 3600, got {text!r}")
-    return value
-
-
-def _check_out_path(path: str, error: type) -> None:
-    if not path.endswith(".jsonl"):
-        raise error(f"the trace file must end in .jsonl, got {path!r}")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise error(f"the folder {parent!r} does not exist")
-
-
 # --- the command line --------------------------------------------------------------------------
 
 
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would exit; we decide the exit code
-        raise _UsageError(message)
-
-
-def _parser() -> _Parser:
-    parser = _Parser(
-        prog="python -m jupyter_gpumem.record",
-        description="Record GPU memory readings to a JSON Lines trace (docs/trace-format.md).",
-    )
-    parser.add_argument("out", metavar="OUT.jsonl", help="the trace file to write")
-    parser.add_argument("--seconds", type=float, default=None, help="how long to record; with --run, how long to go on after the script ends (default: until Ctrl-C, or 0 with --run)")
-    parser.add_argument("--interval", default="0.5", help="seconds between samples, 0.01 to 3600 (default 0.5)")
-    parser.add_argument("--run", metavar="SCRIPT.py", default=None, help="run this script in-process while recording")
-    parser.add_argument("--force", action="store_true", help="overwrite OUT.jsonl if it exists")
-    return parser
+def _cli_help() -> str:
+    return "\n".join([
+        f"usage: {CLI_ARGS.usage()} [-- ARGS]",
+        "",
+        "Record GPU memory readings to a JSON Lines trace (docs/trace-format.md).",
+        "",
+        *CLI_ARGS.describe(),
+    ])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,36 +243,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, script_args = argv[:cut], argv[cut + 1 :]
-    parser = _parser()
+    if "-h" in argv or "--help" in argv:
+        print(_cli_help())
+        return 0
     try:
-        opts = parser.parse_args(argv)
-        interval = _parse_interval(opts.interval, _UsageError)
-        if opts.seconds is not None and (not math.isfinite(opts.seconds) or opts.seconds < 0):
-            raise _UsageError(f"--seconds must be a number of seconds, 0 or more, got {opts.seconds!r}")
-        _check_out_path(opts.out, _UsageError)
-        if os.path.exists(opts.out) and not opts.force:
-            raise _UsageError(f"{opts.out} exists; pass --force to overwrite it")
-        if opts.run is not None and not os.path.isfile(opts.run):
-            raise _UsageError(f"--run: no such script {opts.run!r}")
-        if script_args and opts.run is None:
-            raise _UsageError("arguments after -- are for the script, but no --run SCRIPT.py was given")
-    except _UsageError as exc:
-        parser.print_usage(sys.stderr)
-        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        opts = CLI_ARGS.parse(argv)
+        if os.path.exists(opts["out"]) and not opts["force"]:
+            raise MagicUsageError(f"{CLI_ARGS.prog}: {opts['out']} exists; pass --force to overwrite it")
+        if script_args and opts["run"] is None:
+            raise MagicUsageError(f"{CLI_ARGS.prog}: arguments after -- are for the script, but no --run SCRIPT.py was given")
+    except MagicUsageError as exc:
+        print(exc, file=sys.stderr)
         return 2
 
+    out, interval = opts["out"], opts["interval"]
     sampler = Sampler(get_sampler().read_devices, get_sampler().read_jax, interval=interval, timeline=get_sampler().timeline)
-    recorder = Recorder(opts.out, sampler, interval=interval)
+    recorder = Recorder(out, sampler, interval=interval)
     with _active_lock:
         _active = recorder
     code = 0
     done = threading.Event()
     try:
-        if opts.run is not None:
-            code = _run_script(opts.run, script_args, sampler)
-            seconds = opts.seconds or 0.0
+        if opts["run"] is not None:
+            code = _run_script(opts["run"], script_args, sampler)
+            seconds = opts["seconds"] or 0.0
         else:
-            seconds = opts.seconds if opts.seconds is not None else math.inf
+            seconds = opts["seconds"] if opts["seconds"] is not None else math.inf
         if seconds > 0:
             done.wait(None if math.isinf(seconds) else seconds)
     except KeyboardInterrupt:
@@ -266,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _active_lock:
             _active = None
         recorder.stop()
-    print(f"wrote {recorder.samples_written} samples to {opts.out}", file=sys.stderr)
+    print(f"wrote {recorder.samples_written} samples to {out}", file=sys.stderr)
     return code
 
 

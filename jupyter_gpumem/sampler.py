@@ -13,9 +13,10 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from jupyter_gpumem.cell_hooks import CellHooks
+from jupyter_gpumem.magic_args import check_interval
 from jupyter_gpumem.model import ERROR, Event, NotAvailable, Sample, Timeline
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,7 @@ class Sampler:
     """Samples ``read_devices`` (NVML) and ``read_jax`` (JAX allocators) into a Timeline.
 
     ``interval`` is the default period; each subscriber may ask for its own, and the thread
-    runs at the smallest one asked for. ``read_events``, when given, is called every tick and
-    returns events to add (the replay source uses it to serve a trace's events).
+    runs at the smallest one asked for. An interval out of range raises MagicUsageError.
     """
 
     def __init__(
@@ -71,45 +71,19 @@ class Sampler:
         clock: Callable[[], float] = time.time,
         *,
         pid: int | None = None,
-        read_events: Callable[[], Iterable[Event]] | None = None,
-        label: str = "live",
-        synthetic: bool = False,
     ):
-        _check_interval(interval)
         self.read_devices = read_devices
         self.read_jax = read_jax
-        self.interval = float(interval)
+        self.interval = check_interval(interval)
         self.timeline = timeline if timeline is not None else Timeline()
         self.clock = clock
         self.pid = os.getpid() if pid is None else pid
-        self.read_events = read_events
-        self.label = label  # "live", or "replay" for a trace served as if live
-        self.synthetic = synthetic
         self._lock = threading.Lock()  # guards subscriptions and the thread handle
         self._sample_lock = threading.Lock()  # one reading at a time
         self._wake = threading.Event()
         self._subs: list[Subscription] = []
         self._event_subs: list[Subscription] = []
         self._thread: threading.Thread | None = None
-
-    @classmethod
-    def from_replay(cls, trace: Any, speed: float = 1.0, loop: bool = True, **kwargs: Any) -> "Sampler":
-        """A Sampler driven by a trace (a ``Trace`` or a path), served as if live."""
-        from jupyter_gpumem.sources.replay import ReplaySource
-
-        source = ReplaySource(trace, speed=speed, loop=loop, clock=kwargs.get("clock", time.time))
-        kwargs.setdefault("pid", source.pid)
-        kwargs.setdefault("interval", source.interval)
-        sampler = cls(
-            source.read_devices,
-            source.read_jax,
-            read_events=source.read_events,
-            label=source.label,
-            synthetic=source.synthetic,
-            **kwargs,
-        )
-        sampler.source = source
-        return sampler
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -120,9 +94,6 @@ class Sampler:
             jax = _safely(self.read_jax, "JAX devices")
             sample = Sample(t=self.clock(), pid=self.pid, devices=devices, jax=jax)
             self.timeline.append(sample)
-            if self.read_events is not None:
-                for event in _safely(self.read_events, "replayed events") or ():
-                    self._publish_event(event)
         return sample
 
     def add_event(self, name: str, /, **data: Any) -> Event:
@@ -147,7 +118,7 @@ class Sampler:
         the thread ends when the last one closes.
         """
         if interval is not None:
-            _check_interval(interval)
+            interval = check_interval(interval)
         sub = Subscription(self, callback, interval)
         with self._lock:
             self._subs.append(sub)
@@ -248,11 +219,6 @@ def _call(sub: Subscription, item: Any) -> None:
         sub.callback(item)
     except Exception:
         log.exception("a jupyter-gpumem subscriber failed; it stays subscribed, the others are unaffected")
-
-
-def _check_interval(interval: Any) -> None:
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not (0.001 <= interval <= 3600):
-        raise ValueError(f"interval must be a number of seconds from 0.001 to 3600, got {interval!r}")
 
 
 # --- the process's sampler ---------------------------------------------------------------------

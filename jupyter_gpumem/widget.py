@@ -1,6 +1,8 @@
-"""The live memory monitor: ipywidgets + a plotly FigureWidget per device, fed by the sampler.
+"""The memory monitor: ipywidgets + a plotly FigureWidget per device, drawn from a Timeline.
 
-``%gpumem monitor`` and ``jupyter_gpumem.Monitor(...)`` both land here. The numbers come from
+``%gpumem monitor`` and ``jupyter_gpumem.Monitor(...)`` both land here. A monitor draws one
+Timeline: the sampler's, updated live, or one read from a trace file (``--replay``), drawn as it
+is and labelled "replay" (and "synthetic" where the trace says so). The numbers come from
 ``series.py``; this module only draws them and wires the controls. plotly and ipywidgets are
 imported when a monitor is made, never when jupyter_gpumem is imported.
 
@@ -14,16 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import html
-import math
 import os
 import threading
 import time
 import weakref
 from datetime import datetime
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
-from jupyter_gpumem.errors import GpumemError
-from jupyter_gpumem.model import Event, Sample
+from jupyter_gpumem.magic_args import Grammar, MagicUsageError, Option, as_number, check_interval
+from jupyter_gpumem.model import Event, Sample, Timeline
 from jupyter_gpumem.monitor_figure import _DeviceView, _fmt, _tz_offset_s
 from jupyter_gpumem.series import (
     MAX_POINTS,
@@ -35,7 +36,7 @@ from jupyter_gpumem.series import (
     row_for,
 )
 
-__all__ = ["Monitor", "magic_monitor", "parse_monitor_args", "MonitorOptionError"]
+__all__ = ["Monitor", "magic_monitor", "MONITOR_ARGS"]
 
 
 INTERVALS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -43,71 +44,45 @@ INTERVALS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 WINDOWS_MIN = (1.0, 5.0, 10.0, 30.0, 60.0)
 
+DEFAULT_INTERVAL_S = 1.0
+DEFAULT_WINDOW_MIN = 10.0  # for live readings; a recording is shown whole
+MAX_WINDOW_MIN = 1440.0
 
 _STATUS_EVERY_S = 10.0  # how often the header re-reads the status report
 
 
-class MonitorOptionError(GpumemError, ValueError):
-    """A bad ``%gpumem monitor`` option or Monitor argument; the message names valid values."""
-
-
-_USAGE = "%gpumem monitor [--interval S] [--window MINUTES] [--device N|all] [--replay PATH]"
-
-
-def _check_interval(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.05 <= value <= 3600):
-        raise MonitorOptionError(f"interval must be a number of seconds from 0.05 to 3600 (e.g. 0.5), got {value!r}")
-    return float(value)
-
-
 def _check_window(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= 1440) or not math.isfinite(value):
-        raise MonitorOptionError(f"window must be a number of minutes above 0 and at most 1440 (e.g. 10), got {value!r}")
-    return float(value)
+    """Minutes of history, from a number or its text."""
+    number = as_number(value)
+    if number is None or not 0 < number <= MAX_WINDOW_MIN:
+        raise MagicUsageError(f"window must be a number of minutes above 0 and at most {MAX_WINDOW_MIN:g} (e.g. 10), got {value!r}")
+    return number
 
 
 def _check_device(value: Any) -> int | None:
+    """A GPU index, or None for every GPU ("all")."""
     if value is None or value == "all":
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     if isinstance(value, str) and value.isdigit():
         return int(value)
-    raise MonitorOptionError(f"device must be a GPU index (0, 1, ...) or 'all', got {value!r}")
+    raise MagicUsageError(f"device must be a GPU index (0, 1, ...) or 'all', got {value!r}")
 
 
-def parse_monitor_args(argv: Sequence[str]) -> dict:
-    """``["--interval", "0.5", "--window", "5"]`` -> Monitor keyword arguments; bad input raises."""
-    opts: dict = {}
-    names = {"--interval": "interval", "--window": "window", "--device": "device", "--replay": "replay"}
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        key, _, inline = arg.partition("=")
-        if key not in names:
-            raise MonitorOptionError(f"unknown option {arg!r}; valid options: {', '.join(names)}. Usage: {_USAGE}")
-        if inline:
-            value = inline
-            i += 1
-        else:
-            if i + 1 >= len(args):
-                raise MonitorOptionError(f"{key} needs a value. Usage: {_USAGE}")
-            value = args[i + 1]
-            i += 2
-        name = names[key]
-        if name in ("interval", "window"):
-            try:
-                number = float(value)
-            except ValueError:
-                number = value  # the checks below name the valid values
-            opts[name] = (_check_interval if name == "interval" else _check_window)(number)
-        elif name == "device":
-            _check_device(value)
-            opts["device"] = value if value == "all" else int(value)
-        else:
-            opts["replay"] = value
-    return opts
+MONITOR_ARGS = Grammar(
+    "%gpumem monitor",
+    options=(
+        Option("--interval", "S", read=check_interval, default=DEFAULT_INTERVAL_S, help="seconds between updates"),
+        Option("--window", "MINUTES", read=_check_window, help="minutes of history shown"),
+        Option("--device", "N|all", read=_check_device, default=None, help="one GPU by index, or all"),
+        Option("--replay", "PATH", help="a trace file (.jsonl) to draw instead of live readings"),
+    ),
+)
+
+
+def _minutes(value: float) -> str:
+    return f"{round(value, 2):g} min"
 
 
 _by_cell: "weakref.WeakValueDictionary[str, Monitor]" = weakref.WeakValueDictionary()
@@ -128,38 +103,89 @@ def _current_cell_id() -> str | None:
 
 
 def magic_monitor(argv: list[str], shell: Any) -> "Monitor":
-    """``%gpumem monitor ...``: a Monitor to display. Bad options raise MonitorOptionError."""
-    opts = parse_monitor_args(argv)
-    return Monitor(**opts)
+    """``%gpumem monitor ...``: a Monitor to display. Bad options raise MagicUsageError."""
+    return Monitor(**MONITOR_ARGS.parse(argv))
+
+
+def _read_recording(path: str) -> tuple[Timeline, Any]:
+    """The Timeline of the trace file at ``path``, and the error reading stopped at (or None)."""
+    from jupyter_gpumem.sources.replay import timeline_from_trace
+    from jupyter_gpumem.tracefile import read_trace
+
+    if not os.path.isfile(path):
+        raise MagicUsageError(f"--replay: no trace file at {path!r}; give the path of a .jsonl trace")
+    trace = read_trace(path)
+    if not trace.samples:
+        why = trace.error or "it has no samples"
+        raise MagicUsageError(f"--replay: cannot draw {path!r}: {why}")
+    return timeline_from_trace(trace), trace.error
+
+
+def _span_minutes(timeline: Timeline) -> float:
+    """Minutes from a timeline's first sample to its last, and a second more."""
+    samples = timeline.samples()
+    if not samples:
+        return DEFAULT_WINDOW_MIN
+    return min(MAX_WINDOW_MIN, (samples[-1].t - samples[0].t + 1.0) / 60.0)
+
+
+def _recording_block(header: dict, path: str | None, error: Any) -> str:
+    """Where a recorded timeline came from: the trace's name, host, jax and settings."""
+    bits = [f"trace {html.escape(os.path.basename(path))}"] if path else []
+    if header.get("host"):
+        bits.append(f"host {html.escape(str(header['host']))}")
+    if header.get("jax_version"):
+        bits.append(f"jax {html.escape(str(header['jax_version']))}")
+    settings = header.get("settings") or {}
+    if settings:
+        bits.append("settings " + html.escape(", ".join(f"{k}={v}" for k, v in settings.items())))
+    block = "<div style='opacity:.8'>" + " · ".join(bits) + "</div>" if bits else ""
+    if error is not None:
+        block += f"<div style='color:#b35806'>⚠ trace read up to an error: {html.escape(str(error))}</div>"
+    return block
 
 
 class Monitor:
-    """A live view of where each GPU's memory is, and why. Display it in a notebook.
+    """A view of where each GPU's memory is, and why. Display it in a notebook.
 
-    ``interval`` seconds between updates, ``window`` minutes of history, ``device`` an NVML
-    index or "all", ``replay`` a trace file to draw instead of live readings. ``sampler``
-    defaults to the process's shared sampler (several monitors share it). ``close()`` stops
-    updates; re-running the cell that made a monitor closes the old one.
+    It draws one Timeline. By default that is the process's shared sampler's (or ``sampler``'s),
+    updated every ``interval`` seconds; ``replay`` (a trace file) or ``timeline`` draw a
+    recording as it is, with no live updates. ``window`` minutes of history are shown: 10 for
+    live readings, the whole recording otherwise. ``device`` is an NVML index or "all".
+    ``close()`` stops updates; re-running the cell that made a monitor closes the old one.
     """
 
     def __init__(
         self,
-        interval: float = 1.0,
-        window: float = 10.0,
+        interval: float = DEFAULT_INTERVAL_S,
+        window: float | None = None,
         device: int | str | None = "all",
         replay: str | os.PathLike | None = None,
         *,
+        timeline: Timeline | None = None,
         sampler: Any = None,
         max_points: int = MAX_POINTS,
     ):
-        self.interval = _check_interval(interval)
-        self.window_min = _check_window(window)
+        if (replay is not None) + (timeline is not None) + (sampler is not None) > 1:
+            raise MagicUsageError("a monitor draws one timeline: give replay, timeline or sampler, not more than one")
+        self.interval = check_interval(interval)
         self.device = _check_device(device)
         self.max_points = int(max_points)
         self.replay_path = os.fspath(replay) if replay is not None else None
-        self._trace = None
+        read_error = None
         if self.replay_path is not None:
-            self._trace = self._read_replay(self.replay_path)
+            timeline, read_error = _read_recording(self.replay_path)
+        if timeline is None:
+            if sampler is None:
+                from jupyter_gpumem.sampler import get_sampler
+
+                sampler = get_sampler()
+            timeline = sampler.timeline
+        self.sampler = sampler  # None: the timeline is a recording, drawn as it is
+        self.timeline: Timeline = timeline
+        if window is None:
+            window = DEFAULT_WINDOW_MIN if self.live else _span_minutes(timeline)
+        self.window_min = _check_window(window)
 
         import ipywidgets as W
         import plotly.graph_objects as go
@@ -172,52 +198,38 @@ class Monitor:
         self._views: dict[int, _DeviceView] = {}
         self._latest: Sample | None = None
         self._events: list[Event] = []
-        self._status_html = ""
+        # Live: the status report, re-read now and then. A recording: where it came from.
+        self._about_html = "" if self.live else _recording_block(timeline.trace_header or {}, self.replay_path, read_error)
         self._status_at = 0.0
         self._offset = _tz_offset_s()
         self._sub = None
         self.updates = 0  # draws done; wait_for_update() waits on it
         self._updated = threading.Condition()
 
-        self.sampler = None
-        if self._trace is None:
-            if sampler is None:
-                from jupyter_gpumem.sampler import get_sampler
-
-                sampler = get_sampler()
-            self.sampler = sampler
-
         self._build_widgets()
         self._load_history()
-        if self.sampler is not None:
+        if self.live:
             self._subscribe()
         self._replace_previous_in_cell()
 
     # --- setup ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _read_replay(path: str):
-        from jupyter_gpumem.tracefile import read_trace
-
-        if not os.path.isfile(path):
-            raise MonitorOptionError(f"--replay: no trace file at {path!r}; give the path of a .jsonl trace")
-        trace = read_trace(path)
-        if not trace.samples:
-            why = trace.error or "it has no samples"
-            raise MonitorOptionError(f"--replay: cannot draw {path!r}: {why}")
-        return trace
+    @property
+    def live(self) -> bool:
+        """True when a sampler updates the timeline; False for a recording."""
+        return self.sampler is not None
 
     @property
     def labels(self) -> list[str]:
-        if self._trace is None:
+        """How the drawing is marked: "replay" for a timeline read from a trace, and "synthetic"
+        where that trace says its readings are made up."""
+        header = self.timeline.trace_header
+        if header is None:
             return []
-        return ["replay", "synthetic"] if self._trace.synthetic else ["replay"]
+        return ["replay", "synthetic"] if header.get("synthetic") else ["replay"]
 
     @property
     def window_s(self) -> float:
-        if self._trace is not None:
-            s = self._trace.samples
-            return max(1.0, s[-1].t - s[0].t + 1.0)
         return self.window_min * 60.0
 
     def _build_widgets(self) -> None:
@@ -231,15 +243,15 @@ class Monitor:
         intervals = sorted(set(INTERVALS) | {self.interval})
         self.interval_box = W.Dropdown(options=[(f"{v:g} s", v) for v in intervals], value=self.interval, description="every", layout=W.Layout(width="150px"))
         windows = sorted(set(WINDOWS_MIN) | {self.window_min})
-        self.window_box = W.Dropdown(options=[(f"{v:g} min", v) for v in windows], value=self.window_min, description="window", layout=W.Layout(width="170px"))
+        self.window_box = W.Dropdown(options=[(_minutes(v), v) for v in windows], value=self.window_min, description="window", layout=W.Layout(width="170px"))
         self.csv_button = W.Button(description="CSV", icon="download", tooltip="Export the window as CSV")
         self.trace_button = W.Button(description="trace", icon="download", tooltip="Export the window as a trace file (JSON Lines)")
         self.clear_button = W.Button(description="Clear", icon="eraser", tooltip="Clear the view")
         self.message = W.HTML()
         for w in (self.pause_button, self.csv_button, self.trace_button, self.clear_button):
             w.layout = W.Layout(width="auto")
-        if self._trace is not None:
-            self.pause_button.disabled = self.interval_box.disabled = self.window_box.disabled = True
+        if not self.live:  # a recording has nothing to pause and no interval
+            self.pause_button.disabled = self.interval_box.disabled = True
         self.pause_button.observe(self._on_pause, names="value")
         self.interval_box.observe(self._on_interval, names="value")
         self.window_box.observe(self._on_window, names="value")
@@ -265,21 +277,21 @@ class Monitor:
     def _subscribe(self) -> None:
         self._sub = self.sampler.subscribe(self._on_sample, interval=self.interval)
 
-    def _source_samples(self) -> list[Sample]:
-        if self._trace is not None:
-            return list(self._trace.samples)
-        since = time.time() - self.window_s
+    def _window_start(self, end: Sample | None) -> float | None:
+        """Where the window that ends at ``end`` starts (and "clear" moves it up)."""
+        start = end.t - self.window_s if end is not None else None
         if self._since is not None:
-            since = max(since, self._since)
-        return self.sampler.timeline.samples(since)
+            start = self._since if start is None else max(start, self._since)
+        return start
+
+    def _source_samples(self) -> list[Sample]:
+        return self.timeline.samples(self._window_start(self.timeline.latest()))
 
     def _source_events(self) -> list[Event]:
-        if self._trace is not None:
-            return list(self._trace.events)
-        return self.sampler.timeline.events(self._since)
+        return self.timeline.events(self._since)
 
     def _load_history(self) -> None:
-        """Draw what the timeline (or trace) already holds, in one go."""
+        """Draw what the timeline already holds, in one go."""
         with self._lock:
             self._views.clear()
             self._events = self._source_events()
@@ -317,12 +329,7 @@ class Monitor:
         return sealed, new_device
 
     def _cells(self) -> list:
-        start = None
-        if self._latest is not None and self._trace is None:
-            start = self._latest.t - self.window_s
-        if self._since is not None:
-            start = self._since if start is None else max(start, self._since)
-        return cell_markers(self._events, since=start)
+        return cell_markers(self._events, since=self._window_start(self._latest))
 
     def _on_sample(self, sample: Sample) -> None:
         """Runs on the sampler thread; must never raise (a closed front end included)."""
@@ -336,7 +343,7 @@ class Monitor:
                     self.close()
                     return
                 last = self._latest.t if self._latest is not None else None
-                self._events.extend(self.sampler.timeline.events(last if last is not None else sample.t - self.interval))
+                self._events.extend(self.timeline.events(last if last is not None else sample.t - self.interval))
                 self._trim_events()
                 self._apply([sample])
         except Exception:
@@ -407,7 +414,7 @@ class Monitor:
             reason = f"GPU {self.device} is not in the readings; choose another with --device N, or --device all."
         reason = reason or "Nothing to show yet."
         hint = ""
-        if self._trace is None:
+        if self.live:
             hint = "<div style='opacity:.75'>The view fills in by itself once there is something to draw.</div>"
         return (
             "<div class='jupyter-gpumem-empty' style='padding:12px;border:1px dashed var(--jp-border-color1,#bbb);"
@@ -416,16 +423,14 @@ class Monitor:
 
     def _refresh_header(self) -> None:
         now = time.time()
-        if self._trace is None and now - self._status_at > _STATUS_EVERY_S:
+        if self.live and now - self._status_at > _STATUS_EVERY_S:
             self._status_at = now
-            self._status_html = self._status_block()
-        elif self._trace is not None and not self._status_html:
-            self._status_html = self._trace_block()
+            self._about_html = self._status_block()
         value = self.header_html()
         if self.header.value != value:
             self.header.value = value
-        if self.status_box.value != self._status_html:
-            self.status_box.value = self._status_html  # changes rarely: kept out of the per-tick header
+        if self.status_box.value != self._about_html:
+            self.status_box.value = self._about_html  # changes rarely: kept out of the per-tick header
 
     def _status_block(self) -> str:
         try:
@@ -441,29 +446,15 @@ class Monitor:
             block += "".join(f"<div style='color:#b35806'>⚠ {html.escape(w)}</div>" for w in warnings)
         return block
 
-    def _trace_block(self) -> str:
-        h = self._trace.header
-        bits = [f"trace {html.escape(os.path.basename(self.replay_path or ''))}"]
-        if h.get("host"):
-            bits.append(f"host {html.escape(str(h['host']))}")
-        if h.get("jax_version"):
-            bits.append(f"jax {html.escape(str(h['jax_version']))}")
-        settings = h.get("settings") or {}
-        if settings:
-            bits.append("settings " + html.escape(", ".join(f"{k}={v}" for k, v in settings.items())))
-        block = "<div style='opacity:.8'>" + " · ".join(bits) + "</div>"
-        if self._trace.error is not None:
-            block += f"<div style='color:#b35806'>⚠ trace read up to an error: {html.escape(str(self._trace.error))}</div>"
-        return block
-
     def header_html(self) -> str:
-        """The header: source and labels, the live numbers per device, settings and warnings."""
-        if self._trace is not None:
+        """The header: labels and state, the latest numbers per device, settings and warnings."""
+        title = "<b>GPU memory</b>"
+        if self.labels:
             tag = " ".join(f"<span class='jupyter-gpumem-label'>{html.escape(x.upper())}</span>" for x in self.labels)
-            title = f"<b>GPU memory</b> <span style='color:#b35806;font-weight:bold'>{tag}</span>"
-        else:
-            state = "paused" if self._paused else f"live, every {self.interval:g} s"
-            title = f"<b>GPU memory</b> <span style='opacity:.75'>({state}, window {self.window_min:g} min)</span>"
+            title += f" <span style='color:#b35806;font-weight:bold'>{tag}</span>"
+        state = ["paused" if self._paused else f"live, every {self.interval:g} s"] if self.live else []
+        state.append(f"window {_minutes(self.window_min)}")
+        title += f" <span style='opacity:.75'>({', '.join(state)})</span>"
         lines = [title]
         for key in sorted(self._views):
             lines.append(self._numbers_line(self._views[key]))
@@ -526,9 +517,9 @@ class Monitor:
             self._paused = False
             self.pause_button.value = False
             self.pause_button.description, self.pause_button.icon = "Pause", "pause"
-            if self.sampler is not None and self._latest is not None:
-                missed = self.sampler.timeline.samples(self._latest.t)
-                self._events.extend(self.sampler.timeline.events(self._latest.t))
+            if self.live and self._latest is not None:
+                missed = self.timeline.samples(self._latest.t)
+                self._events.extend(self.timeline.events(self._latest.t))
                 if missed:
                     self._apply(missed)
             self._refresh_header()
@@ -537,7 +528,7 @@ class Monitor:
         self.set_interval(change["new"])
 
     def set_interval(self, seconds: float) -> None:
-        self.interval = _check_interval(seconds)
+        self.interval = check_interval(seconds)
         if self.interval_box.value != self.interval:
             self.interval_box.value = self.interval
         if self._sub is not None and not self._closed:
@@ -583,16 +574,16 @@ class Monitor:
 
     def export_trace(self, path: str | os.PathLike | None = None) -> str:
         """Write the window's samples and events as a trace file (JSON Lines); returns the path."""
+        from jupyter_gpumem.sources.nvml import is_fake
         from jupyter_gpumem.tracefile import TraceWriter, header_devices
 
         path = os.fspath(path or self._export_name("jsonl"))
         samples = self._source_samples()
-        if self._trace is not None:
-            fields = {k: v for k, v in self._trace.header.items() if k not in ("kind", "format")}
-        else:
-            fields = {"synthetic": bool(getattr(self.sampler, "synthetic", False))}
-            if samples:
-                fields["devices"] = header_devices(samples[-1].devices)
+        # A recording keeps its own header; readings taken here are made up only in the fake world.
+        fields = {k: v for k, v in (self.timeline.trace_header or {}).items() if k not in ("kind", "format")}
+        fields.setdefault("synthetic", is_fake())
+        if samples:
+            fields.setdefault("devices", header_devices(samples[-1].devices))
         items: list = [*samples, *self._source_events()]
         items.sort(key=lambda x: x.t)
         with _replaced_on_success(path) as tmp, TraceWriter(tmp, fields) as writer:

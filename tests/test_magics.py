@@ -8,8 +8,11 @@ import pytest
 
 from jupyter_gpumem import magics
 from jupyter_gpumem.allocator_shim import GpumemError, SettingsError
-from jupyter_gpumem.magics import DELEGATES, HELP, Command, parse_line, run_command
+from jupyter_gpumem.magic_args import Grammar, MagicUsageError
+from jupyter_gpumem.magics import DELEGATES, HELP, SETTINGS, Command, parse_line, run_command
 from jupyter_gpumem.model import AllocatorSettings
+
+from doubles import FakeShell
 
 
 @pytest.mark.parametrize("line", ["", "   ", "status"])
@@ -45,6 +48,10 @@ def test_cuda_malloc_async_is_read_as_cuda_async_with_a_note():
 
 def test_remat_is_a_switch():
     assert parse_line("remat off").settings == AllocatorSettings(remat=False)
+
+
+def test_setting_words_are_read_in_any_case_and_with_either_spelling():
+    assert parse_line("PREALLOCATE off async_prealloc all").settings == AllocatorSettings(preallocate=False, async_prealloc=-1)
 
 
 def test_unknown_word_names_every_valid_word():
@@ -88,11 +95,42 @@ def test_estimate_keeps_the_expression_whole():
     assert parse_line("estimate f(x, name='a b')").argv == ("f(x, name='a b')",)
 
 
+def test_estimate_without_an_expression_is_refused_by_its_parser_naming_the_usage():
+    assert parse_line("estimate") == Command("estimate")
+    with pytest.raises(MagicUsageError, match="^%gpumem estimate: EXPR is required"):
+        run_command(parse_line("estimate"))
+
+
 def test_help_covers_every_subcommand_and_setting():
     for word in ("preallocate", "fraction", "allocator", "async-prealloc", "remat", "status", "reset", *DELEGATES):
         assert f"%gpumem {word}" in HELP
     for option in ("--interval", "--window", "--device", "--replay", "--top", "--by", "--history", "--caches", "--gc"):
         assert option in HELP
+
+
+def _grammar_of(word: str) -> Grammar:
+    module = importlib.import_module(DELEGATES[word][0])
+    found = [g for g in vars(module).values() if isinstance(g, Grammar) and g.prog == f"%gpumem {word}"]
+    found += [g for d in vars(module).values() if isinstance(d, dict) for g in d.values()
+              if isinstance(g, Grammar) and g.prog == f"%gpumem {word}"]
+    assert len(found) == 1, f"{DELEGATES[word][0]} should declare one grammar for %gpumem {word}"
+    return found[0]
+
+
+@pytest.mark.parametrize("word", sorted(DELEGATES))
+def test_help_shows_each_subcommand_as_its_parser_declares_it(word):
+    assert f"  {_grammar_of(word).usage()}" in HELP
+
+
+@pytest.mark.parametrize("option", SETTINGS.options, ids=lambda o: o.name)
+def test_help_shows_each_setting_as_its_parser_declares_it(option):
+    assert f"  %gpumem {option.name} {option.shown} " in HELP
+
+
+def test_a_bad_subcommand_argument_is_one_usage_error_that_names_the_command_once():
+    with pytest.raises(MagicUsageError) as err:
+        run_command(parse_line("arrays --by colour"))
+    assert str(err.value) == "%gpumem arrays: --by takes one of shape, dtype, cell, name, got 'colour'"
 
 
 def test_the_magic_docstring_is_the_help_text():
@@ -115,20 +153,12 @@ def test_every_delegated_word_names_a_function_that_exists(word):
     assert callable(getattr(importlib.import_module(module_name), function_name))
 
 
-class _FakeShell:
-    def __init__(self):
-        self.registered = []
-
-    def register_magics(self, cls):
-        self.registered.append(cls)
-
-
 def test_load_registers_the_magic_and_the_cell_events(monkeypatch):
     from jupyter_gpumem import sampler
 
     seen = []
     monkeypatch.setattr(sampler, "register_cell_events", seen.append)
-    shell = _FakeShell()
+    shell = FakeShell()
     magics.load(shell)
     assert shell.registered == [magics.GpumemMagics] and seen == [shell]
 
@@ -140,7 +170,7 @@ def test_a_failing_cell_event_hook_does_not_break_loading(monkeypatch):
         raise RuntimeError("no events here")
 
     monkeypatch.setattr(sampler, "register_cell_events", broken)
-    shell = _FakeShell()
+    shell = FakeShell()
     with pytest.warns(UserWarning, match="cell events are off"):
         magics.load(shell)
     assert shell.registered == [magics.GpumemMagics]

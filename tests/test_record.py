@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ import threading
 import pytest
 
 from jupyter_gpumem import model, record
+from jupyter_gpumem.magic_args import MagicUsageError
 from jupyter_gpumem.record import Recorder, RecordError, magic_record, main
 from jupyter_gpumem.sampler import Sampler
 from jupyter_gpumem.tracefile import read_trace
@@ -66,15 +68,6 @@ def test_recorder_stop_leaves_no_thread_and_is_idempotent(tmp_path):
     assert not recorder.sampler.running and not recorder.recording
 
 
-def test_replayed_recording_stays_synthetic(tmp_path):
-    from pathlib import Path
-
-    trace = Path(__file__).parent / "data" / "traces" / "synthetic_two_kernels.jsonl"
-    recorder = Recorder(tmp_path / "r.jsonl", Sampler.from_replay(trace))
-    recorder.stop()
-    assert read_trace(tmp_path / "r.jsonl").synthetic is True
-
-
 # --- the command line ---------------------------------------------------------------------------
 
 
@@ -88,7 +81,8 @@ def test_replayed_recording_stays_synthetic(tmp_path):
         (["OUT", "--seconds", "-3"], "--seconds must be"),
         (["OUT", "--run", "missing.py"], "no such script"),
         (["OUT", "--", "x"], "no --run"),
-        (["OUT", "--colour"], "unrecognized arguments"),
+        (["OUT", "--colour"], "unknown argument '--colour'; valid: --seconds, --interval, --run, --force"),
+        (["OUT", "--force", "--force"], "--force is given twice"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message_and_write_nothing(tmp_path, capsys, argv, says):
@@ -97,6 +91,14 @@ def test_bad_arguments_exit_2_with_a_message_and_write_nothing(tmp_path, capsys,
     assert main(argv) == 2
     assert says in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_lists_every_option_and_writes_nothing(tmp_path, capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m jupyter_gpumem.record OUT.jsonl [--seconds N] [--interval S]")
+    for option in ("--seconds N", "--interval S", "--run SCRIPT.py", "--force"):
+        assert f"  {option}" in out
 
 
 def test_existing_file_is_not_overwritten_without_force(tmp_path, capsys):
@@ -172,11 +174,22 @@ def test_magic_stop_without_recording_is_explained(fake_process_sampler):
         magic_record(["stop"])
 
 
-@pytest.mark.parametrize("argv", [[], ["--interval", "1"], ["x.jsonl", "--interval"], ["x.jsonl", "--interval", "0"], ["x.csv"]])
-def test_magic_bad_arguments_are_refused(tmp_path, fake_process_sampler, argv):
-    with pytest.raises(RecordError):
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        ([], "PATH.jsonl|stop is required"),
+        (["--interval", "1"], "PATH.jsonl|stop is required"),
+        (["x.jsonl", "--interval"], "--interval needs a value"),
+        (["x.jsonl", "--interval", "0"], "from 0.01 to 3600"),
+        (["x.csv"], "must end in .jsonl"),
+        (["x.jsonl", "y.jsonl"], "unexpected 'y.jsonl'"),
+        (["stop", "--interval", "1"], "stop takes no --interval"),
+    ],
+)
+def test_magic_bad_arguments_are_refused_and_start_nothing(tmp_path, fake_process_sampler, argv, says):
+    with pytest.raises(MagicUsageError, match=re.escape(says)):
         magic_record(argv)
-    assert record._active is None
+    assert record._active is None and not fake_process_sampler.running
 
 
 def test_magic_record_adds_cell_events_from_the_shell(tmp_path, fake_process_sampler):

@@ -1,4 +1,5 @@
-"""Replaying a trace as if live, on a controlled clock."""
+"""Trace files read back: a whole trace as a Timeline (what the monitor draws), and a trace
+served as if live on a controlled clock (the server's replay mode)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pathlib
 
 import pytest
 
+from jupyter_gpumem.model import Timeline
 from jupyter_gpumem.sources.replay import ReplaySource, timeline_from_trace
 from jupyter_gpumem.tracefile import read_trace
 
@@ -25,9 +27,24 @@ def trace():
     return read_trace(TRACE, strict=True)
 
 
-def test_replay_is_labelled_replay_and_synthetic(trace):
-    source = ReplaySource(trace)
-    assert (source.label, source.synthetic) == ("replay", True)
+# --- a whole trace as a Timeline -------------------------------------------------------------
+
+
+def test_timeline_from_trace_holds_every_sample_and_event(trace):
+    timeline = timeline_from_trace(TRACE)
+    assert timeline.samples() == trace.samples and timeline.events() == trace.events
+
+
+def test_timeline_from_trace_keeps_the_header_that_says_synthetic(trace):
+    timeline = timeline_from_trace(trace)
+    assert timeline.trace_header == trace.header and timeline.trace_header["synthetic"] is True
+
+
+def test_a_timeline_of_readings_taken_here_has_no_trace_header():
+    assert Timeline().trace_header is None
+
+
+# --- served as if live ------------------------------------------------------------------------
 
 
 def test_first_sample_is_served_at_start_with_time_shifted_to_now(trace):
@@ -65,22 +82,11 @@ def test_without_loop_the_last_sample_stays(trace):
     assert source.finished and source.current().jax == trace.samples[-1].jax
 
 
-def test_read_jax_answers_for_the_instant_read_devices_chose(trace):
+def test_read_devices_answers_the_devices_of_the_sample_due_now(trace):
     clock = Clock()
     source = ReplaySource(trace, clock=clock)
     clock.now += trace.samples[30].t - trace.samples[0].t
-    devices = source.read_devices()
-    clock.now += 5  # a later clock tick between the two calls
-    assert (devices, source.read_jax()) == (trace.samples[30].devices, trace.samples[30].jax)
-
-
-def test_events_are_served_once_when_their_time_comes(trace):
-    clock = Clock()
-    source = ReplaySource(trace, loop=False, clock=clock)
-    first = trace.events[0]
-    clock.now += first.t - trace.samples[0].t
-    assert [e.name for e in source.read_events()] == [first.name]
-    assert source.read_events() == []
+    assert source.read_devices() == trace.samples[30].devices
 
 
 def test_bad_speed_is_refused_with_the_valid_range(trace):
@@ -93,8 +99,3 @@ def test_trace_without_samples_cannot_be_replayed(tmp_path):
     path.write_text('{"kind":"header","format":1,"synthetic":true}\n')
     with pytest.raises(ValueError, match="no samples"):
         ReplaySource(path)
-
-
-def test_timeline_from_trace_holds_every_sample_and_event(trace):
-    timeline = timeline_from_trace(TRACE)
-    assert timeline.samples() == trace.samples and timeline.events() == trace.events

@@ -1,4 +1,4 @@
-"""The monitor widget: what it draws from a sample, replays, options, controls, and shutdown."""
+"""The monitor widget: what it draws from a sample, recordings, options, controls, and shutdown."""
 
 from __future__ import annotations
 
@@ -10,50 +10,21 @@ import threading
 
 import pytest
 
-from jupyter_gpumem.model import NO_DRIVER, NOT_STARTED, Event, NotAvailable, Sample, Timeline
+from jupyter_gpumem.magic_args import MagicUsageError
+from jupyter_gpumem.model import NO_DRIVER, NOT_STARTED, Event, NotAvailable, Sample
 from jupyter_gpumem.sampler import Sampler
-from jupyter_gpumem.tracefile import read_trace
-from jupyter_gpumem.widget import Monitor, MonitorOptionError, magic_monitor, parse_monitor_args
+from jupyter_gpumem.sources.replay import timeline_from_trace
+from jupyter_gpumem.tracefile import TraceWriter, read_trace
+from jupyter_gpumem.widget import MONITOR_ARGS, Monitor, magic_monitor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))
 from comm_bytes import measure_comm_bytes  # noqa: E402  (a bench tool, measured here too)
 
-from test_series import PID, bfc_sample
+from doubles import PID, StubSampler, bfc_sample
 
 TRACES = os.path.join(os.path.dirname(__file__), "data", "traces")
 SYNTHETIC = sorted(glob.glob(os.path.join(TRACES, "synthetic_*.jsonl")))
 assert SYNTHETIC, "tests/data/traces/synthetic_*.jsonl are committed; regenerate them with tests/data/make_synthetic_traces.py"
-
-
-class StubSampler:
-    """A sampler without a thread: the test hands each sample to the monitor itself."""
-
-    synthetic = False
-
-    def __init__(self):
-        self.timeline = Timeline()
-        self.subscriptions = []
-
-    def subscribe(self, callback, interval=None):
-        stub = self
-
-        class Sub:
-            closed = False
-
-            def close(self):
-                self.closed = True
-                if self in stub.subscriptions:
-                    stub.subscriptions.remove(self)
-
-        sub = Sub()
-        sub.callback = callback
-        self.subscriptions.append(sub)
-        return sub
-
-    def push(self, sample: Sample) -> None:
-        self.timeline.append(sample)
-        for sub in list(self.subscriptions):
-            sub.callback(sample)
 
 
 def tail_y(monitor: Monitor, label: str, key: int = 0):
@@ -72,29 +43,52 @@ def stub():
 
 
 def test_options_parse_to_monitor_arguments():
-    assert parse_monitor_args(["--interval", "0.5", "--window=5", "--device", "1"]) == {
-        "interval": 0.5, "window": 5.0, "device": 1,
+    assert MONITOR_ARGS.parse(["--interval", "0.5", "--window=5", "--device", "1"]) == {
+        "interval": 0.5, "window": 5.0, "device": 1, "replay": None,
     }
 
 
+def test_no_options_leave_the_monitor_its_defaults():
+    assert MONITOR_ARGS.parse([]) == {"interval": 1.0, "window": None, "device": None, "replay": None}
+
+
 def test_unknown_option_names_the_valid_ones():
-    with pytest.raises(MonitorOptionError, match="--interval, --window, --device, --replay"):
-        parse_monitor_args(["--rate", "2"])
+    with pytest.raises(MagicUsageError, match="--interval, --window, --device, --replay"):
+        MONITOR_ARGS.parse(["--rate", "2"])
 
 
 def test_bad_device_names_the_valid_values():
-    with pytest.raises(MonitorOptionError, match="GPU index .* or 'all'"):
-        parse_monitor_args(["--device", "first"])
+    with pytest.raises(MagicUsageError, match="GPU index .* or 'all'"):
+        MONITOR_ARGS.parse(["--device", "first"])
 
 
 def test_bad_interval_names_the_valid_range():
-    with pytest.raises(MonitorOptionError, match="from 0.05 to 3600"):
-        parse_monitor_args(["--interval", "fast"])
+    with pytest.raises(MagicUsageError, match="from 0.01 to 3600"):
+        MONITOR_ARGS.parse(["--interval", "fast"])
+
+
+def test_the_python_api_refuses_a_bad_interval_in_the_same_words():
+    with pytest.raises(MagicUsageError, match="from 0.01 to 3600"):
+        Monitor(interval=0, sampler=StubSampler())
 
 
 def test_replay_of_a_missing_file_is_a_clear_error(tmp_path):
-    with pytest.raises(MonitorOptionError, match="no trace file"):
+    with pytest.raises(MagicUsageError, match="no trace file"):
         magic_monitor(["--replay", str(tmp_path / "nope.jsonl")], shell=None)
+
+
+def test_a_bad_option_starts_no_monitor(stub, monkeypatch):
+    import jupyter_gpumem.sampler as sampler_mod
+
+    monkeypatch.setattr(sampler_mod, "get_sampler", lambda: stub)
+    with pytest.raises(MagicUsageError, match="window must be"):
+        magic_monitor(["--window", "0"], shell=None)
+    assert stub.subscriptions == []
+
+
+def test_a_monitor_draws_one_timeline(stub):
+    with pytest.raises(MagicUsageError, match="one timeline"):
+        Monitor(replay=SYNTHETIC[0], sampler=stub)
 
 
 # --- what a live sample draws ----------------------------------------------------------------
@@ -193,15 +187,62 @@ def test_a_tick_sends_a_small_fraction_of_the_figure(stub):
     m.close()
 
 
-# --- replay --------------------------------------------------------------------------------
+# --- recordings: a Timeline read from a trace --------------------------------------------------
+
+
+def figure_labels(monitor: Monitor) -> list[str]:
+    return [a.text for v in monitor._views.values() for a in v.fig.layout.annotations]
 
 
 def test_replay_of_a_synthetic_trace_is_labelled_replay_and_synthetic():
     m = Monitor(replay=SYNTHETIC[0])
     assert "REPLAY" in m.header.value and "SYNTHETIC" in m.header.value
     assert "class='jupyter-gpumem-label'" in m.header.value  # upper-casing must not touch the markup
-    labels = [a.text for v in m._views.values() for a in v.fig.layout.annotations]
-    assert any("REPLAY" in t and "SYNTHETIC" in t for t in labels)
+    assert any("REPLAY" in t and "SYNTHETIC" in t for t in figure_labels(m))
+    m.close()
+
+
+def test_a_trace_recorded_on_a_real_gpu_is_labelled_replay_only(tmp_path):
+    path = tmp_path / "real.jsonl"
+    with TraceWriter(path, {"synthetic": False}) as writer:
+        for sample in read_trace(SYNTHETIC[0]).samples[:5]:
+            writer.write_sample(sample)
+    m = Monitor(replay=path)
+    assert "REPLAY" in m.header.value and "SYNTHETIC" not in m.header.value
+    assert figure_labels(m) and all(t == "REPLAY" for t in figure_labels(m))
+    m.close()
+
+
+def test_live_readings_carry_no_replay_label(stub):
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    assert "REPLAY" not in m.header.value and figure_labels(m) == []
+    m.close()
+
+
+def test_a_timeline_read_from_a_trace_draws_as_the_replay_option_does():
+    by_path, by_timeline = Monitor(replay=SYNTHETIC[0]), Monitor(timeline=timeline_from_trace(SYNTHETIC[0]))
+    assert by_timeline.labels == by_path.labels == ["replay", "synthetic"]
+    assert tail_y(by_timeline, "JAX arrays (in use)") == tail_y(by_path, "JAX arrays (in use)")
+    by_path.close()
+    by_timeline.close()
+
+
+def test_a_recording_is_shown_whole_and_has_nothing_to_pause():
+    trace = read_trace(SYNTHETIC[0])
+    m = Monitor(replay=SYNTHETIC[0])
+    assert m.window_s >= trace.samples[-1].t - trace.samples[0].t
+    assert len(m._source_samples()) == len(trace.samples)
+    assert m.pause_button.disabled and m.interval_box.disabled and not m.window_box.disabled
+    assert "live" not in m.header.value
+    m.close()
+
+
+def test_a_window_on_a_recording_shows_its_last_minutes():
+    trace = read_trace(SYNTHETIC[0])
+    m = Monitor(replay=SYNTHETIC[0], window=0.25)
+    shown = m._source_samples()
+    assert shown[-1] == trace.samples[-1] and shown[0].t > trace.samples[-1].t - 15 >= trace.samples[0].t
     m.close()
 
 

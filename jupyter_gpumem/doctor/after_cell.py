@@ -12,6 +12,7 @@ from jupyter_gpumem.doctor.hooks import state as _state
 from jupyter_gpumem.doctor.report import oom_report
 from jupyter_gpumem.doctor.text import _pretty_as_text
 from jupyter_gpumem.doctor.tracking import Track
+from jupyter_gpumem.magic_args import Grammar, Option
 
 
 def _display(obj: Any) -> None:
@@ -45,15 +46,19 @@ def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
     _on_error(getattr(result, "error_in_exec", None), shell)
 
 
-def _switch(argv: list[str], what: str, key: str, shell: Any, on_text: str) -> str:
-    if not argv:
-        return f"gpumem: {what} is {'on' if _state[key] else 'off'}"
-    if len(argv) != 1 or argv[0].lower() not in ("on", "off"):
-        raise ValueError(f"{what} takes on or off, got {' '.join(argv)!r}")
-    _state[key] = argv[0].lower() == "on"
+# What %gpumem doctor and %gpumem cells take: on, off, or nothing to ask.
+SWITCH_ARGS = {key: Grammar(f"%gpumem {key}", positionals=(Option(key, choices=("on", "off")),)) for key in ("doctor", "cells")}
+
+
+def _switch(argv: list[str], key: str, shell: Any, on_text: str) -> str:
+    """Set the switch ``key`` from ``on|off``; with no word, say where it is."""
+    word = SWITCH_ARGS[key].parse(argv)[key]
+    if word is None:
+        return f"gpumem: {key} is {'on' if _state[key] else 'off'}"
+    _state[key] = word == "on"
     if shell is not None:
         install(shell)
-    return f"gpumem: {what} {'on: ' + on_text if _state[key] else 'off'}"
+    return f"gpumem: {key} {'on: ' + on_text if _state[key] else 'off'}"
 
 
 class _Line(str):
@@ -64,9 +69,9 @@ class _Line(str):
 
 def magic_doctor(argv: list[str], shell: Any) -> _Line:
     """``%gpumem doctor on|off``: the OOM report after a failing cell (on by default)."""
-    return _Line(_switch(argv, "doctor", "doctor", shell, "an out-of-memory error in a cell is followed by a report"))
+    return _Line(_switch(argv, "doctor", shell, "an out-of-memory error in a cell is followed by a report"))
 
 
 def magic_cells(argv: list[str], shell: Any) -> _Line:
     """``%gpumem cells on|off``: one line of memory use after each cell."""
-    return _Line(_switch(argv, "cells", "cells", shell, "one line of memory use after each cell"))
+    return _Line(_switch(argv, "cells", shell, "one line of memory use after each cell"))

@@ -21,6 +21,7 @@ from jupyter_gpumem.doctor.names import (
     names_by_array,
 )
 from jupyter_gpumem.doctor.text import _b, _esc, _pretty_as_text
+from jupyter_gpumem.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
 
@@ -238,50 +239,29 @@ def _not_started_note() -> str:
     return "JAX's backend has not started: there are no live arrays yet (listing them would start it)."
 
 
-def _parse_options(argv: list[str], spec: dict[str, str], command: str) -> dict[str, Any]:
-    """``--name value`` and ``--flag`` options; ``spec`` maps an option to "flag" or "value"."""
-    valid = ", ".join(f"--{k}" + (" VALUE" if v == "value" else "") for k, v in spec.items())
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        name, eq, inline = word.partition("=")
-        key = name[2:] if name.startswith("--") else None
-        if key not in spec:
-            raise ValueError(f"{command}: unknown argument {word!r}; valid: {valid}")
-        if key in out:
-            raise ValueError(f"{command}: --{key} is given twice")
-        if spec[key] == "flag":
-            if eq:
-                raise ValueError(f"{command}: --{key} takes no value")
-            out[key] = True
-            i += 1
-            continue
-        if eq:
-            out[key] = inline
-            i += 1
-        elif i + 1 < len(argv):
-            out[key] = argv[i + 1]
-            i += 2
-        else:
-            raise ValueError(f"{command}: --{key} needs a value")
-    return out
+def _top(text: str) -> int:
+    try:
+        top = int(text)
+    except ValueError:
+        top = 0
+    if top < 1:
+        raise ValueError(f"--top takes a whole number of rows, 1 or more, got {text!r}")
+    return top
+
+
+ARRAYS_ARGS = Grammar(
+    "%gpumem arrays",
+    options=(
+        Option("--top", "N", read=_top, default=20, help="rows to show"),
+        Option("--by", choices=BY_CHOICES, help="group the rows"),
+    ),
+)
 
 
 def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
     """``%gpumem arrays [--top N] [--by shape|dtype|cell|name]``."""
-    opts = _parse_options(argv, {"top": "value", "by": "value"}, "arrays")
-    top = 20
-    if "top" in opts:
-        try:
-            top = int(opts["top"])
-        except ValueError:
-            top = 0
-        if top < 1:
-            raise ValueError(f"arrays: --top takes a whole number of rows, 1 or more, got {opts['top']!r}")
-    by = opts.get("by")
-    if by is not None and by not in BY_CHOICES:
-        raise ValueError(f"arrays: --by takes one of {', '.join(BY_CHOICES)}, got {by!r}")
+    opts = ARRAYS_ARGS.parse(argv)
+    top, by = opts["top"], opts["by"]
     if not allocator_shim.backend_started():
         return ArraysReport((), top, by, _not_started_note())
     found = census(shell)

@@ -10,6 +10,7 @@ from typing import Any
 from jupyter_gpumem import model
 from jupyter_gpumem.doctor.names import _user_namespace
 from jupyter_gpumem.doctor.text import _b, _PreReport, _pretty_as_text
+from jupyter_gpumem.magic_args import Grammar, Option
 from jupyter_gpumem.model import AllocatorStats, DeviceReading, NotAvailable, Sample
 from jupyter_gpumem.sources import jax_arrays
 
@@ -105,11 +106,12 @@ def _available_host_bytes() -> int | None:
     return None
 
 
+ESTIMATE_ARGS = Grammar("%gpumem estimate", positionals=(Option("expression", "EXPR", required=True),))
+
+
 def magic_estimate(argv: list[str], shell: Any) -> EstimateReport:
     """``%gpumem estimate f(x, y)``: the call is compiled for its arguments, never run."""
-    if len(argv) != 1 or not argv[0].strip():
-        raise ValueError("estimate takes one call expression, e.g. %gpumem estimate train_step(params, batch)")
-    text = argv[0].strip()
+    text = ESTIMATE_ARGS.parse(argv)["expression"].strip()
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as err:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem import allocator_shim
-from jupyter_gpumem.doctor.arrays import ArrayRecord, _parse_options, census
+from jupyter_gpumem.doctor.arrays import ArrayRecord, census
 from jupyter_gpumem.doctor.hooks import state as _state
 from jupyter_gpumem.doctor.usage import memory_now
 from jupyter_gpumem.doctor.names import (
@@ -22,6 +22,7 @@ from jupyter_gpumem.doctor.names import (
     names_by_array,
 )
 from jupyter_gpumem.doctor.text import _b, _PreReport, _pretty_as_text
+from jupyter_gpumem.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
 
@@ -160,9 +161,19 @@ def free(history: bool = True, caches: bool = True, gc: bool = True, shell: Any 
     return FreeReport(tuple(actions), measure, before.in_use, after.in_use, still, tuple(failed), tuple(not_done), note)
 
 
+FREE_ARGS = Grammar(
+    "%gpumem free",
+    options=(
+        Option("--history", help="output history (Out, _, _N)"),
+        Option("--caches", help="JAX's compilation caches"),
+        Option("--gc", help="a garbage collection"),
+    ),
+)
+
+
 def magic_free(argv: list[str], shell: Any) -> FreeReport:
     """``%gpumem free [--history] [--caches] [--gc]``; no option means all three."""
-    opts = _parse_options(argv, {"history": "flag", "caches": "flag", "gc": "flag"}, "free")
-    if not opts:
-        opts = {"history": True, "caches": True, "gc": True}
-    return free(history="history" in opts, caches="caches" in opts, gc="gc" in opts, shell=shell)
+    opts = FREE_ARGS.parse(argv)
+    if not any(opts.values()):
+        opts = dict.fromkeys(opts, True)
+    return free(history=opts["history"], caches=opts["caches"], gc=opts["gc"], shell=shell)
