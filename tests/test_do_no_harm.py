@@ -17,7 +17,6 @@ Where the cases come from:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
