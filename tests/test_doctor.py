@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -219,3 +220,105 @@ def test_fix_lines_say_run_for_code_and_do_for_actions_in_words():
     assert _action_label("%gpumem fraction 0.45") == "Run"
     assert _action_label("jax.clear_caches()") == "Run"
     assert _action_label("Restart the kernel, then run the settings cell first") == "Do"
+
+
+# --- %gpumem free and a failed cell: a fresh IPython shell (tests/kernel_session.py) ----------
+
+# Where IPython 9.18 on Python 3.11 keeps a failed cell's traceback, each enough to keep the
+# frames and a failed function's arrays alive (jax#14934): sys.last_traceback/last_value
+# (InteractiveShell._get_exc_info, IPython/core/interactiveshell.py); InteractiveTB.tb
+# (AutoFormattedTB.structured_traceback, IPython/core/ultratb.py); last_execution_result's
+# error_in_exec.__traceback__ (run_cell_async, interactiveshell.py); after %debug, the
+# debugger's curframe_locals (Pdb.forget() leaves it, Python 3.11 Lib/pdb.py). And frame.clear()
+# leaves the f_locals snapshot the traceback display read (frame_tp_clear, Objects/frameobject.c).
+FAILED_SETUP = '''\
+import io, sys, weakref, jax, jax.numpy as jnp
+refs = {}
+def allocate_then_raise(key):
+    x = jnp.ones((16 * 2**20,), jnp.float32)  # 64 MiB
+    refs[key] = weakref.ref(x)
+    raise ValueError("after allocating")
+def allocate_then_oom(key):
+    x = jnp.ones((16 * 2**20,), jnp.float32)
+    refs[key] = weakref.ref(x)
+    return jnp.zeros((2**42,), jnp.float32) + x[0]
+keep = None
+def allocate_keep_then_raise(key):
+    global keep
+    x = keep = jnp.ones((16 * 2**20,), jnp.float32)
+    refs[key] = weakref.ref(x)
+    raise ValueError("after allocating")
+def gone(key):
+    import gc; gc.collect()
+    print(refs[key]() is None, len(jax.live_arrays()))'''
+
+FAILED_CELLS = [
+    FAILED_SETUP,
+    "%gpumem free --gc",                           # 1: nothing has failed yet
+    "allocate_then_raise('raise')",                # 2
+    "gone('raise')",                               # 3: alive before free
+    "%gpumem free --gc",                           # 4
+    "gone('raise')",                               # 5
+    "allocate_then_oom('oom')",                    # 6: a real out-of-memory error, with the report
+    "%gpumem free",                                # 7: all three steps
+    "gone('oom')",                                 # 8
+    "allocate_then_raise('debug')",                # 9
+    "sys.stdin = io.StringIO('q\\n')\n%debug\nsys.stdin = sys.__stdin__",  # 10
+    "%gpumem free --gc",                           # 11
+    "gone('debug')",                               # 12
+    "allocate_keep_then_raise('kept')",            # 13
+    "%gpumem free --gc",                           # 14
+    "gone('kept')",                                # 15
+]
+
+
+@pytest.fixture(scope="module")
+def failed_cells(tmp_path_factory) -> list[dict]:
+    path = tmp_path_factory.mktemp("failed") / "cells.json"
+    path.write_text(json.dumps(FAILED_CELLS))
+    script = Path(__file__).parent / "kernel_session.py"
+    proc = subprocess.run([sys.executable, str(script), str(path), "--ext"], capture_output=True, text=True, check=False,
+                          timeout=180, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}, cwd=path.parent)
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(line[4:])
+
+
+def test_free_releases_the_array_a_failed_function_allocated(failed_cells):
+    """The exact case: a function allocates 64 MiB, then raises; after %gpumem free it is gone."""
+    assert failed_cells[2]["error"] == "ValueError"
+    assert failed_cells[3]["out"].split()[0] == "False"  # held by the traceback until then
+    assert failed_cells[5]["out"].split() == ["True", "0"]
+    out = failed_cells[4]["out"]
+    assert out.startswith("Freed 64.00 MiB: 64.00 MiB -> 0 B")
+    # A cell ran in between, so the failed cell's result is no longer the shell's last one.
+    assert ("the last error (ValueError): traceback dropped from sys.last_traceback, the traceback display "
+            "(InteractiveTB.tb); 1 frame cleared; its frames held 1 array (64.00 MiB): all freed") in out
+
+
+def test_free_releases_the_array_of_a_function_that_ran_out_of_memory(failed_cells):
+    assert failed_cells[6]["error"] == "JaxRuntimeError"
+    out = failed_cells[7]["out"]
+    assert out.startswith("Freed 64.00 MiB: 64.00 MiB -> 0 B")
+    assert "the failed cell's result (last_execution_result)" in out and "(64.00 MiB): all freed" in out
+    assert failed_cells[8]["out"].split() == ["True", "0"]
+
+
+def test_free_releases_what_the_debugger_kept_after_debug(failed_cells):
+    assert failed_cells[10]["ok"], failed_cells[10]["out"]
+    out = failed_cells[11]["out"]
+    assert "the debugger's last frame (InteractiveTB.pdb)" in out and "all freed" in out
+    assert failed_cells[12]["out"].split() == ["True", "0"]
+
+
+def test_free_says_what_still_holds_an_array_the_frames_shared(failed_cells):
+    """Never a release that did not happen: the array is also a global, and the report says so."""
+    out = failed_cells[14]["out"]
+    assert out.startswith("Freed 0 B: 64.00 MiB -> 64.00 MiB")
+    assert "its frames held 1 array (64.00 MiB): 0 freed (0 B), 1 still alive, held by keep in the namespace of __main__" in out
+    assert "all freed" not in out
+    assert failed_cells[15]["out"].split() == ["False", "1"]
+
+
+def test_free_with_no_failed_cell_says_no_traceback_was_held(failed_cells):
+    assert "garbage: no error's traceback was held; gc.collect() found" in failed_cells[1]["out"]

@@ -9,7 +9,8 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``report``: the OOM report itself, text and HTML
 - ``names``, ``arrays``: ``%gpumem arrays``: live arrays, their names and cells
 - ``usage``, ``tracking``: memory now, and the change and peak of a block or a cell
-- ``release``: ``%gpumem free``; ``estimates``: ``%gpumem estimate``; ``repack``: ``defragment``
+- ``release``: ``%gpumem free``; ``last_error``: what keeps a failed cell's arrays alive, and
+  letting go of it; ``estimates``: ``%gpumem estimate``; ``repack``: ``defragment``
 - ``text``: how the reports read, as text and as HTML
 - ``after_cell``: the work after a cell, and ``%gpumem doctor|cells on|off``
 """

@@ -5,15 +5,14 @@ garbage collection, step by step, with the memory before and after.
 from __future__ import annotations
 
 import gc as _gc
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem import allocator_shim
+from jupyter_gpumem.doctor import last_error
 from jupyter_gpumem.doctor.arrays import ArrayRecord, census
 from jupyter_gpumem.doctor.hooks import state as _state
-from jupyter_gpumem.doctor.usage import memory_now
 from jupyter_gpumem.doctor.names import (
     _HISTORY_SINGLE,
     WALK_SECONDS_REPORT,
@@ -22,6 +21,7 @@ from jupyter_gpumem.doctor.names import (
     names_by_array,
 )
 from jupyter_gpumem.doctor.text import _b, _PreReport, _pretty_as_text
+from jupyter_gpumem.doctor.usage import memory_now
 from jupyter_gpumem.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
@@ -110,16 +110,11 @@ def _caches_step() -> str:
     return "compiled-program caches: jax.clear_caches()" if ran else "compiled-program caches: JAX is not imported, nothing to clear"
 
 
-def _gc_step() -> str:
+def _gc_step(shell: Any) -> str:
     # The last error's traceback keeps its frames, and their arrays, alive (jax#14934).
-    for name in ("last_traceback", "last_value", "last_type", "last_exc"):
-        if hasattr(sys, name):
-            try:
-                delattr(sys, name)
-            except AttributeError:
-                pass
+    released = last_error.release(shell)
     found = _gc.collect()
-    return f"garbage: the last error's traceback released; gc.collect() found {found} objects"
+    return f"garbage: {released.words()}; gc.collect() found {found} objects"
 
 
 def free(history: bool = True, caches: bool = True, gc: bool = True, shell: Any = None) -> FreeReport:
@@ -135,7 +130,7 @@ def free(history: bool = True, caches: bool = True, gc: bool = True, shell: Any 
     steps = [(name, run) for name, wanted, run in (
         ("output history", history, lambda: _history_step(shell)),
         ("compiled-program caches", caches, _caches_step),
-        ("garbage", gc, _gc_step),
+        ("garbage", gc, lambda: _gc_step(shell)),
     ) if wanted]
     actions: list[str] = []
     failed: list[str] = []
