@@ -61,6 +61,26 @@ async def test_every_extension_route_refuses_a_wrong_token_and_serves_the_right_
         assert (await jp_fetch(*parts)).code == 200, path
 
 
+async def test_every_extension_route_takes_the_token_as_a_query_parameter(jp_serverapp, jp_fetch, jp_base_url, world):
+    """``?token=`` authenticates a script or a link, as on /metrics: jupyter_server's
+    IdentityProvider.get_token reads handler.get_argument("token") before the Authorization
+    header (jupyter_server/auth/identity.py, 2.21.1). It is not an unknown parameter; one that
+    really is unknown is still a 400, and a wrong token still a 403."""
+    token = jp_serverapp.identity_provider.token
+    no_header = {"Authorization": ""}
+    assert (await jp_fetch("metrics", params={"token": token}, headers=no_header)).code == 200
+    for path in extension_paths(jp_serverapp.web_app):
+        parts = [urllib.parse.unquote(p) for p in path[len(jp_base_url):].split("/")]
+        assert (await jp_fetch(*parts, params={"token": token}, headers=no_header)).code == 200, path
+        with pytest.raises(HTTPClientError) as denied:
+            await jp_fetch(*parts, params={"token": "not-the-token"}, headers=no_header)
+        assert denied.value.code == 403, path
+        with pytest.raises(HTTPClientError) as unknown:
+            await jp_fetch(*parts, params={"token": token, "bogus": "1"}, headers=no_header)
+        assert unknown.value.code == 400, path
+        assert "unknown query parameter(s) bogus" in json.loads(unknown.value.response.body)["error"]
+
+
 async def test_metrics_with_our_gauges_needs_a_token(jp_fetch, world):
     await jp_fetch("jupyter-gpumem", "api", "devices")
     with pytest.raises(HTTPClientError) as denied:

@@ -1,7 +1,8 @@
 """REST handlers under ``/jupyter-gpumem/api/``. All need a valid token (403 without one).
 
 A bad parameter is a 400 with ``{"error": ...}`` naming the valid values; anything unexpected
-is logged and answered with a 500 carrying JSON, never a crashed server.
+is logged and answered with a 500 carrying JSON, never a crashed server. ``?token=`` is how
+Jupyter authenticates a script or a link, so it is never an unknown parameter.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ log = logging.getLogger(__name__)
 API_PREFIX = "jupyter-gpumem/api"
 MAX_PATH = 4096
 
+# Read by jupyter_server's authentication before any handler runs: IdentityProvider.get_token
+# takes handler.get_argument("token") (jupyter_server/auth/identity.py, 2.21.1), as it does for
+# /metrics and the server's own REST API.
+AUTH_PARAMS = ("token",)
+
 
 class BadRequest(Exception):
     """A malformed parameter; the message names the valid values."""
@@ -33,8 +39,10 @@ class _GpuMemHandler(APIHandler):
         return self.settings["jupyter_gpumem"]
 
     def _check_params(self) -> dict[str, str]:
-        # JupyterLab's request helper appends a bare "?<timestamp>" cache-buster: not a parameter.
-        args = {k: v for k, v in self.request.query_arguments.items() if not (k.isdigit() and v == [b""])}
+        # JupyterLab's request helper appends a bare "?<timestamp>" cache-buster: not a parameter;
+        # nor is the token, which authentication has already checked.
+        args = {k: v for k, v in self.request.query_arguments.items()
+                if not (k.isdigit() and v == [b""]) and k not in AUTH_PARAMS}
         unknown = sorted(set(args) - set(self.allowed_params))
         if unknown:
             valid = ", ".join(self.allowed_params) if self.allowed_params else "none"
