@@ -338,3 +338,82 @@ def test_report_from_cuda_async_trace_takes_the_pool_from_the_driver(monkeypatch
     assert (device.pool, device.limit, device.headroom, device.driver_pool) == (29_393_682_432, None, None, True)
     # max(29393682432 reserved - 29363158248 in use, 55031365632 free on the device)
     assert report.readings.largest_request == 55_031_365_632
+
+
+# --- the pinned host memory pool, and a kernel that could not be loaded -----------------------
+#
+# Texts (tests/data/oom_texts/README.md): XLA's MemoryAllocationError
+# (xla/stream_executor/integrations/tf_allocator_adapter.cc) writes "Out of host memory while
+# trying to allocate N bytes." for the GPU client's pinned host pool, whose cap is
+# XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB GiB, 64 by default (GetGpuHostAllocator,
+# xla/pjrt/gpu/gpu_helpers.cc); LoadCubin (xla/stream_executor/cuda/cuda_executor.cc) writes
+# "[0] Failed to load in-memory CUBIN (compiled for a different GPU?)." and cuda::ToStatus
+# (cuda_status.cc) adds ": CUDA_ERROR_OUT_OF_MEMORY: out of memory" as RESOURCE_EXHAUSTED. Both
+# format strings are in jax-cuda12-pjrt 0.10.2's xla_cuda_plugin.so.
+
+
+def test_host_memory_text_gives_exact_bytes_as_the_host_form():
+    assert parse_request(text("gpu_host_memory_0.10.2.txt")) == ("host", 15_200_000_000, True, None)
+
+
+@pytest.mark.parametrize("name, ordinal", [("gpu_cubin_load_0.10.2.txt", 0), ("gpu_cubin_load_internal.txt", None)])
+def test_cubin_load_out_of_memory_is_recognised_with_no_size(name, ordinal):
+    found = recognise(JaxRuntimeError(text(name)))
+    assert found is not None
+    assert (found.form, found.requested_bytes, found.ordinal) == ("cubin", None, ordinal)
+
+
+def test_cubin_load_failing_for_another_reason_is_not_out_of_memory():
+    msg = "INTERNAL: Failed to load in-memory CUBIN (compiled for a different GPU?).: CUDA_ERROR_NO_BINARY_FOR_GPU"
+    assert recognise(JaxRuntimeError(msg)) is None
+
+
+def test_host_memory_error_gets_host_advice_only():
+    # GPU numbers that would advise a larger fraction and blame another kernel, were this the device
+    r = OomReadings(requested=15_200_000_000, device_total=80 * GiB, device_free=GiB, bytes_in_use=38 * GiB,
+                    pool_bytes=40 * GiB, bytes_limit=40 * GiB, largest_free_block=GiB, fraction=0.5,
+                    others=(OtherProcess(4_200_101, 30 * GiB, "Jupyter kernel"),), error_form="host",
+                    host_array_bytes=50 * GiB, synthetic=True)
+    (fix,) = advise(r)
+    assert fix.kind == "host_memory"
+    # (15200000000 + 50 GiB) * 1.25 = 80.2 GiB -> 81
+    assert fix.action.startswith("%env XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB=81")
+    assert "14.16 GiB requested; live arrays in host memory kinds hold 50.00 GiB" in fix.title
+    assert "host RAM, not GPU memory" in fix.why and "default 64" in fix.why
+    assert "pinned_host" in fix.extra_actions[0]
+
+
+def test_cubin_load_with_preallocation_advises_preallocation_off_with_the_numbers():
+    # preallocated pool 60 of 80 GiB, 40 in use; NVML 200 MiB free
+    r = OomReadings(requested=None, device_total=80 * GiB, device_free=200 * MiB, bytes_in_use=40 * GiB,
+                    pool_bytes=60 * GiB, bytes_limit=60 * GiB, largest_free_block=20 * GiB, preallocate=True,
+                    fraction=0.75, error_form="cubin", synthetic=True)
+    fix = advise(r)[0]
+    assert (fix.kind, fix.action) == ("kernel_load", "%gpumem preallocate off  (restart the kernel, then run it first)")
+    assert fix.gain_bytes == 20 * GiB  # the pool's unused bytes
+    assert "NVML shows 200.00 MiB free of 80.00 GiB; JAX's pool holds 60.00 GiB (75% of the device)" in fix.why
+    assert fix.extra_actions == ("%gpumem fraction 0.65  (restart the kernel, then run it first)",)
+
+
+def test_cubin_load_without_preallocation_advises_freeing_device_memory():
+    r = OomReadings(requested=None, device_total=80 * GiB, device_free=100 * MiB, bytes_in_use=70 * GiB,
+                    pool_bytes=70 * GiB, bytes_limit=76 * GiB, largest_free_block=0, preallocate=False,
+                    fraction=0.95, error_form="cubin", synthetic=True)
+    fix = next(f for f in advise(r) if f.kind == "kernel_load")
+    assert fix.action.startswith("%gpumem free")
+    assert fix.extra_actions == ("%gpumem fraction 0.85  (restart the kernel, then run it first)",)
+
+
+def test_report_of_a_host_memory_error_gives_no_device_fix():
+    # the synthetic two-kernels trace would blame the other kernel for a device error
+    sample = last_sample("synthetic_two_kernels.jsonl")
+    report = doctor.oom_report(JaxRuntimeError(text("gpu_host_memory_0.10.2.txt")), sample=sample, live=[], synthetic=True)
+    assert [f.kind for f in report.fixes] == ["host_memory"]
+    assert "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB" in str(report)
+
+
+def test_report_of_a_cubin_load_error_lists_the_kernel_load_fix():
+    sample = last_sample("synthetic_two_kernels.jsonl")
+    report = doctor.oom_report(JaxRuntimeError(text("gpu_cubin_load_0.10.2.txt")), sample=sample, live=[], synthetic=True)
+    assert report.error.form == "cubin"
+    assert "kernel_load" in [f.kind for f in report.fixes]

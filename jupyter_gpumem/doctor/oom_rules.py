@@ -39,6 +39,9 @@ class OomReadings:
       failing device's allocator ("bfc", "cuda_async", ...), else the setting
     - ``live_bytes``: bytes of live JAX arrays on the device (deduplicated)
     - ``history_bytes``: of those, bytes reachable only through Out/_ history
+    - ``error_form``: the message form (``OomError.form``): "host" is the GPU client's pinned
+      host memory pool, "cubin" a compiled kernel that could not be loaded onto the device
+    - ``host_array_bytes``: bytes of live arrays in a host memory kind (``pinned_host``)
 
     The derived numbers below are ``model``'s metrics of these readings.
     """
@@ -61,6 +64,8 @@ class OomReadings:
     platform: str = "gpu"
     synthetic: bool = False
     cuda_pool: CudaPoolReading | None = None
+    error_form: str = ""
+    host_array_bytes: int | None = None
 
     # derived, each from model.py --------------------------------------------------------------
 
@@ -120,6 +125,8 @@ FIX_KINDS = (
     "fraction_cap",
     "compiled_programs",
     "remat",
+    "kernel_load",
+    "host_memory",
 )
 
 
@@ -365,6 +372,78 @@ def rematerialisation(r: OomReadings, need: int | None) -> Fix | None:
     return None
 
 
+def kernel_load(r: OomReadings, need: int | None) -> Fix | None:
+    """A compiled kernel could not be loaded ("Failed to load in-memory CUBIN ...
+    CUDA_ERROR_OUT_OF_MEMORY", xla/stream_executor/cuda/cuda_executor.cc LoadCubin): the CUDA
+    driver needs device memory outside JAX's pool for the kernel's code, and the device had none.
+    """
+    if r.error_form != "cubin":
+        return None
+    total, free, pool = r.device_total, r.device_free, r.pool
+    seen = []
+    if free is not None:
+        seen.append(f"NVML shows {_b(free)} free" + (f" of {_b(total)}" if total else ""))
+    if pool is not None:
+        seen.append(f"JAX's pool holds {_b(pool)}" + (f" ({pool / total:.0%} of the device)" if total else ""))
+    if r.others_bytes:
+        seen.append(f"other processes hold {_b(r.others_bytes)}")
+    numbers = ("; ".join(seen) + ".") if seen else "no device numbers were readable."
+    fraction = r.fraction if r.fraction is not None else (r.bytes_limit / total if r.bytes_limit and total else None)
+    lower = max(0.1, math.floor(fraction * 100 - 10) / 100) if fraction is not None else None
+    lower_line = f"%gpumem fraction {lower:g}  (restart the kernel, then run it first)" if lower is not None else None
+    why = ("Loading a compiled kernel's code (CUBIN) takes device memory outside JAX's pool, and the device "
+           f"was full: {numbers}")
+    if r.preallocate is True and not r.driver_pool:
+        unused = r.pool_free
+        return Fix(
+            "kernel_load",
+            "The device had no room left to load a compiled kernel: the preallocated pool holds it",
+            "%gpumem preallocate off  (restart the kernel, then run it first)",
+            why + " Preallocation takes the pool up front, so only what is left beside it is there for kernels"
+            + (f"; {_b(unused)} of the pool is unused." if unused else "."),
+            unused,
+            None,
+            tuple(a for a in (lower_line,) if a),
+        )
+    return Fix(
+        "kernel_load",
+        "The device had no room left to load a compiled kernel",
+        "%gpumem free   (drops output history and compiled programs; `del` the arrays you no longer need too)",
+        why,
+        None,
+        None,
+        tuple(a for a in (lower_line if r.bytes_limit is not None and not r.driver_pool else None,) if a),
+    )
+
+
+def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
+    """The GPU client's pinned host memory pool is full ("Out of host memory while trying to
+    allocate N bytes", xla/stream_executor/integrations/tf_allocator_adapter.cc): host RAM capped
+    by XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB, in GiB, 64 by default (GetGpuHostAllocator,
+    xla/pjrt/gpu/gpu_helpers.cc). No device fix applies to it.
+    """
+    if r.error_form != "host":
+        return None
+    req, held = r.requested, r.host_array_bytes
+    needed = (req or 0) + (held or 0)
+    limit = max(65, math.ceil(needed * 1.25 / 1024**3)) if needed else None
+    action = (f"%env XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB={limit}  (restart the kernel, then run it before JAX starts)"
+              if limit else "Raise XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB (GiB, default 64) before JAX starts, then restart")
+    held_words = f"; live arrays in host memory kinds hold {_b(held)}" if held else ""
+    return Fix(
+        "host_memory",
+        f"The pinned host memory pool is full: {_b(req)} requested{held_words}",
+        action,
+        "This is host RAM, not GPU memory: JAX's GPU client keeps arrays in the pinned_host memory kind, "
+        "and host offloading, in a pinned host pool capped by XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB (GiB, "
+        "default 64). Pinned memory cannot be paged out: keep the limit below the machine's free RAM.",
+        None,
+        None,
+        ("Or keep less in host memory: `del` pinned_host arrays you no longer need, or move them to the "
+         "device (jax.device_put); `%gpumem arrays` lists them as host bytes.",),
+    )
+
+
 # In FIX_KINDS order. request_larger_than_device comes first and, when it applies, alone.
 RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     request_larger_than_device,
@@ -374,17 +453,22 @@ RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     fraction_cap,
     compiled_programs,
     rematerialisation,
+    kernel_load,
+    pinned_host_pool,
 )
 
 
 def advise(r: OomReadings) -> list[Fix]:
     """Fixes for the failure ``r`` describes, best first.
 
-    Each rule in ``RULES`` gives a fix or none. A request larger than the device makes every
+    Each rule in ``RULES`` gives a fix or none. The pinned host memory pool running out gets
+    host advice alone: no device fix helps it. A request larger than the device makes every
     other fix beside the point. Ranking: a fix that, by the numbers, wins enough bytes for the
     request comes before one that does not; then the bytes won, largest first; fixes whose
     gain cannot be estimated come last, in the order of FIX_KINDS.
     """
+    if r.error_form == "host":  # host RAM, not the device: no device fix applies
+        return [fix for fix in (pinned_host_pool(r, None),) if fix is not None]
     need = shortfall(r)
     too_large = request_larger_than_device(r, need)
     if too_large is not None:

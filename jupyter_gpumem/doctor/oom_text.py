@@ -1,9 +1,23 @@
 """Is this exception JAX running out of memory, and how much did it ask for? Pure: no jax, no I/O.
 
 ``recognise(exc)`` gives an ``OomError`` for JAX's out-of-memory errors in every message form
-known (GPU BFC with human units or bytes, the platform/address allocator, the CPU), by class
-name and by text, whatever the JAX version; None for anything else. ``parse_request(text)``
-gives the requested size in bytes, and the device ordinal where the text names one.
+known (GPU BFC with human units or bytes, the pinned host memory pool, a compiled kernel that
+could not be loaded, the platform/address allocator, the CPU), by class name and by text,
+whatever the JAX version; None for anything else. ``parse_request(text)`` gives the requested
+size in bytes, and the device ordinal where the text names one.
+
+The GPU texts as XLA writes them (the format strings are in jax-cuda12-pjrt 0.10.2's
+xla_cuda_plugin.so):
+
+- ``MemoryAllocationError`` (xla/stream_executor/integrations/tf_allocator_adapter.cc):
+  ``"Out of " + ("host " if host memory) + "memory while trying to allocate N bytes."``, the host
+  one followed by "Please set the environment variable XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB to
+  allocate larger host memory than the default 64 GB."
+- ``LoadCubin`` (xla/stream_executor/cuda/cuda_executor.cc): ``"[0] Failed to load in-memory
+  CUBIN (compiled for a different GPU?)."``, to which ``cuda::ToStatus``
+  (xla/stream_executor/cuda/cuda_status.cc) adds ``": CUDA_ERROR_OUT_OF_MEMORY: out of memory"``
+  and makes it RESOURCE_EXHAUSTED; older XLA (and TensorFlow) made it INTERNAL, without the
+  device prefix or the question.
 """
 
 from __future__ import annotations
@@ -25,6 +39,18 @@ _FORMS: tuple[tuple[str, re.Pattern], ...] = (
         re.compile(
             r"Failed to allocate request for\s+(?P<size>[\d.]+\s*[KMGTP]?i?B)\s*\((?P<exact>\d+)\s*B\)"
             r"(?:\s+on device ordinal\s+(?P<ordinal>\d+))?",
+            re.IGNORECASE,
+        ),
+    ),
+    # GPU, pinned host memory (XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB): "Out of host memory while trying
+    # to allocate 15200000000 bytes."
+    ("host", re.compile(r"Out of host memory while trying to allocate\s+(?P<exact>\d+)\s*bytes", re.IGNORECASE)),
+    # GPU, a compiled kernel's code could not be loaded for want of device memory (no size):
+    # "[0] Failed to load in-memory CUBIN (compiled for a different GPU?).: CUDA_ERROR_OUT_OF_MEMORY: out of memory"
+    (
+        "cubin",
+        re.compile(
+            r"(?:\[(?P<ordinal>\d+)\]\s*)?Failed to load in-memory CUBIN[^\n]*?CUDA_ERROR_OUT_OF_MEMORY",
             re.IGNORECASE,
         ),
     ),
@@ -50,7 +76,8 @@ _ORDINAL = re.compile(r"device ordinal\s+(?P<ordinal>\d+)", re.IGNORECASE)
 class OomError:
     """A recognised out-of-memory error.
 
-    ``form``: "gpu_human", "gpu_bytes", "platform", "cpu", or "resource_exhausted" (the status
+    ``form``: "gpu_human", "gpu_bytes", "host" (GPU's pinned host memory pool), "cubin" (loading a
+    compiled kernel onto a full device), "platform", "cpu", or "resource_exhausted" (the status
     without a size we can read). ``requested_bytes`` is None where the text gives no size;
     ``exact`` is False where the size was printed rounded (human units).
     """

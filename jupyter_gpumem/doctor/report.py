@@ -299,6 +299,8 @@ def oom_report(
         remat=values.get("remat") if isinstance(values.get("remat"), bool) else None,
         live_bytes=live_bytes if started else None,
         history_bytes=history,
+        error_form=error.form,
+        host_array_bytes=sum(r.host_bytes for r in records) if started else None,
         platform=platform,
         synthetic=synthetic,
         cuda_pool=cuda_pool,
