@@ -106,11 +106,13 @@ def snapshot() -> dict:
     from jupyter_gpumem.model import NotAvailable, fragmentation, pool_bytes, unused_pool_bytes
     from jupyter_gpumem.status_report import status
 
-    # NVML is read by the server; reading it here too would only slow the kernel down.
+    # NVML is read by the server; reading it here too would only slow the kernel down. (status()
+    # still asks NVML how many GPUs there are when JAX runs on the CPU, to say so loudly.)
     report = status(nvml_readings=NotAvailable("not_read", "NVML is read by the server"))
     readings = read_jax_devices()
 
     devices = []
+    warnings = list(report.warnings)
     reason = None
     if isinstance(readings, NotAvailable):
         reason = readings.reason
@@ -132,14 +134,17 @@ def snapshot() -> dict:
                     "fragmentation": fragmentation(stats, dev.cuda_pool),
                     "unused_pool_bytes": unused_pool_bytes(stats, dev.cuda_pool),
                 }
-            devices.append({"jax_id": dev.jax_id, "nvml_index": dev.nvml_index, **row})
+            where = {"jax_id": dev.jax_id, "nvml_index": dev.nvml_index, "nvml_unmatched": dev.nvml_unmatched}
+            devices.append({**where, **row})
+            if dev.nvml_unmatched:
+                warnings.append(f"JAX device {dev.jax_id} is not matched to an NVIDIA GPU: {dev.nvml_unmatched}.")
 
     return {
         "type": "snapshot",
         "backend_started": report.backend.started,
         "platform": report.backend.platform,
         "settings": [{"name": s.name, "value": s.value, "source": s.source} for s in report.settings],
-        "warnings": list(report.warnings),
+        "warnings": warnings,
         "devices": devices,
         "reason": reason,
         # The panel's settings form offers what the installed JAX accepts, and names the variable

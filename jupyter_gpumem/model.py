@@ -143,7 +143,12 @@ class CudaPoolReading:
 
 @dataclass(frozen=True)
 class JaxDeviceReading:
-    """One JAX device's allocator state at one instant."""
+    """One JAX device's allocator state at one instant.
+
+    ``cuda_ordinal``: the CUDA device number in this process (JAX's ``local_hardware_id``), the
+    "device ordinal" XLA's messages name. ``nvml_unmatched``: for a GPU, why ``nvml_index`` is
+    None (which NVML GPU it is could not be found).
+    """
 
     jax_id: int
     platform: str  # "gpu", "cpu", "tpu"
@@ -151,6 +156,8 @@ class JaxDeviceReading:
     nvml_index: int | None  # which NVML device this is, where it can be known
     stats: AllocatorStats | NotAvailable
     cuda_pool: CudaPoolReading | NotAvailable | None = None  # None: not a cuda_async device
+    cuda_ordinal: int | None = None
+    nvml_unmatched: str | None = None
 
 
 # --- samples, events, timeline ---------------------------------------------------------------

@@ -192,8 +192,23 @@ def _jax_sentence(sample: Sample) -> str:
     return ""
 
 
+def _jax_placement_notes(sample: Sample, key: int) -> list[str]:
+    """Where JAX is not on the GPUs drawn: on the CPU beside them (on each GPU), or a JAX GPU
+    device that is none of them that could be told (once, on the first GPU)."""
+    if isinstance(sample.jax, NotAvailable) or isinstance(sample.devices, NotAvailable) or not sample.jax:
+        return []
+    if all(j.platform == "cpu" for j in sample.jax):
+        return ["JAX runs on the CPU, not on this GPU: none of its memory here is JAX's "
+                "(the warning below says how to put JAX on the GPU)."]
+    if device_keys(sample)[:1] != [key]:
+        return []
+    return [f"JAX device {j.jax_id} is drawn on no GPU: {j.nvml_unmatched}."
+            for j in sample.jax if j.platform == "gpu" and j.nvml_index is None and j.nvml_unmatched]
+
+
 def notes_for(sample: Sample | None, key: int) -> list[str]:
-    """Short notes for a device that is drawn but partly unknown (JAX not started, pids hidden)."""
+    """Short notes for a device that is drawn but partly unknown (JAX not started or elsewhere,
+    pids hidden)."""
     if sample is None:
         return []
     notes = []
@@ -202,6 +217,7 @@ def notes_for(sample: Sample | None, key: int) -> list[str]:
         notes.append("JAX has not started yet: its bands will start when JAX does.")
     elif jdev is not None and isinstance(jdev.stats, NotAvailable):
         notes.append(f"No allocator statistics: {jdev.stats.reason}.")
+    notes.extend(_jax_placement_notes(sample, key))
     dev = sample.device(key)
     if isinstance(dev, DeviceReading) and isinstance(dev.processes, NotAvailable):
         notes.append(f"Per-process memory is hidden ({dev.processes.reason}); used bytes are shown unattributed.")

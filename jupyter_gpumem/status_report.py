@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from jupyter_gpumem import allocator_shim
 from jupyter_gpumem.allocator_shim import SettingState
+from jupyter_gpumem.cpu_fallback import read_cpu_fallback
 from jupyter_gpumem.model import DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.sources.jax_backend import BackendInfo
@@ -128,4 +129,8 @@ def status(nvml_readings: NvmlReadings | None = None) -> StatusReport:
     warnings = allocator_shim.environment_problems()
     readings = _read_nvml() if nvml_readings is None else nvml_readings
     warnings.extend(display_gpu_warnings(readings))
+    # JAX on the CPU beside GPUs goes first, loudest (NVML is read again only in that case).
+    fallback = read_cpu_fallback(backend, None if isinstance(readings, NotAvailable) else len(readings))
+    if fallback is not None:
+        warnings.insert(0, fallback.sentence())
     return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings))

@@ -4,7 +4,8 @@
 - ``FakeShell``: an IPython shell (magics, cell events, its kernel's comm manager)
 - ``FakeCommManager``, ``FakeComm``: ipykernel's comm manager and one comm
 - ``Clock``: a monotonic clock that moves only when the test moves it
-- ``FakeCudaDriver``: libcuda, for one device's default memory pool
+- ``FakeCudaDriver``: libcuda, for one device's default memory pool, and (over a fake world)
+  which GPU each CUDA ordinal is
 - sample builders: ``bfc_sample``, ``cuda_async_sample``, and ``PID``, the process they read as
 
 Tests import them from here (``from doubles import StubSampler``). Test modules do not import
@@ -189,12 +190,22 @@ class FakeCudaDriver:
     """Stands in for libcuda: devices ``0 .. devices-1``, each with a default memory pool whose
     attributes are ``attributes``. Takes ctypes pointers and returns CUresult ints, as the C
     functions do, and records every call in ``log``. ``fail`` maps a function name to the
-    CUresult it returns instead."""
+    CUresult it returns instead.
 
-    def __init__(self, attributes: dict[int, int], fail: dict[str, int] | None = None, devices: int = 1):
-        self.attributes = attributes
+    Over a fake NVML ``world`` the devices are that world's GPUs as CUDA numbers them under
+    ``env`` (``FakeWorld.cuda_devices``: fastest first, CUDA_VISIBLE_DEVICES), and each answers
+    ``cuDeviceGetUuid_v2`` and ``cuDeviceGetPCIBusId`` for its GPU; ``mig`` maps an ordinal to
+    the UUID of the MIG instance it is instead.
+    """
+
+    def __init__(self, attributes: dict[int, int] | None = None, fail: dict[str, int] | None = None, devices: int = 1,
+                 *, world: Any = None, env: dict[str, str] | None = None, mig: dict[int, str] | None = None):
+        self.attributes = attributes or {}
         self.fail = fail or {}
-        self.devices = devices
+        self.world = world
+        self.order = world.cuda_devices(env or {}) if world is not None else None
+        self.devices = len(self.order) if self.order is not None else devices
+        self.mig = mig or {}
         self.log: list[tuple] = []
 
     def cuDeviceGet(self, device_ptr, ordinal):
@@ -218,4 +229,25 @@ class FakeCudaDriver:
         if "cuMemPoolGetAttribute" in self.fail:
             return self.fail["cuMemPoolGetAttribute"]
         value_ptr.contents.value = self.attributes[attribute]
+        return 0
+
+    def cuDeviceGetUuid_v2(self, uuid_ptr, device):
+        """Writes the 16 bytes of ``CUuuid`` (cuda.h: ``char bytes[16]``)."""
+        self.log.append(("cuDeviceGetUuid_v2", device))
+        if "cuDeviceGetUuid_v2" in self.fail:
+            return self.fail["cuDeviceGetUuid_v2"]
+        ordinal = device - 100
+        text = self.mig.get(ordinal) or self.world.gpu(self.order[ordinal]).uuid
+        raw = bytes.fromhex(text.split("-", 1)[1].replace("-", ""))
+        for i, byte in enumerate(raw):
+            uuid_ptr.contents.bytes[i] = byte
+        return 0
+
+    def cuDeviceGetPCIBusId(self, buffer, length, device):
+        """Writes "[domain]:[bus]:[device].[function]" as CUDA does: a 4-digit domain, lowercase."""
+        self.log.append(("cuDeviceGetPCIBusId", device))
+        if "cuDeviceGetPCIBusId" in self.fail:
+            return self.fail["cuDeviceGetPCIBusId"]
+        nvml = self.world.pci_bus_id(self.order[device - 100])
+        buffer.value = nvml[4:].lower().encode()[: length - 1]
         return 0

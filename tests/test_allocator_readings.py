@@ -22,8 +22,9 @@ from jupyter_gpumem.sources import jax_backend
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
-    for var in ("XLA_PYTHON_CLIENT_ALLOCATOR", "CUDA_VISIBLE_DEVICES", "XLA_PYTHON_CLIENT_PREALLOCATE"):
+    for var in ("XLA_PYTHON_CLIENT_ALLOCATOR", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "XLA_PYTHON_CLIENT_PREALLOCATE"):
         monkeypatch.delenv(var, raising=False)
+    jax_backend.forget_device_identities()  # each test's world is its own
 
 
 def _device(jax_id, hw_id, stats, platform="cuda"):
@@ -84,6 +85,7 @@ def test_readings_without_jax_installed_say_so(monkeypatch):
 
 def test_gpu_readings_are_normalised_and_mapped_through_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA's order is then NVML's
     fake_jax(monkeypatch, started=True, devices=[_device(0, 0, BFC_STATS), _device(1, 1, BFC_STATS)])
     readings = shim.read_jax_devices()
     assert [(r.jax_id, r.nvml_index, r.platform) for r in readings] == [(0, 2, "gpu"), (1, 3, "gpu")]
@@ -92,10 +94,13 @@ def test_gpu_readings_are_normalised_and_mapped_through_cuda_visible_devices(mon
     assert readings[0].cuda_pool is None  # not a cuda_async device
 
 
-def test_uuid_cuda_visible_devices_fall_back_to_the_hardware_id(monkeypatch):
+def test_a_uuid_in_cuda_visible_devices_that_nvml_cannot_look_up_is_not_guessed(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-0a1b")
-    fake_jax(monkeypatch, started=True, devices=[_device(0, 5, BFC_STATS)])
-    assert shim.read_jax_devices()[0].nvml_index == 5
+    monkeypatch.setattr(jax_backend, "NvmlSource", lambda: SimpleNamespace(
+        identities=lambda: model.NotAvailable(model.NO_LIBRARY, "synthetic: no NVML"), shutdown=lambda: None))
+    fake_jax(monkeypatch, started=True, devices=[_device(0, 0, BFC_STATS)])
+    reading = shim.read_jax_devices()[0]
+    assert reading.nvml_index is None and reading.nvml_unmatched == "NVML cannot be read to find GPU-0a1b: synthetic: no NVML"
 
 
 def test_cuda_async_devices_carry_the_cuda_pool_reading(monkeypatch):

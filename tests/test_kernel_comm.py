@@ -113,7 +113,7 @@ def test_snapshot_device_row_carries_the_allocator_stats_and_fragmentation(monke
     reading = JaxDeviceReading(jax_id=0, platform="gpu", kind="Synthetic GPU", nvml_index=1, stats=stats)
     monkeypatch.setattr(allocator_shim, "read_jax_devices", lambda: (reading,))
     assert kernel_comm.snapshot()["devices"] == [{
-        "jax_id": 0, "nvml_index": 1, "allocator": "bfc", "bytes_in_use": 400, "pool_bytes": 1000,
+        "jax_id": 0, "nvml_index": 1, "nvml_unmatched": None, "allocator": "bfc", "bytes_in_use": 400, "pool_bytes": 1000,
         "bytes_limit": 2000, "peak_bytes_in_use": 700, "largest_free_block_bytes": 450, "fragmentation": 0.25,
         "unused_pool_bytes": 600,
     }]

@@ -64,6 +64,11 @@ class OomReadings:
     platform: str = "gpu"
     synthetic: bool = False
     cuda_pool: CudaPoolReading | None = None
+    # JAX on the CPU while NVML lists GPUs (cpu_fallback.py): how many, how many hold no
+    # process, and the line that puts JAX on them
+    visible_gpus: int = 0
+    idle_gpus: int | None = None
+    gpu_fix: str | None = None
     error_form: str = ""
     host_array_bytes: int | None = None
 
@@ -118,6 +123,7 @@ class OomReadings:
 
 
 FIX_KINDS = (
+    "cpu_beside_gpus",
     "too_large",
     "other_process",
     "history",
@@ -184,6 +190,23 @@ def _enough(gain: int | None, need: int | None) -> bool | None:
 
 
 # --- the rules: each reads the failure and returns its Fix, or None where it does not apply ----
+
+
+def jax_on_cpu_beside_gpus(r: OomReadings, need: int | None) -> Fix | None:
+    """JAX ran out of host memory on the CPU while NVML lists GPUs: the real fix is the GPUs."""
+    if r.platform != "cpu" or r.visible_gpus <= 0:
+        return None
+    gpus = f"{r.visible_gpus} GPU{'s' if r.visible_gpus != 1 else ''}"
+    idle = f", {r.idle_gpus} of them idle" if r.idle_gpus else ""
+    return Fix(
+        "cpu_beside_gpus",
+        f"JAX runs on the CPU, but NVML sees {gpus}{idle}",
+        r.gpu_fix or 'pip install -U "jax[cuda12]", then restart the kernel',
+        "This error is about host memory because JAX never started on a GPU; on one, the request "
+        "would be weighed against the GPU's memory instead.",
+        None,
+        None,
+    )
 
 
 def request_larger_than_device(r: OomReadings, need: int | None) -> Fix | None:
@@ -446,6 +469,7 @@ def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
 
 # In FIX_KINDS order. request_larger_than_device comes first and, when it applies, alone.
 RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
+    jax_on_cpu_beside_gpus,
     request_larger_than_device,
     other_processes,
     output_history,
@@ -462,18 +486,20 @@ def advise(r: OomReadings) -> list[Fix]:
     """Fixes for the failure ``r`` describes, best first.
 
     Each rule in ``RULES`` gives a fix or none. The pinned host memory pool running out gets
-    host advice alone: no device fix helps it. A request larger than the device makes every
-    other fix beside the point. Ranking: a fix that, by the numbers, wins enough bytes for the
-    request comes before one that does not; then the bytes won, largest first; fixes whose
-    gain cannot be estimated come last, in the order of FIX_KINDS.
+    host advice alone: no device fix helps it. JAX on the CPU beside GPUs comes first, always.
+    A request larger than the device makes every other fix beside the point. Ranking: a fix
+    that, by the numbers, wins enough bytes for the request comes before one that does not;
+    then the bytes won, largest first; fixes whose gain cannot be estimated come last, in the
+    order of FIX_KINDS.
     """
     if r.error_form == "host":  # host RAM, not the device: no device fix applies
         return [fix for fix in (pinned_host_pool(r, None),) if fix is not None]
     need = shortfall(r)
+    first = [fix for fix in (jax_on_cpu_beside_gpus(r, need),) if fix is not None]
     too_large = request_larger_than_device(r, need)
     if too_large is not None:
-        return [too_large]
-    fixes = [fix for rule in RULES[1:] if (fix := rule(r, need)) is not None]
+        return first + [too_large]
+    fixes = [fix for rule in RULES[2:] if (fix := rule(r, need)) is not None]
     order = {kind: i for i, kind in enumerate(FIX_KINDS)}
     fixes.sort(
         key=lambda f: (
@@ -482,4 +508,4 @@ def advise(r: OomReadings) -> list[Fix]:
             order.get(f.kind, 99),
         )
     )
-    return fixes
+    return first + fixes

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem import allocator_shim, model
+from jupyter_gpumem.cpu_fallback import read_cpu_fallback
 from jupyter_gpumem.doctor import oom_rules, oom_text
 from jupyter_gpumem.doctor.arrays import ArrayRecord, _not_started_note, census
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
@@ -197,11 +198,21 @@ class OomReport(_TextReport):
 
 
 def _failing_device(error: OomError, jax_readings: tuple[JaxDeviceReading, ...]) -> JaxDeviceReading | None:
-    """The device named by the error, else the one with the least room, else the first."""
+    """The device named by the error, else the one with the least room, else the first.
+
+    The "device ordinal" of XLA's message is the CUDA ordinal (XLA's ``local_device_ordinal``,
+    JAX's ``local_hardware_id``), not JAX's device id: they differ once
+    ``jax_cuda_visible_devices`` picks devices. Readings that carry no CUDA ordinal (traces
+    recorded without one) are taken in order, as XLA numbers a process's devices.
+    """
     if not jax_readings:
         return None
-    if error.ordinal is not None and 0 <= error.ordinal < len(jax_readings):
-        return jax_readings[error.ordinal]
+    if error.ordinal is not None:
+        named = [r for r in jax_readings if r.cuda_ordinal == error.ordinal]
+        if named:
+            return named[0]
+        if all(r.cuda_ordinal is None for r in jax_readings) and 0 <= error.ordinal < len(jax_readings):
+            return jax_readings[error.ordinal]
     with_stats = [r for r in jax_readings if isinstance(r.stats, AllocatorStats)]
     if with_stats:
         return min(with_stats, key=lambda r: model.largest_likely_request(r.stats, r.cuda_pool) or 0)
@@ -262,7 +273,9 @@ def oom_report(
     elif isinstance(sample.devices, NotAvailable):
         others_note = f"NVML: {sample.devices.reason}"
     else:
-        others_note = "no NVIDIA device matches the failing JAX device" if platform == "gpu" else "the CPU is not a GPU: NVML does not list its users"
+        why = (failing.nvml_unmatched if failing is not None else None) or "it was not found in NVML"
+        others_note = (f"no NVIDIA device matches the failing JAX device: {why}" if platform == "gpu"
+                       else "the CPU is not a GPU: NVML does not list its users")
 
     settings = tuple((s.name, s.shown, s.source) for s in allocator_shim.settings_in_effect())
     values = {s.name: s.value for s in allocator_shim.settings_in_effect()}
@@ -283,6 +296,8 @@ def oom_report(
     arrays_note = walk_note if records else ("no live JAX arrays" if started else _not_started_note())
 
     total = nvml_dev.total_bytes if nvml_dev is not None else (_host_memory_bytes() if platform == "cpu" else None)
+    gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
+    beside = read_cpu_fallback(gpu_count=len(gpus)) if platform == "cpu" and gpus else None
     readings = OomReadings(
         requested=error.requested_bytes,
         device_total=total,
@@ -304,6 +319,9 @@ def oom_report(
         platform=platform,
         synthetic=synthetic,
         cuda_pool=cuda_pool,
+        visible_gpus=beside.gpus if beside is not None else 0,
+        idle_gpus=sum(1 for d in gpus if isinstance(d, DeviceReading) and d.processes == ()),
+        gpu_fix=(beside.fix if beside.is_command else f"JAX says: {beside.fix}") if beside is not None else None,
     )
     devices = tuple(_device_state(r) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
     return OomReport(error, settings, devices, others, others_note, tuple(records[:5]), arrays_note, readings,

@@ -11,6 +11,8 @@ import importlib.util
 import os
 import re
 import sys
+import threading
+import time
 import types
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,7 +27,15 @@ from jupyter_gpumem.env_table import (
     REMAT_OPTION,
 )
 from jupyter_gpumem.model import NotAvailable
-from jupyter_gpumem.sources.libcuda import read_default_pool
+from jupyter_gpumem.sources.device_identity import (
+    CudaDeviceIdentity,
+    GpuIdentity,
+    NvmlMatch,
+    match_nvml,
+    visible_devices,
+)
+from jupyter_gpumem.sources.libcuda import read_default_pool, read_device_identity
+from jupyter_gpumem.sources.nvml import NvmlSource
 
 
 class _EnvironmentView:
@@ -302,14 +312,105 @@ def backend_info() -> BackendInfo:
     )
 
 
-def _visible_devices() -> list[int] | None:
-    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if raw is None or not raw.strip():
+_NVML_RETRY_S = 30.0
+
+
+class _Identities:
+    """Which GPU each CUDA device is, read once per process: neither the CUDA driver's answer
+    for an ordinal nor NVML's list changes while the process runs. NVML that cannot be read, or
+    a GPU in it that cannot say its UUID, is asked again after ``_NVML_RETRY_S``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.nvml: tuple[GpuIdentity, ...] | None = None
+        self.nvml_problem = ""
+        self.nvml_next_try = float("-inf")
+        self.cuda: dict[int, CudaDeviceIdentity] = {}
+
+    def nvml_gpus(self) -> tuple[tuple[GpuIdentity, ...] | None, str]:
+        with self.lock:
+            now = time.monotonic()
+            whole = self.nvml is not None and all(gpu.uuid for gpu in self.nvml)
+            if not whole and now >= self.nvml_next_try:
+                source = NvmlSource()
+                try:
+                    found = source.identities()
+                finally:
+                    source.shutdown()
+                self.nvml_next_try = now + _NVML_RETRY_S
+                if isinstance(found, NotAvailable):
+                    self.nvml_problem = found.reason
+                else:
+                    self.nvml = found
+            return self.nvml, self.nvml_problem
+
+    def cuda_device(self, ordinal: int) -> CudaDeviceIdentity | None:
+        with self.lock:
+            if ordinal not in self.cuda:
+                found = read_device_identity(ordinal)
+                if isinstance(found, NotAvailable):
+                    return None  # CUDA not loaded (or not ours to ask): the other joins are tried
+                self.cuda[ordinal] = found
+            return self.cuda[ordinal]
+
+
+_identities = _Identities()
+
+
+def forget_device_identities() -> None:
+    """Read the GPUs' identities afresh at the next reading (tests switch fake worlds)."""
+    global _identities
+    _identities = _Identities()
+
+
+def _jax_cuda_visible_devices() -> list[int] | None:
+    """``jax_cuda_visible_devices`` as CUDA ordinals, or None for "all" (or no such option).
+
+    JAX hands it to the CUDA plugin as ``visible_devices`` (``_options_from_jax_configs`` in
+    jax/_src/xla_bridge.py, v0.10.2 and v0.11.0); XLA then builds devices only for those
+    ordinals, so JAX's device ids no longer equal them (``local_hardware_id`` does).
+    """
+    config = getattr(sys.modules.get("jax"), "config", None)
+    try:
+        value = config.read("jax_cuda_visible_devices") if config is not None else "all"
+    except (AttributeError, KeyError):
+        return None
+    if not isinstance(value, str) or value.strip() in ("", "all"):
         return None
     try:
-        return [int(part) for part in raw.split(",") if part.strip()]
+        return [int(part) for part in value.split(",")]
     except ValueError:
-        return None  # UUIDs or MIG names: no index mapping from here
+        return None  # JAX's own parse fails on this too, and the plugin does not start
+
+
+def platforms_requested() -> str | None:
+    """``jax_platforms`` as the user set it (``JAX_PLATFORMS`` before JAX is imported), lower
+    case, e.g. "cpu"; None when unset, which lets JAX pick the best backend it can start."""
+    config = getattr(sys.modules.get("jax"), "config", None)
+    value = None
+    if config is not None:
+        try:
+            value = config.read("jax_platforms")
+        except (AttributeError, KeyError):
+            value = None
+    if value is None:
+        value = os.environ.get("JAX_PLATFORMS")
+    return (value.strip().lower() or None) if isinstance(value, str) else None
+
+
+def _nvml_match(platform: str, ordinal: int) -> NvmlMatch:
+    """The NVML GPU behind CUDA device ``ordinal``: see ``device_identity.match_nvml``."""
+    if platform not in ("cuda", "gpu"):
+        return NvmlMatch(None, why_not=f"a {platform} device: NVML lists NVIDIA GPUs only")
+    gpus, problem = _identities.nvml_gpus()
+    return match_nvml(
+        ordinal,
+        _identities.cuda_device(ordinal),
+        gpus,
+        visible=visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")),
+        device_order=os.environ.get("CUDA_DEVICE_ORDER"),
+        nvml_problem=problem,
+    )
 
 
 def _platform_family(platform: str) -> str:
@@ -331,11 +432,21 @@ def read_jax_devices(allocator: str) -> tuple[model.JaxDeviceReading, ...] | Not
         devices = _default_client().local_devices()
     except RuntimeError as err:
         return NotAvailable(model.ERROR, f"reading JAX's devices failed: {type(err).__name__}: {err}")
-    visible = _visible_devices()
-    return tuple(_read_device(device, allocator, visible) for device in devices)
+    chosen = _jax_cuda_visible_devices()
+    return tuple(_read_device(device, allocator, position, chosen) for position, device in enumerate(devices))
 
 
-def _read_device(device: Any, allocator: str, visible: list[int] | None) -> model.JaxDeviceReading:
+def _cuda_ordinal(device: Any, position: int, chosen: list[int] | None) -> int:
+    """The CUDA device number of a JAX GPU device: its ``local_hardware_id`` (XLA's
+    ``local_device_ordinal``, se_gpu_pjrt_client.cc), else its place among the local devices,
+    through ``jax_cuda_visible_devices`` where that picked them."""
+    hw = getattr(device, "local_hardware_id", None)
+    if isinstance(hw, int) and not isinstance(hw, bool):
+        return hw
+    return chosen[position] if chosen is not None and position < len(chosen) else position
+
+
+def _read_device(device: Any, allocator: str, position: int, chosen: list[int] | None) -> model.JaxDeviceReading:
     family = _platform_family(device.platform)
     try:
         raw = device.memory_stats()
@@ -343,19 +454,21 @@ def _read_device(device: Any, allocator: str, visible: list[int] | None) -> mode
         stats: model.AllocatorStats | NotAvailable = NotAvailable(model.ERROR, f"memory_stats() failed: {err}")
     else:
         stats = model.normalise_stats(raw, allocator, family)
-    nvml_index = None
+    ordinal = None
+    match = NvmlMatch(None)
     pool = None
     if family == "gpu":
-        hw = getattr(device, "local_hardware_id", None)
-        ordinal = hw if isinstance(hw, int) else device.id
-        nvml_index = visible[ordinal] if visible is not None and 0 <= ordinal < len(visible) else ordinal
+        ordinal = _cuda_ordinal(device, position, chosen)
+        match = _nvml_match(device.platform, ordinal)
         if allocator == "cuda_async":
             pool = read_default_pool(ordinal)
     return model.JaxDeviceReading(
         jax_id=device.id,
         platform=family,
         kind=getattr(device, "device_kind", ""),
-        nvml_index=nvml_index,
+        nvml_index=match.nvml_index,
         stats=stats,
         cuda_pool=pool,
+        cuda_ordinal=ordinal,
+        nvml_unmatched=match.why_not,
     )

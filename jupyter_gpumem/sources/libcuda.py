@@ -1,4 +1,5 @@
-"""The CUDA memory pool behind JAX's cuda_async allocator, read from the CUDA driver.
+"""The CUDA driver's answers for JAX: each device's default memory pool (behind the cuda_async
+allocator) and what the device is (its UUID and PCI bus id, to find it in NVML).
 
 This is the only module that touches ``libcuda`` (through ctypes). It never starts CUDA: it
 reads only when ``libcuda`` is already loaded into this process (JAX's GPU backend loads it),
@@ -26,9 +27,11 @@ from jupyter_gpumem.model import (
     CudaPoolReading,
     NotAvailable,
 )
+from jupyter_gpumem.sources.device_identity import CudaDeviceIdentity, normalise_pci_bus_id
 
 __all__ = [
     "read_default_pool",
+    "read_device_identity",
     "loaded_libcuda_path",
     "POOL_ATTRIBUTES",
     "CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT",
@@ -62,6 +65,16 @@ _CUDA_RESULTS = {
 
 _LIBCUDA_NAME = "libcuda.so"
 
+
+class _CUuuid(ctypes.Structure):
+    """``CUuuid`` (cuda.h): ``struct CUuuid_st { char bytes[16]; }``. Unsigned here, so that a
+    zero byte is kept rather than ending the value as a char array would."""
+
+    _fields_ = [("bytes", ctypes.c_ubyte * 16)]
+
+
+_PCI_BUS_ID_LEN = 32  # cuDeviceGetPCIBusId writes "[domain]:[bus]:[device].[function]" (13 chars) and a NUL
+
 _lock = threading.Lock()
 _driver_cache: dict[str, Any] = {}
 
@@ -93,6 +106,15 @@ def _open_loaded_driver(path: str) -> Any:
         lib.cuDeviceGetDefaultMemPool.restype = ctypes.c_int
         lib.cuMemPoolGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]
         lib.cuMemPoolGetAttribute.restype = ctypes.c_int
+        # Optional: a driver without them still reads pools (cuDeviceGetUuid_v2 came with CUDA 11.4).
+        for name, argtypes in (
+            ("cuDeviceGetUuid_v2", [ctypes.POINTER(_CUuuid), ctypes.c_int]),
+            ("cuDeviceGetPCIBusId", [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]),
+        ):
+            function = getattr(lib, name, None)
+            if function is not None:
+                function.argtypes = argtypes
+                function.restype = ctypes.c_int
         _driver_cache[path] = lib
         return lib
 
@@ -157,3 +179,61 @@ def _read(driver: Any, ordinal: int) -> CudaPoolReading | NotAvailable:
             return _explain(result, "cuMemPoolGetAttribute", ordinal)
         values[field] = int(value.value)
     return CudaPoolReading(**values)
+
+
+def read_device_identity(
+    ordinal: int, *, driver: Any = None, maps_path: str = "/proc/self/maps"
+) -> CudaDeviceIdentity | NotAvailable:
+    """What CUDA device ``ordinal`` is: its UUID and PCI bus id, to find it among NVML's GPUs.
+
+    ``cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)`` (cuda.h, CUDA 11.4+) writes 16 bytes: the
+    device's UUID, or a MIG instance's own. ``cuDeviceGetPCIBusId(char *pciBusId, int len,
+    CUdevice dev)`` writes "[domain]:[bus]:[device].[function]" in hex. Neither needs a current
+    context. ``driver`` stands in for libcuda as in ``read_default_pool``; a driver without one
+    of the two functions leaves that field None. Never raises, and never loads or starts CUDA.
+    """
+    if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 0:
+        return NotAvailable(ERROR, f"a CUDA device ordinal is a non-negative int, got {ordinal!r}")
+    if driver is None:
+        path = loaded_libcuda_path(maps_path)
+        if path is None:
+            return NotAvailable(NOT_STARTED, "CUDA is not loaded in this process, so it cannot say which GPU is which")
+        try:
+            driver = _open_loaded_driver(path)
+        except (OSError, AttributeError) as exc:
+            return NotAvailable(NO_LIBRARY, f"the loaded CUDA driver at {path} cannot be used: {exc}")
+    try:
+        return _read_identity(driver, ordinal)
+    except ctypes.ArgumentError as exc:
+        return NotAvailable(ERROR, f"asking the CUDA driver about device {ordinal} failed: {exc}")
+
+
+def _read_identity(driver: Any, ordinal: int) -> CudaDeviceIdentity | NotAvailable:
+    device = ctypes.c_int(-1)
+    result = driver.cuDeviceGet(ctypes.pointer(device), ordinal)
+    if result != 0:
+        return _explain(result, "cuDeviceGet", ordinal)
+    missing = []
+    uuid = None
+    get_uuid = getattr(driver, "cuDeviceGetUuid_v2", None)
+    if get_uuid is None:
+        missing.append("this CUDA driver has no cuDeviceGetUuid_v2 (CUDA 11.4+)")
+    else:
+        raw = _CUuuid()
+        result = get_uuid(ctypes.pointer(raw), device.value)
+        if result == 0:
+            uuid = bytes(raw.bytes).hex()
+        else:
+            missing.append(_explain(result, "cuDeviceGetUuid_v2", ordinal).reason)
+    bus_id = None
+    get_bus = getattr(driver, "cuDeviceGetPCIBusId", None)
+    if get_bus is None:
+        missing.append("this CUDA driver has no cuDeviceGetPCIBusId")
+    else:
+        text = ctypes.create_string_buffer(_PCI_BUS_ID_LEN)
+        result = get_bus(text, _PCI_BUS_ID_LEN, device.value)
+        if result == 0:
+            bus_id = normalise_pci_bus_id(text.value)
+        else:
+            missing.append(_explain(result, "cuDeviceGetPCIBusId", ordinal).reason)
+    return CudaDeviceIdentity(uuid_hex=uuid, pci_bus_id=bus_id, why="; ".join(missing))

@@ -42,6 +42,7 @@ from jupyter_gpumem.model import (
     NotAvailable,
     ProcessReading,
 )
+from jupyter_gpumem.sources.device_identity import GpuIdentity
 
 __all__ = ["NvmlSource", "explain_nvml_error", "RETRY_INTERVAL_S"]
 
@@ -227,6 +228,40 @@ class NvmlSource:
             except _DeviceGone as gone:
                 return gone.why
 
+    def gpu_count(self) -> int | NotAvailable:
+        """How many GPUs NVML lists (``nvmlDeviceGetCount``, read when NVML starts)."""
+        with self._lock:
+            failure = self._ensure_started()
+            return failure if failure is not None else self._count
+
+    def cuda_driver_version(self) -> int | NotAvailable:
+        """The newest CUDA version the driver supports, as ``nvmlSystemGetCudaDriverVersion``
+        gives it: 1000 * major + 10 * minor (12040 is CUDA 12.4)."""
+        with self._lock:
+            failure = self._ensure_started()
+            if failure is not None:
+                return failure
+            try:
+                return int(self._call("nvmlSystemGetCudaDriverVersion", what="the driver's CUDA version"))
+            except _SystemGone as gone:
+                self._drop(gone.why)
+                return gone.why
+            except _DeviceGone as gone:
+                return gone.why
+
+    def identities(self) -> tuple[GpuIdentity, ...] | NotAvailable:
+        """Each GPU's index, UUID and PCI bus id: what a CUDA device is matched on. A GPU that
+        cannot say one of them has it empty (UUID) or None (bus id)."""
+        with self._lock:
+            failure = self._ensure_started()
+            if failure is not None:
+                return failure
+            try:
+                return tuple(self._identity_of(i) for i in range(self._count))
+            except _SystemGone as gone:
+                self._drop(gone.why)
+                return gone.why
+
     def shutdown(self) -> None:
         """Release NVML. A later read starts it again."""
         with self._lock:
@@ -358,6 +393,19 @@ class NvmlSource:
             mig_mode=mig,
             processes=processes,
         )
+
+    def _identity_of(self, index: int) -> GpuIdentity:
+        try:
+            handle = self._handles.get(index)
+            if handle is None:
+                handle = self._call("nvmlDeviceGetHandleByIndex", index, what="the device", device=index)
+                self._handles[index] = handle
+            uuid = _text(self._call("nvmlDeviceGetUUID", handle, what="the UUID", device=index))
+            pci = self._optional("nvmlDeviceGetPciInfo", handle, index, "its PCI bus id")
+        except _DeviceGone:
+            return GpuIdentity(index, "")
+        bus_id = None if isinstance(pci, NotAvailable) else _text(getattr(pci, "busId", "")) or None
+        return GpuIdentity(index, uuid, bus_id)
 
     def _memory(self, handle: Any, index: int) -> tuple[int, int, int, int | NotAvailable]:
         version = getattr(self._nvml, "nvmlMemory_v2", None)

@@ -165,6 +165,17 @@ class _FakePynvml:
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
         return self._device("nvmlDeviceGetUUID", handle).uuid
 
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> types.SimpleNamespace:
+        """``nvmlPciInfo_t``: its char arrays read as bytes in every nvidia-ml-py release (no
+        convertStrBytes on a structure's fields)."""
+        self._device("nvmlDeviceGetPciInfo", handle)
+        bus_id = self._world().pci_bus_id(handle.index)
+        domain, bus, rest = bus_id.split(":")
+        return types.SimpleNamespace(
+            busId=bus_id.encode(), busIdLegacy=bus_id[4:].encode(), domain=int(domain, 16), bus=int(bus, 16),
+            device=int(rest.split(".")[0], 16), pciDeviceId=0x20B010DE, pciSubSystemId=0x134F10DE,
+        )
+
     def _memory_info_v1_only(self, handle: Any) -> types.SimpleNamespace:
         return self.nvmlDeviceGetMemoryInfo(handle)
 

@@ -68,6 +68,7 @@ class FakeGpu:
     ``mig_mode`` None means the GPU cannot do MIG (the query answers NOT_SUPPORTED).
     ``unsupported`` names NVML functions that answer NOT_SUPPORTED on this GPU
     (``"nvmlDeviceGetMemoryInfo_v2"`` answers FUNCTION_NOT_FOUND, as an old driver does).
+    ``pci_bus_id`` empty: one made from the GPU's index, so NVML's order is the PCI bus order.
     """
 
     name: str
@@ -92,6 +93,7 @@ class FakeGpu:
     pcie_max_generation: int = 4
     pcie_max_width: int = 16
     compute_capability: tuple[int, int] = (8, 0)
+    pci_bus_id: str = ""
 
     @property
     def free_bytes(self) -> int:
@@ -147,6 +149,8 @@ class FakeWorld:
     """A mutable, thread-safe world of fake GPUs that the fake ``pynvml`` reads.
 
     ``calls`` counts NVML calls by function name (every call, failed ones included).
+    ``cuda_order``: the NVML indices in the order CUDA numbers the GPUs by default (fastest
+    first); None is NVML's own order. ``cuda_devices`` applies it, as a fake CUDA driver would.
     """
 
     def __init__(
@@ -157,6 +161,7 @@ class FakeWorld:
         driver_version: str = "550.54.15",
         cuda_driver_version: int = 12040,
         system_error: int | str | None = None,
+        cuda_order: list[int] | None = None,
     ):
         _driver_release(driver_version)
         self.name = name
@@ -164,6 +169,7 @@ class FakeWorld:
         self.driver_version = driver_version
         self.cuda_driver_version = cuda_driver_version
         self.system_error: int | None = None if system_error is None else error_value(system_error)
+        self.cuda_order: list[int] | None = None if cuda_order is None else list(cuda_order)
         self.calls: collections.Counter[str] = collections.Counter()
         self._faults: list[_Fault] = []
         self._lock = threading.RLock()
@@ -183,6 +189,41 @@ class FakeWorld:
         """
         since = DRIVER_FUNCTIONS_SINCE.get(function)
         return since is None or _driver_release(self.driver_version) >= since
+
+    def pci_bus_id(self, device: int) -> str:
+        """GPU ``device``'s PCI bus id as NVML writes it ("00000000:3B:00.0")."""
+        gpu = self.gpu(device)
+        return gpu.pci_bus_id or f"00000000:{0x18 + 0x10 * device:02X}:00.0"
+
+    def cuda_devices(self, env: dict[str, str] | None = None) -> list[int]:
+        """The NVML indices of the GPUs a CUDA process sees, in CUDA's ordinal order.
+
+        As the CUDA driver numbers them: fastest first (``cuda_order``) unless
+        ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (NVML's order); then ``CUDA_VISIBLE_DEVICES`` picks and
+        reorders them by index into that order or by UUID (a unique prefix will do), stopping
+        at the first entry that names no GPU (CUDA's documented parsing).
+        """
+        env = dict(os.environ if env is None else env)
+        with self._lock:
+            count = len(self.gpus)
+            pci_order = env.get("CUDA_DEVICE_ORDER", "").strip().upper() == "PCI_BUS_ID"
+            order = list(range(count)) if pci_order or self.cuda_order is None else list(self.cuda_order)
+            raw = env.get("CUDA_VISIBLE_DEVICES")
+            if raw is None:
+                return order
+            picked: list[int] = []
+            for entry in (part.strip() for part in raw.split(",")):
+                if entry.isdigit() and int(entry) < len(order):
+                    index = order[int(entry)]
+                elif entry.lower().startswith("gpu-"):
+                    hits = [i for i in order if self.gpus[i].uuid.lower().startswith(entry.lower())]
+                    index = hits[0] if len(hits) == 1 else None
+                else:
+                    index = None
+                if index is None or index in picked:
+                    break
+                picked.append(index)
+            return picked
 
     def total_calls(self) -> int:
         with self._lock:
@@ -300,6 +341,7 @@ class FakeWorld:
                 "driver_version": self.driver_version,
                 "cuda_driver_version": self.cuda_driver_version,
                 "system_error": None if self.system_error is None else _ERROR_NAMES[self.system_error],
+                "cuda_order": self.cuda_order,
                 "gpus": [gpu.to_json() for gpu in self.gpus],
                 "faults": [f.to_json() for f in self._faults],
             }
@@ -314,6 +356,7 @@ class FakeWorld:
             driver_version=data.get("driver_version", "550.54.15"),
             cuda_driver_version=data.get("cuda_driver_version", 12040),
             system_error=data.get("system_error"),
+            cuda_order=data.get("cuda_order"),
         )
         for f in data.get("faults", []):
             error = f.get("error")
