@@ -14,11 +14,25 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from jupyter_gpumem import cuda_async_limits
+from jupyter_gpumem.effective_settings import (
+    NOTE_TRIGGERS,
+    canonical_allocator,
+    create_options,
+    cuda_async_notes,
+    effective,
+    env_var_for,
+    environment_problems,
+    fraction_is_set,
+    is_cuda_async,
+    same,
+    show,
+)
 from jupyter_gpumem.env_table import (
     _ALLOCATOR_ALIASES,
     ALLOCATOR_VAR,
     ASYNC_PREALLOC_VAR,
-    DEFAULT_FRACTION,
+    CREATE_OPTIONS_OPTION,
     ENV_SETTINGS,
     FRACTION_VAR,
     FROM_CONFIG,
@@ -30,7 +44,6 @@ from jupyter_gpumem.env_table import (
     REMAT_ENV,
     REMAT_OPTION,
     SETTING_NAMES,
-    STALE_ALLOCATOR_VAR,
 )
 from jupyter_gpumem.errors import GpumemError
 from jupyter_gpumem.model import AllocatorSettings, JaxDeviceReading, NotAvailable
@@ -44,7 +57,7 @@ from jupyter_gpumem.sources.jax_backend import (
     jax_gpu_options,
     jax_rejection,
 )
-from jupyter_gpumem.units import format_bytes, parse_bytes, parse_fraction
+from jupyter_gpumem.units import parse_bytes, parse_fraction
 
 __all__ = [
     "GpumemError",
@@ -188,88 +201,11 @@ class SettingState:
         }
 
 
-def _canonical_allocator(name: str) -> str:
-    return "bfc" if name in ("default", "bfc") else name
-
-
-def _effective(env: Mapping[str, str]) -> dict[str, Any]:
-    """What JAX makes of each variable in ``env``, read one variable at a time.
-
-    One at a time so that one bad variable does not hide the others; where JAX rejects a value,
-    the raw string is kept.
-    """
-
-    def read(var: str, key: str, default: Any) -> Any:
-        if var not in env:
-            return default
-        try:
-            options = jax_gpu_options({var: env[var]})
-        except ValueError:
-            return env[var]
-        if options is None:
-            return env[var]
-        return options.get(key, default)
-
-    fraction_value: Any = DEFAULT_FRACTION
-    for var in (OLD_FRACTION_VAR, FRACTION_VAR):
-        if env.get(var):
-            fraction_value = read(var, "memory_fraction", DEFAULT_FRACTION)
-    allocator = read(ALLOCATOR_VAR, "allocator", "default")
-    async_raw = env.get(ASYNC_PREALLOC_VAR)
-    try:
-        async_value: Any = None if async_raw is None else int(async_raw)
-    except ValueError:
-        async_value = async_raw
-    return {
-        "preallocate": read(PREALLOCATE_VAR, "preallocate", True),
-        "fraction": fraction_value,
-        "allocator": allocator,
-        "async_prealloc": async_value,
-    }
-
-
-def _same(name: str, a: Any, b: Any) -> bool:
-    if name == "fraction" and isinstance(a, float) and isinstance(b, float):
-        return abs(a - b) < 1e-9
-    if name == "allocator" and isinstance(a, str) and isinstance(b, str):
-        return _canonical_allocator(a) == _canonical_allocator(b)
-    return a == b
-
-
-def _show(name: str, value: Any) -> str:
-    if value is None:
-        return "not set"
-    if name in ("preallocate", "remat") and isinstance(value, bool):
-        return "on" if value else "off"
-    if name == "fraction" and isinstance(value, float):
-        return f"{value:g}"
-    if name == "allocator" and value == "default":
-        return "default (bfc)"
-    if name == "async_prealloc" and isinstance(value, int):
-        return "all (-1)" if value == -1 else format_bytes(value)
-    return str(value)
-
-
-def _fraction_env_var(env: Mapping[str, str]) -> str:
-    for var in (FRACTION_VAR, OLD_FRACTION_VAR):
-        if env.get(var):
-            return var
-    return fraction_var()
-
-
-def _env_var_for(name: str, env: Mapping[str, str]) -> str:
-    return {
-        "preallocate": PREALLOCATE_VAR,
-        "allocator": ALLOCATOR_VAR,
-        "async_prealloc": ASYNC_PREALLOC_VAR,
-    }.get(name) or _fraction_env_var(env)
-
-
 def setting_variables() -> tuple[tuple[str, str], ...]:
     """Each setting's name and the variable it is written to here: the environment variable the
     installed JAX reads, or the ``jax.config`` option for remat. For the panel and the docs."""
     env = dict(os.environ)
-    rows = [(name, _env_var_for(name, env)) for name in ENV_SETTINGS]
+    rows = [(name, env_var_for(name, env)) for name in ENV_SETTINGS]
     return (*rows, ("remat", f"jax.config.{REMAT_OPTION}"))
 
 
@@ -292,56 +228,39 @@ def _remat_in_effect() -> tuple[bool, str]:
     return True, source
 
 
+def _held_in(name: str, env: Mapping[str, str], overridden: Mapping[str, Any]) -> str:
+    """Where setting ``name`` is held, for messages: its variable, or the jax.config option."""
+    return f"jax.config {CREATE_OPTIONS_OPTION}" if name in overridden else env_var_for(name, env)
+
+
 def settings_in_effect() -> tuple[SettingState, ...]:
     """Every setting: its value now, shown for people, and where it came from.
 
     Before the backend starts this is what will take effect; after, what did (JAX read the
-    environment at start, and this module refuses to change it since).
+    environment at start, and this module refuses to change it since). A setting that
+    jax.config's ``jax_pjrt_client_create_options`` names comes from there: JAX applies it last.
     """
     with _lock:
         env = dict(os.environ)
-        values = _effective(env)
+        options = create_options(env)
+        overridden = options.overrides()
+        values = effective(env, options)
         states = []
         for name in ENV_SETTINGS:
-            var = _env_var_for(name, env)
+            var = env_var_for(name, env)
+            if name in overridden:
+                states.append(SettingState(name, values[name], show(name, values[name]), FROM_CONFIG, None, CREATE_OPTIONS_OPTION))
+                continue
             if name in _ours:
                 source = FROM_MAGIC
             elif var in env:
                 source = FROM_ENVIRONMENT
             else:
                 source = JAX_DEFAULT
-            states.append(SettingState(name, values[name], _show(name, values[name]), source, var))
+            states.append(SettingState(name, values[name], show(name, values[name]), source, var))
         remat, remat_source = _remat_in_effect()
-        states.append(SettingState("remat", remat, _show("remat", remat), remat_source, None, REMAT_OPTION))
+        states.append(SettingState("remat", remat, show("remat", remat), remat_source, None, REMAT_OPTION))
         return tuple(states)
-
-
-def environment_problems(env: Mapping[str, str] | None = None) -> list[str]:
-    """Warnings about the allocator variables in ``env`` (default: os.environ), for people."""
-    env = dict(os.environ) if env is None else dict(env)
-    problems = []
-    if env.get(FRACTION_VAR) and env.get(OLD_FRACTION_VAR):
-        problems.append(
-            f"both {FRACTION_VAR} and {OLD_FRACTION_VAR} are set; JAX refuses that and falls back "
-            f"to the CPU. Keep one: `%gpumem fraction F` writes {fraction_var()} and removes the other."
-        )
-    if STALE_ALLOCATOR_VAR in env:
-        problems.append(
-            f"{STALE_ALLOCATOR_VAR}={env[STALE_ALLOCATOR_VAR]} is set, but JAX does not read it "
-            f"(it is TensorFlow's). Use `%gpumem allocator cuda_async` ({ALLOCATOR_VAR})."
-        )
-    rejection = jax_rejection(env)
-    if rejection and not (env.get(FRACTION_VAR) and env.get(OLD_FRACTION_VAR) and "together" in rejection):
-        problems.append(f"JAX will reject this environment and fall back to the CPU: {rejection}")
-    values = _effective(env)
-    if _canonical_allocator(str(values["allocator"])) == "cuda_async" and values["preallocate"] is True:
-        problems.append(
-            "cuda_async still preallocates its whole pool while preallocate is on; "
-            "add `%gpumem preallocate off` for the pool to grow on demand."
-        )
-    if ASYNC_PREALLOC_VAR in env and _canonical_allocator(str(values["allocator"])) != "cuda_async":
-        problems.append(f"{ASYNC_PREALLOC_VAR} is set but is read only by the cuda_async allocator.")
-    return problems
 
 
 @dataclass(frozen=True)
@@ -426,7 +345,7 @@ def validate(settings: AllocatorSettings) -> _Plan:
     env = dict(os.environ)
     if env_given and not can_check_gpu_options():
         raise SettingsError(
-            "JAX is not installed in this environment (jaxlib cannot be imported), so these "
+            "JAX is not installed in this environment (no jaxlib with JAX's GPU option generator), so these "
             "settings cannot be checked; install jax (jax[cuda12] or jax[cuda13] for a GPU)"
         )
     if settings.allocator is not None:
@@ -439,12 +358,14 @@ def validate(settings: AllocatorSettings) -> _Plan:
     if settings.remat is not None:
         _check_remat_exists()
 
+    create = create_options(env)
+    overridden = create.overrides()
     if backend_started():
-        in_effect = _effective(env)
-        conflicts = [(k, v) for k, v in env_given.items() if not _same(k, v, in_effect[k])]
+        in_effect = effective(env, create)
+        conflicts = [(k, v) for k, v in env_given.items() if not same(k, v, in_effect[k])]
         if conflicts:
             now = "; ".join(
-                f"{k.replace('_', '-')} is {_show(k, in_effect[k])} ({_env_var_for(k, env)})" for k, _ in conflicts
+                f"{k.replace('_', '-')} is {show(k, in_effect[k])} ({_held_in(k, env, overridden)})" for k, _ in conflicts
             )
             asked = AllocatorSettings(**dict(conflicts))
             words = _settings_words(asked)
@@ -454,6 +375,14 @@ def validate(settings: AllocatorSettings) -> _Plan:
             )
         return _Plan(env={}, remat=settings.remat, notes=tuple(notes), noop=tuple(env_given), settings=settings)
 
+    hidden = [name for name in env_given if name in overridden]
+    if hidden:
+        words = _settings_words(AllocatorSettings(**{k: env_given[k] for k in hidden}))
+        raise SettingsError(
+            f"jax.config's {CREATE_OPTIONS_OPTION} sets {', '.join(f'{k}={overridden[k]!r}' for k in hidden)}, "
+            f"and JAX applies it after the environment, so `{words}` would not take effect; nothing was "
+            f"changed. Change it there instead: jax.config.update({CREATE_OPTIONS_OPTION!r}, {{...}})."
+        )
     writes = _env_writes(settings, env)
     candidate = dict(env)
     for var, value in writes.items():
@@ -470,13 +399,21 @@ def validate(settings: AllocatorSettings) -> _Plan:
                 "the CPU; nothing was changed. Fix the variable it names (`%gpumem status` shows them)."
             ) from None
         _check_read_back(settings, options or {})
-    effect = _effective(candidate)
-    if "allocator" in env_given or "preallocate" in env_given:
-        if _canonical_allocator(str(effect["allocator"])) == "cuda_async" and effect["preallocate"] is True:
-            notes.append("note: cuda_async still preallocates its pool while preallocate is on; add `preallocate off` for it to grow on demand")
-    if "async_prealloc" in env_given and _canonical_allocator(str(effect["allocator"])) != "cuda_async":
+    effect = effective(candidate, create)
+    _check_async_prealloc(candidate, effect)
+    for topic, note in cuda_async_notes(effect, fraction_is_set(candidate, create)).items():
+        if NOTE_TRIGGERS[topic] & set(env_given):
+            notes.append("note: " + note)
+    if "async_prealloc" in env_given and not is_cuda_async(effect):
         notes.append(f"note: {ASYNC_PREALLOC_VAR} is read only by the cuda_async allocator (`%gpumem allocator cuda_async`)")
     return _Plan(env=writes, remat=settings.remat, notes=tuple(notes), noop=(), settings=settings)
+
+
+def _check_async_prealloc(candidate: Mapping[str, str], effect: Mapping[str, Any]) -> None:
+    """cuda_async with an async-prealloc value XLA cannot read aborts the process at start."""
+    raw = candidate.get(ASYNC_PREALLOC_VAR)
+    if raw is not None and is_cuda_async(effect) and cuda_async_limits.read_async_prealloc(raw) is None:
+        raise SettingsError(f"{cuda_async_limits.async_prealloc_problem(raw)} Nothing was changed.")
 
 
 def _check_read_back(settings: AllocatorSettings, options: Mapping[str, Any]) -> None:
@@ -489,7 +426,7 @@ def _check_read_back(settings: AllocatorSettings, options: Mapping[str, Any]) ->
     if settings.allocator is not None:
         checks.append(("allocator", ALLOCATOR_VAR, options.get("allocator"), settings.allocator))
     for name, var, got, want in checks:
-        if not _same(name, got, want):
+        if not same(name, got, want):
             raise SettingsError(f"the installed JAX does not read {name} from {var} (it read {got!r}); nothing was changed")
 
 
@@ -569,10 +506,10 @@ def reset() -> Applied:
             else:
                 restored[var] = value
         if backend_started():
-            now, then = _effective(dict(os.environ)), _effective(restored)
-            changed = [k for k in ENV_SETTINGS if not _same(k, now[k], then[k])]
+            now, then = effective(dict(os.environ)), effective(restored)
+            changed = [k for k in ENV_SETTINGS if not same(k, now[k], then[k])]
             if changed:
-                shown = "; ".join(f"{k.replace('_', '-')} is {_show(k, now[k])}" for k in changed)
+                shown = "; ".join(f"{k.replace('_', '-')} is {show(k, now[k])}" for k in changed)
                 raise BackendStartedError(
                     f"JAX's backend has already started, so the settings %gpumem made are in effect "
                     f"and cannot be taken back ({shown}). JAX reads these settings once, when its "
@@ -610,12 +547,13 @@ def reset() -> Applied:
 
 def allocator_in_effect() -> str:
     """The allocator JAX uses (or will use): "bfc" for default and bfc, "cuda_async", "platform",
-    "vmm", ...; "cpu" or "tpu" when the backend started on those."""
+    "vmm", ...; "cpu" or "tpu" when the backend started on those. jax.config's
+    ``jax_pjrt_client_create_options`` wins over the environment, as in JAX."""
     platform = backend_platform()
     if platform in ("cpu", "tpu"):
         return platform
-    value = _effective(dict(os.environ))["allocator"]
-    return _canonical_allocator(str(value).lower())
+    value = effective(dict(os.environ))["allocator"]
+    return canonical_allocator(str(value).lower())
 
 
 def read_jax_devices() -> tuple[JaxDeviceReading, ...] | NotAvailable:

@@ -30,6 +30,18 @@ REMAT_OPTION = "jax_compiler_enable_remat_pass"
 REMAT_ENV = "JAX_COMPILER_ENABLE_REMAT_PASS"  # read by jax at import only
 
 
+# A jax.config option whose entries JAX merges over the CUDA plugin's options, so over the
+# variables above (jax/_src/xla_bridge.py, make_pjrt_c_api_client, JAX 0.10 and 0.11).
+CREATE_OPTIONS_OPTION = "jax_pjrt_client_create_options"
+
+
+CREATE_OPTIONS_ENV = "JAX_PJRT_CLIENT_CREATE_OPTIONS"  # its value when jax is imported
+
+
+# The create options' names for the settings they can override.
+CREATE_OPTION_KEYS = {"preallocate": "preallocate", "fraction": "memory_fraction", "allocator": "allocator"}
+
+
 SETTING_NAMES = ("preallocate", "fraction", "allocator", "async_prealloc", "remat")
 
 

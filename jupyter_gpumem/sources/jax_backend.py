@@ -22,6 +22,8 @@ from jupyter_gpumem import model
 from jupyter_gpumem.env_table import (
     _ALLOCATOR_CANDIDATES,
     ALLOCATOR_VAR,
+    CREATE_OPTIONS_ENV,
+    CREATE_OPTIONS_OPTION,
     FRACTION_VAR,
     OLD_FRACTION_VAR,
     REMAT_OPTION,
@@ -51,19 +53,77 @@ class _EnvironmentView:
         return getattr(os, name)
 
 
+_GENERATOR = "generate_pjrt_gpu_plugin_options"
+
+
+def _xla_client_path() -> str | None:
+    """Where the installed jaxlib's ``xla_client.py`` is, found without importing jaxlib."""
+    try:
+        spec = importlib.util.find_spec("jaxlib")
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "xla_client.py")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _generator_from_source(path: str) -> types.FunctionType | None:
+    """``generate_pjrt_gpu_plugin_options`` compiled from jaxlib's source, without its module.
+
+    Importing ``jaxlib.xla_client`` loads jaxlib's C++ extension (``from jaxlib import _jax``).
+    Loaded before ``import jax`` has set ``TF_CPP_MIN_LOG_LEVEL=1`` (jax/__init__.py, 0.10 and
+    0.11), XLA logs at INFO for the whole process: the ``pjrt_client.cc ... PjRt-IFRT device
+    count`` lines at JAX's first operation. So the function is compiled from the file, with the
+    module's literal constants (a later jaxlib may keep its allocator names in one).
+    """
+    import ast
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    body: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == _GENERATOR:
+            node.returns = None  # its annotation names types of the module, not needed to run it
+            body.append(node)
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            try:
+                ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            body.append(node)
+    if not any(isinstance(node, ast.FunctionDef) for node in body):
+        return None
+    namespace: dict[str, Any] = {"os": os}
+    exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), namespace)  # jaxlib's own code
+    gen = namespace[_GENERATOR]
+    try:
+        gen()  # the real environment: a ValueError is JAX rejecting it, which is fine here
+    except ValueError:
+        pass
+    except (NameError, AttributeError, TypeError, KeyError):
+        return None  # it needs more of its module than the constants: use the module instead
+    return gen
+
+
 @lru_cache(maxsize=1)
 def _option_generator() -> Callable[[Mapping[str, str]], dict] | None:
     """JAX's GPU option generator, rebound to read a mapping we pass instead of os.environ.
 
     The generator only reads ``os.getenv`` (jaxlib/xla_client.py, 0.4.30 to 0.12), so giving it
     its own ``os`` keeps candidate values out of the real environment, where another thread
-    starting JAX could see them.
+    starting JAX could see them. It comes from jaxlib's source (``_generator_from_source``);
+    the imported module is used only when that fails and the module is already loaded.
     """
-    try:
-        from jaxlib import xla_client
-    except ImportError:
-        return None
-    gen = getattr(xla_client, "generate_pjrt_gpu_plugin_options", None)
+    path = _xla_client_path()
+    gen = _generator_from_source(path) if path else None
+    if gen is None:
+        module = sys.modules.get("jaxlib.xla_client")
+        gen = getattr(module, _GENERATOR, None)
     if gen is None or not isinstance(gen, types.FunctionType):
         return None
 
@@ -125,6 +185,39 @@ def accepted_allocators() -> tuple[str, ...]:
         if name not in candidates and name != "no_such_allocator":
             candidates.append(name)
     return tuple(name for name in candidates if jax_rejection({ALLOCATOR_VAR: name}) is None)
+
+
+@lru_cache(maxsize=1)
+def jax_has_create_options() -> bool:
+    """Whether the installed JAX merges ``jax_pjrt_client_create_options`` into its plugins'
+    options: its xla_bridge.py names the option. Read from the file, so jax is not imported."""
+    try:
+        spec = importlib.util.find_spec("jax")
+    except (ImportError, ValueError):
+        return False
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            with open(os.path.join(folder, "_src", "xla_bridge.py"), encoding="utf-8") as handle:
+                return CREATE_OPTIONS_OPTION in handle.read()
+        except OSError:
+            continue
+    return False
+
+
+def pjrt_create_options(env: Mapping[str, str] | None = None) -> Any:
+    """The value of ``jax.config.jax_pjrt_client_create_options`` (None, a string or a dict);
+    None when the installed JAX has no such option.
+
+    Once jax is imported, ``jax.config`` holds it. Before, it is what jax will read at import:
+    ``JAX_PJRT_CLIENT_CREATE_OPTIONS`` in ``env`` (default: os.environ); jax is not imported to
+    ask (``string_or_object_state`` in jax/_src/config.py reads the variable as its default).
+    """
+    config = getattr(sys.modules.get("jax"), "config", None)
+    if config is not None and hasattr(config, CREATE_OPTIONS_OPTION):
+        return getattr(config, CREATE_OPTIONS_OPTION)
+    if not jax_has_create_options():
+        return None
+    return (os.environ if env is None else env).get(CREATE_OPTIONS_ENV)
 
 
 def backend_started() -> bool:

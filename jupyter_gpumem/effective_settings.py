@@ -1,0 +1,189 @@
+"""What JAX will make of the allocator settings: each value read the way JAX reads it, from the
+environment and from ``jax.config``'s ``jax_pjrt_client_create_options`` (which JAX applies
+last), shown for people, and the warnings ``%gpumem status`` gives about them.
+
+Values come from JAX's own option generator (``sources.jax_backend.jax_gpu_options``), run on
+one variable at a time so that one bad variable does not hide the others.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from jupyter_gpumem import client_create_options, cuda_async_limits
+from jupyter_gpumem.client_create_options import CreateOptions
+from jupyter_gpumem.env_table import (
+    ALLOCATOR_VAR,
+    ASYNC_PREALLOC_VAR,
+    CREATE_OPTIONS_OPTION,
+    DEFAULT_FRACTION,
+    FRACTION_VAR,
+    OLD_FRACTION_VAR,
+    PREALLOCATE_VAR,
+    STALE_ALLOCATOR_VAR,
+)
+from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.sources.jax_backend import accepted_allocators, fraction_var, jax_gpu_options, jax_rejection
+from jupyter_gpumem.units import format_bytes
+
+# Which settings on a %gpumem line bring up each cuda_async note.
+NOTE_TRIGGERS = {
+    "preallocating": {"allocator", "preallocate"},
+    "fraction": {"fraction", "allocator", "preallocate"},
+    "async_prealloc": {"async_prealloc", "allocator", "preallocate"},
+}
+
+
+def canonical_allocator(name: str) -> str:
+    """``name`` with JAX's ``default`` spelt ``bfc`` (the same allocator)."""
+    return "bfc" if name in ("default", "bfc") else name
+
+
+def create_options(env: Mapping[str, str] | None = None) -> CreateOptions:
+    """``jax_pjrt_client_create_options`` now (before jax is imported: from ``env``'s variable)."""
+    return client_create_options.parse(jax_backend.pjrt_create_options(env))
+
+
+def effective(env: Mapping[str, str], options: CreateOptions | None = None) -> dict[str, Any]:
+    """What JAX makes of ``env`` and the create options (default: read now), by setting name.
+
+    Where JAX rejects a variable's value, the raw string is kept. A create option replaces the
+    variable's value, as JAX merges it last.
+    """
+
+    def read(var: str, key: str, default: Any) -> Any:
+        if var not in env:
+            return default
+        try:
+            options = jax_gpu_options({var: env[var]})
+        except ValueError:
+            return env[var]
+        if options is None:
+            return env[var]
+        return options.get(key, default)
+
+    fraction_value: Any = DEFAULT_FRACTION
+    for var in (OLD_FRACTION_VAR, FRACTION_VAR):
+        if env.get(var):
+            fraction_value = read(var, "memory_fraction", DEFAULT_FRACTION)
+    async_raw = env.get(ASYNC_PREALLOC_VAR)
+    async_value = None if async_raw is None else cuda_async_limits.read_async_prealloc(async_raw)
+    values = {
+        "preallocate": read(PREALLOCATE_VAR, "preallocate", True),
+        "fraction": fraction_value,
+        "allocator": read(ALLOCATOR_VAR, "allocator", "default"),
+        "async_prealloc": async_raw if async_value is None else async_value,
+    }
+    values.update((create_options(env) if options is None else options).overrides())
+    return values
+
+
+def same(name: str, a: Any, b: Any) -> bool:
+    """Whether two values of setting ``name`` are the same setting (.4 and 40%, default and bfc)."""
+    if name == "fraction" and isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) < 1e-9
+    if name == "allocator" and isinstance(a, str) and isinstance(b, str):
+        return canonical_allocator(a) == canonical_allocator(b)
+    return a == b
+
+
+def show(name: str, value: Any) -> str:
+    """A setting's value for people: "on", "0.75", "default (bfc)", "2.00 GiB", "not set"."""
+    if value is None:
+        return "not set"
+    if name in ("preallocate", "remat") and isinstance(value, bool):
+        return "on" if value else "off"
+    if name == "fraction" and isinstance(value, float):
+        return f"{value:g}"
+    if name == "allocator" and value == "default":
+        return "default (bfc)"
+    if name == "async_prealloc" and isinstance(value, int):
+        return "all (-1)" if value == -1 else format_bytes(value)
+    return str(value)
+
+
+def fraction_env_var(env: Mapping[str, str]) -> str:
+    """The fraction variable that is set in ``env``, else the one the installed JAX reads."""
+    for var in (FRACTION_VAR, OLD_FRACTION_VAR):
+        if env.get(var):
+            return var
+    return fraction_var()
+
+
+def env_var_for(name: str, env: Mapping[str, str]) -> str:
+    """The environment variable that holds setting ``name`` (not remat)."""
+    return {
+        "preallocate": PREALLOCATE_VAR,
+        "allocator": ALLOCATOR_VAR,
+        "async_prealloc": ASYNC_PREALLOC_VAR,
+    }.get(name) or fraction_env_var(env)
+
+
+def is_cuda_async(values: Mapping[str, Any]) -> bool:
+    return canonical_allocator(str(values["allocator"])) == "cuda_async"
+
+
+def cuda_async_notes(values: Mapping[str, Any], fraction_set: bool) -> dict[str, str]:
+    """What cuda_async will really do with these values, by topic (``NOTE_TRIGGERS``' keys):
+    nothing when the allocator is not cuda_async."""
+    if not is_cuda_async(values) or not isinstance(values["preallocate"], bool):
+        return {}  # not cuda_async, or a create option the CUDA plugin refuses (warned apart)
+    notes = {}
+    preallocate = values["preallocate"]
+    if preallocate:
+        notes["preallocating"] = (
+            "cuda_async still preallocates its whole pool while preallocate is on; "
+            "add `%gpumem preallocate off` for the pool to grow on demand."
+        )
+    elif fraction_set:
+        notes["fraction"] = cuda_async_limits.fraction_note(show("fraction", values["fraction"]))
+    prealloc = values["async_prealloc"]
+    if isinstance(prealloc, int):
+        note = cuda_async_limits.async_prealloc_note(prealloc, preallocate)
+        if note:
+            notes["async_prealloc"] = note
+    return notes
+
+
+def fraction_is_set(env: Mapping[str, str], options: CreateOptions) -> bool:
+    """Whether a fraction was given at all (a variable or a create option), not JAX's default."""
+    return bool(env.get(FRACTION_VAR) or env.get(OLD_FRACTION_VAR)) or "fraction" in options.overrides()
+
+
+def environment_problems(env: Mapping[str, str] | None = None) -> list[str]:
+    """Warnings about the allocator variables in ``env`` (default: os.environ) and jax.config's
+    create options, for people."""
+    env = dict(os.environ) if env is None else dict(env)
+    options = create_options(env)
+    problems = []
+    if env.get(FRACTION_VAR) and env.get(OLD_FRACTION_VAR):
+        problems.append(
+            f"both {FRACTION_VAR} and {OLD_FRACTION_VAR} are set; JAX refuses that and falls back "
+            f"to the CPU. Keep one: `%gpumem fraction F` writes {fraction_var()} and removes the other."
+        )
+    if STALE_ALLOCATOR_VAR in env:
+        problems.append(
+            f"{STALE_ALLOCATOR_VAR}={env[STALE_ALLOCATOR_VAR]} is set, but JAX does not read it "
+            f"(it is TensorFlow's). Use `%gpumem allocator cuda_async` ({ALLOCATOR_VAR})."
+        )
+    rejection = jax_rejection(env)
+    if rejection and not (env.get(FRACTION_VAR) and env.get(OLD_FRACTION_VAR) and "together" in rejection):
+        problems.append(f"JAX will reject this environment and fall back to the CPU: {rejection}")
+    problems.extend(options.problems(accepted_allocators()))
+    for name in options.overrides():
+        var = env_var_for(name, env)
+        if var in env:
+            problems.append(
+                f"{var} is set, but jax.config's {CREATE_OPTIONS_OPTION} sets {name} too, and JAX applies "
+                "that last: the variable has no effect."
+            )
+    values = effective(env, options)
+    problems.extend(cuda_async_notes(values, fraction_is_set(env, options)).values())
+    if ASYNC_PREALLOC_VAR in env:
+        problem = cuda_async_limits.async_prealloc_problem(env[ASYNC_PREALLOC_VAR])
+        if problem:
+            problems.append(problem)
+        elif not is_cuda_async(values):
+            problems.append(f"{ASYNC_PREALLOC_VAR} is set but is read only by the cuda_async allocator.")
+    return problems
