@@ -165,12 +165,17 @@ class JaxDeviceReading:
 
 @dataclass(frozen=True)
 class Sample:
-    """Everything read at one instant ``t`` (seconds since the epoch)."""
+    """Everything read at one instant ``t`` (seconds since the epoch).
+
+    ``pids_not_here``: the pids NVML listed that were not processes in this PID namespace when
+    read (inside a container NVML lists the host's pids); None where nobody looked.
+    """
 
     t: float
     pid: int
     devices: tuple[DeviceReading | DeviceUnreadable, ...] | NotAvailable
     jax: tuple[JaxDeviceReading, ...] | NotAvailable
+    pids_not_here: frozenset[int] | None = None
 
     def device(self, index: int) -> DeviceReading | DeviceUnreadable | None:
         if isinstance(self.devices, NotAvailable):

@@ -22,6 +22,7 @@ _STYLE = {
     "pool_unused": dict(color="#9ecae1"),
     "outside_jax": dict(color="#ff7f0e"),
     "other_processes": dict(color="#d62728"),
+    "host_pids": dict(color="#e7969c"),
     "unattributed": dict(color="#bdbdbd"),
     "free": dict(color="#c7e9c0"),
     "bytes_limit": dict(color="#333333", dash="dash"),

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from jupyter_gpumem.cell_hooks import CellHooks
 from jupyter_gpumem.magic_args import check_interval
-from jupyter_gpumem.model import ERROR, Event, NotAvailable, Sample, Timeline
+from jupyter_gpumem.model import ERROR, DeviceReading, Event, NotAvailable, Sample, Timeline
 
 log = logging.getLogger(__name__)
 # How long closing the last subscription waits for a reading in progress to finish.
@@ -71,6 +71,7 @@ class Sampler:
         clock: Callable[[], float] = time.time,
         *,
         pid: int | None = None,
+        pid_exists: Callable[[int], bool] | None = None,
     ):
         self.read_devices = read_devices
         self.read_jax = read_jax
@@ -78,6 +79,7 @@ class Sampler:
         self.timeline = timeline if timeline is not None else Timeline()
         self.clock = clock
         self.pid = os.getpid() if pid is None else pid
+        self.pid_exists = pid_exists if pid_exists is not None else _pid_exists
         self._lock = threading.Lock()  # guards subscriptions and the thread handle
         self._sample_lock = threading.Lock()  # one reading at a time
         self._wake = threading.Event()
@@ -91,8 +93,10 @@ class Sampler:
         """Read every source now, append the Sample to the timeline and return it."""
         with self._sample_lock:
             devices = _safely(self.read_devices, "GPU devices (NVML)")
+            not_here = _safely(lambda: pids_not_here(devices, self.pid_exists), "which NVML pids are processes here")
             jax = _safely(self.read_jax, "JAX devices")
-            sample = Sample(t=self.clock(), pid=self.pid, devices=devices, jax=jax)
+            sample = Sample(t=self.clock(), pid=self.pid, devices=devices, jax=jax,
+                            pids_not_here=None if isinstance(not_here, NotAvailable) else not_here)
             self.timeline.append(sample)
         return sample
 
@@ -212,6 +216,22 @@ class Sampler:
             # A slow source skips ticks rather than queueing them.
             elapsed = time.monotonic() - started
             next_due = started + interval * max(1, math.ceil(elapsed / interval))
+
+
+def _pid_exists(pid: int) -> bool:
+    import psutil
+
+    return psutil.pid_exists(pid)
+
+
+def pids_not_here(devices: Any, pid_exists: Callable[[int], bool]) -> frozenset[int]:
+    """The pids NVML lists that are not processes in this PID namespace (a container sees the
+    host's pids, NVIDIA/nvidia-docker#1483)."""
+    if isinstance(devices, NotAvailable):
+        return frozenset()
+    listed = {p.pid for d in devices if isinstance(d, DeviceReading) and not isinstance(d.processes, NotAvailable)
+              for p in d.processes}
+    return frozenset(pid for pid in listed if not pid_exists(pid))
 
 
 def _call(sub: Subscription, item: Any) -> None:

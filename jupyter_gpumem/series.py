@@ -9,8 +9,11 @@ Where a device's memory is, as stacked bands that add up to NVML's used + free:
 - ``pool_unused``       preallocated or pooled but unused (pool - in use)
 - ``outside_jax``       this process outside JAX's allocator (process's NVML bytes - pool)
 - ``other_processes``   other processes (device used - this process)
-- ``unattributed``      used bytes NVML cannot attribute to a process (containers, MIG); None
-                        when it can
+- ``host_pids``         processes NVML lists by pids that are not processes here, when it cannot
+                        tell which of them is this process (containers: NVML lists the host's
+                        pids, ``attribution.py``); None when it can
+- ``unattributed``      used bytes NVML cannot attribute to a process (MIG, memory per process
+                        not reported); None when it can
 - ``free``              free
 """
 
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
+from jupyter_gpumem.attribution import BY_ELIMINATION, CANNOT_TELL, attribute_in_sample
 from jupyter_gpumem.model import (
     AllocatorStats,
     CudaPoolReading,
@@ -72,6 +76,7 @@ SERIES: tuple[SeriesSpec, ...] = (
     SeriesSpec("pool_unused", "JAX pool, unused", "band", "bytes"),
     SeriesSpec("outside_jax", "this process, outside JAX", "band", "bytes"),
     SeriesSpec("other_processes", "other processes", "band", "bytes"),
+    SeriesSpec("host_pids", "processes NVML lists with host pids (cannot tell which is this kernel)", "band", "bytes"),
     SeriesSpec("unattributed", "used, not attributable", "band", "bytes"),
     SeriesSpec("free", "free", "band", "bytes"),
     SeriesSpec("bytes_limit", "bytes_limit", "line", "bytes"),
@@ -146,8 +151,14 @@ def series_values(sample: Sample, key: int) -> dict[str, float | None]:
     if dev is not None:
         out["total"] = dev.total_bytes
         out["free"] = dev.free_bytes
-        mine = dev.process_bytes(sample.pid)
-        if isinstance(mine, NotAvailable):
+        who = attribute_in_sample(sample, key)
+        mine = who.own_bytes if who is not None else dev.process_bytes(sample.pid)
+        if who is not None and who.how == CANNOT_TELL:
+            # Host pids (a container): JAX's part is known, the rest may be this process or not.
+            others = sum(p.used_bytes for p in who.others + who.gone if isinstance(p.used_bytes, int))
+            out["other_processes"] = others
+            out["host_pids"] = max(0, dev.used_bytes - (held or 0) - others)
+        elif isinstance(mine, NotAvailable):
             # NVML cannot say whose the used bytes are: show JAX's part and leave the rest unnamed.
             out["unattributed"] = max(0, dev.used_bytes - (held or 0))
         else:
@@ -221,7 +232,16 @@ def notes_for(sample: Sample | None, key: int) -> list[str]:
     dev = sample.device(key)
     if isinstance(dev, DeviceReading) and isinstance(dev.processes, NotAvailable):
         notes.append(f"Per-process memory is hidden ({dev.processes.reason}); used bytes are shown unattributed.")
+    who = attribute_in_sample(sample, key)
+    if who is not None and who.how == CANNOT_TELL:
+        notes.append(f"{_sentence(who.reason)} Their memory is drawn as processes with host pids, not as other processes.")
+    elif who is not None and who.how == BY_ELIMINATION:
+        notes.append(_sentence(who.reason))
     return notes
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 # --- decimation that keeps extremes ----------------------------------------------------------

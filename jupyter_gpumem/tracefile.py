@@ -145,7 +145,10 @@ def sample_to_json(sample: Sample) -> dict:
     """A Sample as the JSON object of a ``"kind": "sample"`` line."""
     devices = _na(sample.devices) if isinstance(sample.devices, NotAvailable) else [_device_to_json(d) for d in sample.devices]
     jax = _na(sample.jax) if isinstance(sample.jax, NotAvailable) else [_jax_to_json(d) for d in sample.jax]
-    return {"kind": "sample", "t": sample.t, "pid": sample.pid, "devices": devices, "jax": jax}
+    out = {"kind": "sample", "t": sample.t, "pid": sample.pid, "devices": devices, "jax": jax}
+    if sample.pids_not_here is not None:
+        out["pids_not_here"] = sorted(sample.pids_not_here)
+    return out
 
 
 def event_to_json(event: Event) -> dict:
@@ -456,7 +459,11 @@ def _sample_in(value: Any) -> Sample:
         jax: Any = _na_in(raw_jax, "sample.jax")
     else:
         jax = tuple(_jax_in(d, f"jax[{i}]") for i, d in enumerate(_list(raw_jax, "sample.jax")))
-    return Sample(t=t, pid=pid, devices=devices, jax=jax)
+    not_here = None
+    if "pids_not_here" in obj:  # optional: without it, pids are matched as they are
+        listed = _list(obj["pids_not_here"], "sample.pids_not_here")
+        not_here = frozenset(_int({f"pids_not_here[{i}]": p}, f"pids_not_here[{i}]", "sample") for i, p in enumerate(listed))
+    return Sample(t=t, pid=pid, devices=devices, jax=jax, pids_not_here=not_here)
 
 
 def _event_in(value: Any) -> Event:

@@ -46,7 +46,7 @@ NVML_NO_PERMISSION = NotAvailable(
     "(try nvidia-smi as that user)",
 )
 HIDDEN_PROCESS_MEMORY = NotAvailable(
-    PIDS_HIDDEN, "the driver does not report this process's memory (usual inside containers and in MIG mode)"
+    PIDS_HIDDEN, "the driver does not report this process's memory (as in MIG mode, and always under Windows WDDM)"
 )
 
 
@@ -176,11 +176,19 @@ def test_display_gpu():
 
 
 def test_containerized():
+    # NVML inside a container lists the host's pids with their memory (NVIDIA/nvidia-docker#1483).
     assert read("containerized") == (
-        a100(0, "GPU-5a1e01f4-0000-4000-8000-0000000001f4", 24 * GiB, 63,
-             (ProcessReading(4_201_001, HIDDEN_PROCESS_MEMORY), ProcessReading(4_201_002, HIDDEN_PROCESS_MEMORY))),
-        a100(1, "GPU-5a1e01f5-0000-4000-8000-0000000001f5", 0, 0, ()),
+        a100(0, "GPU-5a1e01f4-0000-4000-8000-0000000001f4", 30 * GiB, 63, (ProcessReading(4_201_001, 30 * GiB),)),
+        a100(1, "GPU-5a1e01f5-0000-4000-8000-0000000001f5", 18 * GiB, 20,
+             (ProcessReading(4_201_002, 12 * GiB), ProcessReading(4_201_003, 6 * GiB))),
     )
+
+
+def test_memory_the_driver_does_not_report_is_not_available_with_a_reason():
+    world = scenario("single_h100")
+    world.add_process(0, 4_201_001, None)
+    (h100,) = read(world)
+    assert h100.processes == (ProcessReading(4_201_001, HIDDEN_PROCESS_MEMORY),)
 
 
 # --- lazy start, call counts ----------------------------------------------------------------------

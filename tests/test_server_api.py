@@ -112,12 +112,24 @@ async def test_lost_gpu_is_unreadable_with_a_reason(jp_fetch, world):
     assert body["devices"][0]["readable"] is True
 
 
-@pytest.mark.parametrize("scenario", ["containerized"])
-async def test_pids_without_memory_per_process_are_reported_not_visible(jp_fetch, world):
+@pytest.mark.parametrize("scenario", ["mig"])
+async def test_processes_nvml_cannot_match_to_memory_are_reported_not_visible(jp_fetch, world):
     body = await get_json(jp_fetch, "devices")
     gpu0 = body["devices"][0]
     assert gpu0["pids_visible"] is False
-    assert "memory each holds" in gpu0["pids_reason"]
+    assert "MIG mode" in gpu0["pids_reason"]
+
+
+@pytest.mark.parametrize("scenario", ["containerized"])
+async def test_host_pids_are_not_counted_as_other_processes_while_a_kernel_is_unmatched(jp_fetch, jp_root_dir, world):
+    # NVML lists the host's pids inside a container (NVIDIA/nvidia-docker#1483); the kernel's own
+    # pid is one of this namespace, and none of the listed pids is.
+    await start_session(jp_fetch, "a.ipynb")
+    body = await get_json(jp_fetch, "devices", notebook="a.ipynb")
+    gpu0 = body["devices"][0]
+    assert (gpu0["pids_visible"], gpu0["host_pid_bytes"], gpu0["other_bytes"], gpu0["kernels_bytes"]) == (
+        False, 30 * GiB, 0, 0)
+    assert [p["kind"] for p in gpu0["processes"]] == ["host_pid"]
 
 
 async def test_kernel_pid_is_joined_to_its_kernel_and_notebook(jp_fetch, jp_root_dir, world):

@@ -69,17 +69,21 @@ def test_same_users_process_shows_command_and_user():
     assert (proc["name"], proc["user"]) == ("python train.py", "alice")
 
 
-def test_pids_from_another_namespace_are_not_visible_inside_a_container():
+def test_a_pid_that_is_no_process_here_may_be_an_unmatched_kernel_and_is_not_visible():
+    # Inside a container NVML lists the host's pids (NVIDIA/nvidia-docker#1483).
     facts = {99: ProcessFacts(False)}
-    body = report(live(gpu(ProcessReading(99, 8 * GiB)), facts=facts), child_pid_namespace=True)
-    assert body["devices"][0]["pids_visible"] is False
-    assert "PID namespace" in body["devices"][0]["pids_reason"]
+    body = report(live(gpu(ProcessReading(99, 8 * GiB)), facts=facts), [kernel("k1", 11)])
+    dev = body["devices"][0]
+    assert (dev["pids_visible"], dev["processes"][0]["kind"], dev["host_pid_bytes"], dev["other_bytes"]) == (
+        False, "host_pid", 8 * GiB, 0)
+    assert "PID namespace" in dev["pids_reason"]
 
 
-def test_vanished_pid_outside_a_container_keeps_pids_visible():
+def test_a_pid_that_is_no_process_here_is_another_process_when_every_kernel_is_matched():
     facts = {99: ProcessFacts(False)}
-    body = report(live(gpu(ProcessReading(99, 8 * GiB)), facts=facts), child_pid_namespace=False)
-    assert body["devices"][0]["pids_visible"] is True
+    body = report(live(gpu(ProcessReading(11, 5 * GiB), ProcessReading(99, 8 * GiB)), facts=facts), [kernel("k1", 11)])
+    dev = body["devices"][0]
+    assert (dev["pids_visible"], dev["kernels_bytes"], dev["other_bytes"]) == (True, 5 * GiB, 8 * GiB)
 
 
 def test_processes_not_available_say_why():

@@ -55,8 +55,6 @@ def rtx_a4000(index: int, n: int, *, used: int, utilization: int, display: bool,
     )
 
 
-HIDDEN = NotAvailable(PIDS_HIDDEN, "the driver does not report this process's memory (usual inside containers and in MIG mode)")
-
 GPU_1_LOST = NotAvailable(
     GPU_LOST,
     "GPU 1 has fallen off the bus (NVML: GPU is lost): it needs a reset (nvidia-smi -r) or a reboot; "
@@ -115,10 +113,11 @@ EXPECTED: dict[str, tuple[DeviceReading | DeviceUnreadable, ...] | NotAvailable]
                   processes=(ProcessReading(4_200_402, 3 * GiB),)),
         rtx_a4000(1, 401, used=6 * GiB, utilization=0, display=False, processes=(ProcessReading(4_200_403, 6 * GiB),)),
     ),
+    # The host's pids with their memory, as NVML lists them inside a container (nvidia-docker#1483).
     "containerized": (
-        a100_40gb(0, 500, used=24 * GiB, utilization=63,
-                  processes=(ProcessReading(4_201_001, HIDDEN), ProcessReading(4_201_002, HIDDEN))),
-        a100_40gb(1, 501, used=0, utilization=0, processes=()),
+        a100_40gb(0, 500, used=30 * GiB, utilization=63, processes=(ProcessReading(4_201_001, 30 * GiB),)),
+        a100_40gb(1, 501, used=18 * GiB, utilization=20,
+                  processes=(ProcessReading(4_201_002, 12 * GiB), ProcessReading(4_201_003, 6 * GiB))),
     ),
 }
 

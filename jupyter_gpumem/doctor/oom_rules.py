@@ -16,11 +16,16 @@ from jupyter_gpumem.units import format_bytes
 
 @dataclass(frozen=True)
 class OtherProcess:
-    """Another process holding memory on the failing device (from NVML)."""
+    """Another process holding memory on the failing device (from NVML).
+
+    ``here`` False: NVML's pid is not a process in this PID namespace (inside a container NVML
+    lists the host's pids, NVIDIA/nvidia-docker#1483; or the process ended), so no fix names it.
+    """
 
     pid: int
-    used_bytes: int | None  # None: the driver hides it (containers, MIG)
+    used_bytes: int | None  # None: the driver hides it (MIG)
     label: str = "process"  # "Jupyter kernel", "process", ...
+    here: bool = True
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,8 @@ class OomReadings:
       pool there
     - ``own_process_bytes``: NVML's bytes for this process on the device
     - ``others``: the other processes on the device
+    - ``host_pid_processes``: processes NVML lists by pids that are not processes here, when it
+      cannot tell which of them is this kernel (``attribution.CANNOT_TELL``: containers)
     - ``preallocate``, ``fraction``, ``remat``: the settings in effect; ``allocator``: the
       failing device's allocator ("bfc", "cuda_async", ...), else the setting
     - ``live_bytes``: bytes of live JAX arrays on the device (deduplicated)
@@ -55,6 +62,7 @@ class OomReadings:
     largest_free_block: int | None = None
     own_process_bytes: int | None = None
     others: tuple[OtherProcess, ...] = ()
+    host_pid_processes: tuple[OtherProcess, ...] = ()
     preallocate: bool | None = None
     fraction: float | None = None
     allocator: str | None = None
@@ -120,6 +128,13 @@ class OomReadings:
     @property
     def others_bytes(self) -> int:
         return sum(p.used_bytes or 0 for p in self.others)
+
+    @property
+    def host_pid_others_bytes(self) -> int:
+        """The most that processes other than this kernel hold among ``host_pid_processes``:
+        their bytes less this kernel's pool, which is one of them."""
+        held = sum(p.used_bytes or 0 for p in self.host_pid_processes)
+        return max(0, held - (model.held_bytes(self.stats, self.cuda_pool) or 0)) if held else 0
 
 
 FIX_KINDS = (
@@ -236,15 +251,20 @@ def other_processes(r: OomReadings, need: int | None) -> Fix | None:
     share = held / total
     if not (share >= 0.25 or (need is not None and need > 0 and held >= need)):
         return None
-    biggest = max(others, key=lambda p: p.used_bytes or 0)
+    named = [p for p in others if p.here]
     kernels = [p for p in others if p.label == "Jupyter kernel"]
     who = f"{len(others)} other process{'es' if len(others) > 1 else ''}"
     if kernels:
         who += f" ({len(kernels)} of them Jupyter kernels)"
-    action = (
-        f"Shut down or restart the process holding the most: pid {biggest.pid} "
-        f"({biggest.label}, {_b(biggest.used_bytes)}); the JupyterLab GPU panel shows which notebook it is."
-    )
+    if named:
+        biggest = max(named, key=lambda p: p.used_bytes or 0)
+        action = (
+            f"Shut down or restart the process holding the most: pid {biggest.pid} "
+            f"({biggest.label}, {_b(biggest.used_bytes)}); the JupyterLab GPU panel shows which notebook it is."
+        )
+    else:  # never a pid that names no process here
+        action = (f"Find out which processes NVML's pids {_pids(others)} are where they run (`nvidia-smi` on the "
+                  "host, for a container): none of them is a process here.")
     extra: tuple[str, ...] = ()
     if kernels and share >= 0.5:
         extra = (
@@ -260,6 +280,33 @@ def other_processes(r: OomReadings, need: int | None) -> Fix | None:
         _enough(held, need),
         extra,
     )
+
+
+def host_pid_processes(r: OomReadings, need: int | None) -> Fix | None:
+    """Processes NVML lists by host pids (a container) may hold a quarter of the device, or the
+    shortfall; which of them is this kernel cannot be told, so no pid is named to shut down."""
+    total, others = r.device_total, r.host_pid_others_bytes
+    if not r.host_pid_processes or not total or others <= 0:
+        return None
+    share = others / total
+    if not (share >= 0.25 or (need is not None and need > 0 and others >= need)):
+        return None
+    pool = model.held_bytes(r.stats, r.cuda_pool) or 0
+    return Fix(
+        "other_process",
+        f"Processes NVML lists by host pid may hold up to {_b(others)} ({share:.0%}) of this device",
+        f"Find out on the host which processes pids {_pids(r.host_pid_processes)} are (`nvidia-smi` there); "
+        "this kernel may be one of them, and none is a process here, so none is named to shut down.",
+        f"Inside a container NVML lists the host's pids (NVIDIA/nvidia-docker#1483). Together they hold "
+        f"{_b(others + pool)}; this kernel's JAX pool is {_b(pool)} of it, and the rest, up to {_b(others)}, "
+        "is other processes' or this kernel's outside JAX.",
+        None,
+        False,
+    )
+
+
+def _pids(procs) -> str:
+    return ", ".join(str(p.pid) for p in procs)
 
 
 def output_history(r: OomReadings, need: int | None) -> Fix | None:
@@ -322,7 +369,7 @@ def fraction_cap(r: OomReadings, need: int | None) -> Fix | None:
     if req is None or not total or limit is None or in_use is None or r.driver_pool:
         return None
     needed_in_pool = in_use + req
-    physical_room = total - r.others_bytes
+    physical_room = total - r.others_bytes - r.host_pid_others_bytes
     if not (needed_in_pool > limit and needed_in_pool <= physical_room * 0.95):
         return None
     fraction = _suggested_fraction(needed_in_pool, total)
@@ -472,6 +519,7 @@ RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     jax_on_cpu_beside_gpus,
     request_larger_than_device,
     other_processes,
+    host_pid_processes,
     output_history,
     fragmented_pool,
     fraction_cap,

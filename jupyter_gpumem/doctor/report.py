@@ -12,6 +12,7 @@ from typing import Any
 
 from jupyter_gpumem import allocator_shim, model
 from jupyter_gpumem.cpu_fallback import read_cpu_fallback
+from jupyter_gpumem.attribution import attribute, jax_pool_on
 from jupyter_gpumem.doctor import oom_rules, oom_text
 from jupyter_gpumem.doctor.arrays import ArrayRecord, _not_started_note, census
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
@@ -30,6 +31,7 @@ from jupyter_gpumem.model import (
     DeviceReading,
     JaxDeviceReading,
     NotAvailable,
+    ProcessReading,
     Sample,
 )
 
@@ -51,6 +53,10 @@ def _process_label(pid: int) -> str:
         return "Jupyter kernel"
     first = cmd.split(" ", 1)[0]
     return os.path.basename(first) or "process"
+
+
+def _other_process(p: ProcessReading, label: str, here: bool = True) -> OtherProcess:
+    return OtherProcess(p.pid, p.used_bytes if isinstance(p.used_bytes, int) else None, label, here)
 
 
 @dataclass(frozen=True)
@@ -121,9 +127,9 @@ class OomReport(_TextReport):
             out.append(f"  {d.label}: in use {_b(d.in_use)}, pool {_b(d.pool)}, limit {_b(d.limit)}, "
                        f"largest free block {_b(d.largest_free)}, fragmentation {frag}, headroom {_b(d.headroom)}")
         out += ["", "Other processes on the device:"]
-        if self.others:
-            out += [f"  pid {p.pid} ({p.label}): {_b(p.used_bytes)}" for p in self.others]
-        else:
+        listed = self.others + self.readings.host_pid_processes
+        out += [f"  pid {p.pid} ({p.label}): {_b(p.used_bytes)}" for p in listed]
+        if self.others_note or not listed:
             out.append(f"  {self.others_note or 'none'}")
         out += ["", "Largest live arrays:"]
         if self.arrays:
@@ -158,8 +164,9 @@ class OomReport(_TextReport):
                 frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
                 cells = [d.label, _b(d.in_use), _b(d.pool), _b(d.limit), _b(d.largest_free), frag, _b(d.headroom)]
                 devs.append("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
-        others = ("".join(f"<li>pid {p.pid} ({_esc(p.label)}): {_esc(_b(p.used_bytes))}</li>" for p in self.others)
-                  or f"<li>{_esc(self.others_note or 'none')}</li>")
+        listed = self.others + self.readings.host_pid_processes
+        others = ("".join(f"<li>pid {p.pid} ({_esc(p.label)}): {_esc(_b(p.used_bytes))}</li>" for p in listed)
+                  + (f"<li>{_esc(self.others_note or 'none')}</li>" if self.others_note or not listed else ""))
         arrays = ("".join(f"<tr><td>{_esc(_b(r.nbytes))}</td><td>{_esc(r.dtype)}{_esc(list(r.shape))}</td>"
                           f"<td>{_esc(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
                           for r in self.arrays)
@@ -260,16 +267,19 @@ def oom_report(
         dev = sample.device(failing.nvml_index)
         nvml_dev = dev if isinstance(dev, DeviceReading) else None
     others: tuple[OtherProcess, ...] = ()
+    host_pids: tuple[OtherProcess, ...] = ()
     others_note = ""
     own = None
     if nvml_dev is not None:
         if isinstance(nvml_dev.processes, NotAvailable):
             others_note = nvml_dev.processes.reason
-        else:
-            others = tuple(OtherProcess(p.pid, p.used_bytes if isinstance(p.used_bytes, int) else None, _process_label(p.pid))
-                           for p in nvml_dev.processes if p.pid != sample.pid)
-            own_bytes = nvml_dev.process_bytes(sample.pid)
-            own = own_bytes if isinstance(own_bytes, int) else None
+        else:  # which entry is this process: by pid, by elimination (containers), or cannot tell
+            who = attribute(nvml_dev, sample.pid, sample.pids_not_here, jax_pool_on(sample, nvml_dev.index))
+            others = (tuple(_other_process(p, _process_label(p.pid)) for p in who.others)
+                      + tuple(_other_process(p, "not a process here", here=False) for p in who.gone))
+            host_pids = tuple(_other_process(p, "host pid, not a process here; may be this kernel", here=False) for p in who.unknown)
+            own = who.own_bytes if isinstance(who.own_bytes, int) else None
+            others_note = who.reason
     elif isinstance(sample.devices, NotAvailable):
         others_note = f"NVML: {sample.devices.reason}"
     else:
@@ -308,6 +318,7 @@ def oom_report(
         largest_free_block=stats.largest_free_block_bytes if stats else None,
         own_process_bytes=own,
         others=others,
+        host_pid_processes=host_pids,
         preallocate=values.get("preallocate") if isinstance(values.get("preallocate"), bool) else None,
         fraction=values.get("fraction") if isinstance(values.get("fraction"), float) else None,
         allocator=stats.allocator if stats else str(values.get("allocator")),

@@ -1,7 +1,9 @@
 """The JSON of ``GET /jupyter-gpumem/api/devices``, built from one reading and the kernel list.
 
 Pure functions: everything they need is passed in, so the join (NVML pid -> kernel ->
-notebook) is tested without a server.
+notebook) is tested without a server. Inside a container NVML lists the host's pids
+(NVIDIA/nvidia-docker#1483), which match no kernel here: ``attribution.attribute`` decides, per
+kernel, whether its pid is listed or whether it cannot be told.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import math
 import os
 from typing import Any, Callable, Iterable, Mapping
 
+from jupyter_gpumem.attribution import CANNOT_TELL, attribute
 from jupyter_gpumem.model import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.server.kernels import KernelInfo
 from jupyter_gpumem.server.readings import ProcessFacts, Reading
@@ -57,33 +60,44 @@ def _merged_processes(dev: DeviceReading) -> list[tuple[int, int | None, Any]]:
     return [tuple(v) for v in merged.values()]  # type: ignore[misc]
 
 
-def _pids_visibility(
-    dev: DeviceReading, live: bool, facts: Mapping[int, ProcessFacts], mapped: set[int], child_pid_namespace: bool
-) -> tuple[bool, str | None]:
-    """Whether NVML's pids can be matched to processes here, and if not, why."""
+def _pids_visibility(dev: DeviceReading) -> tuple[bool, str | None]:
+    """Whether NVML's processes carry what matching them needs, and if not, why."""
     if isinstance(dev.processes, NotAvailable):
         return False, dev.processes.reason
-    where = "MIG is on" if dev.mig_mode is True else "typical inside containers"
+    mig = " (MIG is on)" if dev.mig_mode is True else ""
     if dev.processes and all(isinstance(p.used_bytes, NotAvailable) for p in dev.processes):
-        return False, f"NVML lists processes but not the memory each holds ({where})"
+        return False, f"NVML lists processes but not the memory each holds{mig}"
     listed_bytes = sum(_maybe(p.used_bytes) or 0 for p in dev.processes)
     unattributed = dev.used_bytes - listed_bytes - (_maybe(dev.reserved_bytes) or 0)
-    if not dev.processes:
-        if dev.total_bytes and unattributed > UNATTRIBUTED_SHARE * dev.total_bytes:
-            return False, (
-                f"NVML lists no processes while {unattributed / 2**30:.1f} GiB are in use ({where}); "
-                "memory cannot be matched to processes"
-            )
-        return True, None
-    if live and child_pid_namespace:
-        # In the root namespace a missing pid is a process that just ended; in a container's
-        # namespace, pids that are all missing are the host's and match nothing here.
-        if all(p.pid not in mapped and not facts.get(p.pid, ProcessFacts(True)).exists for p in dev.processes):
-            return False, (
-                "NVML reports pids from outside this server's PID namespace (a container); "
-                "memory cannot be matched to kernels"
-            )
+    if not dev.processes and dev.total_bytes and unattributed > UNATTRIBUTED_SHARE * dev.total_bytes:
+        return False, (
+            f"NVML lists no processes while {unattributed / 2**30:.1f} GiB are in use{mig}; "
+            "memory cannot be matched to processes"
+        )
     return True, None
+
+
+def _host_pids(
+    dev: DeviceReading, kernels: list[KernelInfo], pids_not_here: set[int] | None
+) -> tuple[set[int], str | None]:
+    """The pids on ``dev`` that may be kernels of this server although no kernel has that pid
+    (the host's pids, seen from a container), and what to say about them; none when every
+    kernel is matched or the evidence is missing."""
+    unknown: set[int] = set()
+    for kernel in kernels:
+        if kernel.pid is None:
+            continue
+        who = attribute(dev, kernel.pid, pids_not_here)  # the server never knows a kernel's JAX
+        if who.how == CANNOT_TELL:
+            unknown.update(p.pid for p in who.unknown)
+    if not unknown:
+        return unknown, None
+    listed = ", ".join(str(pid) for pid in sorted(unknown)[:5]) + (" and more" if len(unknown) > 5 else "")
+    return unknown, (
+        f"NVML lists pids {listed}, which are not processes in this server's PID namespace (inside a container "
+        "NVML lists the host's pids); it cannot tell which of them, if any, are this server's kernels, "
+        "so their memory is not counted as any kernel's and over-commit between kernels is not checked"
+    )
 
 
 def build_devices_report(
@@ -95,7 +109,6 @@ def build_devices_report(
     show_other_users: bool = False,
     preallocated_fraction: float = 0.7,
     my_uid: int | None = None,
-    child_pid_namespace: bool = False,
     facts_for: Callable[[int], ProcessFacts] | None = None,
 ) -> dict:
     """The /devices JSON (see docs/server.md)."""
@@ -131,7 +144,13 @@ def build_devices_report(
         if isinstance(dev, DeviceUnreadable):
             report["devices"].append(_unreadable_json(dev))
             continue
-        pids_visible, pids_reason = _pids_visibility(dev, live, facts, set(by_placeholder), child_pid_namespace)
+        pids_visible, pids_reason = _pids_visibility(dev)
+        host_pids: set[int] = set()
+        if pids_visible and live:  # evidence read here, now: a replay's pids are the recording's
+            not_here = {p.pid for p in dev.processes if not facts_of(p.pid).exists}  # type: ignore[union-attr]
+            host_pids, host_reason = _host_pids(dev, kernels, not_here)
+            if host_pids:
+                pids_visible, pids_reason = False, host_reason
         entry = _device_json(dev, pids_visible, pids_reason)
         if not isinstance(dev.processes, NotAvailable):
             for pid, used, proc in _merged_processes(dev):
@@ -140,6 +159,8 @@ def build_devices_report(
                     placeholder, pid = pid, by_placeholder[pid].pid
                 kernel = by_pid.get(pid)
                 item = _process_json(pid, used, kernel, dev, preallocated_fraction)
+                if pid in host_pids:
+                    item["kind"] = "host_pid"
                 if placeholder is not None:
                     item["replay_placeholder_pid"] = placeholder
                 if live or placeholder is not None:
@@ -153,6 +174,8 @@ def build_devices_report(
                     entry["kernels_bytes"] += used or 0
                     if kernel.kernel_id in this_kernel_ids:
                         entry["this_kernel_bytes"] += used or 0
+                elif pid in host_pids:
+                    entry["host_pid_bytes"] += used or 0
                 else:
                     entry["other_bytes"] += used or 0
         report["devices"].append(entry)
@@ -180,6 +203,7 @@ def _device_json(dev: DeviceReading, pids_visible: bool, pids_reason: str | None
         "this_kernel_bytes": 0,
         "kernels_bytes": 0,
         "other_bytes": 0,
+        "host_pid_bytes": 0,
         "processes": [],
     }
 
@@ -202,6 +226,7 @@ def _unreadable_json(dev: DeviceUnreadable) -> dict:
         "this_kernel_bytes": 0,
         "kernels_bytes": 0,
         "other_bytes": 0,
+        "host_pid_bytes": 0,
         "processes": [],
     }
 

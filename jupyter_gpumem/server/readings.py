@@ -60,7 +60,12 @@ class DeviceSource(Protocol):
 
 
 def process_facts(pid: int) -> ProcessFacts:
-    """Owner and command line of ``pid`` as seen from this PID namespace."""
+    """Owner and command line of ``pid`` as seen from this PID namespace.
+
+    ``exists`` False is the evidence of a container: NVML lists the host's pids
+    (NVIDIA/nvidia-docker#1483), and a container with its own /proc shows no such process.
+    (Its ``NSpid`` line shows one pid there, so it cannot tell a container from the host.)
+    """
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
@@ -78,18 +83,6 @@ def process_facts(pid: int) -> ProcessFacts:
         return ProcessFacts(exists=False)
     except psutil.Error:  # AccessDenied: it is there, and says nothing more
         return ProcessFacts(exists=True)
-
-
-def in_child_pid_namespace() -> bool:
-    """True inside a container's PID namespace (``NSpid`` lists more than one pid)."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("NSpid:"):
-                    return len(line.split()) > 2
-    except OSError:
-        pass
-    return False
 
 
 def _pids(devices: Any) -> set[int]:

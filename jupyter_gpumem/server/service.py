@@ -17,7 +17,7 @@ from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelDirectory, KernelInfo
 from jupyter_gpumem.server.metrics import gauges, set_touch
 from jupyter_gpumem.server.shared_sampler import SharedSampler
-from jupyter_gpumem.server.readings import Reading, in_child_pid_namespace, make_source, process_facts
+from jupyter_gpumem.server.readings import Reading, make_source, process_facts
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,6 @@ class GpuMemService:
         self.export_metrics = export_metrics
         if export_metrics:
             set_touch(self.sampler.touch)
-        self.child_pid_namespace = in_child_pid_namespace()
         self._kernels: list[KernelInfo] | None = None
         self._kernels_at = -1.0
         self._kernels_inflight: asyncio.Future | None = None
@@ -67,7 +66,6 @@ class GpuMemService:
             notebook=notebook,
             show_other_users=self.config.show_other_users,
             preallocated_fraction=self.config.preallocated_fraction,
-            child_pid_namespace=self.child_pid_namespace,
             facts_for=process_facts,
         )
 

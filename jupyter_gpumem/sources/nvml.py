@@ -460,7 +460,7 @@ class NvmlSource:
             if used is None or used == _NOT_AVAILABLE_ULL:
                 used = NotAvailable(
                     PIDS_HIDDEN,
-                    "the driver does not report this process's memory (usual inside containers and in MIG mode)",
+                    "the driver does not report this process's memory (as in MIG mode, and always under Windows WDDM)",
                 )
             else:
                 used = int(used)

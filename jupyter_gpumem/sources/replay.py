@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 from jupyter_gpumem.model import Sample, Timeline
@@ -95,7 +96,7 @@ class ReplaySource:
         """The sample due now, with ``t`` set to now."""
         now = self.clock()
         original = self.trace.samples[self._index_at(self._offset(now))]
-        return Sample(t=now, pid=original.pid, devices=original.devices, jax=original.jax)
+        return replace(original, t=now)
 
     def read_devices(self) -> Any:
         """The device readings due now, as a live source answers them."""

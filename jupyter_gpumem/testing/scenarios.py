@@ -101,10 +101,13 @@ def _display_gpu() -> FakeWorld:
 
 
 def _containerized() -> FakeWorld:
-    """Seen from a container: pids from the host's namespace, memory per process hidden."""
-    w = FakeWorld([_a100_40(500, used_bytes=24 * GiB, utilization_percent=63), _a100_40(501)], name="containerized")
-    w.add_process(0, 4_201_001, None)
-    w.add_process(0, 4_201_002, None)
+    """Seen from inside a container: NVML lists the host's pids, each with its memory, and none
+    of them is a process in the container's PID namespace (NVIDIA/nvidia-docker#1483: "you will
+    always get the host pids"). GPU 0 holds one process, GPU 1 two."""
+    w = FakeWorld([_a100_40(500, utilization_percent=63), _a100_40(501, utilization_percent=20)], name="containerized")
+    w.add_process(0, 4_201_001, 30 * GiB)
+    w.add_process(1, 4_201_002, 12 * GiB)
+    w.add_process(1, 4_201_003, 6 * GiB)
     return w
 
 

@@ -2,21 +2,24 @@
 
 import { DeviceInfo, ProcessInfo, ReadableDevice } from './types';
 
-/** A readable GPU's memory split four ways; the parts add up to `used + free`. */
+/** A readable GPU's memory split five ways; the parts add up to `used + free`. */
 export interface MemoryShares {
   thisNotebook: number;
   otherKernels: number;
+  /** Processes NVML lists by host pids (a container): kernels of this server or not, it cannot tell. */
+  hostPids: number;
   /** Memory NVML counts as used that no kernel holds: other processes, the driver, the display. */
   otherProcesses: number;
   free: number;
 }
 
-/** The four shares of a readable GPU. None is negative, even when the counts disagree. */
+/** The five shares of a readable GPU. None is negative, even when the counts disagree. */
 export function memoryShares(d: ReadableDevice): MemoryShares {
   const thisNotebook = Math.max(d.this_kernel_bytes, 0);
   const otherKernels = Math.max(d.kernels_bytes - thisNotebook, 0);
-  const otherProcesses = Math.max(d.used - thisNotebook - otherKernels, 0);
-  return { thisNotebook, otherKernels, otherProcesses, free: Math.max(d.free, 0) };
+  const hostPids = Math.max(d.host_pid_bytes ?? 0, 0);
+  const otherProcesses = Math.max(d.used - thisNotebook - otherKernels - hostPids, 0);
+  return { thisNotebook, otherKernels, hostPids, otherProcesses, free: Math.max(d.free, 0) };
 }
 
 /** One kernel on one GPU. */

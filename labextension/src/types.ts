@@ -12,9 +12,11 @@ export type NvmlState =
 
 export interface ProcessInfo {
   pid: number;
-  /** null when NVML does not report memory per process (MIG, containers). */
+  /** null when NVML does not report memory per process (MIG). */
   used: number | null;
-  kind: 'kernel' | 'other';
+  /** host_pid: a pid that is not a process here (a container sees the host's pids), on a GPU
+   * where some kernel's pid is not listed: it may be that kernel. */
+  kind: 'kernel' | 'other' | 'host_pid';
   kernel_id: string | null;
   kernel_name: string | null;
   notebook_path: string | null;
@@ -33,6 +35,8 @@ interface DeviceCommon {
   this_kernel_bytes: number;
   kernels_bytes: number;
   other_bytes: number;
+  /** Memory of the `host_pid` processes: a kernel's, or another process's; it cannot tell. */
+  host_pid_bytes: number;
   processes: ProcessInfo[];
 }
 

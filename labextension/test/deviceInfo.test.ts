@@ -44,6 +44,7 @@ function a100(index: number, counts: Partial<ReadableDevice>): ReadableDevice {
     this_kernel_bytes: 0,
     kernels_bytes: 0,
     other_bytes: 0,
+    host_pid_bytes: 0,
     processes: [],
     ...counts
   };
@@ -66,6 +67,7 @@ const lost: UnreadableDevice = {
   this_kernel_bytes: 0,
   kernels_bytes: 0,
   other_bytes: 0,
+  host_pid_bytes: 0,
   processes: []
 };
 
@@ -76,6 +78,7 @@ describe('memoryShares', () => {
     assert.deepEqual(memoryShares(d), {
       thisNotebook: 20 * GiB,
       otherKernels: 8 * GiB,
+      hostPids: 0,
       otherProcesses: 2 * GiB,
       free: 10 * GiB
     });
@@ -83,12 +86,36 @@ describe('memoryShares', () => {
 
   test('with no kernel on the card all used memory is other processes', () => {
     const d = a100(0, { used: 1 * GiB, free: 39 * GiB });
-    assert.deepEqual(memoryShares(d), { thisNotebook: 0, otherKernels: 0, otherProcesses: 1 * GiB, free: 39 * GiB });
+    assert.deepEqual(memoryShares(d), {
+      thisNotebook: 0,
+      otherKernels: 0,
+      hostPids: 0,
+      otherProcesses: 1 * GiB,
+      free: 39 * GiB
+    });
   });
 
   test('when kernels are counted above what NVML calls used, no share goes negative', () => {
     const d = a100(0, { used: 10 * GiB, free: 30 * GiB, kernels_bytes: 12 * GiB });
-    assert.deepEqual(memoryShares(d), { thisNotebook: 0, otherKernels: 12 * GiB, otherProcesses: 0, free: 30 * GiB });
+    assert.deepEqual(memoryShares(d), {
+      thisNotebook: 0,
+      otherKernels: 12 * GiB,
+      hostPids: 0,
+      otherProcesses: 0,
+      free: 30 * GiB
+    });
+  });
+
+  test('in a container, host pids that may be kernels are not other processes', () => {
+    // NVML lists the host's pids (nvidia-docker#1483): 18 GiB under two, 0.5 GiB the driver's.
+    const d = a100(1, { used: 18.5 * GiB, free: 21.5 * GiB, host_pid_bytes: 18 * GiB, pids_visible: false });
+    assert.deepEqual(memoryShares(d), {
+      thisNotebook: 0,
+      otherKernels: 0,
+      hostPids: 18 * GiB,
+      otherProcesses: 0.5 * GiB,
+      free: 21.5 * GiB
+    });
   });
 });
 

@@ -51,6 +51,32 @@ test('a GPU that cannot be read says why and shows no byte counts', async ({ pag
   await expect(panel.locator('.jp-GpuMem-card[data-device="0"]')).toContainText('1.00 GiB / 40.0 GiB');
 });
 
+test('in a container, host pids that may be kernels are shown apart from other processes, with why', async ({ page }) => {
+  const GiB = 1024 ** 3;
+  // NVML lists the host's pids inside a container (NVIDIA/nvidia-docker#1483): the server cannot
+  // tell which of them, if any, is a kernel (docs/server.md).
+  const why = 'NVML lists pids 4201002, 4201003, which are not processes in this server\'s PID namespace';
+  const hostPid = (pid: number, used: number) => ({
+    pid, used, kind: 'host_pid', kernel_id: null, kernel_name: null, notebook_path: null,
+    execution_state: null, preallocated: null, name: null, user: null
+  });
+  const reply = {
+    t: 0, source: 'nvml', synthetic: false, state: 'ok', reason: null, poll_interval: 2, warnings: [],
+    devices: [
+      { index: 0, name: 'NVIDIA A100-SXM4-40GB', uuid: 'GPU-0', total: 40 * GiB, used: 18.5 * GiB,
+        free: 21.5 * GiB, utilization: 20, display_active: false, mig: false, readable: true, reason: null,
+        pids_visible: false, pids_reason: why, this_kernel_bytes: 0, kernels_bytes: 0, other_bytes: 0,
+        host_pid_bytes: 18 * GiB, processes: [hostPid(4201002, 12 * GiB), hostPid(4201003, 6 * GiB)] }
+    ]
+  };
+  await page.route('**/jupyter-gpumem/api/devices*', route => route.fulfill({ json: reply }));
+  const panel = await openPanel(page);
+  const card = panel.locator('.jp-GpuMem-card[data-device="0"]');
+  await expect(card.locator('.jp-GpuMem-legend')).toContainText('host pids, kernels or not 18.0 GiB');
+  await expect(card.locator('.jp-GpuMem-legend')).toContainText('other processes 512 MiB');
+  await expect(card).toContainText(`Processes are not visible: ${why}`);
+});
+
 test('without the extension loaded the kernel section offers to load it', async ({ page, tmpPath }) => {
   await openNotebook(page, tmpPath, 'xla_env.ipynb');
   const panel = await openPanel(page);

@@ -62,6 +62,10 @@ function ReadableCard(props: {
         segments={[
           { key: 'mine', label: trans.__('this notebook'), bytes: shares.thisNotebook },
           { key: 'kernels', label: trans.__('other kernels'), bytes: shares.otherKernels },
+          // Only in a container, where NVML's host pids cannot be told apart from the kernels.
+          ...(shares.hostPids > 0
+            ? [{ key: 'hostpids', label: trans.__('host pids, kernels or not'), bytes: shares.hostPids }]
+            : []),
           { key: 'other', label: trans.__('other processes'), bytes: shares.otherProcesses },
           { key: 'free', label: trans.__('free'), bytes: shares.free }
         ]}
