@@ -440,7 +440,8 @@ def outside_allocator_bytes(process_used: int | None, stats: AllocatorStats | No
                             cuda_pool: PoolReading = None) -> int | None:
     """Bytes this process holds on the device outside JAX's pool.
 
-    The CUDA context, cuDNN and cuBLAS workspaces, CUDA graphs, NCCL: NVML's per-process used
+    The CUDA context, loaded kernels, CUDA graphs, NCCL, other frameworks (XLA's convolution
+    scratch and cuBLAS workspaces are program temporaries from the pool): NVML's per-process used
     bytes minus what the allocator obtained from CUDA (``held_bytes``: under cuda_async the
     driver pool's reserved bytes, reserved-but-unused included).
     """

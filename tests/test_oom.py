@@ -182,6 +182,17 @@ def test_memory_outside_the_pool_advises_clearing_compiled_programs():
     assert "%gpumem free --caches" in fix.action and fix.gain_bytes == 10 * GiB
 
 
+def test_the_gap_outside_the_pool_is_named_for_what_is_there_not_for_xla_temporaries():
+    # XLA's convolution scratch and cuBLAS workspaces come from the pool: the gap is the CUDA
+    # context, loaded kernels, CUDA graphs, NCCL and other frameworks, and clearing caches frees
+    # only the compiled programs' share of it.
+    r = OomReadings(requested=4 * GiB, device_total=80 * GiB, bytes_in_use=19 * GiB, pool_bytes=20 * GiB,
+                    bytes_limit=20 * GiB, largest_free_block=GiB, own_process_bytes=30 * GiB, synthetic=True)
+    fix = next(f for f in advise(r) if f.kind == "compiled_programs")
+    assert "CUDA context" in fix.why and "temporary buffers come from the pool" in fix.why
+    assert "workspace" not in fix.why
+
+
 def test_a_cuda_context_sized_gap_is_not_blamed_on_compiled_programs():
     r = OomReadings(requested=4 * GiB, device_total=80 * GiB, bytes_in_use=19 * GiB, pool_bytes=20 * GiB,
                     bytes_limit=20 * GiB, largest_free_block=GiB, own_process_bytes=20 * GiB + 500 * 1024**2,

@@ -389,10 +389,14 @@ def fraction_cap(r: OomReadings, need: int | None) -> Fix | None:
 
 
 def compiled_programs(r: OomReadings, need: int | None) -> Fix | None:
-    """Compiled programs (executables, CUDA graphs) hold memory outside the pool (jax#16778).
+    """This process holds much more than JAX's pool: what of it clearing compiled programs can free.
 
-    The pool is what the allocator holds from CUDA: under cuda_async the driver pool's reserved
-    bytes, so reserved-but-unused memory is the pool's, not compiled programs'.
+    Outside the pool are the CUDA context, the kernels loaded for compiled programs, their CUDA
+    graphs (jax#16778), NCCL, and any other framework in the process. XLA's temporaries (convolution
+    scratch, cuBLAS workspaces) are buffers of the program, taken from the pool (the GEMM custom
+    call's workspace is its output 1, a buffer-assignment slice: xla/service/gpu/fusions/custom.cc),
+    so they are not in the gap. Under cuda_async the pool is the driver pool's reserved bytes, so
+    reserved-but-unused memory is the pool's.
     """
     outside, pool = r.outside_pool, model.held_bytes(r.stats, r.cuda_pool)
     if outside is None or r.platform != "gpu":
@@ -406,11 +410,14 @@ def compiled_programs(r: OomReadings, need: int | None) -> Fix | None:
         "compiled_programs",
         f"{_b(outside)} of this process's memory is outside JAX's pool",
         "%gpumem free --caches   (runs jax.clear_caches())",
-        "Compiled programs and their CUDA graphs hold memory outside the allocator "
-        f"(jax#16778): NVML counts {_b(r.own_process_bytes)} for this process, {which} {_b(pool)}.",
+        "Outside JAX's pool are the CUDA context, the kernels loaded for compiled programs, their CUDA "
+        "graphs (jax#16778), NCCL and any other framework in this process; XLA's temporary buffers come "
+        "from the pool. Clearing JAX's caches frees only the compiled programs' share, so this gain is at "
+        f"most what it frees: NVML counts {_b(r.own_process_bytes)} for this process, {which} {_b(pool)}.",
         outside,
         _enough(outside, need),
-        ("To stop CUDA graphs holding memory: %env XLA_FLAGS=--xla_gpu_enable_command_buffer= (before JAX starts)",),
+        ("To stop CUDA graphs holding memory: %env XLA_FLAGS=--xla_gpu_enable_command_buffer= (before JAX starts)",
+         "TensorFlow or PyTorch in this kernel hold their own memory here: limit or release it on their side"),
     )
 
 

@@ -22,7 +22,7 @@ STATES = {NO_LIBRARY: "no_library", NO_DRIVER: "no_driver", NO_PERMISSION: "no_p
 # Kernels that between them hold at least this share of a GPU on which one of them preallocated
 # have filled it: a kernel that starts after the first took only what was left.
 OVERCOMMIT_FULL_SHARE = 0.9
-# Left free per kernel in the suggested fraction, for CUDA contexts and cuDNN/cuBLAS workspaces.
+# Left free per kernel in the suggested fraction, for its CUDA context and loaded kernels.
 SUGGESTION_MARGIN = 0.05
 # With no processes listed, this share of a GPU in use is more than driver overhead.
 UNATTRIBUTED_SHARE = 0.1
