@@ -25,6 +25,7 @@ from jupyter_gpumem.effective_settings import (
     environment_problems,
     fraction_is_set,
     is_cuda_async,
+    remat_flags_problem,
     same,
     show,
 )
@@ -471,6 +472,9 @@ def apply_settings(settings: AllocatorSettings, notes: tuple[str, ...] = ()) -> 
             parts.append(f"{shown}: takes effect when JAX's backend starts (its first operation)")
         if plan.remat is not None:
             parts.append(_remat_message(plan.remat))
+            flags = remat_flags_problem(plan.remat, os.environ, jax_backend.remat_off_replaces_disabled_passes())
+            if flags:
+                notes = (*notes, flags)
         message = ("gpumem: " + "; ".join(parts)) if parts else ""
         return Applied(message, tuple(notes) + plan.notes, dict(plan.env), config)
 

@@ -21,6 +21,7 @@ from jupyter_gpumem.env_table import (
     FRACTION_VAR,
     OLD_FRACTION_VAR,
     PREALLOCATE_VAR,
+    REMAT_OPTION,
     STALE_ALLOCATOR_VAR,
 )
 from jupyter_gpumem.sources import jax_backend
@@ -151,6 +152,34 @@ def fraction_is_set(env: Mapping[str, str], options: CreateOptions) -> bool:
     return bool(env.get(FRACTION_VAR) or env.get(OLD_FRACTION_VAR)) or "fraction" in options.overrides()
 
 
+def disabled_passes(env: Mapping[str, str]) -> list[str]:
+    """The HLO passes that ``XLA_FLAGS`` in ``env`` disables (``--xla_disable_hlo_passes=a,b``)."""
+    found: list[str] = []
+    for flag in env.get("XLA_FLAGS", "").split():
+        if flag.startswith("--xla_disable_hlo_passes="):
+            found.extend(p.strip() for p in flag.split("=", 1)[1].split(",") if p.strip())
+    return found
+
+
+def remat_flags_problem(remat: bool | None, env: Mapping[str, str], replaces: bool | None) -> str | None:
+    """The warning for remat turned off in a JAX that then replaces the passes ``XLA_FLAGS``
+    disabled (``replaces``: ``jax_backend.remat_off_replaces_disabled_passes()``), or None.
+
+    jax/_src/compiler.py up to jax-v0.11.0 assigns ``xla_disable_hlo_passes = "rematerialization"``;
+    the fix for jax#37391 came after 0.11.0.
+    """
+    if remat is not False or not replaces:
+        return None
+    others = [p for p in disabled_passes(env) if p != "rematerialization"]
+    if not others:
+        return None
+    return (
+        f"{REMAT_OPTION}=False makes the installed JAX replace XLA_FLAGS' --xla_disable_hlo_passes, "
+        f"so {', '.join(others)} run again (jax#37391, fixed after JAX 0.11.0). Instead, leave remat "
+        "on and add rematerialization to that XLA_FLAGS list, before JAX's backend starts."
+    )
+
+
 def environment_problems(env: Mapping[str, str] | None = None) -> list[str]:
     """Warnings about the allocator variables in ``env`` (default: os.environ) and jax.config's
     create options, for people."""
@@ -178,6 +207,9 @@ def environment_problems(env: Mapping[str, str] | None = None) -> list[str]:
                 f"{var} is set, but jax.config's {CREATE_OPTIONS_OPTION} sets {name} too, and JAX applies "
                 "that last: the variable has no effect."
             )
+    remat = remat_flags_problem(jax_backend.remat_value(), env, jax_backend.remat_off_replaces_disabled_passes())
+    if remat:
+        problems.append(remat)
     values = effective(env, options)
     problems.extend(cuda_async_notes(values, fraction_is_set(env, options)).values())
     if ASYNC_PREALLOC_VAR in env:

@@ -20,6 +20,8 @@ Where a device's memory is, as stacked bands that add up to NVML's used + free:
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -229,6 +231,9 @@ def notes_for(sample: Sample | None, key: int) -> list[str]:
     elif jdev is not None and isinstance(jdev.stats, NotAvailable):
         notes.append(f"No allocator statistics: {jdev.stats.reason}.")
     notes.extend(_jax_placement_notes(sample, key))
+    shared = shared_pool_note(sample, key)
+    if shared:
+        notes.append(shared)
     dev = sample.device(key)
     if isinstance(dev, DeviceReading) and isinstance(dev.processes, NotAvailable):
         notes.append(f"Per-process memory is hidden ({dev.processes.reason}); used bytes are shown unattributed.")
@@ -238,6 +243,33 @@ def notes_for(sample: Sample | None, key: int) -> list[str]:
     elif who is not None and who.how == BY_ELIMINATION:
         notes.append(_sentence(who.reason))
     return notes
+
+
+# Modules whose async allocators also draw from CUDA's default pool. TensorFlow's cuda_malloc_async
+# (tensorflow/core/common_runtime/gpu/gpu_cudamallocasync_allocator.cc) and XLA's cuda_async
+# (xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc) both call cuDeviceGetDefaultMemPool and
+# set that pool's release threshold; CuPy's MemoryAsyncPool uses the current (default) pool.
+DEFAULT_POOL_USERS = (("tensorflow", "TensorFlow (TF_GPU_ALLOCATOR=cuda_malloc_async)"), ("cupy", "CuPy (MemoryAsyncPool)"))
+
+
+def shared_pool_note(sample: Sample, key: int, modules: Iterable[str] | None = None, pid: int | None = None) -> str | None:
+    """A note when JAX's cuda_async pool in this live process may hold another framework's bytes:
+    JAX uses cuda_async and TensorFlow or CuPy is imported (``modules``: default sys.modules,
+    never imported here). None for replays, which were read in another process."""
+    jdev = _jax_for(sample, key)
+    if jdev is None or not isinstance(jdev.stats, AllocatorStats) or jdev.stats.allocator != "cuda_async":
+        return None
+    if sample.pid != (os.getpid() if pid is None else pid):
+        return None
+    loaded = set(sys.modules if modules is None else modules)
+    users = [label for module, label in DEFAULT_POOL_USERS if module in loaded]
+    if not users:
+        return None
+    return (
+        f"{' and '.join(users)} imported here: if it allocates asynchronously it uses CUDA's default pool, "
+        "the same pool as JAX's cuda_async. Then 'JAX pool, unused' and the CUDA pool lines include its "
+        "bytes, and whichever set the pool's release threshold last decides when memory goes back."
+    )
 
 
 def _sentence(text: str) -> str:

@@ -266,3 +266,53 @@ def test_minis_that_outgrow_the_budget_are_merged_into_one():
         merged += [c for c in series.add(i / 10, row) if c.replaces]
     assert merged and len(series.minis) < 8
     assert sum(len(m.rows) for m in series.minis) <= series.per_chunk
+
+
+# --- cuda_async beside another user of CUDA's default pool ------------------------------------
+# Source: tensorflow/core/common_runtime/gpu/gpu_cudamallocasync_allocator.cc (and XLA's twin) take the device's
+# default pool (cuDeviceGetDefaultMemPool) and sets its CU_MEMPOOL_ATTR_RELEASE_THRESHOLD; the
+# same class serves TensorFlow's TF_GPU_ALLOCATOR=cuda_malloc_async (its error texts name it).
+
+
+def _async_sample(pid: int, allocator: str = "cuda_async"):
+    from jupyter_gpumem.model import AllocatorStats, JaxDeviceReading, NotAvailable, Sample
+
+    stats = AllocatorStats(allocator, bytes_in_use=1 << 30)
+    return Sample(0.0, pid, NotAvailable("no_nvml", "no NVML"), (JaxDeviceReading(0, "gpu", "GPU", 0, stats),))
+
+
+def test_cuda_async_with_tensorflow_imported_notes_the_shared_default_pool():
+    from jupyter_gpumem.series import shared_pool_note
+
+    note = shared_pool_note(_async_sample(41), 0, modules={"jax", "tensorflow"}, pid=41)
+    assert note == (
+        "TensorFlow (TF_GPU_ALLOCATOR=cuda_malloc_async) imported here: if it allocates asynchronously it "
+        "uses CUDA's default pool, the same pool as JAX's cuda_async. Then 'JAX pool, unused' and the CUDA "
+        "pool lines include its bytes, and whichever set the pool's release threshold last decides when "
+        "memory goes back."
+    )
+
+
+def test_shared_pool_note_is_absent_for_bfc_replays_and_lone_jax():
+    from jupyter_gpumem.series import shared_pool_note
+
+    assert shared_pool_note(_async_sample(41, "bfc"), 0, modules={"tensorflow"}, pid=41) is None
+    assert shared_pool_note(_async_sample(7), 0, modules={"tensorflow"}, pid=41) is None  # a replay
+    assert shared_pool_note(_async_sample(41), 0, modules={"jax", "torch"}, pid=41) is None
+
+
+def test_shared_pool_note_reaches_the_monitor_notes():
+    import os
+
+    from jupyter_gpumem.series import notes_for
+
+    sample = _async_sample(os.getpid())
+    import sys
+
+    had = "cupy" in sys.modules
+    sys.modules.setdefault("cupy", type(sys)("cupy"))
+    try:
+        assert any("CuPy (MemoryAsyncPool)" in n for n in notes_for(sample, 0))
+    finally:
+        if not had:
+            del sys.modules["cupy"]
