@@ -14,8 +14,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from jupyter_gpumem import cuda_async_limits
-from jupyter_gpumem.effective_settings import (
+from jupyter_gpumem.settings import cuda_async_limits
+from jupyter_gpumem.settings.effective import (
     NOTE_TRIGGERS,
     canonical_allocator,
     create_options,

@@ -25,7 +25,7 @@ import pytest
 
 from jupyter_gpumem import allocator_shim
 from jupyter_gpumem.allocator_shim import BackendStartedError, SettingsError, validate
-from jupyter_gpumem.client_create_options import parse
+from jupyter_gpumem.settings.client_create_options import parse
 from jupyter_gpumem.model import AllocatorSettings, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.status_report import status

@@ -24,7 +24,7 @@ import pytest
 
 from jupyter_gpumem import allocator_shim
 from jupyter_gpumem.allocator_shim import SettingsError, validate
-from jupyter_gpumem.cuda_async_limits import read_async_prealloc
+from jupyter_gpumem.settings.cuda_async_limits import read_async_prealloc
 from jupyter_gpumem.model import AllocatorSettings, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.status_report import status

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from jupyter_gpumem.effective_settings import disabled_passes, remat_flags_problem
+from jupyter_gpumem.settings.effective import disabled_passes, remat_flags_problem
 from jupyter_gpumem.sources import jax_backend
 
 FLAGS = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1 --xla_disable_hlo_passes=algsimp,cse"}

@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from jupyter_gpumem import client_create_options, cuda_async_limits
-from jupyter_gpumem.client_create_options import CreateOptions
+from jupyter_gpumem.settings import client_create_options
+
+from jupyter_gpumem.settings import cuda_async_limits
+from jupyter_gpumem.settings.client_create_options import CreateOptions
 from jupyter_gpumem.env_table import (
     ALLOCATOR_VAR,
     ASYNC_PREALLOC_VAR,
