@@ -250,7 +250,7 @@ def test_truncating_a_good_trace_anywhere_keeps_the_full_lines(cut):
 
 def test_synthetic_traces_exist_and_are_small():
     names = {p.name for p in SYNTHETIC}
-    assert {"synthetic_bfc_prealloc.jsonl", "synthetic_bfc_growth_fragmenting.jsonl", "synthetic_cuda_async.jsonl", "synthetic_two_kernels.jsonl"} <= names
+    assert {"synthetic_bfc_prealloc.jsonl", "synthetic_bfc_growth_fragmenting.jsonl", "synthetic_cuda_async.jsonl", "synthetic_two_kernels.jsonl", "synthetic_bfc_defragment.jsonl"} <= names
     assert all(p.stat().st_size < 200_000 for p in SYNTHETIC)
 
 
@@ -298,6 +298,28 @@ def test_two_kernels_trace_has_an_oom_event_and_little_device_free():
     last = trace.samples[-1]
     assert "RESOURCE_EXHAUSTED" in oom.data["message"]
     assert model.largest_likely_request(last.jax[0].stats, device_free=last.devices[0].free_bytes) < oom.data["requested_bytes"]
+
+
+def _defragment_before_and_after(trace):
+    """The last reading before the "defragment" marker and the first after its cell ended."""
+    (mark,) = [e for e in trace.events if e.name == "marker" and e.data.get("name") == "defragment"]
+    cell_end = min(e.t for e in trace.events if e.name == "cell_end" and e.t > mark.t)
+    before = [s for s in trace.samples if s.t < mark.t][-1].jax[0].stats
+    after = next(s for s in trace.samples if s.t > cell_end).jax[0].stats
+    return before, after
+
+
+def test_defragment_trace_lowers_fragmentation_across_the_marker_with_the_same_bytes_in_use():
+    before, after = _defragment_before_and_after(read_trace(TRACES / "synthetic_bfc_defragment.jsonl"))
+    assert after.bytes_in_use == before.bytes_in_use and after.pool_bytes == before.pool_bytes
+    assert after.largest_free_block_bytes > before.largest_free_block_bytes
+    assert model.fragmentation(after) < model.fragmentation(before)
+
+
+def test_defragment_trace_leaves_a_hole_since_bfc_promises_no_adjacency():
+    before, after = _defragment_before_and_after(read_trace(TRACES / "synthetic_bfc_defragment.jsonl"))
+    assert 0 < model.fragmentation(after) < model.fragmentation(before) / 2
+    assert after.largest_free_block_bytes < model.unused_pool_bytes(after)
 
 
 def test_integer_too_long_to_parse_is_a_clear_error(tmp_path):

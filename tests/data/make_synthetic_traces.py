@@ -199,6 +199,68 @@ class Bfc:
         return (JaxDeviceReading(jax_id=0, platform="gpu", kind=H100_NAME, nvml_index=0, stats=stats),)
 
 
+class BfcChunks:
+    """A preallocated BFC pool kept chunk by chunk, in address order, as bfc_allocator.cc does.
+
+    A request takes the smallest free chunk that fits (the lowest address among equals) and is
+    split off its start; a freed chunk merges with free neighbours. Unlike ``Bfc``, this is
+    enough to follow a defragment: where each array lands after everything was freed.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.chunks: list[list] = [[None, limit]]  # [owner or None, size], in address order
+        self.peak_in_use = 0
+        self.largest_alloc = 0
+        self.num_allocs = 0
+
+    @property
+    def in_use(self) -> int:
+        return sum(size for owner, size in self.chunks if owner is not None)
+
+    def largest_free(self) -> int:
+        return max([0] + [size for owner, size in self.chunks if owner is None])
+
+    def alloc(self, name: str, nbytes: int) -> None:
+        size = round256(nbytes)
+        fits = [(c[1], i) for i, c in enumerate(self.chunks) if c[0] is None and c[1] >= size]
+        if not fits:
+            raise MemoryError(name)
+        _, i = min(fits)
+        rest = self.chunks[i][1] - size
+        self.chunks[i] = [name, size]
+        if rest:
+            self.chunks.insert(i + 1, [None, rest])
+        self.num_allocs += 1
+        self.largest_alloc = max(self.largest_alloc, size)
+        self.peak_in_use = max(self.peak_in_use, self.in_use)
+
+    def free(self, name: str) -> None:
+        (i,) = [i for i, c in enumerate(self.chunks) if c[0] == name]
+        self.chunks[i][0] = None
+        for j in (i + 1, i):  # merge with the next chunk, then the previous one into this
+            if 0 < j < len(self.chunks) and self.chunks[j - 1][0] is None and self.chunks[j][0] is None:
+                self.chunks[j - 1][1] += self.chunks.pop(j)[1]
+
+    def stats(self) -> dict:
+        return {
+            "num_allocs": self.num_allocs,
+            "bytes_in_use": self.in_use,
+            "peak_bytes_in_use": self.peak_in_use,
+            "largest_alloc_size": self.largest_alloc,
+            "bytes_limit": self.limit,
+            "bytes_reserved": 0,
+            "peak_bytes_reserved": 0,
+            "largest_free_block_bytes": self.largest_free(),
+            "pool_bytes": self.limit,
+            "peak_pool_bytes": self.limit,
+        }
+
+    def reading(self) -> tuple[JaxDeviceReading, ...]:
+        stats = AllocatorStats(allocator="bfc", raw=self.stats())
+        return (JaxDeviceReading(jax_id=0, platform="gpu", kind=H100_NAME, nvml_index=0, stats=stats),)
+
+
 class Recording:
     """Collects samples and events at STEP-second ticks and writes them in time order."""
 
@@ -214,7 +276,7 @@ class Recording:
             self.t += STEP
         self.events_in_gap = 0
 
-    def event(self, name: str, **data) -> None:
+    def event(self, name: str, /, **data) -> None:  # positional: a marker's data has a "name"
         t = self.t - STEP / 2 + 0.01 * self.events_in_gap
         self.events_in_gap += 1
         self.writer.write_event(Event(t=round(t, 3), name=name, data=data))
@@ -225,6 +287,10 @@ class Recording:
 
     def cell_end(self, success: bool = True) -> None:
         self.event("cell_end", execution_count=self.cell, success=success)
+
+    def marker(self, label: str, **data) -> None:
+        """A "marker" event, as ``jupyter_gpumem.record.mark(label, **data)`` writes it."""
+        self.event("marker", name=label, **data)
 
     def close(self) -> None:
         self.writer.close()
@@ -386,12 +452,72 @@ def two_kernels() -> None:
     rec.close()
 
 
+def bfc_defragment() -> None:
+    """A fragmented preallocated pool, then ``defragment(params)``: same bytes in use, bigger
+    largest free block, lower fragmentation, and (since BFC promises no adjacency) one hole left.
+
+    Worked out by hand, with L = bytes_limit = pool = 64,140,607,488 bytes (59.736 GiB):
+
+    - Cell [1] makes 8 params of 4 GiB with a 1.5 GiB temporary after each, and after the 4th
+      temporary a 1 GiB table kept outside the tree:
+      ``p0 t0 p1 t1 p2 t2 p3 t3 table p4 t4 p5 t5 p6 t6 p7 t7 | free tail``, 45 GiB used.
+    - Cell [2] deletes the temporaries. t0..t6 become seven 1.5 GiB holes between live arrays;
+      t7 merges with the tail: L - 43.5 GiB = 16.236 GiB. In use 33 GiB, free L - 33 GiB =
+      26.736 GiB, so fragmentation = (26.736 - 16.236) / 26.736 = 39.3%.
+    - Cell [3] marks "defragment" and moves params through the host. With all 8 deleted, the
+      free chunks are 22 GiB before the table and L - 23 GiB = 36.736 GiB after it. Best fit
+      puts p0..p4 (20 GiB) in the 22 GiB chunk, leaving a 2 GiB hole before the table, and
+      p5..p7 after it: largest free block L - 35 GiB = 24.736 GiB, free still 26.736 GiB, so
+      fragmentation = 2 / 26.736 = 7.5%. In use is 33 GiB again.
+    """
+    rec = Recording(OUT / "synthetic_bfc_defragment.jsonl", header("BFC, default 75% preallocation: defragment(params) on a fragmented pool", {"env": {}}))
+    limit = limit_75(H100_TOTAL)
+    bfc = BfcChunks(limit)
+    params = [f"params/w{i}" for i in range(8)]
+
+    def devices(util: int):
+        return nvml([(PID, CONTEXT + limit)], util)  # preallocated: the whole pool from the start
+
+    rec.sample(nvml([], 0), not_started(), ticks=4)
+    rec.cell_start()  # the backend starts and takes its 75%; params and temporaries in turn
+    for i, name in enumerate(params):
+        bfc.alloc(name, 4 * GiB)
+        bfc.alloc(f"t{i}", 3 * GiB // 2)
+        if i == 3:
+            bfc.alloc("table", 1 * GiB)
+        if i % 2:
+            rec.sample(devices(70), bfc.reading())
+    rec.cell_end()
+    rec.sample(devices(10), bfc.reading(), ticks=3)
+    rec.cell_start()  # del the temporaries
+    for i in range(8):
+        bfc.free(f"t{i}")
+    rec.cell_end()
+    assert (bfc.in_use, bfc.largest_free()) == (33 * GiB, limit - 87 * GiB // 2)
+    rec.sample(devices(0), bfc.reading(), ticks=10)
+    rec.cell_start()
+    rec.marker("defragment", tree="params")  # jupyter_gpumem.record.mark("defragment", tree="params")
+    rec.sample(devices(30), bfc.reading(), ticks=3)  # device_get: copies to the host, nothing freed yet
+    for name in params:
+        bfc.free(name)
+    assert sorted(size for owner, size in bfc.chunks if owner is None) == [22 * GiB, limit - 23 * GiB]
+    rec.sample(devices(0), bfc.reading(), ticks=2)  # all of params on the host
+    for name in params:
+        bfc.alloc(name, 4 * GiB)
+    rec.cell_end()
+    assert (bfc.in_use, bfc.largest_free()) == (33 * GiB, limit - 35 * GiB)
+    assert [size for owner, size in bfc.chunks if owner is None] == [2 * GiB, limit - 35 * GiB]
+    rec.sample(devices(0), bfc.reading(), ticks=20)  # over 15 s in all: tests window a replay to its last 15 s
+    rec.close()
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     bfc_prealloc()
     bfc_growth_fragmenting()
     cuda_async()
     two_kernels()
+    bfc_defragment()
     for path in sorted(OUT.glob("synthetic_*.jsonl")):
         print(f"{path.name}: {path.stat().st_size:,} bytes")
 
