@@ -55,11 +55,18 @@ def note_new_arrays(cell: int | None = None) -> int:
         cell = _current[0]
     new = 0
     with _lock:
-        for array in jax_arrays.live_arrays_newest_first():
+        arrays = jax_arrays.live_arrays_newest_first()
+        for array in arrays:
             key = id(array)
             entry = _entries.get(key)
             if entry is not None and entry.ref() is array:
-                break  # everything older was seen by an earlier call
+                # Everything older was seen by an earlier call, unless jaxlib listed arrays made
+                # on other threads as a list of their own (py_array.cc keeps one list per bucket
+                # of creating threads): then fewer arrays are known than are alive, and the rest
+                # of the list is read too.
+                if len(_entries) >= len(arrays):
+                    break
+                continue
             try:
                 ref = weakref.ref(array, lambda r, k=key: _forget(k, r))
             except TypeError:
