@@ -130,6 +130,22 @@ def _explain(result: int, call: str, ordinal: int) -> NotAvailable:
     return NotAvailable(ERROR, f"{call} failed for CUDA device {ordinal}: {name}")
 
 
+def _driver_for(ordinal: Any, driver: Any, maps_path: str, not_loaded: str) -> Any:
+    """The driver to ask about ``ordinal``: the one given, else the libcuda already loaded here;
+    NotAvailable (saying ``not_loaded`` when none is) for a bad ordinal or an unusable driver."""
+    if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 0:
+        return NotAvailable(ERROR, f"a CUDA device ordinal is a non-negative int, got {ordinal!r}")
+    if driver is not None:
+        return driver
+    path = loaded_libcuda_path(maps_path)
+    if path is None:
+        return NotAvailable(NOT_STARTED, not_loaded)
+    try:
+        return _open_loaded_driver(path)
+    except (OSError, AttributeError) as exc:  # not loadable, or a libcuda without memory pools
+        return NotAvailable(NO_LIBRARY, f"the loaded CUDA driver at {path} cannot be used: {exc}")
+
+
 def read_default_pool(
     ordinal: int, *, driver: Any = None, maps_path: str = "/proc/self/maps"
 ) -> CudaPoolReading | NotAvailable:
@@ -141,19 +157,12 @@ def read_default_pool(
     shows it already loaded in this process. Never raises: the driver answers with CUresult
     codes, and ctypes refuses arguments with ``ctypes.ArgumentError``.
     """
-    if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 0:
-        return NotAvailable(ERROR, f"a CUDA device ordinal is a non-negative int, got {ordinal!r}")
-    if driver is None:
-        path = loaded_libcuda_path(maps_path)
-        if path is None:
-            return NotAvailable(
-                NOT_STARTED,
-                "CUDA is not loaded in this process: JAX has not started its GPU backend (or runs on CPU)",
-            )
-        try:
-            driver = _open_loaded_driver(path)
-        except (OSError, AttributeError) as exc:  # not loadable, or a libcuda without memory pools
-            return NotAvailable(NO_LIBRARY, f"the loaded CUDA driver at {path} cannot be used: {exc}")
+    driver = _driver_for(
+        ordinal, driver, maps_path,
+        "CUDA is not loaded in this process: JAX has not started its GPU backend (or runs on CPU)",
+    )
+    if isinstance(driver, NotAvailable):
+        return driver
     try:
         return _read(driver, ordinal)
     except ctypes.ArgumentError as exc:
@@ -192,16 +201,9 @@ def read_device_identity(
     context. ``driver`` stands in for libcuda as in ``read_default_pool``; a driver without one
     of the two functions leaves that field None. Never raises, and never loads or starts CUDA.
     """
-    if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 0:
-        return NotAvailable(ERROR, f"a CUDA device ordinal is a non-negative int, got {ordinal!r}")
-    if driver is None:
-        path = loaded_libcuda_path(maps_path)
-        if path is None:
-            return NotAvailable(NOT_STARTED, "CUDA is not loaded in this process, so it cannot say which GPU is which")
-        try:
-            driver = _open_loaded_driver(path)
-        except (OSError, AttributeError) as exc:
-            return NotAvailable(NO_LIBRARY, f"the loaded CUDA driver at {path} cannot be used: {exc}")
+    driver = _driver_for(ordinal, driver, maps_path, "CUDA is not loaded in this process, so it cannot say which GPU is which")
+    if isinstance(driver, NotAvailable):
+        return driver
     try:
         return _read_identity(driver, ordinal)
     except ctypes.ArgumentError as exc:
