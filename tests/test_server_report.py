@@ -167,3 +167,19 @@ def test_provisioner_pid_is_the_started_process_and_none_without_one():
     running = SimpleNamespace(provisioner=SimpleNamespace(process=SimpleNamespace(pid=4321)))
     stopped = SimpleNamespace(provisioner=None)
     assert (provisioner_pid(running), provisioner_pid(stopped)) == (4321, None)
+
+
+def test_live_readings_from_the_fake_worlds_pynvml_are_labelled_synthetic():
+    """The drop-in pynvml of ``jupyter_gpumem.testing`` marks itself ``__fake__``; the server's
+    live reading, and the report the panel draws, say "synthetic" for it and only for it."""
+    from jupyter_gpumem.server.device_report import build_devices_report
+    from jupyter_gpumem.server.readings import NvmlDevices
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        reading = NvmlDevices().read()
+    assert reading.synthetic is True
+    assert build_devices_report(reading, [], poll_interval=2.0)["synthetic"] is True
+
+    # The pynvml installed here (real, with no driver on this machine) is not marked.
+    assert NvmlDevices().read().synthetic is False

@@ -1,16 +1,26 @@
 /**
- * Browser tests in Debian's chromium. Two Jupyter servers: "live" (this machine as it is,
- * no GPU here) and "replay" (a synthetic trace). Specs named *.replay.spec.ts run against
- * the replay server; every other spec against the live one.
+ * Browser tests in Debian's chromium. Three Jupyter servers: "live" (this machine as it is,
+ * no GPU here), "replay" (a synthetic trace) and "world" (the fake three-GPU NVML world through
+ * the drop-in pynvml, for the server and every kernel it starts; synthetic). Specs named
+ * *.replay.spec.ts run against the replay server, *.world.spec.ts against the world server,
+ * every other spec against the live one.
  */
+const path = require('path');
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 
 const LIVE_PORT = Number(process.env.GPUMEM_UI_PORT || 8898);
 const REPLAY_PORT = LIVE_PORT + 1;
+const WORLD_PORT = LIVE_PORT + 2;
 const CHROMIUM = process.env.GPUMEM_CHROMIUM || '/usr/bin/chromium';
 
-const server = (port, replay) => ({
-  command: `GPUMEM_UI_PORT=${port} GPUMEM_UI_REPLAY=${replay} jupyter lab --config jupyter_server_test_config.py`,
+const DROPIN_DIR = path.join(__dirname, '..', 'jupyter_gpumem', 'testing', 'pynvml_dropin');
+const worldEnv = world =>
+  world
+    ? `PYTHONPATH=${DROPIN_DIR}${process.env.PYTHONPATH ? ':' + process.env.PYTHONPATH : ''} JUPYTER_GPUMEM_FAKE_NVML=${world} `
+    : '';
+
+const server = (port, replay, world = '') => ({
+  command: `${worldEnv(world)}GPUMEM_UI_PORT=${port} GPUMEM_UI_REPLAY=${replay} jupyter lab --config jupyter_server_test_config.py`,
   url: `http://localhost:${port}/lab`,
   timeout: 120 * 1000,
   reuseExistingServer: false,
@@ -46,14 +56,19 @@ module.exports = {
   projects: [
     {
       name: 'live',
-      testIgnore: /.*\.replay\.spec\.ts/,
+      testIgnore: [/.*\.replay\.spec\.ts/, /.*\.world\.spec\.ts/],
       use: { baseURL: `http://localhost:${LIVE_PORT}` }
     },
     {
       name: 'replay',
       testMatch: /.*\.replay\.spec\.ts/,
       use: { baseURL: `http://localhost:${REPLAY_PORT}` }
+    },
+    {
+      name: 'world',
+      testMatch: /.*\.world\.spec\.ts/,
+      use: { baseURL: `http://localhost:${WORLD_PORT}` }
     }
   ],
-  webServer: [server(LIVE_PORT, ''), server(REPLAY_PORT, 'demo')]
+  webServer: [server(LIVE_PORT, ''), server(REPLAY_PORT, 'demo'), server(WORLD_PORT, '', 'three_gpus')]
 };

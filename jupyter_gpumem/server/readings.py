@@ -15,7 +15,7 @@ from typing import Any, Mapping, Protocol
 import psutil
 
 from jupyter_gpumem.model import ERROR, DeviceReading, NotAvailable
-from jupyter_gpumem.sources.nvml import NvmlSource
+from jupyter_gpumem.sources.nvml import NvmlSource, is_fake
 from jupyter_gpumem.sources.replay import ReplaySource
 from jupyter_gpumem.tracefile import read_trace
 
@@ -113,7 +113,8 @@ class NvmlDevices:
         t = time.time()
         devices = self._source.read()
         facts = {pid: process_facts(pid) for pid in _pids(devices)}
-        return Reading(t=t, devices=devices, source="nvml", processes=facts)
+        # The fake world's drop-in pynvml makes its readings up: they are labelled synthetic.
+        return Reading(t=t, devices=devices, source="nvml", processes=facts, synthetic=is_fake())
 
 
 class ReplayDevices:
