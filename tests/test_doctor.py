@@ -8,6 +8,7 @@ checked in this process, without JAX.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -53,6 +54,7 @@ out["after_free_names"] = sorted(n for r in doctor.live_arrays(ip) for n in r.na
 
 cell("%gpumem cells on")
 out["cells_line"] = cell("c = jnp.ones((256, 256))")
+out["cells_second_line"] = cell("c2 = jnp.ones((8,))")
 cell("%gpumem cells off")
 out["cells_off_line"] = cell("d = jnp.ones(8)")
 
@@ -148,6 +150,11 @@ def test_cells_on_prints_a_line_with_what_cpu_can_measure(session):
     line = session["cells_line"].strip()
     assert line.startswith("gpumem: cell ") and "live arrays +256.00 KiB" in line
     assert "peak and pool growth are not measured" in line
+
+
+def test_cells_on_says_the_cpu_caveat_once_per_kernel(session):
+    line = session["cells_second_line"].strip()
+    assert re.fullmatch(r"gpumem: cell \d+: live arrays \+32 B \(now [\d.]+ KiB\)", line), line
 
 
 def test_cells_off_prints_nothing(session):

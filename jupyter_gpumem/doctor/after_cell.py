@@ -36,13 +36,19 @@ def _on_error(error: BaseException | None, shell: Any) -> None:
             _display(report)
 
 
+# The per-cell line's CPU caveat is said once per kernel, not after every cell.
+_said = {"cpu_caveat": False}
+
+
 def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
     """The doctor's work after a cell (called by ``doctor_hooks``, once the cell's arrays are
     noted): the per-cell line and the OOM report."""
     count = getattr(result, "execution_count", None)
     if tracker is not None and _state["cells"]:
         tracker.stop()
-        print(tracker.line(f"cell {count}" if count is not None else "cell"))
+        caveat = tracker.measure != "allocator" and not _said["cpu_caveat"]
+        print(tracker.line(f"cell {count}" if count is not None else "cell", caveat=caveat))
+        _said["cpu_caveat"] = _said["cpu_caveat"] or caveat
     _on_error(getattr(result, "error_in_exec", None), shell)
 
 

@@ -108,8 +108,9 @@ class Track:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def line(self, label: str = "") -> str:
-        """One quiet line: change, peak (rise of peak_bytes_in_use and sampled max), pool growth."""
+    def line(self, label: str = "", caveat: bool = True) -> str:
+        """One quiet line: change, peak (rise of peak_bytes_in_use and sampled max), pool growth.
+        Without allocator statistics, ``caveat`` adds why peak and pool are missing."""
         head = f"gpumem: {label}: " if label else "gpumem: "
         if self.measure == "allocator":
             parts = [f"in use {_signed(self.delta)} (now {_b(self.after)})"]
@@ -117,8 +118,10 @@ class Track:
             parts.append(f"sampled max {_b(self.sampled_max)}")
             parts.append(f"pool {_signed(self.pool_growth) if self.pool_growth is not None else 'n/a'}")
             return head + "; ".join(parts)
-        return (head + f"live arrays {_signed(self.delta)} (now {_b(self.after)}); no allocator statistics here "
-                "(CPU), so peak and pool growth are not measured")
+        text = head + f"live arrays {_signed(self.delta)} (now {_b(self.after)})"
+        if caveat:
+            text += "; no allocator statistics here (CPU), so peak and pool growth are not measured"
+        return text
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in ("measure", "before", "after", "delta", "peak", "peak_rise",
