@@ -7,6 +7,7 @@ import json
 import os
 import re
 import threading
+from datetime import datetime, timezone
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -147,6 +148,22 @@ async def test_kernel_pid_is_joined_to_its_kernel_and_notebook(jp_fetch, jp_root
     assert proc["preallocated"] is True  # 29 of 40 GiB is above 70% of the card
     assert proc["name"] and proc["user"]  # the server's own user: details shown
     assert (gpu2["this_kernel_bytes"], gpu2["kernels_bytes"]) == (29 * GiB, 29 * GiB)
+
+
+async def test_kernel_last_activity_is_jupyter_servers_own(jp_fetch, jp_serverapp, world):
+    """The same instant jupyter_server's /api/kernels reports (kernel_model, jupyter_server 2.21.1)."""
+    kernel_id = await start_session(jp_fetch, "c.ipynb")
+    pid = await kernel_pid(jp_fetch, kernel_id)
+    world.add_process(1, pid, 2 * GiB)
+    theirs = json.loads((await jp_fetch("api", "kernels", kernel_id)).body)["last_activity"]
+    (mine,) = [k for k in (await get_json(jp_fetch, "kernels"))["kernels"] if k["kernel_id"] == kernel_id]
+    gpu1 = (await get_json(jp_fetch, "devices"))["devices"][1]
+    (proc,) = [p for p in gpu1["processes"] if p["pid"] == pid]
+    latest = jp_serverapp.kernel_manager.get_kernel(kernel_id).last_activity
+    assert theirs.endswith("Z") and mine["last_activity"].endswith("Z") and proc["last_activity"].endswith("Z")
+    seen = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in (theirs, mine["last_activity"], proc["last_activity"])]
+    # All read the kernel's one attribute; it may move on (iopub) between the requests.
+    assert seen == sorted(seen) and seen[-1] <= latest <= datetime.now(timezone.utc)
 
 
 async def test_kernel_pid_comes_from_the_kernels_usage_reply(jp_fetch, service, world):

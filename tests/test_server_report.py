@@ -6,13 +6,14 @@ import os
 import re
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 from prometheus_client import REGISTRY, generate_latest
 
 from jupyter_gpumem.model import NO_DRIVER, DeviceReading, NotAvailable, PIDS_HIDDEN, ProcessReading
 from jupyter_gpumem.server.device_report import build_devices_report, suggested_fraction
-from jupyter_gpumem.server.kernels import KernelInfo, provisioner_pid
+from jupyter_gpumem.server.kernels import KernelInfo, last_activity, provisioner_pid
 from jupyter_gpumem.server.metrics import gauges
 from jupyter_gpumem.server.readings import ProcessFacts, Reading, process_facts
 
@@ -42,6 +43,27 @@ def test_process_of_a_kernel_carries_its_kernel_and_notebook():
     body = report(live(gpu(ProcessReading(11, 5 * GiB))), [kernel("k1", 11, "a.ipynb")])
     (proc,) = body["devices"][0]["processes"]
     assert (proc["kind"], proc["kernel_id"], proc["notebook_path"], proc["preallocated"]) == ("kernel", "k1", "a.ipynb", None)
+
+
+def test_kernel_last_activity_is_iso_utc_with_z_or_null():
+    """jupyter_server 2.21.1 (services/kernels/kernelmanager.py) sets ``kernel.last_activity =
+    utcnow()``, an aware UTC datetime, and its kernel model writes it with ``_tz.isoformat``
+    (``+00:00`` -> ``Z``); the same spelling here, converted to UTC from any zone."""
+    when = datetime(2026, 11, 22, 21, 5, 12, 345678, tzinfo=timezone(timedelta(hours=2)))
+    busy = KernelInfo("k1", "python3", 11, "a.ipynb", "busy", last_activity=when)
+    body = report(live(gpu(ProcessReading(11, 5 * GiB), ProcessReading(12, GiB))), [busy])
+    by_pid = {p["pid"]: p for p in body["devices"][0]["processes"]}
+    assert by_pid[11]["last_activity"] == "2026-11-22T19:05:12.345678Z"
+    assert by_pid[12]["last_activity"] is None  # not a kernel
+    assert busy.to_json()["last_activity"] == "2026-11-22T19:05:12.345678Z"
+    assert kernel("k2", 13).to_json()["last_activity"] is None
+
+
+def test_last_activity_is_read_only_when_it_is_a_datetime():
+    now = datetime.now(timezone.utc)
+    assert last_activity(SimpleNamespace(last_activity=now)) is now
+    assert last_activity(SimpleNamespace()) is None  # a kernel manager that keeps none
+    assert last_activity(SimpleNamespace(last_activity="2026-11-22T19:05:12Z")) is None
 
 
 def test_kernel_holding_most_of_the_card_is_marked_preallocated():

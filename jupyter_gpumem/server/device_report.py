@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from jupyter_gpumem.attribution import CANNOT_TELL, attribute
 from jupyter_gpumem.model import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
-from jupyter_gpumem.server.kernels import KernelInfo
+from jupyter_gpumem.server.kernels import KernelInfo, iso_utc
 from jupyter_gpumem.server.readings import ProcessFacts, Reading
 
 STATES = {NO_LIBRARY: "no_library", NO_DRIVER: "no_driver", NO_PERMISSION: "no_permission"}
@@ -247,6 +247,7 @@ def _process_json(
         "kernel_name": kernel.kernel_name if kernel else None,
         "notebook_path": kernel.notebook_path if kernel else None,
         "execution_state": kernel.execution_state if kernel else None,
+        "last_activity": iso_utc(kernel.last_activity) if kernel else None,
         "preallocated": preallocated,
         "name": None,
         "user": None,

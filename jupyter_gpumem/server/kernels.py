@@ -1,4 +1,4 @@
-"""This server's kernels: id, name, pid, notebook path and execution state.
+"""This server's kernels: id, name, pid, notebook path, execution state and last activity.
 
 A kernel's pid comes from its own answer to a control-channel ``usage_request`` (ipykernel
 >= 6.10 replies with ``pid``), which is right even when the kernel was launched through a
@@ -14,6 +14,7 @@ import logging
 import sqlite3
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from queue import Empty
 from typing import Any
 
@@ -31,6 +32,7 @@ class KernelInfo:
     pid: int | None
     notebook_path: str | None
     execution_state: str | None
+    last_activity: datetime | None = None  # timezone-aware UTC, as jupyter_server sets it
 
     def to_json(self) -> dict:
         return {
@@ -39,7 +41,28 @@ class KernelInfo:
             "pid": self.pid,
             "notebook_path": self.notebook_path,
             "execution_state": self.execution_state,
+            "last_activity": iso_utc(self.last_activity),
         }
+
+
+def iso_utc(when: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a ``Z``, as jupyter_server's own kernel model writes it; None stays None.
+
+    A naive datetime is taken to be UTC (jupyter_server's ``utcnow()`` is always aware).
+    """
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def last_activity(km: Any) -> datetime | None:
+    """The kernel's ``last_activity``: set by jupyter_server's MappingKernelManager when it starts
+    the kernel and on every iopub message (services/kernels/kernelmanager.py, 2.21.1); None
+    before that or from a kernel manager that does not keep it."""
+    value = getattr(km, "last_activity", None)
+    return value if isinstance(value, datetime) else None
 
 
 @dataclass
@@ -165,6 +188,7 @@ class KernelDirectory:
                     pid=self.kernel_pid(kid, km),
                     notebook_path=paths.get(kid),
                     execution_state=getattr(km, "execution_state", None),
+                    last_activity=last_activity(km),
                 )
             )
         for gone in set(self._pids) - set(ids):
