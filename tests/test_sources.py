@@ -80,3 +80,24 @@ def test_every_cited_issue_is_in_docs_sources(path):
     text = notebook_text(path) if path.suffix == ".ipynb" else path.read_text()
     missing = cited_issues(text) - listed_issues()
     assert not missing, f"{path.name} cites {sorted(missing)}: read them and add a row to docs/sources.md"
+
+
+# Links that follow a moving branch: what they show changes after the sentence citing them.
+_MOVING = re.compile(
+    r"github\.com/(?:openxla/xla|jax-ml/jax|google/jax)/blob/(?:main|master)/"
+    r"|pytorch\.org/docs/(?:stable|main)/"
+)
+
+
+def test_a_link_to_a_moving_branch_is_caught():
+    assert _MOVING.search("(https://github.com/openxla/xla/blob/main/xla/tsl/framework/bfc_allocator.cc)")
+    assert _MOVING.search("https://docs.pytorch.org/docs/stable/generated/torch.cuda.memory.empty_cache.html")
+    assert not _MOVING.search("https://github.com/openxla/xla/blob/80c095fc2f5ba8b1e8c8b7df79c0be532416dd69/xla/x.cc")
+    assert not _MOVING.search("https://github.com/jax-ml/jax/blob/jax-v0.10.2/jax/_src/xla_bridge.py")
+
+
+@pytest.mark.parametrize("path", [*citing_files(), SOURCES], ids=lambda p: str(p.relative_to(ROOT)))
+def test_sources_are_cited_at_a_version_not_a_moving_branch(path):
+    """A sentence about JAX, XLA or PyTorch links the file at the tag or commit that was read."""
+    text = notebook_text(path) if path.suffix == ".ipynb" else path.read_text()
+    assert [m.group(0) for m in _MOVING.finditer(text)] == []
