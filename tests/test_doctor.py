@@ -68,6 +68,16 @@ est = doctor.magic_estimate(["f(a)"], ip)
 out["estimate"] = {"verdict": est.verdict, "output": est.memory.output_bytes, "argument": est.memory.argument_bytes,
                    "jitted": est.memory.jitted, "text": str(est)}
 
+def estimated(line):
+    rep = doctor.magic_estimate([line], ip)
+    return {"verdict": rep.verdict, "needed": rep.needed, "free": rep.total_free, "text": str(rep)}
+
+out["estimate_ones"] = estimated("jnp.ones((1 << 20,))")
+out["estimate_16tib"] = estimated("jnp.zeros((2**42,), jnp.float32)")
+out["estimate_mixed"] = estimated("jnp.reshape(a, (65536,), order='C')")
+cell("def scaled(x, k, *, by):\n    return jnp.tile(x, k) * by")
+out["estimate_kw"] = estimated("scaled(a, [2, 3], by=jnp.float32(2))")
+
 cell("tree = {'p': jnp.full((64,), 3.0), 'q': jnp.arange(4)}\nold = tree['p']")
 cell("tree, summary = jupyter_gpumem.defragment(tree)")
 ns = ip.user_ns
@@ -170,6 +180,32 @@ def test_estimate_compiles_without_running_and_reports_sizes(session):
     est = session["estimate"]
     assert (est["argument"], est["output"], est["jitted"]) == (262144, 262144, True)
     assert est["verdict"] == "fits" and "host memory available" in est["text"]
+
+
+def test_estimate_treats_a_shape_tuple_as_static_and_answers_4_mib(session):
+    est = session["estimate_ones"]
+    assert (est["verdict"], est["needed"]) == ("fits", 4 * 2**20)
+    first = est["text"].splitlines()[0]
+    assert first.startswith("jnp.ones((1 << 20,)): fits: needs 4.00 MiB, ") and first.endswith(
+        " (not jitted: estimated as jax.jit of it, its array arguments traced)")
+
+
+def test_estimate_of_16_tib_does_not_fit_and_says_needed_against_free(session):
+    est = session["estimate_16tib"]
+    assert (est["verdict"], est["needed"]) == ("does not fit", 2**42 * 4)
+    first = est["text"].splitlines()[0]
+    assert re.fullmatch(r"jnp\.zeros\(\(2\*\*42,\), jnp\.float32\): does not fit: needs 16\.00 TiB, "
+                        r"only [\d.]+ [KMG]iB free .*", first), first
+    assert 0 < est["free"] < 2**44
+
+
+def test_estimate_traces_array_arguments_and_keeps_the_others(session):
+    # a: float32[256, 256] traced; the shape and the order keyword passed as they are; the
+    # reshape aliases nothing on the CPU, so it needs its 256 KiB output.
+    assert (session["estimate_mixed"]["verdict"], session["estimate_mixed"]["needed"]) == ("fits", 256 * 1024)
+    # a list (unhashable, so no static_argnums could take it) bound as it is; a tiled 2 x 3 times
+    kw = session["estimate_kw"]
+    assert kw["verdict"] == "fits" and kw["needed"] >= 6 * 256 * 1024, kw["text"]
 
 
 def test_defragment_moves_the_tree_and_keeps_values(session):

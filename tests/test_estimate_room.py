@@ -103,3 +103,17 @@ def test_estimate_on_the_cpu_is_judged_against_host_memory():
     cpu = JaxDeviceReading(0, "cpu", "cpu", None, normalise_stats(None, "bfc", platform="cpu"))
     sample = Sample(t=1.0, pid=PID, devices=NotAvailable(NO_DRIVER, "no driver"), jax=(cpu,))
     assert room_now(sample)[2] == "host memory available (CPU: no allocator statistics)"
+
+
+def test_estimate_that_fits_only_after_defragmenting_names_the_piece_and_the_block():
+    # BFC, 2 GiB free on the device: largest max(4 block, 2) = 4; total 10 unused + 2 = 12 GiB.
+    # needs 5 + 3 = 8 GiB (within 12), but the 5 GiB output is larger than the 4 GiB block.
+    report = estimate_report("f(x)", needs(5 * GiB, 3 * GiB), bfc_sample(free=2 * GiB))
+    assert report.lines()[0] == ("f(x): fits only after defragmenting: needs 8.00 GiB of 12.00 GiB free, but its "
+                                 "largest piece (5.00 GiB) is larger than the largest free block (4.00 GiB)")
+
+
+def test_estimate_that_does_not_fit_says_needed_against_free():
+    # needs 20 + 25 = 45 GiB; total 10 unused + 30 free on the device = 40 GiB
+    report = estimate_report("f(x)", needs(20 * GiB, 25 * GiB), bfc_sample(free=30 * GiB))
+    assert report.lines()[0] == "f(x): does not fit: needs 45.00 GiB, only 40.00 GiB free"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +33,29 @@ class EstimateReport(_PreReport):
 
     def lines(self) -> list[str]:
         m = self.memory
-        out = [f"{self.expression}: {self.verdict}" + ("" if m.jitted else " (callee not jitted: estimated as jax.jit of it)"),
+        out = [f"{self.expression}: {self.verdict}: {self.why()}"
+               + ("" if m.jitted else " (not jitted: estimated as jax.jit of it, its array arguments traced)"),
                f"  arguments {_b(m.argument_bytes)}, outputs {_b(m.output_bytes)}, temporaries {_b(m.temp_bytes)}, "
                f"aliased {_b(m.alias_bytes)}, code {_b(m.code_bytes)}" + (f", XLA peak {_b(m.peak_bytes)}" if m.peak_bytes else ""),
                f"  needs {_b(self.needed)} beyond its arguments; largest free block {_b(self.largest_block)}, "
-               f"free in total {_b(self.total_free)} ({self.measure})"]
+               f"free in total {_b(self.total_free)}; from {self.measure}"]
         return out
+
+    def why(self) -> str:
+        """The numbers behind the verdict: what the call needs against what is free."""
+        if self.verdict == "unknown":
+            return f"needs {_b(self.needed)}; how much is free cannot be read here"
+        if self.verdict == "fits only after defragmenting":
+            return (f"needs {_b(self.needed)} of {_b(self.total_free)} free, but its largest piece "
+                    f"({_b(self.largest_piece)}) is larger than the largest free block ({_b(self.largest_block)})")
+        if self.verdict == "does not fit":
+            return f"needs {_b(self.needed)}, only {_b(self.total_free)} free"
+        return f"needs {_b(self.needed)}, {_b(self.total_free)} free"
+
+    @property
+    def largest_piece(self) -> int:
+        """The largest single allocation: the outputs or the temporaries, whichever is larger."""
+        return max(self.memory.output_bytes, self.memory.temp_bytes)
 
 
 def _verdict(needed: int, largest_piece: int, largest_block: int | None, total_free: int | None) -> str:
@@ -81,10 +99,10 @@ def room_now(sample: Sample) -> tuple[int | None, int | None, str]:
 def estimate_report(expression: str, memory: jax_arrays.CompiledMemory, sample: Sample) -> EstimateReport:
     """Judge ``memory`` (a compiled call's needs) against the room on the device in ``sample``."""
     needed = max(0, memory.output_bytes + memory.temp_bytes - memory.alias_bytes)
-    largest_piece = max(memory.output_bytes, memory.temp_bytes)
     largest_block, total_free, measure = room_now(sample)
-    verdict = _verdict(needed, largest_piece, largest_block, total_free)
-    return EstimateReport(expression, memory, needed, verdict, measure, largest_block, total_free)
+    report = EstimateReport(expression, memory, needed, "unknown", measure, largest_block, total_free)
+    verdict = _verdict(needed, report.largest_piece, largest_block, total_free)
+    return dataclasses.replace(report, verdict=verdict)
 
 
 def estimate(callee: Any, *args: Any, _expression: str = "", **kwargs: Any) -> EstimateReport:

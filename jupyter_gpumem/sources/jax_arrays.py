@@ -157,18 +157,23 @@ class CompiledMemory:
 def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> CompiledMemory:
     """Lower and compile ``callee(*args, **kwargs)`` without running it, and read its memory.
 
-    A callee without ``.lower`` is wrapped in ``jax.jit``. Raises ValueError, with JAX's
-    message, when it cannot be lowered or compiled (JAX raises TypeError or ValueError while
-    tracing, and jaxlib's XlaRuntimeError, a RuntimeError, while compiling); anything else the
-    callee raises while traced reaches the caller as it is.
+    A callee without ``.lower`` is wrapped in ``jax.jit``, with only the arguments that hold
+    arrays traced: the rest (shapes, dtypes, Python numbers, flags) are passed as they are, as a
+    plain call would, so ``jnp.ones((1 << 20,))`` compiles. Raises ValueError, with JAX's
+    message, when it cannot be lowered or compiled (JAX raises TypeError, ValueError or
+    OverflowError while tracing, and jaxlib's XlaRuntimeError, a RuntimeError, while
+    compiling); anything else the callee raises while traced reaches the caller as it is.
     """
     import jax
 
     jitted = hasattr(callee, "lower")
-    fn = callee if jitted else jax.jit(callee)
+    if jitted:
+        fn, args, kwargs = callee, tuple(args), dict(kwargs)
+    else:
+        fn, args, kwargs = _jit_traced_only(jax, callee, tuple(args), dict(kwargs))
     try:
         analysis = fn.lower(*args, **kwargs).compile().memory_analysis()
-    except (TypeError, ValueError, RuntimeError) as err:
+    except (TypeError, ValueError, OverflowError, RuntimeError) as err:
         raise ValueError(f"could not compile it for these arguments: {type(err).__name__}: {err}") from None
     if analysis is None:
         raise ValueError("this backend gives no memory analysis for compiled programs")
@@ -189,6 +194,30 @@ def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Compi
         peak_bytes=int(peak) if isinstance(peak, int) and peak > 0 else None,
         jitted=jitted,
     )
+
+
+def _holds_arrays(value: Any) -> bool:
+    """Whether any leaf of the pytree ``value`` is an array (or an abstract one) to trace."""
+    import jax
+    import numpy as np
+
+    kinds = (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)
+    return any(isinstance(leaf, kinds) for leaf in jax.tree_util.tree_leaves(value))
+
+
+def _jit_traced_only(jax: Any, callee: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+    """``jax.jit`` of ``callee`` over the arguments that hold arrays; the others are bound as
+    they are (closed over, so they need not be hashable as ``static_argnums`` would require)."""
+    traced = [i for i, a in enumerate(args) if _holds_arrays(a)]
+    traced_kw = [k for k, v in kwargs.items() if _holds_arrays(v)]
+
+    def bound(*arrays: Any, **arrays_kw: Any) -> Any:
+        full = list(args)
+        for i, a in zip(traced, arrays):
+            full[i] = a
+        return callee(*full, **{**kwargs, **arrays_kw})
+
+    return jax.jit(bound), tuple(args[i] for i in traced), {k: kwargs[k] for k in traced_kw}
 
 
 def host_round_trip(tree: Any) -> tuple[Any, int, int]:
