@@ -143,6 +143,8 @@ def test_enough_free_but_no_block_large_enough_is_fragmentation_with_preallocate
     assert first.action.startswith("%gpumem preallocate on")
     assert "fragmentation 85%" in first.why  # (20 - 3) / 20
     assert any("defragment" in a for a in first.extra_actions)
+    # the pool is at its limit, so no growth to name
+    assert first.title == "Enough memory is free in total (20.00 GiB), but the largest free block is 3.00 GiB"
 
 
 def test_fragmentation_with_preallocate_on_advises_a_restart():
@@ -252,6 +254,9 @@ def test_report_from_fragmenting_trace_says_fragmentation_and_preallocate_on(mon
     assert "fragmentation 85%" in first.why  # (19077753856 - 2882316288) / 19077753856
     text_report = str(report)
     assert "largest free block 2.68 GiB" in text_report and "headroom 27.86 GiB" in text_report
+    # the sentence names each quantity: 27.86 GiB is what the pool can grow by, not a block
+    assert first.title == ("Enough memory is free in total (45.63 GiB), but the largest free block is 2.68 GiB "
+                           "and the pool can grow by only 27.86 GiB")
     assert "<table>" in report._repr_html_()
 
 

@@ -347,12 +347,16 @@ def fragmented_pool(r: OomReadings, need: int | None) -> Fix | None:
         main = "Restart the kernel: a fresh pool has one free block"
         why_extra = ""
     frag_text = "" if frag is None else f"; fragmentation {frag:.0%}"
+    # lr is the larger of the largest free block and what the pool can still grow by: name each
+    growth = model.growth_room(r.stats, r.cuda_pool, device_free=r.device_free)
+    growth_text = f" and the pool can grow by only {_b(growth)}" if growth else ""
     return Fix(
         "fragmentation",
-        f"Enough memory is free ({_b(tf)}) but the largest block is {_b(lr)}",
+        f"Enough memory is free in total ({_b(tf)}), but the largest free block is "
+        f"{_b(r.largest_free_block)}{growth_text}",
         main,
         f"{_b(req)} requested; free in total {_b(tf)}; largest free block "
-        f"{_b(r.largest_free_block)}{frag_text}.{why_extra}",
+        f"{_b(r.largest_free_block)}{frag_text}; the largest request that can succeed {_b(lr)}.{why_extra}",
         tf,
         True,
         actions,
