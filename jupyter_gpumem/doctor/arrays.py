@@ -1,4 +1,4 @@
-"""Which JAX arrays are alive, how big, made by which cell and held by which names: ``%gpumem arrays``.
+"""Which JAX arrays are alive, how big, made by which cell and line, and held by which names: ``%gpumem arrays``.
 
 Sizes come from each array's sharding and abstract value; no buffer is read (see "Code that
 runs on its own does no harm" in docs/architecture.md).
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from jupyter_gpumem import allocator_shim
-from jupyter_gpumem.doctor import array_cells
+from jupyter_gpumem.doctor import array_cells, sites
 from jupyter_gpumem.doctor.names import (
     WALK_SECONDS_COMMAND,
     NameWalk,
@@ -33,7 +33,9 @@ class ArrayRecord:
     ``host_bytes`` is what it holds in a host memory kind (``memory_kind`` says which), which
     takes no device memory; ``names`` are the user-namespace expressions that reach it
     (``params['w']``, ``Out[3]``, ``_``); ``cell`` is the execution count of the cell that made
-    it, where known. Sizes come from the sharding: no buffer is read.
+    it, where known; ``site`` is where it was allocated (``cell [3] line 2 in f``,
+    ``model.py:40 in init``: the first frame outside JAX and installed packages, from the
+    array's traceback). Sizes come from the sharding: no buffer is read.
     """
 
     shape: tuple
@@ -43,6 +45,7 @@ class ArrayRecord:
     cell: int | None = None
     host_bytes: int = 0
     memory_kind: str | None = None
+    site: str = sites.NO_TRACEBACK
 
     @property
     def device_bytes(self) -> int:
@@ -68,6 +71,7 @@ class ArrayRecord:
             "memory_kind": self.memory_kind,
             "names": list(self.names),
             "cell": self.cell,
+            "site": self.site,
         }
 
 
@@ -110,6 +114,7 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
         array_cells.note_new_arrays()
     sized = []
     names, cell_of, footprint = walk.names, array_cells.cell_of, jax_arrays.footprint
+    site_of = sites.site_labeller(sites.cell_numbers(shell))
     for a in arrays:
         if id(a) in views:
             continue
@@ -118,7 +123,7 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
         except Exception:  # deleted between listing and reading
             continue
         record = ArrayRecord(fp.shape, fp.dtype, fp.device_bytes, tuple(names.get(id(a), ())), cell_of(a),
-                             fp.host_bytes, fp.memory_kind)
+                             fp.host_bytes, fp.memory_kind, site_of(a))
         sized.append((-(fp.on_device + fp.host_bytes), fp.shape, len(sized), record))
     sized.sort(key=lambda t: t[:3])
     records = [t[3] for t in sized]
@@ -147,6 +152,8 @@ def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int
             keys = [r.dtype]
         elif by == "cell":
             keys = [f"cell {r.cell}" if r.cell is not None else "before tracking (unknown cell)"]
+        elif by == "line":
+            keys = [r.site]
         else:  # name: the root name of each holder, or unnamed
             roots = []
             for n in r.names:
@@ -161,7 +168,7 @@ def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int
     return sorted(out, key=lambda g: (-g[2], g[0]))
 
 
-BY_CHOICES = ("shape", "dtype", "cell", "name")
+BY_CHOICES = ("shape", "dtype", "cell", "name", "line")
 
 
 @dataclass(frozen=True)
@@ -193,13 +200,13 @@ class ArraysReport:
             if r.host_bytes:
                 per_dev = f"host ({r.memory_kind}): {_b(r.host_bytes)}"
             out.append((f"{r.dtype}{list(r.shape)}", _b(r.nbytes), per_dev, ", ".join(r.names) or "(no name)",
-                        "" if r.cell is None else str(r.cell)))
+                        "" if r.cell is None else str(r.cell), r.site))
         return out
 
     def headers(self) -> tuple[str, ...]:
         if self.by:
             return (self.by, "arrays", "bytes", "first cell")
-        return ("array", "bytes", "per device", "held by", "cell")
+        return ("array", "bytes", "per device", "held by", "cell", "allocated at")
 
     def summary(self) -> str:
         if self.note:
@@ -259,7 +266,7 @@ ARRAYS_ARGS = Grammar(
 
 
 def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
-    """``%gpumem arrays [--top N] [--by shape|dtype|cell|name]``."""
+    """``%gpumem arrays [--top N] [--by shape|dtype|cell|name|line]``."""
     opts = ARRAYS_ARGS.parse(argv)
     top, by = opts["top"], opts["by"]
     if not allocator_shim.backend_started():

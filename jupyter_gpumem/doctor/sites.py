@@ -1,0 +1,179 @@
+"""Where was an array allocated, or JAX started: the first frame of a stack outside JAX, the
+standard library and installed packages, as ``cell [n] line L in fn`` or ``file.py:L in fn``.
+
+Reads ``Array.traceback`` (jaxlib's ``Traceback``: ``.frames``, innermost first, each with
+``file_name``, ``line_num`` and ``function_name``; hashable, and equal for equal stacks), which
+jaxlib records when it makes an array; no buffer is read. A site is worked out once per distinct
+traceback and kept, so ten thousand arrays made by one line cost one reduction.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sysconfig
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+# A frame as (file, line, function).
+FrameTuple = tuple[str, int, str]
+
+_LIBRARY_DIRS = ("site-packages", "dist-packages")
+_JAX_PACKAGES = ("jax", "jaxlib")
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STDLIB_DIRS = tuple(
+    {os.path.abspath(p) + os.sep for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p})
+# IPython before ipykernel names a cell's code object "<ipython-input-N-hash>" (compilerop.py).
+_INPUT_NAME = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One frame, as a person reads it: ``cell`` is the execution count where the file is a
+    notebook cell; ``library`` is True for code in an installed package."""
+
+    file: str
+    line: int
+    function: str
+    cell: int | None = None
+    library: bool = False
+
+    def __str__(self) -> str:
+        fn = "" if self.function == "<module>" else f" in {self.function.replace('.<locals>', '')}"
+        if self.cell is not None:
+            return f"cell [{self.cell}] line {self.line}{fn}"
+        return f"{os.path.basename(self.file)}:{self.line}{fn}"
+
+
+def _package_after_library_dir(path: str) -> str | None:
+    parts = path.replace("\\", "/").split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in _LIBRARY_DIRS:
+            return parts[i + 1]
+    return None
+
+
+def kind_of(path: str) -> str:
+    """``"internal"`` (JAX, jaxlib or a JAX plugin, the standard library, this package, or a
+    frozen module), ``"library"`` (another installed package) or ``"user"``."""
+    if path.startswith("<") and not _INPUT_NAME.match(path):
+        return "internal" if path.startswith("<frozen") else "user"
+    package = _package_after_library_dir(path)
+    if package is not None:
+        top = package.split(".", 1)[0]
+        return "internal" if top in _JAX_PACKAGES or top.startswith("jax_") else "library"
+    if path.startswith(_OWN_DIR + os.sep) or path.startswith(_STDLIB_DIRS):
+        return "internal"
+    return "user"
+
+
+def cell_numbers(shell: Any) -> Mapping[str, int]:
+    """The shell's map of cell file names to execution counts (IPython's CachingCompiler keeps
+    it as ``_filename_map``, for ipykernel's hashed file names too); empty without one."""
+    compiler = getattr(shell, "compile", None)
+    found = getattr(compiler, "_filename_map", None)
+    return found if isinstance(found, Mapping) else {}
+
+
+def _cell(path: str, cells: Mapping[str, int]) -> int | None:
+    number = cells.get(path)
+    if isinstance(number, int):
+        return number
+    match = _INPUT_NAME.match(path)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a stack leaves JAX: ``first`` is the innermost frame outside JAX (a library's or
+    the user's), ``user`` the innermost frame that is the user's own code, and ``cell`` the
+    innermost frame in a notebook cell; any may be None."""
+
+    first: Site | None
+    user: Site | None
+    cell: Site | None
+
+    @property
+    def site(self) -> Site | None:
+        """What ``%gpumem arrays`` names: the user's frame, else the library's."""
+        return self.user or self.first
+
+
+def origin_of(frames: Iterable[FrameTuple], cells: Mapping[str, int]) -> Origin:
+    """Reduce a stack, innermost frame first, to its :class:`Origin`."""
+    first = user = cell = None
+    for path, line, function in frames:
+        kind = kind_of(path)
+        if kind == "internal":
+            continue
+        number = _cell(path, cells)
+        site = Site(path, line, function, number, kind == "library")
+        first = first or site
+        if kind == "user":
+            user = user or site
+        if number is not None:
+            cell = site
+            break
+    return Origin(first, user, cell)
+
+
+_by_traceback: dict[Any, tuple[FrameTuple, ...]] = {}
+
+
+def _reduced(traceback: Any) -> tuple[FrameTuple, ...]:
+    """The frames of a jaxlib Traceback outside JAX, innermost first (kept per traceback)."""
+    found = _by_traceback.get(traceback)
+    if found is None:
+        found = tuple((f.file_name, f.line_num, f.function_name) for f in traceback.frames
+                      if kind_of(f.file_name) != "internal")
+        if len(_by_traceback) > 8192:  # code comes and goes; a few thousand stacks is plenty
+            _by_traceback.clear()
+        _by_traceback[traceback] = found
+    return found
+
+
+NO_TRACEBACK = "(no traceback)"
+INSIDE_JAX = "(inside JAX)"
+
+
+def array_site(array: Any, cells: Mapping[str, int]) -> Site | None:
+    """Where ``array`` was allocated, from its traceback; None where jaxlib kept none or every
+    frame is JAX's."""
+    traceback = getattr(array, "traceback", None)
+    return None if traceback is None else origin_of(_reduced(traceback), cells).site
+
+
+def site_labeller(cells: Mapping[str, int]) -> Callable[[Any], str]:
+    """A function from an array to its site as text, remembering each traceback's answer for
+    this one listing (the cell numbers may change between listings)."""
+    seen: dict[Any, str] = {}
+
+    def label(array: Any) -> str:
+        traceback = getattr(array, "traceback", None)
+        if traceback is None:
+            return NO_TRACEBACK
+        text = seen.get(traceback)
+        if text is None:
+            site = origin_of(_reduced(traceback), cells).site
+            text = seen[traceback] = INSIDE_JAX if site is None else str(site)
+        return text
+
+    return label
+
+
+def stack_origin(frame: Any, cells: Mapping[str, int]) -> Origin:
+    """The :class:`Origin` of a live Python stack, from ``frame`` outwards."""
+    frames = []
+    while frame is not None:
+        frames.append((frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name))
+        frame = frame.f_back
+    return origin_of(frames, cells)
+
+
+def forget() -> None:
+    """Drop the kept reductions (tests)."""
+    _by_traceback.clear()
+
+
+__all__ = ["Site", "Origin", "kind_of", "cell_numbers", "origin_of", "array_site", "site_labeller", "stack_origin",
+           "forget"]
