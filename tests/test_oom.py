@@ -128,9 +128,18 @@ def test_another_kernel_holding_75_percent_comes_first_and_names_it():
                     others=(OtherProcess(4_200_101, 60 * GiB, "Jupyter kernel"),), synthetic=True)
     first = advise(r)[0]
     assert first.kind == "other_process"
-    assert "75%" in first.title and "pid 4200101" in first.action
+    assert first.title == "1 other process (a Jupyter kernel) holds 60.00 GiB (75%) of this device"
+    assert "pid 4200101" in first.action
     assert first.enough is True and first.gain_bytes == 60 * GiB
     assert any("%gpumem preallocate off" in a for a in first.extra_actions)
+
+
+def test_two_other_processes_hold_in_the_plural():
+    r = OomReadings(requested=12 * GiB, device_total=80 * GiB, device_free=10 * GiB, bytes_in_use=9 * GiB,
+                    pool_bytes=10 * GiB, bytes_limit=60 * GiB, largest_free_block=GiB, preallocate=False,
+                    others=(OtherProcess(4_200_101, 30 * GiB, "Jupyter kernel"), OtherProcess(4_200_102, 30 * GiB, "python")),
+                    synthetic=True)
+    assert advise(r)[0].title == "2 other processes (1 of them a Jupyter kernel) hold 60.00 GiB (75%) of this device"
 
 
 def test_enough_free_but_no_block_large_enough_is_fragmentation_with_preallocate_on_as_fix():
@@ -288,6 +297,25 @@ def cuda_async_sample(reserved: int, in_use: int, process: int, free: int, bytes
                              "largest_free_block_bytes": 0, "num_allocs": 3}, "cuda_async")
     jax = JaxDeviceReading(0, "gpu", "NVIDIA H100 80GB HBM3", 0, stats, async_pool(reserved, in_use))
     return Sample(t=1.0, pid=PID, devices=(dev,), jax=(jax,))
+
+
+def test_report_with_no_other_process_listed_names_the_used_memory_that_is_not_this_kernels(monkeypatch):
+    # 80 GiB device, 50 GiB free -> 30 GiB used; NVML lists only this process, with 29.5 GiB:
+    # 512 MiB used is not this kernel's (what the monitor draws as other processes), so not "none"
+    sample = cuda_async_sample(reserved=20 * GiB, in_use=19 * GiB, process=29 * GiB + 512 * MiB, free=50 * GiB)
+    error = OomError("gpu_human", 60 * GiB, False, None, "JaxRuntimeError", "synthetic")
+    report = doctor.oom_report(error, sample=sample, live=[], synthetic=True)
+    lines = str(report).splitlines()
+    at = lines.index("Other processes on the device:")
+    assert lines[at + 1] == ("  none listed by NVML, yet 512.00 MiB of the device's used memory is not this kernel's: "
+                             "the driver's own, or processes NVML does not list here (another container's)")
+
+
+def test_report_with_no_other_process_and_nothing_unaccounted_says_none(monkeypatch):
+    sample = cuda_async_sample(reserved=20 * GiB, in_use=19 * GiB, process=30 * GiB, free=50 * GiB)
+    error = OomError("gpu_human", 60 * GiB, False, None, "JaxRuntimeError", "synthetic")
+    lines = str(doctor.oom_report(error, sample=sample, live=[], synthetic=True)).splitlines()
+    assert lines[lines.index("Other processes on the device:") + 1] == "  none"
 
 
 def test_cuda_async_reserved_but_unused_pool_is_not_blamed_on_compiled_programs():

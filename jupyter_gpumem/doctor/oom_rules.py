@@ -253,9 +253,11 @@ def other_processes(r: OomReadings, need: int | None) -> Fix | None:
         return None
     named = [p for p in others if p.here]
     kernels = [p for p in others if p.label == "Jupyter kernel"]
-    who = f"{len(others)} other process{'es' if len(others) > 1 else ''}"
+    one = len(others) == 1
+    who = "1 other process" if one else f"{len(others)} other processes"
     if kernels:
-        who += f" ({len(kernels)} of them Jupyter kernels)"
+        who += " (a Jupyter kernel)" if one else (" (1 of them a Jupyter kernel)" if len(kernels) == 1
+                                                       else f" ({len(kernels)} of them Jupyter kernels)")
     if named:
         biggest = max(named, key=lambda p: p.used_bytes or 0)
         action = (
@@ -273,7 +275,7 @@ def other_processes(r: OomReadings, need: int | None) -> Fix | None:
         )
     return Fix(
         "other_process",
-        f"{who} hold {_b(held)} ({share:.0%}) of this device",
+        f"{who} {'holds' if one else 'hold'} {_b(held)} ({share:.0%}) of this device",
         action,
         f"Other processes hold {_b(held)} of {_b(total)}; this kernel cannot use it.",
         held,

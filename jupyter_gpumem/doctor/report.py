@@ -59,6 +59,18 @@ def _other_process(p: ProcessReading, label: str, here: bool = True) -> OtherPro
     return OtherProcess(p.pid, p.used_bytes if isinstance(p.used_bytes, int) else None, label, here)
 
 
+def _unlisted_note(dev: DeviceReading, own: int | None, listed: tuple[OtherProcess, ...]) -> str:
+    """With no other process listed, what of the device's used memory is still not this kernel's
+    (the monitor draws it as other processes: used less this process)."""
+    if listed or own is None:
+        return ""
+    unlisted = max(0, dev.used_bytes - own)
+    if not unlisted:
+        return ""
+    return (f"none listed by NVML, yet {_b(unlisted)} of the device's used memory is not this kernel's: "
+            "the driver's own, or processes NVML does not list here (another container's)")
+
+
 @dataclass(frozen=True)
 class DeviceState:
     """One device at the failure, for the report.
@@ -279,7 +291,7 @@ def oom_report(
                       + tuple(_other_process(p, "not a process here", here=False) for p in who.gone))
             host_pids = tuple(_other_process(p, "host pid, not a process here; may be this kernel", here=False) for p in who.unknown)
             own = who.own_bytes if isinstance(who.own_bytes, int) else None
-            others_note = who.reason
+            others_note = who.reason or _unlisted_note(nvml_dev, own, others + host_pids)
     elif isinstance(sample.devices, NotAvailable):
         others_note = f"NVML: {sample.devices.reason}"
     else:
