@@ -33,7 +33,7 @@ def _listing(shell) -> tuple[float, float]:
         t0 = time.perf_counter()
         label = sites.site_labeller(sites.cell_numbers(shell))
         for a in arrays:
-            label(a)
+            label(a.traceback)
         labels.append(time.perf_counter() - t0)
         sites.forget()
         whole.append(_seconds(shell, "%gpumem arrays --by line"))

@@ -49,6 +49,9 @@ CELLS = [
     "%gpumem arrays --by line",
     "%gpumem arrays",
     "from jupyter_gpumem.doctor import live_arrays\nprint(sorted({r.site for r in live_arrays()}))",
+    "%gpumem cells on",
+    "e = helpers_mod.build()\nf = [jnp.ones((100,)) for _ in range(3)]\ng = jnp.ones((9,))\ndel g\nh = make(1)",
+    "m = jnp.ones((7,))\nprint([(r.cell, r.site) for r in live_arrays() if r.shape == (7,)])",
 ]
 
 
@@ -120,7 +123,19 @@ def test_plain_ipython_cell_names_give_their_number_without_a_map():
 
 
 def test_an_array_without_a_traceback_says_so():
-    class NoTraceback:
-        traceback = None
+    assert sites.site_labeller({})(None) == "(no traceback)"
 
-    assert sites.site_labeller({})(NoTraceback()) == "(no traceback)"
+
+def test_the_per_cell_line_names_the_top_three_sites_of_what_the_cell_added(listed):
+    """Sites of the arrays the cell made and kept, largest first; the array it freed (g) is not
+    among them."""
+    assert listed[6]["out"].splitlines()[-1] == (
+        "gpumem: cell 7: live arrays +12.89 KiB (now 32.66 KiB); no allocator statistics here (CPU), so peak and "
+        "pool growth are not measured; allocated at helpers_mod.py:4 in build (7.81 KiB), "
+        "cell [1] line 5 in make.<listcomp> (3.91 KiB), cell [7] line 2 in <listcomp> (1.17 KiB)")
+
+
+def test_an_array_listed_while_its_cell_runs_belongs_to_that_cell(listed):
+    """IPython counts the cell up before ``pre_run_cell`` (run_cell_async, IPython 9.18), so the
+    running cell is the count less one; a listing inside cell 8 gives its new array cell 8."""
+    assert listed[7]["out"].strip().splitlines()[0] == "[(8, 'cell [8] line 1')]"

@@ -10,7 +10,7 @@ from jupyter_gpumem.doctor.hooks import install
 from jupyter_gpumem.doctor import oom_text
 from jupyter_gpumem.doctor.hooks import state as _state
 from jupyter_gpumem.doctor.report import oom_report
-from jupyter_gpumem.doctor.text import _pretty_as_text
+from jupyter_gpumem.doctor.text import _b, _pretty_as_text
 from jupyter_gpumem.doctor.tracking import Track
 from jupyter_gpumem.magic_args import Grammar, Option
 
@@ -47,9 +47,17 @@ def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
     if tracker is not None and _state["cells"]:
         tracker.stop()
         caveat = tracker.measure != "allocator" and not _said["cpu_caveat"]
-        print(tracker.line(f"cell {count}" if count is not None else "cell", caveat=caveat))
+        print(tracker.line(f"cell {count}" if count is not None else "cell", caveat=caveat) + _sites_text(shell))
         _said["cpu_caveat"] = _said["cpu_caveat"] or caveat
     _on_error(getattr(result, "error_in_exec", None), shell)
+
+
+def _sites_text(shell: Any) -> str:
+    """Where the cell's new, still-live arrays were allocated: the top three lines by bytes."""
+    from jupyter_gpumem.doctor import array_cells, sites
+
+    top = sites.top_sites(array_cells.made_by_last_cell(), sites.cell_numbers(shell))
+    return ("; allocated at " + ", ".join(f"{site} ({_b(size)})" for site, size in top)) if top else ""
 
 
 # What %gpumem doctor and %gpumem cells take: on, off, or nothing to ask.

@@ -31,6 +31,9 @@ _total = [0]
 # Weakref callbacks run wherever an array dies, this thread included while it holds the lock.
 _lock = threading.RLock()
 _current: list[int | None] = [None]
+# The running cell's new arrays, for the per-cell line's allocation sites: (weakref, jaxlib
+# Traceback or None, device bytes). Reading ``traceback`` is a field read: no buffer is touched.
+_made: list[tuple[Any, Any, int]] = []
 
 
 def _forget(key: int, ref: Any) -> None:
@@ -77,12 +80,15 @@ def note_new_arrays(cell: int | None = None) -> int:
             _entries[key] = _Entry(cell, ref, size)
             _total[0] += size
             new += 1
+            if cell is not None and cell == _current[0]:
+                _made.append((ref, getattr(array, "traceback", None), size))
     return new
 
 
 def begin_cell(cell: int | None) -> None:
     """Arrays found while this cell runs (``track()``, ``%gpumem`` commands) belong to it."""
     _current[0] = cell
+    _made.clear()
 
 
 def end_cell(cell: int | None) -> int:
@@ -91,6 +97,11 @@ def end_cell(cell: int | None) -> int:
         return note_new_arrays(cell)
     finally:
         _current[0] = None
+
+
+def made_by_last_cell() -> list[tuple[Any, int]]:
+    """``(traceback, device bytes)`` of each array the last cell made that is still alive."""
+    return [(tb, size) for ref, tb, size in _made if ref() is not None]
 
 
 def cell_of(array: Any) -> int | None:
@@ -112,3 +123,4 @@ def forget_all() -> None:
         _entries.clear()
         _total[0] = 0
         _current[0] = None
+        _made.clear()

@@ -123,7 +123,7 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
         except Exception:  # deleted between listing and reading
             continue
         record = ArrayRecord(fp.shape, fp.dtype, fp.device_bytes, tuple(names.get(id(a), ())), cell_of(a),
-                             fp.host_bytes, fp.memory_kind, site_of(a))
+                             fp.host_bytes, fp.memory_kind, site_of(getattr(a, "traceback", None)))
         sized.append((-(fp.on_device + fp.host_bytes), fp.shape, len(sized), record))
     sized.sort(key=lambda t: t[:3])
     records = [t[3] for t in sized]

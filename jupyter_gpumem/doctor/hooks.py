@@ -46,6 +46,10 @@ def install(shell: Any) -> None:
 
     def pre_run_cell(info: Any = None) -> None:
         count = getattr(shell, "execution_count", None)
+        if isinstance(count, int) and getattr(info, "store_history", False):
+            # IPython counts the cell up before pre_run_cell: the running cell is the one before
+            # (InteractiveShell.run_cell_async, IPython/core/interactiveshell.py, 9.18).
+            count -= 1
         try:
             if "jax" in sys.modules:
                 from jupyter_gpumem.doctor import array_cells

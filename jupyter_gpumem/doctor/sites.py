@@ -136,20 +136,13 @@ NO_TRACEBACK = "(no traceback)"
 INSIDE_JAX = "(inside JAX)"
 
 
-def array_site(array: Any, cells: Mapping[str, int]) -> Site | None:
-    """Where ``array`` was allocated, from its traceback; None where jaxlib kept none or every
-    frame is JAX's."""
-    traceback = getattr(array, "traceback", None)
-    return None if traceback is None else origin_of(_reduced(traceback), cells).site
-
-
 def site_labeller(cells: Mapping[str, int]) -> Callable[[Any], str]:
-    """A function from an array to its site as text, remembering each traceback's answer for
-    this one listing (the cell numbers may change between listings)."""
+    """A function from a jaxlib Traceback (an array's ``traceback``, maybe None) to its site as
+    text, remembering each traceback's answer for this one listing (the cell numbers may change
+    between listings)."""
     seen: dict[Any, str] = {}
 
-    def label(array: Any) -> str:
-        traceback = getattr(array, "traceback", None)
+    def label(traceback: Any) -> str:
         if traceback is None:
             return NO_TRACEBACK
         text = seen.get(traceback)
@@ -159,6 +152,16 @@ def site_labeller(cells: Mapping[str, int]) -> Callable[[Any], str]:
         return text
 
     return label
+
+
+def top_sites(made: Iterable[tuple[Any, int]], cells: Mapping[str, int], top: int = 3) -> list[tuple[str, int]]:
+    """The ``top`` sites by bytes, ``(site, bytes)``, of arrays given as ``(traceback, bytes)``."""
+    label = site_labeller(cells)
+    totals: dict[str, int] = {}
+    for traceback, size in made:
+        text = label(traceback)
+        totals[text] = totals.get(text, 0) + size
+    return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
 
 
 def stack_origin(frame: Any, cells: Mapping[str, int]) -> Origin:
@@ -175,5 +178,5 @@ def forget() -> None:
     _by_traceback.clear()
 
 
-__all__ = ["Site", "Origin", "kind_of", "cell_numbers", "origin_of", "array_site", "site_labeller", "stack_origin",
+__all__ = ["Site", "Origin", "kind_of", "cell_numbers", "origin_of", "site_labeller", "top_sites", "stack_origin",
            "forget"]
