@@ -46,7 +46,7 @@ from jupyter_gpumem.env_table import (
     REMAT_OPTION,
     SETTING_NAMES,
 )
-from jupyter_gpumem.errors import GpumemError
+from jupyter_gpumem.errors import GpumemError, did_you_mean
 from jupyter_gpumem.model import AllocatorSettings, JaxDeviceReading, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.sources.jax_backend import (
@@ -127,7 +127,8 @@ def _switch(name: str, value: Any) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in _ON + _OFF:
         return value.strip().lower() in _ON
-    raise SettingsError(f"{name} takes on or off, got {value!r}")
+    raise SettingsError(f"{name} takes on or off, got {value!r}"
+                        + (did_you_mean(value.strip(), ("on", "off")) if isinstance(value, str) else ""))
 
 
 def coerce_setting(name: str, value: Any) -> tuple[Any, str | None]:
@@ -353,8 +354,8 @@ def validate(settings: AllocatorSettings) -> _Plan:
         names = accepted_allocators()
         if settings.allocator not in names:
             raise SettingsError(
-                f"allocator {settings.allocator!r} is not accepted by the installed JAX; "
-                f"valid: {', '.join(names)}"
+                f"allocator {settings.allocator!r} is not accepted by the installed JAX"
+                f"{did_you_mean(settings.allocator, names)}; valid: {', '.join(names)}"
             )
     if settings.remat is not None:
         _check_remat_exists()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from jupyter_gpumem.errors import GpumemError
+from jupyter_gpumem.errors import GpumemError, did_you_mean
 
 __all__ = ["MagicUsageError", "Option", "Grammar", "as_number", "check_interval", "MIN_INTERVAL_S", "MAX_INTERVAL_S"]
 
@@ -164,10 +164,11 @@ class Grammar:
         return None
 
     def _unknown(self, word: str) -> str:
+        names = [o.name for o in self.options]
         if not word.startswith("-") and (self.positionals or not self.options):
-            return f"unexpected {word!r}. Usage: {self.usage()}"
-        valid = f"; valid: {', '.join(o.name for o in self.options)}" if self.options else ""
-        return f"unknown argument {word!r}{valid}. Usage: {self.usage()}"
+            return f"unexpected {word!r}{did_you_mean(word, names)}. Usage: {self.usage()}"
+        valid = f"; valid: {', '.join(names)}" if self.options else ""
+        return f"unknown argument {word!r}{valid}{did_you_mean(word.partition('=')[0], names)}. Usage: {self.usage()}"
 
     def _value(self, option: Option, text: str) -> Any:
         """The value of ``text`` for ``option``; a bad one raises an error naming what it takes.
@@ -176,7 +177,8 @@ class Grammar:
             for choice in option.choices:
                 if text.lower() == choice.lower():
                     return choice
-            raise self._error(f"{option.name} takes {_either(option.choices)}, got {text!r}")
+            raise self._error(f"{option.name} takes {_either(option.choices)}, got {text!r}"
+                              f"{did_you_mean(text, option.choices)}")
         if option.read is None:
             return text
         try:
@@ -189,4 +191,8 @@ class Grammar:
             raise self._error(str(err)) from None
 
     def _error(self, detail: str) -> MagicUsageError:
+        # "%gpumem doctor takes on or off", not "%gpumem doctor: doctor takes on or off"
+        command = self.prog.split()[-1]
+        if detail.startswith(command + " "):
+            return MagicUsageError(f"{self.prog[: -len(command)]}{detail}")
         return MagicUsageError(f"{self.prog}: {detail}")

@@ -17,7 +17,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from jupyter_gpumem.errors import GpumemError
+from jupyter_gpumem.errors import GpumemError, did_you_mean
 from jupyter_gpumem.magic_args import Grammar, MagicUsageError, Option
 from jupyter_gpumem.model import AllocatorSettings
 
@@ -96,7 +96,8 @@ SETTINGS = Grammar(
         Option("remat", "on|off", read=_setting("remat"), help="on or off"),
     ),
 )
-_ALL_WORDS = f"{', '.join(o.name for o in SETTINGS.options)}, status, reset, {', '.join(DELEGATES)}, --help"
+_WORDS = (*(o.name for o in SETTINGS.options), "status", "reset", *DELEGATES, "--help")
+_ALL_WORDS = ", ".join(_WORDS)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def parse_line(line: str) -> Command:
     if any(word.lower() in _HELP_WORDS[:2] for word in words):
         return Command("help")
     if SETTINGS.find(words[0]) is None:
-        raise MagicUsageError(f"unknown word {words[0]!r}; valid: {_ALL_WORDS}")
+        raise MagicUsageError(f"unknown word {words[0]!r}{did_you_mean(words[0], _WORDS)}; valid: {_ALL_WORDS}")
     values: dict[str, Any] = {}
     notes: list[str] = []
     for name, given in SETTINGS.parse(words).items():
@@ -190,9 +191,25 @@ def run_command(command: Command, shell: Any = None) -> None:
     except GpumemError:
         raise
     except ValueError as err:  # the subcommands' own "bad argument" errors
-        raise MagicUsageError(f"%gpumem {command.action}: {err}") from None
-    if result is not None:
+        raise MagicUsageError(_prefixed(command.action, str(err))) from None
+    if type(result) is str:  # a plain sentence: printed, not shown as a quoted Python string
+        print(result)
+    elif result is not None:
         _display(result)
+
+
+def _prefixed(action: str, message: str) -> str:
+    """``message`` under ``%gpumem ACTION``, its own mention of the command not said twice."""
+    for said in (f"%gpumem {action}: ", f"{action}: "):
+        if message.startswith(said):
+            message = message[len(said):]
+            break
+    else:
+        if message.startswith(f"%gpumem {action} "):
+            return message
+        if message.startswith(f"{action} "):
+            return f"%gpumem {message}"
+    return f"%gpumem {action}: {message}"
 
 
 @magics_class

@@ -72,7 +72,10 @@ def test_a_required_positional_shows_without_brackets():
         (["--all=yes"], "%gpumem show: --all takes no value"),
         (["--all", "--all"], "%gpumem show: --all is given twice"),
         (["--by", "colour"], "%gpumem show: --by takes one of shape, dtype, cell, got 'colour'"),
-        (["maybe"], "%gpumem show: show takes on or off, got 'maybe'"),
+        (["maybe"], "%gpumem show takes on or off, got 'maybe'"),  # the command named once
+        (["--cont", "2"], "%gpumem show: unknown argument '--cont'; valid: --count, --by, --all "
+                          "(did you mean '--count'?). Usage: " + SHOW.usage()),
+        (["--by", "dtpye"], "%gpumem show: --by takes one of shape, dtype, cell, got 'dtpye' (did you mean 'dtype'?)"),
         (["--count", "many"], "%gpumem show: --count takes a whole number, got 'many'"),
     ],
 )

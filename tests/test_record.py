@@ -162,6 +162,17 @@ def test_magic_record_starts_and_stops(tmp_path, fake_process_sampler):
     assert read_trace(path, strict=True).samples
 
 
+def test_magic_record_prints_its_sentence_not_a_quoted_string(tmp_path, fake_process_sampler, capsys):
+    from jupyter_gpumem.magics import parse_line, run_command
+
+    path = tmp_path / "p.jsonl"
+    run_command(parse_line(f"record {path} --interval 0.5"))
+    run_command(parse_line("record stop"))
+    started, stopped = capsys.readouterr().out.splitlines()
+    assert started == f"recording to {path} every 0.5 s; %gpumem record stop to finish"
+    assert stopped.startswith("recording stopped: ") and stopped.endswith(f" in {path}")
+
+
 def test_magic_second_start_says_already_recording(tmp_path, fake_process_sampler):
     magic_record([str(tmp_path / "a.jsonl")])
     with pytest.raises(RecordError, match="already recording to .*a.jsonl"):

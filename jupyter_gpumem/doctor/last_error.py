@@ -63,8 +63,9 @@ class ErrorRelease:
     unfinished: bool = False
 
     def words(self) -> str:
+        """What was let go of, in words; "" where no error had happened (nothing was held)."""
         if not self.holders:
-            return "no error's traceback was held"
+            return ""
         what = f"the last error ({self.error})" if self.error else "the last error"
         out = f"{what}: traceback dropped from {', '.join(self.holders)}"
         if self.frames_cleared:

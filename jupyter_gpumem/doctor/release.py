@@ -114,7 +114,8 @@ def _gc_step(shell: Any) -> str:
     # The last error's traceback keeps its frames, and their arrays, alive (jax#14934).
     released = last_error.release(shell)
     found = _gc.collect()
-    return f"garbage: {released.words()}; gc.collect() found {found} objects"
+    said = released.words()
+    return f"garbage: {said + '; ' if said else ''}gc.collect() found {found} objects"
 
 
 def free(history: bool = True, caches: bool = True, gc: bool = True, shell: Any = None) -> FreeReport:
