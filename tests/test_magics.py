@@ -140,9 +140,13 @@ def test_a_bad_subcommand_argument_is_one_usage_error_that_names_the_command_onc
         ("cells of", "%gpumem cells takes on or off, got 'of' (did you mean 'off'?)"),
         ("estimate a", "%gpumem estimate takes a call such as train_step(params, batch), got 'a'"),
         ("estimate f(", "%gpumem estimate: 'f(' is not a Python expression ('(' was never closed)"),
+        # a typo in a subcommand's argument gets the nearest valid word
+        ("free --hisotry", "%gpumem free: unknown argument '--hisotry'; valid: --history, --caches, --gc "
+                           "(did you mean '--history'?). Usage: %gpumem free [--history] [--caches] [--gc]"),
+        ("doctor onn", "%gpumem doctor takes on or off, got 'onn' (did you mean 'on'?)"),
     ],
 )
-def test_a_command_that_names_itself_is_not_named_twice(line, message):
+def test_a_subcommand_error_names_the_command_once_and_the_nearest_word(line, message):
     with pytest.raises(MagicUsageError) as err:
         run_command(parse_line(line))
     assert str(err.value) == message
@@ -162,20 +166,6 @@ def test_a_mistyped_word_or_value_gets_the_nearest_valid_one(line, nearest):
     with pytest.raises(GpumemError) as err:
         parse_line(line)
     assert f"(did you mean {nearest!r}?)" in str(err.value)
-
-
-@pytest.mark.parametrize(
-    "line, message",
-    [
-        ("free --hisotry", "%gpumem free: unknown argument '--hisotry'; valid: --history, --caches, --gc "
-                           "(did you mean '--history'?). Usage: %gpumem free [--history] [--caches] [--gc]"),
-        ("doctor onn", "%gpumem doctor takes on or off, got 'onn' (did you mean 'on'?)"),
-    ],
-)
-def test_a_subcommand_argument_typo_gets_the_nearest_valid_one(line, message):
-    with pytest.raises(MagicUsageError) as err:
-        run_command(parse_line(line))
-    assert str(err.value) == message
 
 
 def test_a_word_near_nothing_gets_no_guess():
