@@ -52,6 +52,7 @@ Watching and diagnosing:
   %gpumem free [--history] [--caches] [--gc]
   %gpumem cells [on|off]          memory per cell
   %gpumem estimate EXPR           memory a jitted call would need, before running it
+  %gpumem snapshot PATH           JAX's device memory profile (pprof, gzip), with allocating stacks
 
   %gpumem --help, %gpumem?        this text
 
@@ -67,6 +68,7 @@ DELEGATES = {
     "free": ("jupyter_gpumem.doctor.release", "magic_free"),
     "cells": ("jupyter_gpumem.doctor.after_cell", "magic_cells"),
     "estimate": ("jupyter_gpumem.doctor.estimates", "magic_estimate"),
+    "snapshot": ("jupyter_gpumem.doctor.snapshot", "magic_snapshot"),
 }
 
 _HELP_WORDS = ("--help", "-h", "help")

@@ -1,7 +1,8 @@
 """How big is each live JAX array, where does it live, and which are there, read without touching a buffer.
 
 Also the explicit operations the user asks for by name: clearing JAX's caches, compiling a call
-to read its memory analysis, and moving a pytree through the host (``defragment``).
+to read its memory analysis, taking JAX's device memory profile, and moving a pytree through
+the host (``defragment``).
 """
 
 from __future__ import annotations
@@ -130,6 +131,17 @@ def _is_tracer(obj: Any) -> bool:
     core = sys.modules.get("jax._src.core")
     tracer = getattr(core, "Tracer", None)
     return tracer is not None and isinstance(obj, tracer)
+
+
+def device_memory_profile() -> bytes | None:
+    """JAX's device memory profile: a gzipped pprof protocol buffer of the live arrays and
+    executables with the Python stack that allocated each (``jax.profiler.device_memory_profile``,
+    jax/_src/profiler.py, 0.10.2). None before the backend starts: taking one would start it."""
+    if not backend_started():
+        return None
+    import jax.profiler
+
+    return jax.profiler.device_memory_profile()
 
 
 def clear_caches() -> bool:
