@@ -85,7 +85,7 @@ async def kernel_pid(jp_fetch, kernel_id):
 
 async def test_devices_reports_every_fake_gpu_with_its_memory(jp_fetch, world):
     body = await get_json(jp_fetch, "devices")
-    assert (body["state"], body["source"], body["synthetic"], body["reason"]) == ("ok", "nvml", False, None)
+    assert (body["state"], body["source"], body["synthetic"], body["reason"]) == ("ok", "nvml", True, None)  # the fake world
     assert [d["index"] for d in body["devices"]] == [0, 1, 2]
     gpu0 = body["devices"][0]
     assert gpu0["total"] == world.gpu(0).total_bytes
@@ -232,7 +232,7 @@ async def test_failure_inside_an_endpoint_is_a_json_500_and_the_server_lives_on(
     async def broken(notebook=None):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(service, "devices", broken)
+    monkeypatch.setattr(service, "devices_answer", broken)
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("jupyter-gpumem", "api", "devices")
     assert err.value.code == 500
@@ -362,3 +362,76 @@ async def test_unloading_the_extension_leaves_no_thread_behind(jp_fetch, jp_serv
     assert len(_gpumem_threads()) > len(before), "a request starts the NVML reader thread"
     extension._unload_jupyter_server_extension(jp_serverapp)
     assert _gpumem_threads() == before
+
+
+# --- /metrics with no panel open, and answers that did not change ------------------------------
+
+
+async def scrape(jp_fetch) -> str:
+    return (await jp_fetch("metrics")).body.decode()
+
+
+def sample(text: str, name: str, labels: dict) -> list[float]:
+    """Values of ``name`` whose labels include ``labels``, read with prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [s.value for family in text_string_to_metric_families(text) for s in family.samples
+            if s.name == name and labels.items() <= s.labels.items()]
+
+
+@pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.2}])
+async def test_a_scrape_alone_starts_the_reader_and_the_next_scrape_has_readings(jp_fetch, service, world):
+    """jupyter_server 2.21.1's PrometheusMetricsHandler.get calls generate_latest on the IOLoop
+    thread: the collector's touch there starts the reader although no /devices request came."""
+    assert service.sampler.reads == 0
+    await scrape(jp_fetch)
+    for _ in range(50):
+        await asyncio.sleep(0.1)
+        if "jupyter_gpumem_device_used_bytes{" in (text := await scrape(jp_fetch)):
+            break
+    assert service.sampler.reads >= 1 and service.sampler.running
+    assert f'uuid="{world.gpu(0).uuid}"' in text and 'jupyter_gpumem_nvml_up{state="ok"} 1.0' in text
+    assert "jupyter_gpumem_readings_synthetic 1.0" in text  # the fake world
+
+
+@pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.2, "idle_after": 0}])
+async def test_a_kernel_on_a_gpu_is_exported_and_its_series_go_when_it_shuts_down(jp_fetch, service, world, monkeypatch):
+    monkeypatch.setattr(service, "user", "alice")  # what JUPYTERHUB_USER names in a single-user server
+    kernel_id = await start_session(jp_fetch, "m.ipynb")
+    pid = await kernel_pid(jp_fetch, kernel_id)
+    world.add_process(2, pid, 29 * GiB)
+
+    async def scrape_until(found: bool) -> str:
+        for _ in range(100):
+            text = await scrape(jp_fetch)
+            if (f'kernel_id="{kernel_id}"' in text) == found:
+                return text
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"kernel series {'never appeared' if found else 'stayed'}:\n{text}")
+
+    text = await scrape_until(True)
+    mine = dict(kernel_id=kernel_id, notebook_path="m.ipynb", user="alice", index="2", uuid=world.gpu(2).uuid)
+    assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", mine) == [29 * GiB]
+    (idle,) = sample(text, "jupyter_gpumem_kernel_idle_seconds", mine)
+    assert 0 <= idle < 60
+    assert sum(sample(text, "jupyter_gpumem_kernel_execution_state", mine)) == 1.0  # one state at a time
+    assert sample(text, "jupyter_gpumem_kernel_preallocated", mine) == [1.0]  # 29 of 40 GiB
+    await jp_fetch("api", "kernels", kernel_id, method="DELETE")
+    world.remove_process(2, pid)
+    text = await scrape_until(False)
+    assert "jupyter_gpumem_device_used_bytes{" in text
+
+
+async def test_an_unchanged_answer_is_a_304_and_a_changed_one_a_200(jp_fetch, service, world):
+    """tornado 6 ``check_etag_header`` compares If-None-Match weakly (W/ stripped)."""
+    first = await jp_fetch("jupyter-gpumem", "api", "devices")
+    etag = first.headers["Etag"]
+    assert etag.startswith('W/"') and first.headers["Cache-Control"] == "no-cache, private"
+    with pytest.raises(HTTPClientError) as not_modified:
+        await jp_fetch("jupyter-gpumem", "api", "devices", headers={"If-None-Match": etag})
+    assert not_modified.value.code == 304 and not not_modified.value.response.body
+    world.set_used(0, world.gpu(0).used_bytes + GiB)
+    service.sampler._latest_at = -1e9  # the cached reading is old: the next request reads again
+    changed = await jp_fetch("jupyter-gpumem", "api", "devices", headers={"If-None-Match": etag})
+    assert changed.code == 200 and changed.headers["Etag"] != etag
+    assert json.loads(changed.body)["devices"][0]["used"] == world.gpu(0).used_bytes

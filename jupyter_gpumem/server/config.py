@@ -13,6 +13,7 @@ _RANGES = {
     "replay_speed": (0, 1000, False, ""),
     "preallocated_fraction": (0, 1, False, ""),
     "kernel_pid_timeout": (0, 60, False, " seconds"),
+    "idle_after": (0, 7 * 86400, True, " seconds"),
 }
 
 
@@ -64,6 +65,14 @@ class GpuMem(Configurable):
     kernel_pid_timeout = Float(
         2.0,
         help="Seconds to wait for a kernel's usage_reply (its pid) on the control channel.",
+    ).tag(config=True)
+
+    idle_after = Float(
+        600.0,
+        help=(
+            "On /metrics, a kernel counts towards its GPU's idle-kernel bytes when jupyter_server "
+            "says it is idle and it has had no activity for this many seconds (0 to 604800)."
+        ),
     ).tag(config=True)
 
     @validate(*_RANGES)

@@ -93,17 +93,35 @@ def check_notebook_path(value: str) -> str:
 
 
 class DevicesHandler(_GpuMemHandler):
+    """The answer is built once per reading and shared; a client that sends the ETag of the copy
+    it has (``If-None-Match``) gets a bodiless 304 while the values are the same. ``no-cache``
+    lets a browser keep the copy but never use it without asking, and ``private`` keeps it out of
+    shared caches (it names users' processes)."""
+
     allowed_params = ("notebook",)
 
     @web.authenticated
     async def get(self) -> None:
-        async def produce(params: dict) -> dict:
+        async def produce(params: dict) -> Any:
             notebook = params.get("notebook")
             if notebook is not None:
                 notebook = check_notebook_path(notebook)
-            return await self.service.devices(notebook)
+            return await self.service.devices_answer(notebook)
 
         await self._answer(produce)
+
+    def _send(self, status: int, body: Any) -> None:
+        if status != 200:
+            super()._send(status, body)
+            return
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-cache, private")
+        self.set_header("Etag", body.etag)  # tornado then leaves the ETag and the 304 to us
+        if self.check_etag_header():
+            self.set_status(304)
+            self.finish()
+            return
+        self.finish(body.body)
 
 
 class KernelsHandler(_GpuMemHandler):

@@ -33,6 +33,9 @@ class KernelInfo:
     notebook_path: str | None
     execution_state: str | None
     last_activity: datetime | None = None  # timezone-aware UTC, as jupyter_server sets it
+    # What the kernel's launch environment says about preallocation (see launch_preallocates);
+    # not in the JSON: the panel shows what the readings show.
+    launch_preallocates: bool | None = None
 
     def to_json(self) -> dict:
         return {
@@ -115,6 +118,42 @@ async def usage_pid(km: Any, timeout: float) -> int | None:
             client.stop_channels()
 
 
+# jaxlib 0.10.2, xla_client.generate_pjrt_gpu_plugin_options: XLA_PYTHON_CLIENT_PREALLOCATE
+# set to anything but these turns preallocation on; these turn it off. The "platform"
+# allocator allocates on demand and keeps no pool.
+_PREALLOCATE_OFF = ("false", "False", "0")
+_PREALLOCATE_VAR = "XLA_PYTHON_CLIENT_PREALLOCATE"
+_ALLOCATOR_VAR = "XLA_PYTHON_CLIENT_ALLOCATOR"
+
+
+def launch_env(km: Any) -> dict[str, str]:
+    """The environment the kernel was launched with, as far as the server knows it: the ``env``
+    jupyter_server's session manager passes to ``start_kernel`` (kept by jupyter_client 8.10's
+    KernelManager in ``_launch_args``), then the kernelspec's ``env``, which the provisioner
+    applies on top (provisioning/provisioner_base.py). Empty when neither is there."""
+    env: dict[str, str] = {}
+    args = getattr(km, "_launch_args", None)
+    if isinstance(args, dict) and isinstance(args.get("env"), dict):
+        env.update(args["env"])
+    spec_env = getattr(getattr(km, "_kernel_spec", None), "env", None)  # no lookup: the cached spec only
+    if isinstance(spec_env, dict):
+        env.update(spec_env)
+    return env
+
+
+def launch_preallocates(env: dict[str, str]) -> bool | None:
+    """False when the launch environment turns JAX's preallocation off (the variable or the
+    platform allocator), True when it turns it on explicitly, None when it does not say: JAX
+    would then preallocate, unless the notebook changes the setting before JAX starts
+    (``%gpumem preallocate off``), which the server cannot see."""
+    if env.get(_ALLOCATOR_VAR, "").lower() == "platform":
+        return False
+    value = env.get(_PREALLOCATE_VAR, "")
+    if not value:
+        return None
+    return value not in _PREALLOCATE_OFF
+
+
 class KernelDirectory:
     """Lists the server's kernels with their pids and notebooks."""
 
@@ -189,6 +228,7 @@ class KernelDirectory:
                     notebook_path=paths.get(kid),
                     execution_state=getattr(km, "execution_state", None),
                     last_activity=last_activity(km),
+                    launch_preallocates=launch_preallocates(launch_env(km)),
                 )
             )
         for gone in set(self._pids) - set(ids):

@@ -1,99 +1,200 @@
-"""Gauges on jupyter_server's own ``/metrics`` (prometheus_client's default registry).
+"""What jupyter_server's own ``/metrics`` says about GPU memory: per GPU, and per kernel on a GPU.
 
-Registered once per process (the registry is global; tests start many servers in one process).
-Updated from the shared sampler's readings; label sets of devices or kernels that went away are
-removed. Replayed traces are never exported: they are not this machine's state.
+One collector per process, registered once in prometheus_client's default registry (the
+registry is global; tests start many servers in one process). It exports the latest snapshot
+the service gave it, built from one reading and the kernel list; a kernel or device not in the
+snapshot has no series, so series of kernels that went away disappear with the next reading.
+Seconds since a kernel's last activity are computed at scrape time. A scrape also tells the
+shared sampler that someone is watching: it starts the reader when none runs and keeps it alive.
+A snapshot older than its ``max_age`` (the reader went idle) is not exported. Replayed traces
+are never exported: they are not this machine's state. Metric names and labels: docs/server.md.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Callable
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
 
-from prometheus_client import REGISTRY, Gauge
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
+
+from jupyter_gpumem.server.kernels import KernelInfo
 
 _lock = threading.Lock()
 _gauges: "GpuMemGauges | None" = None
 
+DEVICE_LABELS = ("index", "uuid", "name")
+KERNEL_LABELS = ("kernel_id", "notebook_path", "user", "index", "uuid")
 
-class _TouchCollector:
-    """Exports nothing; tells the shared sampler that someone is watching (a scrape)."""
+
+@dataclass(frozen=True)
+class KernelOnGpu:
+    """One kernel's memory on one GPU, with what the alerts need to know about the kernel."""
+
+    labels: tuple[str, ...]  # KERNEL_LABELS
+    used: float
+    state: str  # jupyter_server's execution_state, "unknown" when it has none
+    last_activity: float | None  # POSIX seconds
+    preallocated: bool | None
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    labels: tuple[str, ...]  # DEVICE_LABELS
+    readable: bool
+    used: float | None = None
+    total: float | None = None
+    idle_kernel_bytes: float = 0.0
+
+
+@dataclass
+class Snapshot:
+    """What one reading says, ready to export; built by ``snapshot_from``."""
+
+    t: float
+    state: str  # the report's state: ok, no_driver, no_library, no_permission, error
+    synthetic: bool
+    devices: list[DeviceRow] = field(default_factory=list)
+    kernels: list[KernelOnGpu] = field(default_factory=list)
+    made_at: float = field(default_factory=time.monotonic)
+    max_age: float = float("inf")  # seconds after made_at that it may be exported
+
+
+def snapshot_from(
+    report: dict,
+    kernels: Iterable[KernelInfo],
+    *,
+    user: str = "",
+    idle_after: float = 600.0,
+    now: float | None = None,
+    max_age: float = float("inf"),
+) -> Snapshot | None:
+    """The snapshot of a /devices report (notebook-independent), or None for a replay.
+
+    A kernel counts towards a device's idle-kernel bytes when jupyter_server says it is
+    ``idle`` and its last activity is at least ``idle_after`` seconds old at ``now``.
+    """
+    if report["source"] != "nvml":
+        return None
+    now = time.time() if now is None else now
+    snap = Snapshot(t=report["t"], state=report["state"], synthetic=bool(report["synthetic"]), max_age=max_age)
+    if report["state"] != "ok":
+        return snap
+    by_id = {k.kernel_id: k for k in kernels}
+    for dev in report["devices"]:
+        labels = (str(dev["index"]), dev["uuid"] or "", dev["name"] or "")
+        if not dev["readable"]:
+            snap.devices.append(DeviceRow(labels, readable=False))
+            continue
+        held: dict[str, list] = {}  # kernel id -> [bytes, preallocated per the reading]
+        for proc in dev["processes"]:
+            if proc["kind"] == "kernel" and proc["kernel_id"] in by_id:
+                entry = held.setdefault(proc["kernel_id"], [0, None])
+                entry[0] += proc["used"] or 0
+                entry[1] = entry[1] or proc["preallocated"]
+        idle_bytes = 0.0
+        for kid, (used, seen_preallocated) in held.items():
+            kernel = by_id[kid]
+            active = kernel.last_activity.timestamp() if kernel.last_activity is not None else None
+            state = kernel.execution_state or "unknown"
+            if state == "idle" and active is not None and now - active >= idle_after:
+                idle_bytes += used
+            preallocated = True if seen_preallocated else (False if kernel.launch_preallocates is False else None)
+            snap.kernels.append(KernelOnGpu(
+                labels=(kid, kernel.notebook_path or "", user, labels[0], labels[1]),
+                used=used, state=state, last_activity=active, preallocated=preallocated,
+            ))
+        snap.devices.append(DeviceRow(labels, True, dev["used"], dev["total"], idle_bytes))
+    return snap
+
+
+class GpuMemGauges:
+    """The collector; ``update`` swaps in a new snapshot, ``collect`` exports it."""
 
     def __init__(self) -> None:
         self.touch: Callable[[], None] | None = None
+        self._snapshot: Snapshot | None = None
+        REGISTRY.register(self)
+
+    def update(self, snapshot: Snapshot | None) -> None:
+        self._snapshot = snapshot
+
+    def clear(self) -> None:
+        self._snapshot = None
 
     def describe(self) -> list:
-        return []
+        return []  # collected on every scrape, never at registration
 
     def collect(self) -> list:
         touch = self.touch
         if touch is not None:
             touch()  # SharedSampler.touch: never raises, even once the IOLoop has closed
-        return []
+        snap = self._snapshot
+        if snap is None or time.monotonic() - snap.made_at > snap.max_age:
+            return []
+        return families(snap, time.time())
 
 
-class GpuMemGauges:
-    def __init__(self) -> None:
-        self.device_used = Gauge(
-            "jupyter_gpumem_device_used_bytes", "GPU memory in use, as NVML reports it", ["index", "uuid", "name"]
-        )
-        self.device_total = Gauge(
-            "jupyter_gpumem_device_total_bytes", "GPU memory in total, as NVML reports it", ["index", "uuid", "name"]
-        )
-        self.kernel_bytes = Gauge(
-            "jupyter_gpumem_kernel_gpu_bytes",
-            "GPU memory NVML attributes to a kernel of this server, per GPU",
-            ["kernel_id", "notebook_path", "index"],
-        )
-        self.reading_time = Gauge(
-            "jupyter_gpumem_reading_timestamp_seconds", "When the exported GPU readings were taken"
-        )
-        self.touch_collector = _TouchCollector()
-        REGISTRY.register(self.touch_collector)
-        self._devices: set[tuple[str, ...]] = set()
-        self._kernels: set[tuple[str, ...]] = set()
+def families(snap: Snapshot, now: float) -> list[GaugeMetricFamily]:
+    """Every metric family of a snapshot, seconds since last activity taken at ``now``."""
+    up = GaugeMetricFamily("jupyter_gpumem_nvml_up", "1 when NVML answered the last reading, else 0 (state says why)",
+                           labels=["state"])
+    up.add_metric([snap.state], 1.0 if snap.state == "ok" else 0.0)
+    when = GaugeMetricFamily("jupyter_gpumem_reading_timestamp_seconds", "When the exported GPU readings were taken")
+    when.add_metric([], snap.t)
+    synthetic = GaugeMetricFamily("jupyter_gpumem_readings_synthetic",
+                                  "1 when the readings come from a fake NVML world (synthetic data), else 0")
+    synthetic.add_metric([], 1.0 if snap.synthetic else 0.0)
+    out = [up, when, synthetic]
+    if snap.state != "ok":
+        return out
 
-    def update(self, report: dict) -> None:
-        """Set every gauge from a /devices report; drop label sets no longer in it."""
-        devices: set[tuple[str, ...]] = set()
-        kernels: dict[tuple[str, ...], float] = {}
-        if report["source"] == "nvml" and report["state"] == "ok":
-            for dev in report["devices"]:
-                if not dev["readable"]:
-                    continue
-                labels = (str(dev["index"]), dev["uuid"] or "", dev["name"] or "")
-                devices.add(labels)
-                self.device_used.labels(*labels).set(dev["used"])
-                self.device_total.labels(*labels).set(dev["total"])
-                for proc in dev["processes"]:
-                    if proc["kind"] != "kernel":
-                        continue
-                    key = (proc["kernel_id"], proc["notebook_path"] or "", str(dev["index"]))
-                    kernels[key] = kernels.get(key, 0) + (proc["used"] or 0)
-            self.reading_time.set(report["t"])
-        for key, value in kernels.items():
-            self.kernel_bytes.labels(*key).set(value)
-        with _lock:
-            for stale in self._devices - devices:
-                _remove(self.device_used, stale)
-                _remove(self.device_total, stale)
-            for stale in self._kernels - set(kernels):
-                _remove(self.kernel_bytes, stale)
-            self._devices, self._kernels = devices, set(kernels)
+    def gauge(name: str, doc: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, doc, labels=list(labels))
+        out.append(family)
+        return family
 
-    def clear(self) -> None:
-        self.update({"source": None, "state": None, "devices": []})
+    readable = gauge("jupyter_gpumem_device_readable", "1 when NVML can read the GPU, 0 when it lists it but cannot",
+                     DEVICE_LABELS)
+    used = gauge("jupyter_gpumem_device_used_bytes", "GPU memory in use, as NVML reports it", DEVICE_LABELS)
+    total = gauge("jupyter_gpumem_device_total_bytes", "GPU memory in total, as NVML reports it", DEVICE_LABELS)
+    idle = gauge("jupyter_gpumem_device_idle_kernel_bytes",
+                 "GPU memory held by this server's kernels that are idle and have had no activity for "
+                 "GpuMem.idle_after seconds", DEVICE_LABELS)
+    for dev in snap.devices:
+        readable.add_metric(dev.labels, 1.0 if dev.readable else 0.0)
+        if dev.readable:
+            used.add_metric(dev.labels, dev.used)
+            total.add_metric(dev.labels, dev.total)
+            idle.add_metric(dev.labels, dev.idle_kernel_bytes)
 
-
-def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
-    try:
-        gauge.remove(*labels)
-    except KeyError:
-        pass
+    k_bytes = gauge("jupyter_gpumem_kernel_gpu_bytes", "GPU memory NVML attributes to a kernel of this server, per GPU",
+                    KERNEL_LABELS)
+    k_idle = gauge("jupyter_gpumem_kernel_idle_seconds",
+                   "Seconds since jupyter_server last saw a message from the kernel (its last_activity)",
+                   KERNEL_LABELS)
+    k_state = GaugeMetricFamily("jupyter_gpumem_kernel_execution_state",
+                                "1 for the kernel's execution state as jupyter_server knows it (idle, busy, starting, ...)",
+                                labels=[*KERNEL_LABELS, "state"])
+    out.append(k_state)
+    k_pre = gauge("jupyter_gpumem_kernel_preallocated",
+                  "1 when the kernel preallocated (it holds GpuMem.preallocated_fraction of the GPU or more), "
+                  "0 when its launch environment turns preallocation off; absent when not known",
+                  KERNEL_LABELS)
+    for k in snap.kernels:
+        k_bytes.add_metric(k.labels, k.used)
+        if k.last_activity is not None:
+            k_idle.add_metric(k.labels, max(0.0, now - k.last_activity))
+        k_state.add_metric([*k.labels, k.state], 1.0)
+        if k.preallocated is not None:
+            k_pre.add_metric(k.labels, 1.0 if k.preallocated else 0.0)
+    return out
 
 
 def gauges() -> GpuMemGauges:
-    """The process's gauges, created and registered on first use."""
+    """The process's collector, created and registered on first use."""
     global _gauges
     with _lock:
         if _gauges is None:
@@ -102,6 +203,4 @@ def gauges() -> GpuMemGauges:
 
 
 def set_touch(touch: Callable[[], None] | None) -> None:
-    gauges().touch_collector.touch = touch
-
-
+    gauges().touch = touch

@@ -1,21 +1,27 @@
 """What the handlers ask: the devices report, the kernel list, the configuration.
 
 One ``GpuMemService`` per server: it owns the shared sampler, the kernel directory and the
-Prometheus gauges.
+Prometheus gauges. The /devices answer is built once per reading and kernel list (and per
+notebook asked for), serialised once, and served to every client from that cache, with a weak
+ETag over everything but the reading's time, so a client whose copy says the same gets a 304.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
+import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_gpumem import __version__
 from jupyter_gpumem.server.config import GpuMem
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelDirectory, KernelInfo
-from jupyter_gpumem.server.metrics import gauges, set_touch
+from jupyter_gpumem.server.metrics import gauges, set_touch, snapshot_from
 from jupyter_gpumem.server.shared_sampler import SharedSampler
 from jupyter_gpumem.server.readings import Reading, make_source, process_facts
 
@@ -23,6 +29,32 @@ log = logging.getLogger(__name__)
 
 # Kernel lists are shared by the requests of one short window: listing sessions is not free.
 KERNEL_LIST_MAX_AGE = 0.5
+# Answers kept per reading and kernel list: one per notebook asked for, the rest built anew.
+MAX_CACHED_ANSWERS = 256
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A /devices answer ready to send: the JSON bytes and their weak ETag."""
+
+    body: bytes
+    etag: str
+
+
+@dataclass
+class _Answers:
+    reading: Reading
+    kernels: list[KernelInfo]
+    by_notebook: dict[str | None, Answer] = field(default_factory=dict)
+
+
+def answer_of(report: dict) -> Answer:
+    """The report serialised, with a weak ETag over everything but ``t``: two answers with the
+    same values are the same to the panel, whenever they were read (RFC 9110, 8.8.1)."""
+    values = dict(report)
+    values.pop("t", None)
+    digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()
+    return Answer(json.dumps(report).encode(), f'W/"{digest}"')
 
 
 class GpuMemService:
@@ -44,6 +76,9 @@ class GpuMemService:
         self._kernels: list[KernelInfo] | None = None
         self._kernels_at = -1.0
         self._kernels_inflight: asyncio.Future | None = None
+        self._answers: _Answers | None = None
+        # JupyterHub names the user of a single-user server in its environment (Spawner.get_env).
+        self.user = os.environ.get("JUPYTERHUB_USER", "")
 
     async def kernels(self) -> list[KernelInfo]:
         """This server's kernels; one listing shared by the requests of a short window."""
@@ -73,8 +108,31 @@ class GpuMemService:
         reading = await self.sampler.latest()
         return self.report(reading, await self.kernels(), notebook)
 
+    async def devices_answer(self, notebook: str | None = None) -> Answer:
+        """The /devices answer for the latest reading, from the cache when built already."""
+        reading = await self.sampler.latest()
+        return self._answer_for(reading, await self.kernels(), notebook)
+
+    def _answer_for(self, reading: Reading, kernels: list[KernelInfo], notebook: str | None) -> Answer:
+        cached = self._answers
+        if cached is None or cached.reading is not reading or cached.kernels is not kernels:
+            cached = self._answers = _Answers(reading, kernels)
+        answer = cached.by_notebook.get(notebook)
+        if answer is None:
+            answer = answer_of(self.report(reading, kernels, notebook))
+            if len(cached.by_notebook) < MAX_CACHED_ANSWERS:
+                cached.by_notebook[notebook] = answer
+        return answer
+
     async def _after_reading(self, reading: Reading) -> None:
-        gauges().update(self.report(reading, await self.kernels()))
+        kernels = await self.kernels()
+        report = self.report(reading, kernels)
+        if self._answers is None or self._answers.reading is not reading or self._answers.kernels is not kernels:
+            self._answers = _Answers(reading, kernels, {None: answer_of(report)})  # what most clients ask for
+        c = self.config
+        # Exported while the reader may still be alive: one interval past its idle stop.
+        max_age = c.poll_interval * (c.idle_intervals + 1)
+        gauges().update(snapshot_from(report, kernels, user=self.user, idle_after=c.idle_after, max_age=max_age))
 
     def config_json(self) -> dict:
         c = self.config
@@ -89,6 +147,7 @@ class GpuMemService:
             "replay_loop": c.replay_loop,
             "replay_map_placeholder_pids": c.replay_map_placeholder_pids,
             "preallocated_fraction": c.preallocated_fraction,
+            "idle_after": c.idle_after,
             "sampler": {
                 "running": self.sampler.running,
                 "reads": self.sampler.reads,

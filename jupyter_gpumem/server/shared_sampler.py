@@ -78,9 +78,19 @@ class SharedSampler:
             return self._latest
 
     def touch(self) -> None:
-        """Note a watcher from any thread (a /metrics scrape): keeps or starts the loop."""
+        """Note a watcher from any thread (a /metrics scrape): keeps or starts the loop.
+
+        Before any request has run the loop is not known yet; jupyter_server answers /metrics
+        on its IOLoop's thread (PrometheusMetricsHandler.get calls generate_latest, 2.21.1), so a
+        scrape there finds the running loop and starts reading. Elsewhere, with no loop known,
+        there is nothing to start."""
         loop = self._loop
-        if loop is None or self._closed:
+        if loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not on a thread running a loop
+                return
+        if self._closed:
             return
         try:
             loop.call_soon_threadsafe(self._note_request)
