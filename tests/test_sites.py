@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpumem.doctor import sites
+from jupyter_gpumem import sites
 
 SESSION = Path(__file__).parent / "kernel_session.py"
 

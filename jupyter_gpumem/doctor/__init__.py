@@ -8,7 +8,7 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``oom_rules``: ranked fixes from the numbers read at failure, one function per rule
 - ``report``: the OOM report itself, text and HTML
 - ``names``, ``arrays``: ``%gpumem arrays``: live arrays, their names and cells
-- ``sites``: where an array was allocated (or JAX started): a stack's first frame outside JAX
+- ``snapshot``: ``%gpumem snapshot PATH``, JAX's device memory profile for pprof
 - ``usage``, ``tracking``: memory now, and the change and peak of a block or a cell
 - ``release``: ``%gpumem free``; ``last_error``: what keeps a failed cell's arrays alive, and
   letting go of it; ``estimates``: ``%gpumem estimate``; ``repack``: ``defragment``

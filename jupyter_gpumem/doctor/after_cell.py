@@ -54,7 +54,8 @@ def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
 
 def _sites_text(shell: Any) -> str:
     """Where the cell's new, still-live arrays were allocated: the top three lines by bytes."""
-    from jupyter_gpumem.doctor import array_cells, sites
+    from jupyter_gpumem import sites
+    from jupyter_gpumem.doctor import array_cells
 
     top = sites.top_sites(array_cells.made_by_last_cell(), sites.cell_numbers(shell))
     return ("; allocated at " + ", ".join(f"{site} ({_b(size)})" for site, size in top)) if top else ""

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from jupyter_gpumem import allocator_shim
-from jupyter_gpumem.doctor import array_cells, sites
+from jupyter_gpumem import sites
+from jupyter_gpumem.doctor import array_cells
 from jupyter_gpumem.doctor.names import (
     WALK_SECONDS_COMMAND,
     NameWalk,

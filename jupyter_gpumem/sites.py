@@ -20,7 +20,7 @@ FrameTuple = tuple[str, int, str]
 
 _LIBRARY_DIRS = ("site-packages", "dist-packages")
 _JAX_PACKAGES = ("jax", "jaxlib")
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 _STDLIB_DIRS = tuple(
     {os.path.abspath(p) + os.sep for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p})
 # IPython before ipykernel names a cell's code object "<ipython-input-N-hash>" (compilerop.py).
