@@ -39,6 +39,7 @@ from jupyter_gpumem.env_table import (
     FROM_CONFIG,
     FROM_ENVIRONMENT,
     FROM_MAGIC,
+    FROM_NOTEBOOK,
     JAX_DEFAULT,
     OLD_FRACTION_VAR,
     PREALLOCATE_VAR,
@@ -72,6 +73,7 @@ __all__ = [
     "validate",
     "apply_settings",
     "configure",
+    "configure_from_notebook",
     "reset",
     "settings_in_effect",
     "environment_problems",
@@ -108,6 +110,9 @@ _original_env: dict[str, str | None] = {}  # env var -> its value before our fir
 
 
 _ours: dict[str, Any] = {}  # setting name -> the value we set
+
+
+_source_of: dict[str, str] = {}  # setting name -> who set it through us (%gpumem, notebook settings)
 
 
 _UNSET = object()
@@ -214,7 +219,7 @@ def setting_variables() -> tuple[tuple[str, str], ...]:
 def _remat_in_effect() -> tuple[bool, str]:
     """The remat switch and its source, without importing jax when it is not imported."""
     if "remat" in _ours:
-        source = FROM_MAGIC
+        source = _source_of.get("remat", FROM_MAGIC)
     elif REMAT_ENV in os.environ:
         source = FROM_ENVIRONMENT
     else:
@@ -254,7 +259,7 @@ def settings_in_effect() -> tuple[SettingState, ...]:
                 states.append(SettingState(name, values[name], show(name, values[name]), FROM_CONFIG, None, CREATE_OPTIONS_OPTION))
                 continue
             if name in _ours:
-                source = FROM_MAGIC
+                source = _source_of.get(name, FROM_MAGIC)
             elif var in env:
                 source = FROM_ENVIRONMENT
             else:
@@ -371,9 +376,11 @@ def validate(settings: AllocatorSettings) -> _Plan:
             )
             asked = AllocatorSettings(**dict(conflicts))
             words = _settings_words(asked)
+            from jupyter_gpumem.settings import started_by
+
             raise BackendStartedError(
                 f"JAX's backend has already started, so {words} cannot take effect. In effect now: "
-                f"{now}. " + _RESTART.format(what="it", words=words)
+                f"{now}. " + _RESTART.format(what="it", words=words) + started_by.suffix()
             )
         return _Plan(env={}, remat=settings.remat, notes=tuple(notes), noop=tuple(env_given), settings=settings)
 
@@ -449,8 +456,9 @@ def _remat_message(value: bool) -> str:
     )
 
 
-def apply_settings(settings: AllocatorSettings, notes: tuple[str, ...] = ()) -> Applied:
-    """Validate every setting, then apply them all (or, on any error, none)."""
+def apply_settings(settings: AllocatorSettings, notes: tuple[str, ...] = (), source: str = FROM_MAGIC) -> Applied:
+    """Validate every setting, then apply them all (or, on any error, none). ``source`` is what
+    ``%gpumem status`` names as where they came from."""
     with _lock:
         plan = validate(settings)
         _write_env(plan.env)
@@ -464,6 +472,7 @@ def apply_settings(settings: AllocatorSettings, notes: tuple[str, ...] = ()) -> 
         for name, value in plan.settings.given().items():
             if name not in plan.noop:
                 _ours[name] = value
+                _source_of[name] = source
         parts = []
         if plan.env:
             shown = ", ".join(f"{var}={value}" for var, value in plan.env.items() if value is not None)
@@ -487,9 +496,18 @@ def configure(**settings: Any) -> None:
     installed JAX accepts), async_prealloc (bytes, "2GiB", or "all"), remat (bool). Prints one
     line saying what takes effect. Raises SettingsError / BackendStartedError, changing nothing.
     """
+    _configure(settings, FROM_MAGIC)
+
+
+def configure_from_notebook(**settings: Any) -> None:
+    """``configure`` as the JupyterLab panel calls it at kernel start, with the notebook's
+    settings (metadata.jupyter_gpumem): ``%gpumem status`` names their source "notebook settings"."""
+    _configure(settings, FROM_NOTEBOOK)
+
+
+def _configure(settings: dict[str, Any], source: str) -> None:
     parsed, notes = settings_from_kwargs(**settings)
-    applied = apply_settings(parsed, notes)
-    text = str(applied)
+    text = str(apply_settings(parsed, notes, source=source))
     if text:
         print(text)
 
@@ -539,6 +557,7 @@ def reset() -> Applied:
             config[REMAT_OPTION] = _original_remat
         _original_env.clear()
         _ours.clear()
+        _source_of.clear()
         _original_remat = _UNSET
         parts = []
         if writes:

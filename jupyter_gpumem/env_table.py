@@ -57,6 +57,10 @@ FROM_ENVIRONMENT = "environment"
 FROM_MAGIC = "%gpumem"
 
 
+# Set by the JupyterLab panel from the notebook's metadata at kernel start (no magic typed).
+FROM_NOTEBOOK = "notebook settings"
+
+
 FROM_CONFIG = "jax.config"
 
 

@@ -1,21 +1,38 @@
-"""The kernel side of the ``jupyter_gpumem`` comm: the sidebar panel asks, the kernel answers.
+"""The kernel side of the ``jupyter_gpumem`` comm: the sidebar panel asks, the kernel answers,
+and the kernel tells the panel when its state may have changed.
 
-``register(shell)`` (called by ``%load_ext jupyter_gpumem``) registers the comm target. The
-panel sends ``{"request": "snapshot"}``, in the open message or later; the kernel replies with
-the allocator settings in effect, the backend state and each JAX device's allocator statistics
-(message shape in docs/server.md). Importing this module does not import jax, and nothing here
-raises into the kernel: a failure becomes a reply that says what went wrong.
+``register(shell)`` (called by ``%load_ext jupyter_gpumem``) registers the comm target, adds a
+``post_run_cell`` hook, and opens a comm to the front end that says the extension is loaded.
+The panel sends ``{"request": "snapshot"}``, in the open message or later; the kernel replies
+with the allocator settings in effect, the backend state and each JAX device's allocator
+statistics. After each cell the kernel pushes ``{"type": "event", "event": "cell_end"}`` (or
+``"jax_started"`` when JAX's backend started in that cell) on every open comm, so the panel asks
+only when something may have changed (message shapes in docs/server.md). A push reads nothing
+but the backend-started probe: it never waits on JAX. Importing this module does not import
+jax, and nothing here raises into the kernel: a failure becomes a reply that says what went
+wrong, or a push that is dropped.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Any, Callable
+
+from jupyter_gpumem.cell_hooks import CellHooks
+from jupyter_gpumem.sources.jax_backend import backend_started
 
 TARGET = "jupyter_gpumem"
 REQUESTS = ("snapshot",)
+EVENTS = ("loaded", "cell_end", "jax_started")
 
 log = logging.getLogger(__name__)
+
+_hooks = CellHooks()
+_comms: list[Any] = []  # the comms pushes go to: the panels' and the one opened at load
+# A page reload leaves its comm open here (front ends close none on unload): keep the newest.
+_MAX_COMMS = 8
+_started_before_cell = False
 
 
 def _comm_manager(shell: Any) -> Any:
@@ -31,7 +48,8 @@ def _comm_manager(shell: Any) -> Any:
 
 
 def register(shell: Any) -> bool:
-    """Register the ``jupyter_gpumem`` comm target on ``shell``'s kernel. True when done.
+    """Register the ``jupyter_gpumem`` comm target and the after-cell push on ``shell``'s
+    kernel, and tell the front end the extension is loaded. True when done.
 
     Outside a kernel (a terminal IPython) there is no comm manager: nothing happens.
     """
@@ -39,10 +57,14 @@ def register(shell: Any) -> bool:
     if manager is None:
         return False
     manager.register_target(TARGET, _on_open)
+    if shell not in _hooks:
+        _hooks.add(shell, _pre_run_cell, _post_run_cell)
+    _quietly("announcing the load", _announce)
     return True
 
 
 def unregister(shell: Any) -> None:
+    _hooks.remove(shell)
     manager = _comm_manager(shell)
     if manager is None:
         return
@@ -52,11 +74,72 @@ def unregister(shell: Any) -> None:
         pass
 
 
+def _create_comm(**kwargs: Any) -> Any:
+    """A comm this kernel opens to the front end (comm.create_comm; ipykernel's Comm in a kernel)."""
+    from comm import create_comm
+
+    return create_comm(**kwargs)
+
+
+def event(name: str) -> dict:
+    """A push: ``{"type": "event", "event": name, "backend_started": ..., "t": unix seconds}``."""
+    return {"type": "event", "event": name, "backend_started": backend_started(), "t": time.time()}
+
+
+def _announce() -> None:
+    # A front end without the target closes this comm at once (JupyterLab's
+    # KernelConnection._handleCommOpen, @jupyterlab/services 7.6); the panel keeps it.
+    _keep(_create_comm(target_name=TARGET, data=event("loaded")))
+
+
+def _pre_run_cell(info: Any = None) -> None:
+    global _started_before_cell
+    _started_before_cell = backend_started()
+
+
+def _post_run_cell(result: Any = None) -> None:
+    """After each cell (not silent executions, which IPython runs without cell events): tell
+    the open comms. Costs one probe and one small message per open comm."""
+    if not _comms:
+        return
+    push = event("cell_end")
+    if push["backend_started"] and not _started_before_cell:
+        push["event"] = "jax_started"
+    for comm in list(_comms):
+        _quietly("a push to the panel", lambda comm=comm: comm.send(push), on_failure=lambda comm=comm: _forget(comm))
+
+
+def _quietly(what: str, action: Callable[[], None], on_failure: Callable[[], None] | None = None) -> None:
+    """Run ``action``; a failure is logged, never raised into the kernel (cell hooks that raise
+    print a traceback under the user's cell)."""
+    try:
+        action()
+    except Exception:  # pushes are a nicety: the panel still asks when it is opened
+        log.debug("jupyter-gpumem: %s failed", what, exc_info=True)
+        if on_failure is not None:
+            on_failure()
+
+
+def _keep(comm: Any) -> None:
+    """Push to ``comm`` until it closes (or until _MAX_COMMS newer ones are open)."""
+    _comms.append(comm)
+    del _comms[:-_MAX_COMMS]
+    on_close = getattr(comm, "on_close", None)
+    if callable(on_close):
+        on_close(lambda msg: _forget(comm))
+
+
+def _forget(comm: Any) -> None:
+    if comm in _comms:
+        _comms.remove(comm)
+
+
 # The comm manager calls these two and logs what they raise (comm's CommManager.comm_open and
 # comm_msg), so a failed send never reaches the user's cells; reply() answers every failure
 # of ours in the message itself.
 def _on_open(comm: Any, open_msg: dict) -> None:
     comm.on_msg(lambda msg: _answer(comm, _data(msg)))
+    _keep(comm)
     data = _data(open_msg)
     if data:
         _answer(comm, data)
@@ -143,15 +226,24 @@ def snapshot() -> dict:
         "type": "snapshot",
         "backend_started": report.backend.started,
         "platform": report.backend.platform,
-        "settings": [{"name": s.name, "value": s.value, "source": s.source} for s in report.settings],
+        # ``shown`` is the value as %gpumem status prints it ("off", "not set").
+        "settings": [{"name": s.name, "value": s.value, "shown": s.shown, "source": s.source} for s in report.settings],
         "warnings": warnings,
         "devices": devices,
         "reason": reason,
+        # JAX on the CPU while NVML sees GPUs: the status bar's warning (the sentence is warnings[0]).
+        "cpu_fallback": _fallback_json(report.cpu_fallback),
         # The panel's settings form offers what the installed JAX accepts, and names the variable
         # each setting is written to; it keeps no list of its own.
         "allocator_choices": list(accepted_allocators()) or None,
         "settings_table": [{"name": name, "env_var": var} for name, var in setting_variables()],
     }
+
+
+def _fallback_json(fallback: Any) -> dict | None:
+    if fallback is None:
+        return None
+    return {"gpus": fallback.gpus, "headline": fallback.headline(), "sentence": fallback.sentence()}
 
 
 def _json_safe(value: Any) -> Any:

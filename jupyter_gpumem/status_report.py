@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from jupyter_gpumem import allocator_shim
 from jupyter_gpumem.allocator_shim import SettingState
-from jupyter_gpumem.cpu_fallback import read_cpu_fallback
+from jupyter_gpumem.cpu_fallback import CpuFallback, read_cpu_fallback
 from jupyter_gpumem.model import DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.sources.jax_backend import BackendInfo
@@ -34,11 +34,13 @@ class StatusReport:
     - ``backend``: ``jax_backend.backend_info()``: started, platform, devices, fallback_reason,
       jax_version.
     - ``warnings``: sentences for people.
+    - ``cpu_fallback``: JAX on the CPU while NVML sees GPUs (its sentence is the first warning), or None.
     """
 
     settings: tuple[SettingState, ...]
     backend: BackendInfo
     warnings: tuple[str, ...]
+    cpu_fallback: CpuFallback | None = None
 
     def backend_line(self) -> str:
         b = self.backend
@@ -133,4 +135,4 @@ def status(nvml_readings: NvmlReadings | None = None) -> StatusReport:
     fallback = read_cpu_fallback(backend, None if isinstance(readings, NotAvailable) else len(readings))
     if fallback is not None:
         warnings.insert(0, fallback.sentence())
-    return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings))
+    return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings), cpu_fallback=fallback)

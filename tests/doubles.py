@@ -124,17 +124,27 @@ class FakeCommManager:
 
 
 class FakeComm:
-    """Stands in for one open comm: it records what is sent, and the handler of incoming messages."""
+    """Stands in for one open comm: it records what is sent, and the handlers of incoming
+    messages and of the front end's close (comm's BaseComm.on_msg / on_close, comm 0.2)."""
 
-    def __init__(self) -> None:
+    def __init__(self, **open_kwargs: Any) -> None:
+        self.open_kwargs = open_kwargs
         self.sent: list = []
         self.handler: Callable | None = None
+        self.close_handler: Callable | None = None
 
     def on_msg(self, handler: Callable) -> None:
         self.handler = handler
 
+    def on_close(self, handler: Callable) -> None:
+        self.close_handler = handler
+
     def send(self, data: Any) -> None:
         self.sent.append(data)
+
+    def closed_by_front_end(self) -> None:
+        if self.close_handler is not None:
+            self.close_handler({"content": {"data": {}}})
 
 
 class FakeShell:

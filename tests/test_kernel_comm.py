@@ -1,16 +1,50 @@
-"""The kernel side of the jupyter_gpumem comm: registration and the snapshot reply."""
+"""The kernel side of the jupyter_gpumem comm: registration, the snapshot reply, and the pushes
+that tell the panel when the kernel's state may have changed."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 
+import pytest
 from jupyter_client.manager import start_new_async_kernel
 
 from jupyter_gpumem import kernel_comm
+from jupyter_gpumem.cell_hooks import CellHooks
+from jupyter_gpumem.testing import DROPIN_DIR
 
 from doubles import FakeComm, FakeCommManager, FakeShell
+
+
+@pytest.fixture(autouse=True)
+def fresh_comms(monkeypatch):
+    """Each test starts with no open comms and no hooks; comms the kernel opens are FakeComms."""
+    opened: list[FakeComm] = []
+
+    def create_comm(**kwargs):
+        opened.append(FakeComm(**kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(kernel_comm, "_comms", [])
+    monkeypatch.setattr(kernel_comm, "_hooks", CellHooks())
+    monkeypatch.setattr(kernel_comm, "_create_comm", create_comm)
+    return opened
+
+
+def panel_opens_comm(manager: FakeCommManager, data=None) -> FakeComm:
+    comm = FakeComm()
+    manager.targets["jupyter_gpumem"](comm, {"content": {"data": data or {}}})
+    return comm
+
+
+def loaded_kernel_with_panel() -> tuple[FakeShell, FakeCommManager, FakeComm]:
+    """A kernel shell after %load_ext, and the comm a panel then opened to it."""
+    manager = FakeCommManager()
+    shell = FakeShell(manager)
+    kernel_comm.register(shell)
+    return shell, manager, panel_opens_comm(manager)
 
 
 def test_register_adds_the_jupyter_gpumem_target():
@@ -40,6 +74,115 @@ def test_unregistering_twice_is_quiet():
     assert manager.targets == {}
 
 
+def test_loading_opens_a_comm_that_tells_the_front_end_it_is_loaded(fresh_comms):
+    kernel_comm.register(FakeShell(FakeCommManager()))
+    (announce,) = fresh_comms
+    assert announce.open_kwargs["target_name"] == "jupyter_gpumem"
+    data = announce.open_kwargs["data"]
+    assert (data["type"], data["event"], data["backend_started"]) == ("event", "loaded", False)
+
+
+def test_each_cell_end_is_pushed_to_every_open_comm(fresh_comms):
+    shell, _, panel = loaded_kernel_with_panel()
+    shell.run_cell(1, lambda: None)
+    for comm in (fresh_comms[0], panel):
+        (push,) = comm.sent
+        assert (push["type"], push["event"], push["backend_started"]) == ("event", "cell_end", False)
+
+
+def test_a_cell_that_starts_jax_is_pushed_as_jax_started(monkeypatch):
+    shell, _, panel = loaded_kernel_with_panel()
+    started = [False]
+    monkeypatch.setattr(kernel_comm, "backend_started", lambda: started[0])
+    shell.run_cell(1, lambda: started.__setitem__(0, True))
+    shell.run_cell(2, lambda: None)
+    assert [(p["event"], p["backend_started"]) for p in panel.sent] == [("jax_started", True), ("cell_end", True)]
+
+
+def test_a_push_reads_no_snapshot(monkeypatch):
+    """The after-cell push must cost next to nothing and never wait on JAX: it reads only the
+    backend-started probe, never the snapshot (memory_stats, status)."""
+    shell, _, panel = loaded_kernel_with_panel()
+
+    def no_snapshot():
+        raise AssertionError("a push read the snapshot")
+
+    monkeypatch.setattr(kernel_comm, "snapshot", no_snapshot)
+    shell.run_cell(1, lambda: None)
+    assert [p["event"] for p in panel.sent] == ["cell_end"]
+
+
+def test_a_comm_the_front_end_closed_gets_no_more_pushes(fresh_comms):
+    manager = FakeCommManager()
+    shell = FakeShell(manager)
+    kernel_comm.register(shell)
+    fresh_comms[0].closed_by_front_end()  # a front end without the panel closes it at once
+    panel = panel_opens_comm(manager)
+    panel.closed_by_front_end()
+    shell.run_cell(1, lambda: None)
+    assert fresh_comms[0].sent == [] and panel.sent == []
+
+
+def test_a_push_that_fails_is_dropped_and_the_cell_goes_on():
+    shell, manager, broken = loaded_kernel_with_panel()
+
+    def send(data):
+        raise OSError("the iopub socket is gone")
+
+    broken.send = send
+    healthy = panel_opens_comm(manager)
+    shell.run_cell(1, lambda: None)  # raises nothing into the cell
+    shell.run_cell(2, lambda: None)
+    assert [p["event"] for p in healthy.sent] == ["cell_end", "cell_end"]
+    assert broken not in kernel_comm._comms
+
+
+def test_unloading_removes_the_after_cell_push():
+    from comm.base_comm import CommManager
+
+    manager = CommManager()
+    shell = FakeShell(manager)
+    kernel_comm.register(shell)
+    panel = panel_opens_comm(manager)
+    kernel_comm.unregister(shell)
+    assert shell.hooks == {"pre_run_cell": [], "post_run_cell": []}
+    assert panel.sent == []
+
+
+def test_a_reloaded_page_leaves_at_most_eight_comms_to_push_to():
+    manager = FakeCommManager()
+    kernel_comm.register(FakeShell(manager))
+    comms = [panel_opens_comm(manager) for _ in range(12)]
+    assert kernel_comm._comms == comms[-8:]
+
+
+def test_settings_the_panel_applies_at_kernel_start_are_named_notebook_settings(monkeypatch):
+    """The panel's start hook calls configure_from_notebook (labextension/src/configureCode.ts):
+    status names the source "notebook settings", not %gpumem, which the user never typed."""
+    from jupyter_gpumem import allocator_shim
+    from jupyter_gpumem.env_table import PREALLOCATE_VAR
+
+    monkeypatch.delenv(PREALLOCATE_VAR, raising=False)
+    allocator_shim.configure_from_notebook(preallocate=False)
+    try:
+        rows = {s["name"]: s for s in kernel_comm.snapshot()["settings"]}
+        assert (rows["preallocate"]["shown"], rows["preallocate"]["source"]) == ("off", "notebook settings")
+        allocator_shim.configure(preallocate=True)
+        rows = {s["name"]: s for s in kernel_comm.snapshot()["settings"]}
+        assert (rows["preallocate"]["shown"], rows["preallocate"]["source"]) == ("on", "%gpumem")
+    finally:
+        allocator_shim.reset()
+
+
+def test_snapshot_settings_are_shown_as_status_shows_them():
+    from jupyter_gpumem.status_report import status
+
+    shown = {s.name: s.shown for s in status().settings}
+    rows = {s["name"]: s for s in kernel_comm.snapshot()["settings"]}
+    assert {name: row["shown"] for name, row in rows.items()} == shown
+    assert rows["async_prealloc"]["shown"] == "not set"
+
+
 def test_unknown_request_is_answered_with_the_valid_requests():
     assert kernel_comm.reply({"request": "explode"}) == {
         "type": "error", "error": "unknown request 'explode'; valid requests: snapshot"}
@@ -54,9 +197,9 @@ def test_failure_reading_state_becomes_a_reply_not_an_exception(monkeypatch):
     assert answer["type"] == "snapshot" and "no state today" in answer["reason"]
 
 
-def run_fresh(code: str) -> str:
+def run_fresh(code: str, env: dict | None = None) -> str:
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
-                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+                         env=env or {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -81,6 +224,64 @@ def test_snapshot_after_jax_started_on_cpu_lists_devices_without_stats():
         print(answer["backend_started"], answer["platform"], dev["jax_id"], dev["bytes_in_use"], dev["fragmentation"])
     """)
     assert out == "True cpu 0 None None"
+
+
+def test_snapshot_says_jax_runs_on_the_cpu_while_the_fake_world_shows_three_gpus():
+    """The status bar's warning: no CUDA plugin here, so JAX starts on the CPU, while the drop-in
+    pynvml (the fake three-GPU world, synthetic) lists three GPUs."""
+    out = run_fresh("""
+        import json
+        import jax.numpy as jnp
+        jnp.zeros(4).block_until_ready()
+        from jupyter_gpumem import kernel_comm
+        answer = kernel_comm.reply({"request": "snapshot"})
+        print(json.dumps([answer["platform"], answer["cpu_fallback"]["gpus"], answer["cpu_fallback"]["headline"],
+                          answer["warnings"][0] == answer["cpu_fallback"]["sentence"]]))
+    """, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": DROPIN_DIR, "JUPYTER_GPUMEM_FAKE_NVML": "three_gpus"})
+    assert out.splitlines()[-1] == '["cpu", 3, "NVML sees 3 GPUs, but JAX runs on the CPU", true]'
+
+
+def test_snapshot_has_no_cpu_fallback_when_the_user_asked_for_the_cpu():
+    out = run_fresh("""
+        import jax.numpy as jnp
+        jnp.zeros(4).block_until_ready()
+        from jupyter_gpumem import kernel_comm
+        print(kernel_comm.reply({"request": "snapshot"})["cpu_fallback"])
+    """, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": DROPIN_DIR, "JUPYTER_GPUMEM_FAKE_NVML": "three_gpus",
+              "JAX_PLATFORMS": "cpu"})
+    assert out.splitlines()[-1] == "None"
+
+
+async def _comm_messages(kc, code: str, **kwargs) -> list[dict]:
+    """The comm_open and comm_msg messages ``code`` sends on iopub (execute_interactive passes
+    each iopub message of the request to its output_hook)."""
+    got: list[dict] = []
+    reply = await kc.execute_interactive(
+        code, timeout=120, output_hook=lambda m: got.append(m) if m["msg_type"].startswith("comm_") else None, **kwargs)
+    assert reply["content"]["status"] == "ok"
+    return got
+
+
+async def test_a_real_kernel_announces_the_load_and_pushes_after_each_cell():
+    """ipykernel 7.4 with comm 0.2: the comm_open of the load and the pushes arrive on iopub,
+    as JupyterLab's KernelConnection receives them; a silent execution pushes nothing."""
+    km, kc = await start_new_async_kernel(kernel_name="python3", env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        # The load cell's own end is pushed too: IPython runs a post_run_cell hook added during the cell.
+        opened, load_cell_end = await _comm_messages(kc, "%load_ext jupyter_gpumem")
+        assert opened["msg_type"] == "comm_open" and opened["content"]["target_name"] == "jupyter_gpumem"
+        assert opened["content"]["data"]["event"] == "loaded"
+        comm_id = opened["content"]["comm_id"]
+        assert (load_cell_end["content"]["comm_id"], load_cell_end["content"]["data"]["event"]) == (comm_id, "cell_end")
+        assert await _comm_messages(kc, "x = 1", silent=True) == []
+        (push,) = await _comm_messages(kc, "y = 2")
+        assert push["content"]["comm_id"] == comm_id
+        assert (push["content"]["data"]["event"], push["content"]["data"]["backend_started"]) == ("cell_end", False)
+        (push,) = await _comm_messages(kc, "import jax.numpy as jnp; jnp.zeros(2).block_until_ready()")
+        assert (push["content"]["data"]["event"], push["content"]["data"]["backend_started"]) == ("jax_started", True)
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
 
 
 async def test_load_ext_registers_the_comm_a_real_kernel_answers_on():

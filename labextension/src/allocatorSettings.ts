@@ -32,6 +32,24 @@ export interface ParsedSettings {
   problems: SettingsProblem[];
 }
 
+/**
+ * A fraction as `%gpumem fraction F` reads it (jupyter_gpumem/units.py, parse_fraction): a
+ * decimal number (`0.3`, `.3`, `3e-1`) or a percentage (`30%`), with 0 < F <= 1; null when the
+ * text is not one. Python and these tests share their cases (test/fraction-cases.json).
+ */
+export function parseFraction(text: string): number | null {
+  let body = text.trim();
+  const percent = body.endsWith('%');
+  if (percent) {
+    body = body.slice(0, -1).trim();
+  }
+  if (!/^(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$/.test(body)) {
+    return null;
+  }
+  const value = percent ? Number(body) / 100 : Number(body);
+  return fractionProblem(value) ? null : value;
+}
+
 /** The problem with one fraction (0 < f <= 1), or null when it is valid. */
 export function fractionProblem(f: number): SettingsProblem | null {
   if (!Number.isFinite(f) || f <= 0 || f > 1) {
@@ -96,7 +114,7 @@ export function problemText(p: SettingsProblem, trans: Translate): string {
       return trans.__('preallocate must be true, false or null');
     case 'fraction':
       return trans.__(
-        'fraction must be a number with 0 < fraction <= 1, got %1',
+        'fraction must be a number with 0 < fraction <= 1 (such as .3, 0.3 or 30%), got %1',
         typeof p.value === 'number' ? String(p.value) : JSON.stringify(p.value)
       );
     case 'allocator':
@@ -131,15 +149,9 @@ export function settingsOf(
   fields: SettingsFields
 ): { settings: NotebookAllocatorSettings; problem: null } | { settings: null; problem: SettingsProblem } {
   const text = fields.fraction.trim();
-  const fraction = text === '' ? null : Number(text);
-  const problem =
-    fraction === null
-      ? null
-      : Number.isNaN(fraction)
-        ? ({ kind: 'fraction', value: text } as const)
-        : fractionProblem(fraction);
-  if (problem) {
-    return { settings: null, problem };
+  const fraction = text === '' ? null : parseFraction(text);
+  if (text !== '' && fraction === null) {
+    return { settings: null, problem: { kind: 'fraction', value: text } };
   }
   return {
     settings: {

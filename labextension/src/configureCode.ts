@@ -18,9 +18,10 @@ function pyLiteral(value: boolean | number | string): string {
 }
 
 /**
- * Python that calls jupyter_gpumem.configure with the settings that are set. It validates and
- * refuses once JAX has started; without jupyter_gpumem in the kernel it fails on the import.
- * A function keeps the kernel's namespace clean.
+ * Python that calls jupyter_gpumem's configure_from_notebook with the settings that are set: it
+ * validates and refuses as configure does, and `%gpumem status` names their source "notebook
+ * settings". Without jupyter_gpumem in the kernel it fails on the import. A function keeps the
+ * kernel's namespace clean.
  */
 export function configureCode(s: NotebookAllocatorSettings): string {
   const args: string[] = [];
@@ -35,8 +36,8 @@ export function configureCode(s: NotebookAllocatorSettings): string {
   }
   return [
     'def __jupyter_gpumem_apply():',
-    '    import jupyter_gpumem',
-    `    jupyter_gpumem.configure(${args.join(', ')})`,
+    '    from jupyter_gpumem.allocator_shim import configure_from_notebook',
+    `    configure_from_notebook(${args.join(', ')})`,
     'try:',
     '    __jupyter_gpumem_apply()',
     'finally:',

@@ -6,11 +6,13 @@ import {
   fieldsOf,
   fractionProblem,
   hasAnySetting,
+  parseFraction,
   parseSettings,
   problemText,
   settingsOf
 } from '../src/allocatorSettings';
 import { english } from './english';
+import fractionCases from './fraction-cases.json';
 
 /** The problems of `raw` in words, as the panel shows them. */
 function problemsOf(raw: unknown): string[] {
@@ -42,7 +44,7 @@ describe('parseSettings: metadata.jupyter_gpumem', () => {
   test('fraction 1 is allowed, fraction 0 is not', () => {
     assert.equal(parseSettings({ fraction: 1 }).settings?.fraction, 1);
     assert.deepEqual(problemsOf({ fraction: 0 }), [
-      'fraction must be a number with 0 < fraction <= 1, got 0'
+      'fraction must be a number with 0 < fraction <= 1 (such as .3, 0.3 or 30%), got 0'
     ]);
   });
 
@@ -50,13 +52,13 @@ describe('parseSettings: metadata.jupyter_gpumem', () => {
     const parsed = parseSettings({ preallocate: false, fraction: 1.5 });
     assert.equal(parsed.settings, null);
     assert.deepEqual(problemsOf({ preallocate: false, fraction: 1.5 }), [
-      'fraction must be a number with 0 < fraction <= 1, got 1.5'
+      'fraction must be a number with 0 < fraction <= 1 (such as .3, 0.3 or 30%), got 1.5'
     ]);
   });
 
   test('a fraction written as a string is refused, quoted', () => {
     assert.deepEqual(problemsOf({ fraction: '0.5' }), [
-      'fraction must be a number with 0 < fraction <= 1, got "0.5"'
+      'fraction must be a number with 0 < fraction <= 1 (such as .3, 0.3 or 30%), got "0.5"'
     ]);
   });
 
@@ -75,7 +77,7 @@ describe('parseSettings: metadata.jupyter_gpumem', () => {
     assert.deepEqual(problemsOf({ preallocate: 'yes', fraction: -1, allocator: 'CUDA', x: 1 }), [
       'unknown key "x" (valid: preallocate, fraction, allocator)',
       'preallocate must be true, false or null',
-      'fraction must be a number with 0 < fraction <= 1, got -1',
+      'fraction must be a number with 0 < fraction <= 1 (such as .3, 0.3 or 30%), got -1',
       'allocator must be an allocator name (lower-case letters and _) or null'
     ]);
   });
@@ -126,12 +128,12 @@ describe('the settings form', () => {
     assert.equal(settingsOf({ preallocate: 'off', fraction: ' 0.3 ', allocator: '' }).settings?.fraction, 0.3);
   });
 
-  test('a fraction above 1 stops saving and says why', () => {
+  test('a fraction above 1 stops saving and says why, quoting what was typed', () => {
     const read = settingsOf({ preallocate: 'off', fraction: '1.5', allocator: '' });
     assert.equal(read.settings, null);
     assert.equal(
       read.problem && problemText(read.problem, english),
-      'fraction must be a number with 0 < fraction <= 1, got 1.5'
+      'fraction must be a number with 0 < fraction <= 1 (such as .3, 0.3 or 30%), got "1.5"'
     );
   });
 
@@ -139,7 +141,23 @@ describe('the settings form', () => {
     const read = settingsOf({ preallocate: 'off', fraction: 'half', allocator: '' });
     assert.equal(
       read.problem && problemText(read.problem, english),
-      'fraction must be a number with 0 < fraction <= 1, got "half"'
+      'fraction must be a number with 0 < fraction <= 1 (such as .3, 0.3 or 30%), got "half"'
     );
+  });
+});
+
+describe('parseFraction: what %gpumem fraction F takes', () => {
+  test('every shared case reads as the magic reads it', () => {
+    for (const [text, want] of fractionCases.cases as Array<[string, number | null]>) {
+      assert.equal(parseFraction(text), want, JSON.stringify(text));
+    }
+  });
+
+  test('the form saves a percentage as the fraction it means', () => {
+    assert.equal(settingsOf({ preallocate: 'off', fraction: '30%', allocator: '' }).settings?.fraction, 0.3);
+  });
+
+  test('hexadecimal, which Number() would take, is refused as the magic refuses it', () => {
+    assert.equal(settingsOf({ preallocate: 'off', fraction: '0x1', allocator: '' }).settings, null);
   });
 });

@@ -6,13 +6,13 @@ import { EMPTY_SETTINGS } from '../src/allocatorSettings';
 import { english } from './english';
 
 describe('configureCode', () => {
-  test('every setting becomes an argument of jupyter_gpumem.configure', () => {
+  test('every setting becomes an argument of configure_from_notebook', () => {
     assert.equal(
       configureCode({ preallocate: false, fraction: 0.3, allocator: 'platform' }),
       [
         'def __jupyter_gpumem_apply():',
-        '    import jupyter_gpumem',
-        '    jupyter_gpumem.configure(preallocate=False, fraction=0.3, allocator="platform")',
+        '    from jupyter_gpumem.allocator_shim import configure_from_notebook',
+        '    configure_from_notebook(preallocate=False, fraction=0.3, allocator="platform")',
         'try:',
         '    __jupyter_gpumem_apply()',
         'finally:',
@@ -23,12 +23,12 @@ describe('configureCode', () => {
 
   test('settings left at JAX default are not passed', () => {
     const code = configureCode({ ...EMPTY_SETTINGS, allocator: 'cuda_async' });
-    assert.match(code, /^ {4}jupyter_gpumem\.configure\(allocator="cuda_async"\)$/m);
+    assert.match(code, /^ {4}configure_from_notebook\(allocator="cuda_async"\)$/m);
   });
 
   test('preallocate on is Python True', () => {
     const code = configureCode({ ...EMPTY_SETTINGS, preallocate: true });
-    assert.match(code, /configure\(preallocate=True\)/);
+    assert.match(code, /configure_from_notebook\(preallocate=True\)/);
   });
 
   test('the code sets no environment variable itself: the kernel owns that table', () => {
