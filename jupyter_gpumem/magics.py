@@ -44,7 +44,8 @@ e.g. `%gpumem preallocate off fraction .4`):
   %gpumem reset                   take back what %gpumem set
 
 Watching and diagnosing:
-  %gpumem monitor [--interval S] [--window MINUTES] [--device N|all] [--replay PATH]
+  %gpumem monitor [--interval S] [--window MINUTES] [--device N|all] [--replay PATH|NAME]
+                                  NAME: a demo trace the package ships (jupyter_gpumem.demo_traces)
   %gpumem record PATH.jsonl|stop [--interval S]
                                   record samples to a trace file (JSON Lines)
   %gpumem doctor [on|off]         explain out-of-memory errors when a cell fails (on by default)

@@ -76,7 +76,8 @@ MONITOR_ARGS = Grammar(
         Option("--interval", "S", read=check_interval, default=DEFAULT_INTERVAL_S, help="seconds between updates"),
         Option("--window", "MINUTES", read=_check_window, help="minutes of history shown"),
         Option("--device", "N|all", read=_check_device, default=None, help="one GPU by index, or all"),
-        Option("--replay", "PATH", help="a trace file (.jsonl) to draw instead of live readings"),
+        Option("--replay", "PATH|NAME", help="a trace file (.jsonl), or the name of a demo trace the package ships, "
+               "to draw instead of live readings"),
     ),
 )
 
@@ -108,12 +109,16 @@ def magic_monitor(argv: list[str], shell: Any) -> "Monitor":
 
 
 def _read_recording(path: str) -> tuple[Timeline, Any]:
-    """The Timeline of the trace file at ``path``, and the error reading stopped at (or None)."""
+    """The Timeline of the trace file at ``path`` (or of the shipped demo trace of that bare
+    name), and the error reading stopped at (or None)."""
+    from jupyter_gpumem import demo_traces
     from jupyter_gpumem.sources.replay import timeline_from_trace
     from jupyter_gpumem.tracefile import read_trace
 
+    path = demo_traces.resolve(path)
     if not os.path.isfile(path):
-        raise MagicUsageError(f"--replay: no trace file at {path!r}; give the path of a .jsonl trace")
+        raise MagicUsageError(f"--replay: no trace file at {path!r}; give the path of a .jsonl trace, or the name of "
+                              f"one the package ships: {', '.join(demo_traces.names())}")
     trace = read_trace(path)
     if not trace.samples:
         why = trace.error or "it has no samples"

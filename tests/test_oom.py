@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpumem import doctor
+from jupyter_gpumem import demo_traces, doctor
 from jupyter_gpumem.doctor.oom_rules import OomReadings, OtherProcess, advise, shortfall
 from jupyter_gpumem.doctor.oom_text import OomError, parse_request, recognise, recognise_text
 from jupyter_gpumem.model import (
@@ -25,7 +25,7 @@ from jupyter_gpumem.model import (
 from jupyter_gpumem.tracefile import read_trace
 
 TEXTS = Path(__file__).parent / "data" / "oom_texts"
-TRACES = Path(__file__).parent / "data" / "traces"
+TRACES = demo_traces.FOLDER
 GiB = 1024**3
 PID = 4242
 

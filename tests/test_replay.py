@@ -7,11 +7,12 @@ import pathlib
 
 import pytest
 
+from jupyter_gpumem import demo_traces
 from jupyter_gpumem.model import Timeline
 from jupyter_gpumem.sources.replay import ReplaySource, timeline_from_trace
 from jupyter_gpumem.tracefile import read_trace
 
-TRACE = pathlib.Path(__file__).parent / "data" / "traces" / "synthetic_bfc_prealloc.jsonl"
+TRACE = demo_traces.path("synthetic_bfc_prealloc")
 
 
 class Clock:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jupyter_gpumem import demo_traces
 from jupyter_gpumem.model import (
     NO_DRIVER,
     NOT_STARTED,
@@ -228,10 +229,12 @@ def test_csv_rows_give_bytes_per_device_and_blank_unknowns():
 
 # --- replayed traces -----------------------------------------------------------------------
 
-TRACES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "data", "traces", "*.jsonl")))
+# the demo traces the package ships, and any recorded ones kept as test data
+TRACES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "data", "traces", "*.jsonl"))
+                + [str(p) for p in demo_traces.FOLDER.glob("*.jsonl")])
+assert TRACES, "the package ships its demo traces in jupyter_gpumem/demo_traces/"
 
 
-@pytest.mark.skipif(not TRACES, reason="no traces in tests/data/traces yet")
 @pytest.mark.parametrize("path", TRACES, ids=os.path.basename)
 def test_replayed_trace_bands_never_exceed_the_device_total(path):
     from jupyter_gpumem.tracefile import read_trace

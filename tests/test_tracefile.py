@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyter_gpumem import model
+from jupyter_gpumem import demo_traces, model
 from jupyter_gpumem.model import (
     AllocatorStats,
     CudaPoolReading,
@@ -31,7 +31,7 @@ from jupyter_gpumem.tracefile import (
     sample_to_json,
 )
 
-TRACES = pathlib.Path(__file__).parent / "data" / "traces"
+TRACES = demo_traces.FOLDER
 SYNTHETIC = sorted(TRACES.glob("synthetic_*.jsonl"))
 HEADER = {"kind": "header", "format": 1, "synthetic": True}
 

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from jupyter_gpumem import demo_traces
 from jupyter_gpumem.magic_args import MagicUsageError
 from jupyter_gpumem.model import NO_DRIVER, NOT_STARTED, Event, NotAvailable, Sample
 from jupyter_gpumem.sampler import Sampler
@@ -22,9 +23,9 @@ from comm_bytes import measure_comm_bytes  # noqa: E402  (a bench tool, measured
 
 from doubles import PID, StubSampler, bfc_sample
 
-TRACES = os.path.join(os.path.dirname(__file__), "data", "traces")
+TRACES = str(demo_traces.FOLDER)
 SYNTHETIC = sorted(glob.glob(os.path.join(TRACES, "synthetic_*.jsonl")))
-assert SYNTHETIC, "tests/data/traces/synthetic_*.jsonl are committed; regenerate them with tests/data/make_synthetic_traces.py"
+assert SYNTHETIC, "jupyter_gpumem/demo_traces/synthetic_*.jsonl are committed; regenerate them with tests/data/make_synthetic_traces.py"
 
 
 def tail_y(monitor: Monitor, label: str, key: int = 0):

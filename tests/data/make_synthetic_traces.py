@@ -1,4 +1,5 @@
-"""Write the synthetic traces in tests/data/traces/ (deterministic: same bytes every run).
+"""Write the synthetic demo traces the package ships, in jupyter_gpumem/demo_traces/ (deterministic:
+same bytes every run).
 
     .venv/bin/python tests/data/make_synthetic_traces.py
 
@@ -35,7 +36,7 @@ from jupyter_gpumem.model import (  # noqa: E402
 )
 from jupyter_gpumem.tracefile import TraceWriter  # noqa: E402
 
-OUT = pathlib.Path(__file__).resolve().parent / "traces"
+OUT = pathlib.Path(__file__).resolve().parents[2] / "jupyter_gpumem" / "demo_traces"
 
 GiB = 1 << 30
 MiB = 1 << 20
