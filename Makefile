@@ -15,7 +15,7 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts lint-imports test-browser test-python chromium clean
+.PHONY: help setup build lab test test-ts lint-imports test-browser test-python chromium prometheus clean
 
 help:
 	@echo "make setup   .venv, editable install (builds the lab extension), ui-tests deps"
@@ -61,6 +61,13 @@ chromium:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
+# Debian's prometheus ships promtool: tests/test_prometheus_deploy.py checks deploy/ with both.
+prometheus:
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
+		echo "installing Debian's prometheus"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	fi
+
 test-browser: setup chromium
 	$(MAKE) --no-print-directory $(STAMP_UI)
 	cd ui-tests && GPUMEM_CHROMIUM=$(CHROMIUM) jlpm playwright test
@@ -73,7 +80,7 @@ test-ts: setup
 lint-imports: setup
 	$(BIN)/lint-imports --no-cache
 
-test-python: setup
+test-python: setup prometheus
 	$(PY) -m pytest -q tests/
 
 # Unit and browser tests first, pytest last (its summary line ends the output); any failure fails.
