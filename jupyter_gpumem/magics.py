@@ -234,6 +234,17 @@ class GpumemMagics(Magics):
 GpumemMagics.gpumem.__doc__ = HELP
 
 
+def _watch_backend_start(shell: Any) -> None:
+    from jupyter_gpumem.sources.jax_start import watch
+
+    def cells() -> Any:
+        from jupyter_gpumem.sites import cell_numbers
+
+        return cell_numbers(shell)
+
+    watch(cells)
+
+
 def load(shell: Any) -> None:
     """Register %gpumem on ``shell``, the cell events the sampler listens to, and the comm
     target the JupyterLab panel talks to."""
@@ -243,6 +254,7 @@ def load(shell: Any) -> None:
     from jupyter_gpumem.sampler import register_cell_events
 
     for hook, what in (
+        (_watch_backend_start, "who started JAX (for refused settings and status)"),
         (register_cell_events, "cell events"),
         (register_comm, "the panel's comm"),
         (install_doctor, "the OOM report and per-cell memory (%gpumem doctor, cells)"),
@@ -265,7 +277,9 @@ def unload(shell: Any) -> None:
 
     from jupyter_gpumem.record import stop_active
 
-    for hook in (stop_active, unregister_cell_events, unregister_comm, uninstall_doctor):
+    from jupyter_gpumem.sources.jax_start import unwatch
+
+    for hook in (stop_active, unregister_cell_events, unregister_comm, uninstall_doctor, lambda _shell: unwatch()):
         try:
             hook(shell)
         except Exception:

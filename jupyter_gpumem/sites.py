@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import sysconfig
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -21,8 +20,16 @@ FrameTuple = tuple[str, int, str]
 _LIBRARY_DIRS = ("site-packages", "dist-packages")
 _JAX_PACKAGES = ("jax", "jaxlib")
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
-_STDLIB_DIRS = tuple(
-    {os.path.abspath(p) + os.sep for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p})
+_stdlib_dirs: list[tuple[str, ...]] = []  # read on first use: loading the extension stays cheap
+
+
+def _stdlib() -> tuple[str, ...]:
+    if not _stdlib_dirs:
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        _stdlib_dirs.append(tuple({os.path.abspath(p) + os.sep for p in (paths.get("stdlib"), paths.get("platstdlib")) if p}))
+    return _stdlib_dirs[0]
 # IPython before ipykernel names a cell's code object "<ipython-input-N-hash>" (compilerop.py).
 _INPUT_NAME = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
 
@@ -42,7 +49,19 @@ class Site:
         fn = "" if self.function == "<module>" else f" in {self.function.replace('.<locals>', '')}"
         if self.cell is not None:
             return f"cell [{self.cell}] line {self.line}{fn}"
-        return f"{os.path.basename(self.file)}:{self.line}{fn}"
+        return f"{_short_path(self.file)}:{self.line}{fn}"
+
+
+def _short_path(path: str) -> str:
+    """A library's file from its package down (``flax/linen/module.py``); any other file by its
+    name, with its folder where the name alone says little (``eagerpkg/__init__.py``)."""
+    parts = path.replace("\\", "/").split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in _LIBRARY_DIRS:
+            return "/".join(parts[i + 1:])
+    if parts[-1] == "__init__.py" and len(parts) > 1:
+        return "/".join(parts[-2:])
+    return parts[-1]
 
 
 def _package_after_library_dir(path: str) -> str | None:
@@ -62,7 +81,7 @@ def kind_of(path: str) -> str:
     if package is not None:
         top = package.split(".", 1)[0]
         return "internal" if top in _JAX_PACKAGES or top.startswith("jax_") else "library"
-    if path.startswith(_OWN_DIR + os.sep) or path.startswith(_STDLIB_DIRS):
+    if path.startswith(_OWN_DIR + os.sep) or path.startswith(_stdlib()):
         return "internal"
     return "user"
 

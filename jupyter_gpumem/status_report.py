@@ -52,7 +52,9 @@ class StatusReport:
             line += f" It fell back to the CPU: {b.fallback_reason}"
         if b.error:
             line += f" (could not read it: {b.error})"
-        return line
+        from jupyter_gpumem.settings import started_by
+
+        return line + started_by.suffix()
 
     def __str__(self) -> str:
         rows = [(_LABELS.get(s.name, s.name), s.shown, s.source, s.env_var or f"jax.config {s.config_option}") for s in self.settings]

@@ -107,14 +107,14 @@ def test_installed_packages_are_libraries_and_jax_and_its_plugins_are_internal()
 def test_a_library_call_from_a_cell_is_named_by_the_cell_line():
     cells = {"/tmp/ipykernel_7/123.py": 4}
     found = sites.origin_of([JAX_FRAME, FLAX_FRAME, ("/tmp/ipykernel_7/123.py", 2, "<module>")], cells)
-    assert (str(found.first), str(found.user), str(found.cell)) == ("module.py:700 in init", "cell [4] line 2",
+    assert (str(found.first), str(found.user), str(found.cell)) == ("flax/linen/module.py:700 in init", "cell [4] line 2",
                                                                    "cell [4] line 2")
     assert found.first.library and str(found.site) == "cell [4] line 2"
 
 
 def test_a_stack_only_inside_libraries_names_the_library():
     found = sites.origin_of([JAX_FRAME, FLAX_FRAME], {})
-    assert found.user is None and str(found.site) == "module.py:700 in init"
+    assert found.user is None and str(found.site) == "flax/linen/module.py:700 in init"
 
 
 def test_plain_ipython_cell_names_give_their_number_without_a_map():

@@ -1,0 +1,46 @@
+"""Who started JAX's backend, as the sentence a refused setting and ``%gpumem status`` give:
+``JAX was started by eager_lib.py:2 (imported in cell [3] line 1); ...``.
+
+The stack comes from ``sources/jax_start`` (recorded when the first backend was created);
+this module only words it.
+"""
+
+from __future__ import annotations
+
+from jupyter_gpumem.sites import Origin
+from jupyter_gpumem.sources import jax_start
+
+
+def describe(origin: Origin) -> str | None:
+    """The sentence for a recorded start; None where no frame outside JAX was on the stack."""
+    first, cell = origin.first, origin.cell
+    if first is None:
+        return None
+    if first.cell is not None:
+        return (f"JAX was started by {first}; run the settings before that line, or restart the kernel "
+                "and run them first.")
+    imported = first.function == "<module>"
+    where = ""
+    if cell is not None:
+        where = f" ({'imported' if imported else 'called'} in {cell})"
+    what = "that import" if imported else "that call"
+    return (f"JAX was started by {first}{where}; run the settings before {what}, or restart the kernel "
+            "and run them first.")
+
+
+def started_by_sentence() -> str | None:
+    """Who started the backend, where it was seen; else, if it was running before the extension
+    loaded, that; else None."""
+    origin = jax_start.starter()
+    if origin is not None:
+        return describe(origin)
+    if jax_start.started_before_watch():
+        return ("JAX was started before jupyter_gpumem loaded, so where it was started is not known; "
+                "load the extension first to see it.")
+    return None
+
+
+def suffix() -> str:
+    """`` `` and the sentence, to end a refusal with; empty where nothing is known."""
+    sentence = started_by_sentence()
+    return " " + sentence if sentence else ""
