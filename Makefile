@@ -15,13 +15,15 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts lint-imports test-browser test-python chromium prometheus clean
+.PHONY: help setup build lab test test-ts lint-imports test-browser test-notebooks notebooks test-python chromium prometheus clean
 
 help:
 	@echo "make setup   .venv, editable install (builds the lab extension), ui-tests deps"
 	@echo "make build   rebuild the lab extension after editing labextension/src"
 	@echo "make lab     JupyterLab with the extension on notebooks/quickstart.ipynb"
-	@echo "make test    import layers, unit tests of the panel (node), browser tests (chromium), then pytest"
+	@echo "make test    import layers, unit tests of the panel (node), browser tests (chromium), the notebooks"
+	@echo "             from the built wheel, then pytest"
+	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -80,11 +82,22 @@ test-ts: setup
 lint-imports: setup
 	$(BIN)/lint-imports --no-cache
 
+# The notebooks as a user gets them: the built wheel installed in a fresh environment outside the
+# repository, each notebook copied out and executed (tests/wheel_notebooks.py); pytest checks the result.
+NB_RUN := build/notebooks
+test-notebooks: setup
+	rm -rf $(NB_RUN)
+	$(PY) tests/wheel_notebooks.py --out $(NB_RUN)
+
+# The outputs committed with the notebooks, from the same kind of run.
+notebooks: setup
+	$(PY) tests/wheel_notebooks.py --out notebooks
+
 test-python: setup prometheus
-	$(PY) -m pytest -q tests/
+	GPUMEM_EXECUTED_NOTEBOOKS=$(abspath $(NB_RUN)) $(PY) -m pytest -q tests/
 
 # Unit and browser tests first, pytest last (its summary line ends the output); any failure fails.
-test: lint-imports test-ts test-browser test-python
+test: lint-imports test-ts test-browser test-notebooks test-python
 
 clean:
 	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \

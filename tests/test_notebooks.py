@@ -1,15 +1,19 @@
-"""The example notebooks: committed cleared, executed here, and their key outputs checked.
+"""The example notebooks: committed with the outputs of one run, executed here, and their key
+outputs checked.
 
-Every notebook runs in a real kernel (nbclient, the python3 kernel of this environment). Each
-has check cells of its own (tagged ``test``) that fail the run when a lesson's numbers are wrong;
-the tests below add what a cell cannot check about itself: error outputs, the OOM report shown
-after the error, the messages a machine without a GPU must print. The user's guide, the
-troubleshooting page and the README are checked here too: their links resolve, and each test the
-README's comparison table names exists.
+Every notebook runs in a real kernel. ``make test`` first runs them as a user gets them, from the
+built wheel installed outside the repository, in a folder outside it (tests/wheel_notebooks.py),
+and points ``GPUMEM_EXECUTED_NOTEBOOKS`` at the result; without it, each runs here in the
+python3 kernel of this environment (nbclient). Each has check cells of its own (tagged ``test``)
+that fail the run when a lesson's numbers are wrong; the tests below add what a cell cannot check
+about itself: error outputs, the OOM report shown after the error, the messages a machine without
+a GPU must print. The user's guide, the troubleshooting page and the README are checked here too:
+their links resolve, and each test the README's comparison table names exists.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -42,8 +46,19 @@ def _gpu_visible() -> bool:
     return _cuda_visible()
 
 
+def _from_the_wheel(name: str) -> pathlib.Path | None:
+    """The notebook as ``make test`` ran it from the installed wheel, where that run is given."""
+    folder = os.environ.get("GPUMEM_EXECUTED_NOTEBOOKS")
+    path = pathlib.Path(folder) / f"{name}.ipynb" if folder else None
+    return path if path is not None and path.is_file() else None
+
+
 def executed(name: str) -> nbformat.NotebookNode:
-    """The notebook run top to bottom in a fresh kernel, once per test session."""
+    """The notebook run top to bottom in a fresh kernel, once per test session: the wheel's run
+    where ``make test`` made one, else a run here."""
+    ran = _from_the_wheel(name)
+    if ran is not None and name not in _executed:
+        _executed[name] = nbformat.read(ran, as_version=4)
     if name not in _executed:
         nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
         env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_VARS.match(k)}
@@ -101,14 +116,76 @@ def cell_with(nb: nbformat.NotebookNode, source_part: str):
 # --- the committed files -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_committed_notebook_has_no_outputs(name):
-    # No GPU run has happened: outputs from a CPU run must not pass for real ones.
+def committed(name: str) -> nbformat.NotebookNode:
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     nbformat.validate(nb)
+    return nb
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_carries_the_outputs_of_one_run_from_the_wheel(name):
+    nb = committed(name)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert code
-    assert all(c.outputs == [] and c.execution_count is None for c in code)
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "run it again: make notebooks"
+    ran = nb.metadata["jupyter_gpumem"]
+    assert ran["executed_from"].startswith("jupyter_gpumem-") and ran["executed_from"].endswith(".whl")
+    assert not [o for c in code for o in c.outputs if o["output_type"] == "error"
+                and "raises-exception" not in c.metadata.get("tags", [])]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_outputs_of_a_run_without_a_gpu_say_so_and_label_replays_synthetic(name):
+    # No GPU run has happened: outputs from a CPU run must not pass for real ones.
+    nb = committed(name)
+    if nb.metadata["jupyter_gpumem"]["gpu"]:
+        pytest.skip("these outputs are from a run on a GPU")
+    assert "without a GPU" in nb.metadata["jupyter_gpumem"]["note"]
+    shown = text_of(cell_with(nb, "NvmlSource().read()"))
+    assert "No GPU for JAX here" in shown and "REPLAY" in shown and "SYNTHETIC" in shown
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_outputs_are_small_and_hold_no_widget_state(name):
+    nb = committed(name)
+    assert "widgets" not in nb.metadata
+    mimes = {k for c in nb.cells if c.cell_type == "code" for o in c.outputs for k in o.get("data", {})}
+    assert "application/vnd.jupyter.widget-view+json" not in mimes
+    attachments = sum(len(json.dumps(c.get("attachments", {}))) for c in nb.cells)
+    assert (NOTEBOOKS / f"{name}.ipynb").stat().st_size - attachments < 100_000
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_outputs_have_the_shape_of_a_fresh_run(name):
+    """Outputs left from an older version of a cell show up here: each cell of a fresh run shows
+    the same kinds of output (streams, displays by MIME type, errors by name) as committed."""
+    if _from_the_wheel(name) is None:
+        pytest.skip("needs make test's run from the wheel (GPUMEM_EXECUTED_NOTEBOOKS)")
+    fresh, kept = executed(name), committed(name)
+    if fresh.metadata["jupyter_gpumem"]["gpu"] != kept.metadata["jupyter_gpumem"]["gpu"]:
+        pytest.skip("one run had a GPU and the other had not")
+
+    def shape(nb):
+        return [[(o["output_type"], o.get("name") or o.get("ename") or sorted(o.get("data", {})))
+                 for o in c.outputs] for c in nb.cells if c.cell_type == "code"]
+
+    assert shape(fresh) == shape(kept), "the committed outputs are stale: make notebooks"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_images_in_notebooks_are_embedded(name):
+    nb = committed(name)
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", cell.source):
+            assert target.startswith("attachment:"), target
+            assert target[len("attachment:"):] in cell.get("attachments", {}), target
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_code_does_not_look_for_the_repository(name):
+    code = "\n".join(c.source for c in committed(name).cells if c.cell_type == "code")
+    assert "tests/data" not in code and "parents" not in code and "../" not in code
 
 
 def test_notebooks_folder_holds_exactly_the_tested_notebooks():
@@ -152,6 +229,16 @@ def test_without_a_gpu_the_notebook_says_so_and_labels_replays_synthetic(name):
     shown = text_of(cell_with(executed(name), "NvmlSource().read()"))  # the setup cell
     assert "No GPU for JAX here" in shown
     assert "REPLAY" in shown and "SYNTHETIC" in shown
+
+
+def test_quickstart_without_a_gpu_shows_why_the_live_monitor_is_empty_and_leaves_it_open():
+    nb = executed("quickstart")
+    if not _gpu_visible():
+        shown = text_of(cell_with(nb, 'Monitor(replay="synthetic_bfc_growth_fragmenting")'))
+        assert "The live monitor above is empty on this machine" in shown
+        assert "Nothing to draw." in shown and "JAX is running on the CPU" in shown
+    closing = [c for c in nb.cells if c.cell_type == "code" and re.search(r"^mon\.close\(\)", c.source, re.M)]
+    assert closing == []
 
 
 def test_quickstart_refuses_a_late_fraction_and_says_to_restart():
