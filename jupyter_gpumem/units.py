@@ -79,7 +79,7 @@ def parse_fraction(text: str | float) -> float:
     else:
         raise ValueError(f"expected a fraction, got {text!r}; {hint}")
     if not math.isfinite(value) or not 0.0 < value <= 1.0:
-        raise ValueError(f"{shown} is outside (0, 1]; {hint}")
+        raise ValueError(f"{shown} is outside (0, 1]; write a fraction such as .5, 0.5 or 50%")
     return value
 
 

@@ -51,6 +51,12 @@ def test_parse_fraction_rejects_values_outside_zero_to_one(text):
         parse_fraction(text)
 
 
+def test_a_fraction_out_of_range_names_the_range_once():
+    with pytest.raises(ValueError) as err:
+        parse_fraction("2")
+    assert str(err.value) == "'2' is outside (0, 1]; write a fraction such as .5, 0.5 or 50%"
+
+
 @pytest.mark.parametrize(
     "n, expected",
     [(0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536, "1.50 KiB"), (3 * 2**29, "1.50 GiB"), (2**20 - 1, "1.00 MiB"), (-2048, "-2.00 KiB")],
