@@ -1,22 +1,25 @@
-"""How the live monitor draws one device: a plotly FigureWidget with a band per series, and the
-small updates that extend it without resending what the browser already has.
+"""How the monitor draws one device: a small widget (anywidget) whose browser side draws it with
+plotly.js (``monitor_plot.js``), and the messages that keep it current.
+
+The kernel sends the whole figure once (the ``figure`` trait: which series, their points, the
+cell markers) and then only new points, as custom messages. The browser keeps the window and
+the point budget itself, follows JupyterLab's theme, and sends nothing back: an idle kernel with
+a live monitor handles no message from it. plotly.js itself comes from the plotly package
+(``plotly.min.js``), so no network is needed.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Sequence
+import uuid
+from pathlib import Path
+from typing import Any
 
-from jupyter_gpumem.series import (
-    SERIES,
-    SERIES_NAMES,
-    Chunk,
-    DeviceSeries,
-)
+from jupyter_gpumem.series import SERIES, SERIES_NAMES, DeviceSeries, Values
 
 _SPEC = {s.name: s for s in SERIES}
+_FRONTEND = Path(__file__).with_name("monitor_plot.js")
 
-
+# "fg": the theme's text colour, for lines that would vanish drawn black on a dark theme.
 _STYLE = {
     "jax_in_use": dict(color="#1f77b4"),
     "pool_unused": dict(color="#9ecae1"),
@@ -25,9 +28,9 @@ _STYLE = {
     "host_pids": dict(color="#e7969c"),
     "unattributed": dict(color="#bdbdbd"),
     "free": dict(color="#c7e9c0"),
-    "bytes_limit": dict(color="#333333", dash="dash"),
+    "bytes_limit": dict(color="fg", dash="dash"),
     "peak_in_use": dict(color="#6a3d9a", dash="dot"),
-    "total": dict(color="#000000"),
+    "total": dict(color="fg"),
     "fragmentation": dict(color="#e31a1c"),
     "largest_free_block": dict(color="#33a02c"),
     "headroom": dict(color="#1b9e77", dash="dash"),
@@ -35,16 +38,9 @@ _STYLE = {
     "pool_used": dict(color="#e7298a"),
 }
 
-
 _LOWER = ("fragmentation", "largest_free_block", "headroom", "pool_reserved", "pool_used")
 
-
 _GIB = float(1 << 30)
-
-
-def _tz_offset_s() -> float:
-    offset = datetime.now().astimezone().utcoffset()
-    return offset.total_seconds() if offset else 0.0
 
 
 def _fmt(n: float | None) -> str:
@@ -56,6 +52,7 @@ def _fmt(n: float | None) -> str:
 
 
 def _y(name: str, v: float | None) -> float | None:
+    """A value as drawn: GiB for bytes, percent for fractions."""
     if v is None:
         return None
     if _SPEC[name].unit == "fraction":
@@ -63,207 +60,114 @@ def _y(name: str, v: float | None) -> float | None:
     return round(v / _GIB, 4)
 
 
-def _trace(name: str, xs: list, ys: list, group: str, showlegend: bool, meta: str) -> dict:
+def _series_spec(name: str) -> dict:
     spec = _SPEC[name]
     style = _STYLE[name]
-    trace: dict = dict(
-        type="scatter",
-        mode="lines",
-        x=xs,
-        y=ys,
-        name=spec.label,
-        legendgroup=name,
-        showlegend=showlegend,
-        meta=meta,
-        legendrank=SERIES_NAMES.index(name) + 1,
-        xaxis="x",
-    )
-    if spec.kind == "band":
-        trace.update(
-            stackgroup=group,
-            line=dict(width=0.5, color=style["color"]),
-            fillcolor=style["color"],
-            yaxis="y",
-            hovertemplate="%{y:.2f} GiB<extra>" + spec.label + "</extra>",
-        )
-    else:
-        trace.update(line=dict(width=1.5, color=style["color"], dash=style.get("dash", "solid")))
-        if name == "fragmentation":
-            trace.update(yaxis="y3", hovertemplate="%{y:.1f}%<extra>fragmentation</extra>")
-        else:
-            trace.update(
-                yaxis="y2" if name in _LOWER else "y",
-                hovertemplate="%{y:.2f} GiB<extra>" + spec.label + "</extra>",
-            )
-        if spec.kind == "pool":
-            trace["line_shape"] = "hv"  # each growth step shows as a step
-    return trace
+    axis = "y3" if name == "fragmentation" else "y2" if name in _LOWER else "y"
+    return dict(name=name, label=spec.label, kind=spec.kind, axis=axis, rank=SERIES_NAMES.index(name) + 1,
+                color=style["color"], dash=style.get("dash"))
 
 
-def _restyle_points(fig: Any, data: dict[str, list], indexes: list[int]) -> None:
-    """Replace x/y of some traces with one restyle message.
+_widget_class: Any = None
+_plotly_js: str | None = None
 
-    ``plotly_restyle`` validates every number again (about 20 ms a tick for a dozen traces);
-    these lists are built here from numbers, so the figure's own dicts are updated and the
-    message sent directly. Falls back to the public call if plotly's internals differ.
-    """
-    store = getattr(fig, "_data", None)
-    send = getattr(fig, "_send_restyle_msg", None)
-    if not isinstance(store, list) or send is None or max(indexes) >= len(store):
-        fig.plotly_restyle(data, trace_indexes=indexes)
-        return
-    for k, i in enumerate(indexes):
-        for prop, values in data.items():
-            store[i][prop] = values[k]
-    send(data, trace_indexes=indexes)
+
+def plot_widget_class() -> Any:
+    """The anywidget class of a device's plot, made on first use (anywidget, ipywidgets and the
+    plotly.js text load only when a monitor is made)."""
+    global _widget_class, _plotly_js
+    if _widget_class is not None:
+        return _widget_class
+    import anywidget
+    import plotly
+    import traitlets
+
+    _plotly_js = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+
+    class MonitorPlot(anywidget.AnyWidget):
+        """One device's plot. ``figure`` is the whole drawing; ``append``/``cells`` messages add to it."""
+
+        _esm = _FRONTEND.read_text(encoding="utf-8")
+        uid = traitlets.Unicode().tag(sync=True)
+        figure = traitlets.Dict().tag(sync=True)
+        plotly_js = traitlets.Unicode().tag(sync=True)
+
+        def get_state(self, key=None, drop_defaults=False):
+            # A page reloaded asks for the state again: give the figure as it is now, with the
+            # points sent as messages since the trait was last set.
+            state = super().get_state(key, drop_defaults)
+            current = getattr(self, "current_figure", None)
+            if "figure" in state and current is not None:
+                state["figure"] = current()
+            return state
+
+    _widget_class = MonitorPlot
+    return MonitorPlot
 
 
 class _DeviceView:
-    """One device's figure and the bookkeeping of which traces hold which chunk."""
+    """One device's series, and the plot widget that draws them."""
 
-    def __init__(self, key: int, title: str, window_s: float, max_points: int, go: Any, labels: list[str]):
+    def __init__(self, key: int, title: str, window_s: float, max_points: int, labels: list[str]):
         self.key = key
         self.title = title
+        self.window_s = window_s
+        self.max_points = max_points
+        self.labels = labels
         self.series = DeviceSeries(window_s, max_points=max_points)
         self.drawn: list[str] = []
         self.cells_drawn: tuple = ()
-        # (meta, series) per trace, in figure order: reading them back from plotly is slow.
-        self.index: list[tuple[str, str]] = []
-        self.fig = go.FigureWidget(layout=self._layout(labels, lower=False))
-        self._labels = labels
+        self.fig = plot_widget_class()(uid=uuid.uuid4().hex, plotly_js=_plotly_js)
+        self.fig.current_figure = self.figure
 
-    @staticmethod
-    def _layout(labels: list[str], lower: bool) -> dict:
-        annotations = []
-        if labels:
-            annotations.append(
-                dict(
-                    text=" · ".join(labels).upper(),
-                    xref="paper",
-                    yref="paper",
-                    x=0.0,
-                    y=1.0,
-                    xanchor="left",
-                    yanchor="bottom",
-                    showarrow=False,
-                    font=dict(size=12, color="#b35806"),
-                )
-            )
+    def _points(self) -> tuple[list[float], list[Values]]:
+        """Every point drawn: the sealed chunks and the tail, each time once."""
+        times: list[float] = []
+        rows: list[Values] = []
+        chunks = [(c.times, c.rows) for c in self.series.drawn_chunks()] + [self.series.tail()]
+        for ts, rs in chunks:
+            for t, r in zip(ts, rs):
+                if not times or t > times[-1]:
+                    times.append(t)
+                    rows.append(r)
+        return times, rows
+
+    def _columns(self, rows: list[Values]) -> dict[str, list]:
+        return {name: [_y(name, r[SERIES_NAMES.index(name)]) for r in rows] for name in self.drawn}
+
+    def _top(self) -> float:
+        latest = self.series.latest or {}
+        return _y("total", latest.get("total")) or 1.0
+
+    def figure(self) -> dict:
+        """The whole drawing as the browser receives it (times in epoch seconds)."""
+        times, rows = self._points()
         return dict(
-            height=560 if lower else 440,
-            margin=dict(l=60, r=60, t=24, b=10),
-            template="plotly_white",
-            hovermode="x",
-            xaxis=dict(type="date", anchor="y2" if lower else "y", title=None),
-            yaxis=dict(title="GiB", domain=[0.42, 1.0] if lower else [0.0, 1.0], rangemode="tozero"),
-            yaxis2=dict(title="GiB", domain=[0.0, 0.3], rangemode="tozero", visible=lower),
-            yaxis3=dict(title="fragmentation %", overlaying="y2", side="right", range=[0, 100], dtick=25, visible=lower, showgrid=False),
-            # Below the plot: a notebook column is narrow, and the plot keeps its full width.
-            legend=dict(orientation="h", x=0.0, y=-0.08, yanchor="top", font=dict(size=11)),
-            annotations=annotations,
-            uirevision="keep",  # zoom and legend clicks survive updates
+            series=[_series_spec(n) for n in self.drawn],
+            t=[round(t, 3) for t in times],
+            y=self._columns(rows),
+            cells=[list(c) for c in self.cells_drawn],
+            labels=list(self.labels),
+            lower=any(n in _LOWER for n in self.drawn),
+            top=self._top(),
+            window_s=self.window_s,
+            max_points=self.max_points,
         )
 
-    def _x(self, times: Sequence[float], offset: float) -> list[int]:
-        return [int((t + offset) * 1000) for t in times]
-
-    def chunk_traces(self, chunk: Chunk, offset: float) -> list[dict]:
-        xs = self._x(chunk.times, offset)
-        out = []
-        for name in self.drawn:
-            col = SERIES_NAMES.index(name)
-            ys = [_y(name, r[col]) for r in chunk.rows]
-            out.append(_trace(name, xs, ys, f"c{chunk.id}", False, f"c{chunk.id}"))
-        return out
-
-    def redraw(self, offset: float, cells: list) -> None:
-        """Replace every trace: used when the set of series changes, and on window changes."""
+    def redraw(self, cells: list) -> None:
+        """Send the whole figure: when the set of series changes, and on window changes."""
         self.drawn = self.series.active_series()
-        lower = any(n in _LOWER for n in self.drawn)
-        traces: list[dict] = []
-        for chunk in self.series.drawn_chunks():
-            traces.extend(self.chunk_traces(chunk, offset))
-        times, rows = self.series.tail()
-        xs = self._x(times, offset)
-        for name in self.drawn:
-            col = SERIES_NAMES.index(name)
-            traces.append(_trace(name, xs, [_y(name, r[col]) for r in rows], "tail", True, "tail"))
-        traces.append(self._cells_trace(cells, offset))
-        with self.fig.batch_update():
-            self.fig.data = ()
-            self.fig.layout.update(self._layout(self._labels, lower))
-        self.fig.add_traces(traces)
-        self.index = [(t["meta"], t["legendgroup"]) for t in traces]
         self.cells_drawn = tuple(cells)
+        self.fig.figure = self.figure()
 
-    def _cells_trace(self, cells: list, offset: float) -> dict:
-        top = self.series.latest.get("total") if self.series.latest else None
-        top = _y("total", top) if top else 1.0
-        xs: list = []
-        ys: list = []
-        text: list = []
-        for t, count, duration in cells:
-            x = int((t + offset) * 1000)
-            label = f"[{count}]" if count is not None else "[?]"
-            took = f" ran {duration:.1f} s" if duration is not None else " running"
-            xs += [x, x, None]
-            ys += [0, top, None]
-            text += [label + took, label, None]
-        return dict(
-            type="scatter",
-            mode="lines+text",
-            x=xs,
-            y=ys,
-            text=text,
-            textposition="top center",
-            texttemplate=["", "%{text}", ""] * len(cells),
-            textfont=dict(size=10, color="#555555"),
-            line=dict(width=1, color="rgba(80,80,80,0.55)", dash="dot"),
-            name="cells",
-            legendgroup="cells",
-            legendrank=100,
-            meta="cells",
-            hovertemplate="cell %{text}<extra></extra>",
-            xaxis="x",
-            yaxis="y",
-        )
-
-    def update(self, sealed: list[Chunk], gone_ids: set[int], offset: float, cells: list) -> None:
-        """Send what changed: new chunks once, removals, the tail's points, cell markers when
-        they change. ``gone_ids``: chunks expired or replaced."""
+    def update(self, points: list[tuple[float, Values]], cells: list) -> None:
+        """Send what is new: the points, and the cell markers when they changed."""
         if self.series.active_series() != self.drawn:
-            self.redraw(offset, cells)
+            self.redraw(cells)
             return
-        gone = {f"c{i}" for i in gone_ids}
-        if gone and any(meta in gone for meta, _ in self.index):
-            keep = [i for i, (meta, _) in enumerate(self.index) if meta not in gone]
-            data = self.fig.data
-            self.fig.data = tuple(data[i] for i in keep)
-            self.index = [self.index[i] for i in keep]
-        if sealed:
-            new: list[dict] = []
-            for chunk in sealed:
-                new.extend(self.chunk_traces(chunk, offset))
-            self.fig.add_traces(new)
-            self.index += [(t["meta"], t["legendgroup"]) for t in new]
-        times, rows = self.series.tail()
-        xs = self._x(times, offset)
-        # One restyle message for the tail and, when they changed, the cell markers.
-        indexes: list[int] = []
-        data: dict[str, list] = {"x": [], "y": []}
-        for i, (meta, name) in enumerate(self.index):
-            if meta == "tail":
-                col = SERIES_NAMES.index(name)
-                indexes.append(i)
-                data["x"].append(xs)
-                data["y"].append([_y(name, r[col]) for r in rows])
-        if indexes:
-            _restyle_points(self.fig, data, indexes)
+        if points:
+            self.fig.send(dict(kind="append", t=[round(t, 3) for t, _ in points],
+                               y=self._columns([r for _, r in points]), top=self._top()))
         if tuple(cells) != self.cells_drawn:
-            fresh = self._cells_trace(cells, offset)
-            for i, (meta, _) in enumerate(self.index):
-                if meta == "cells":
-                    self.fig.plotly_restyle(
-                        {k: [fresh[k]] for k in ("x", "y", "text", "texttemplate")}, trace_indexes=[i]
-                    )
             self.cells_drawn = tuple(cells)
+            self.fig.send(dict(kind="cells", cells=[list(c) for c in cells]))

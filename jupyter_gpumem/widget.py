@@ -1,15 +1,15 @@
-"""The memory monitor: ipywidgets + a plotly FigureWidget per device, drawn from a Timeline.
+"""The memory monitor: ipywidgets around one plot per device, drawn from a Timeline.
 
 ``%gpumem monitor`` and ``jupyter_gpumem.Monitor(...)`` both land here. A monitor draws one
 Timeline: the sampler's, updated live, or one read from a trace file (``--replay``), drawn as it
-is and labelled "replay" (and "synthetic" where the trace says so). The numbers come from
-``series.py``; this module only draws them and wires the controls. plotly and ipywidgets are
-imported when a monitor is made, never when jupyter_gpumem is imported.
+is and labelled "replay" (and "synthetic" where the trace says so, or where live readings
+come from the fake NVML world). The numbers come from ``series.py``; this module only draws them
+and wires the controls. ipywidgets, anywidget and plotly.js are loaded when a monitor is made,
+never when jupyter_gpumem is imported.
 
-Updates are incremental. plotly's FigureWidget has no "extend" message, so each device's
-window is split into spans: a finished span is sent once, decimated, as its own traces, and only
-the current span (the tail) is re-sent on each tick. Bytes per update stay bounded by the span,
-not the window; ``bench/bench_widget.py`` measures them.
+Updates are append-only: each tick sends each device's new points and nothing else
+(``monitor_figure.py``), and the browser sends nothing back, so an idle kernel stays idle;
+``bench/bench_widget.py`` and ``bench/bench_browser_idle.py`` measure it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any, Iterator
 
 from jupyter_gpumem.magic_args import Grammar, MagicUsageError, Option, as_number, check_interval
 from jupyter_gpumem.model import Event, Sample, Timeline
-from jupyter_gpumem.monitor_figure import _DeviceView, _fmt, _tz_offset_s
+from jupyter_gpumem.monitor_figure import _DeviceView, _fmt
+from jupyter_gpumem.monitor_header import recording_block, status_block
 from jupyter_gpumem.series import (
     MAX_POINTS,
     cell_markers,
@@ -134,22 +135,6 @@ def _span_minutes(timeline: Timeline) -> float:
     return min(MAX_WINDOW_MIN, (samples[-1].t - samples[0].t + 1.0) / 60.0)
 
 
-def _recording_block(header: dict, path: str | None, error: Any) -> str:
-    """Where a recorded timeline came from: the trace's name, host, jax and settings."""
-    bits = [f"trace {html.escape(os.path.basename(path))}"] if path else []
-    if header.get("host"):
-        bits.append(f"host {html.escape(str(header['host']))}")
-    if header.get("jax_version"):
-        bits.append(f"jax {html.escape(str(header['jax_version']))}")
-    settings = header.get("settings") or {}
-    if settings:
-        bits.append("settings " + html.escape(", ".join(f"{k}={v}" for k, v in settings.items())))
-    block = "<div style='opacity:.8'>" + " · ".join(bits) + "</div>" if bits else ""
-    if error is not None:
-        block += f"<div style='color:#b35806'>⚠ trace read up to an error: {html.escape(str(error))}</div>"
-    return block
-
-
 class Monitor:
     """A view of where each GPU's memory is, and why. Display it in a notebook.
 
@@ -193,20 +178,19 @@ class Monitor:
         self.window_min = _check_window(window)
 
         import ipywidgets as W
-        import plotly.graph_objects as go
 
-        self._W, self._go = W, go
+        self._W = W
         self._lock = threading.RLock()
         self._closed = False
         self._paused = False
         self._since: float | None = None  # "clear" hides what came before
         self._views: dict[int, _DeviceView] = {}
         self._latest: Sample | None = None
+        self._first_t: float | None = None  # the first sample drawn: the x axis starts there
         self._events: list[Event] = []
         # Live: the status report, re-read now and then. A recording: where it came from.
-        self._about_html = "" if self.live else _recording_block(timeline.trace_header or {}, self.replay_path, read_error)
+        self._about_html = "" if self.live else recording_block(timeline.trace_header or {}, self.replay_path, read_error)
         self._status_at = 0.0
-        self._offset = _tz_offset_s()
         self._sub = None
         self.updates = 0  # draws done; wait_for_update() waits on it
         self._updated = threading.Condition()
@@ -227,10 +211,13 @@ class Monitor:
     @property
     def labels(self) -> list[str]:
         """How the drawing is marked: "replay" for a timeline read from a trace, and "synthetic"
-        where that trace says its readings are made up."""
+        where that trace says its readings are made up, or where live readings come from the
+        fake NVML world."""
         header = self.timeline.trace_header
         if header is None:
-            return []
+            from jupyter_gpumem.sources.nvml import is_fake
+
+            return ["synthetic"] if self.live and is_fake() else []
         return ["replay", "synthetic"] if header.get("synthetic") else ["replay"]
 
     @property
@@ -300,14 +287,14 @@ class Monitor:
         with self._lock:
             self._views.clear()
             self._events = self._source_events()
-            self._latest = None
+            self._latest = self._first_t = None
             for sample in self._source_samples():
                 self._ingest(sample)
             for view in self._views.values():
                 view.series.expire()
             cells = self._cells()
             for view in self._views.values():
-                view.redraw(self._offset, cells)
+                view.redraw(cells)
             self._refresh_layout()
 
     # --- data in -------------------------------------------------------------------------
@@ -317,24 +304,33 @@ class Monitor:
         return keys if self.device is None else [k for k in keys if k == self.device]
 
     def _ingest(self, sample: Sample) -> tuple[dict, bool]:
-        """Add a sample to each device's series; returns the chunks sealed per device and
-        whether a new device appeared."""
+        """Add a sample to each device's series; returns the new point per device and whether
+        a new device appeared."""
         self._latest = sample
-        sealed = {}
+        if self._first_t is None:
+            self._first_t = sample.t
+        points = {}
         new_device = False
         for key in self._wanted(sample):
             view = self._views.get(key)
             if view is None:
                 dev = sample.device(key)
                 name = (dev.name if dev is not None else "") or "JAX device"
-                view = _DeviceView(key, f"GPU {key}: {name}", self.window_s, self.max_points, self._go, self.labels)
+                view = _DeviceView(key, f"GPU {key}: {name}", self.window_s, self.max_points, self.labels)
                 self._views[key] = view
                 new_device = True
-            sealed[key] = view.series.add(sample.t, row_for(sample, key))
-        return sealed, new_device
+            row = row_for(sample, key)
+            view.series.add(sample.t, row)
+            points[key] = (sample.t, row)
+        return points, new_device
 
     def _cells(self) -> list:
-        return cell_markers(self._events, since=self._window_start(self._latest))
+        """Cell runs to mark: those after the window's start and after the first sample drawn
+        (older ones would stand in an empty strip before the readings)."""
+        since = self._window_start(self._latest)
+        if self._first_t is not None:
+            since = self._first_t if since is None else max(since, self._first_t)
+        return cell_markers(self._events, since=since)
 
     def _on_sample(self, sample: Sample) -> None:
         """Runs on the sampler thread; must never raise (a closed front end included)."""
@@ -356,24 +352,20 @@ class Monitor:
             self.close()
 
     def _apply(self, samples: list[Sample]) -> None:
-        sealed_all: dict = {}
+        points_all: dict = {}
         appeared = False
         for sample in samples:
-            sealed, new_device = self._ingest(sample)
+            points, new_device = self._ingest(sample)
             appeared |= new_device
-            for key, chunks in sealed.items():
-                sealed_all.setdefault(key, []).extend(chunks)
+            for key, point in points.items():
+                points_all.setdefault(key, []).append(point)
         cells = self._cells()
         for key, view in self._views.items():
-            expired = view.series.expire()
-            if appeared and len(view.fig.data) == 0:
-                view.redraw(self._offset, cells)
+            view.series.expire()
+            if not view.drawn:
+                view.redraw(cells)
             else:
-                batch = sealed_all.get(key, [])
-                # A chunk replaced or expired within this same batch is never drawn.
-                skip = {c.id for c in expired} | {i for c in batch for i in c.replaces}
-                fresh = [c for c in batch if c.id not in skip]
-                view.update(fresh, skip, self._offset, cells)
+                view.update(points_all.get(key, []), cells)
         if appeared or not self._views:
             self._refresh_layout()  # also keeps the empty state's reason current
         self._refresh_header()
@@ -440,13 +432,7 @@ class Monitor:
     def _status_block(self) -> str:
         from jupyter_gpumem.status_report import status
 
-        report = status()  # each source inside answers NotAvailable rather than raising
-        warnings = [str(w) for w in report.warnings]
-        body = report._repr_html_()
-        block = "<details><summary>settings and backend</summary>" + body + "</details>"
-        if warnings:
-            block += "".join(f"<div style='color:#b35806'>⚠ {html.escape(w)}</div>" for w in warnings)
-        return block
+        return status_block(status())  # each source inside answers NotAvailable rather than raising
 
     def header_html(self) -> str:
         """The header: labels and state, the latest numbers per device, settings and warnings."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -28,11 +29,20 @@ SYNTHETIC = sorted(glob.glob(os.path.join(TRACES, "synthetic_*.jsonl")))
 assert SYNTHETIC, "jupyter_gpumem/demo_traces/synthetic_*.jsonl are committed; regenerate them with tests/data/make_synthetic_traces.py"
 
 
-def tail_y(monitor: Monitor, label: str, key: int = 0):
-    for tr in monitor._views[key].fig.data:
-        if tr.meta == "tail" and tr.name == label:
-            return list(tr.y)
-    raise AssertionError(f"no tail trace named {label!r}")
+def drawn_y(monitor: Monitor, label: str, key: int = 0):
+    """The values a device's plot draws for the series labelled ``label`` (GiB or percent)."""
+    figure = monitor._views[key].figure()
+    for spec in figure["series"]:
+        if spec["label"] == label:
+            return figure["y"][spec["name"]]
+    raise AssertionError(f"no series labelled {label!r}")
+
+
+def sent_messages(view) -> list[dict]:
+    """Record the custom messages a device's plot widget sends to the browser from now on."""
+    sent: list[dict] = []
+    view.fig.send = lambda content, buffers=None: sent.append(content)
+    return sent
 
 
 @pytest.fixture
@@ -98,11 +108,11 @@ def test_a_monitor_draws_one_timeline(stub):
 def test_live_sample_draws_each_band_in_gib(stub):
     m = Monitor(sampler=stub)
     stub.push(bfc_sample(t=1000.0))
-    assert tail_y(m, "JAX arrays (in use)") == [6.0]
-    assert tail_y(m, "JAX pool, unused") == [10.0]
-    assert tail_y(m, "this process, outside JAX") == [4.0]
-    assert tail_y(m, "other processes") == [30.0]
-    assert tail_y(m, "fragmentation") == [60.0]
+    assert drawn_y(m, "JAX arrays (in use)") == [6.0]
+    assert drawn_y(m, "JAX pool, unused") == [10.0]
+    assert drawn_y(m, "this process, outside JAX") == [4.0]
+    assert drawn_y(m, "other processes") == [30.0]
+    assert drawn_y(m, "fragmentation") == [60.0]
     m.close()
 
 
@@ -119,8 +129,10 @@ def test_every_drawn_trace_has_as_many_x_as_y(stub):
     m = Monitor(sampler=stub)
     for i in range(50):
         stub.push(bfc_sample(t=1000.0 + i * 20))
-    for tr in m._views[0].fig.data:
-        assert len(tr.x) == len(tr.y), tr.name
+    figure = m._views[0].figure()
+    assert figure["y"]
+    for name, ys in figure["y"].items():
+        assert len(ys) == len(figure["t"]), name
     m.close()
 
 
@@ -129,8 +141,7 @@ def test_cell_start_is_marked_with_its_execution_count(stub):
     stub.push(bfc_sample(t=1000.0))
     stub.timeline.add_event(Event(1000.5, "cell_start", {"execution_count": 7}))
     stub.push(bfc_sample(t=1001.0))
-    cells = [tr for tr in m._views[0].fig.data if tr.meta == "cells"][0]
-    assert "[7]" in cells.text
+    assert [c[1] for c in m._views[0].figure()["cells"]] == [7]
     m.close()
 
 
@@ -180,7 +191,7 @@ def test_a_tick_sends_a_small_fraction_of_the_figure(stub):
         m = Monitor(sampler=stub, interval=0.5, window=2)
         for i in range(360):  # 3 minutes at 2 Hz: spans sealed, the oldest expired
             stub.push(bfc_sample(t=1_000_000.0 + i / 2))
-        figure_bytes = len(str(m._views[0].fig.to_plotly_json()))
+        figure_bytes = len(json.dumps(m._views[0].figure()))
         before = len(sizes)
         stub.push(bfc_sample(t=1_000_000.0 + 360 / 2 + 0.01))
         tick = sum(sizes[before:])
@@ -188,11 +199,58 @@ def test_a_tick_sends_a_small_fraction_of_the_figure(stub):
     m.close()
 
 
+def test_a_tick_sends_the_new_point_alone(stub):
+    m = Monitor(sampler=stub)
+    for i in range(30):
+        stub.push(bfc_sample(t=1000.0 + i))
+    sent = sent_messages(m._views[0])
+    stub.push(bfc_sample(t=1030.0))
+    assert [msg["kind"] for msg in sent] == ["append"]
+    assert sent[0]["t"] == [1030.0]
+    assert sent[0]["y"]["jax_in_use"] == [6.0] and all(len(v) == 1 for v in sent[0]["y"].values())
+    m.close()
+
+
+def test_cell_markers_are_sent_when_a_cell_starts_and_not_again(stub):
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    sent = sent_messages(m._views[0])
+    stub.timeline.add_event(Event(1000.5, "cell_start", {"execution_count": 3}))
+    stub.push(bfc_sample(t=1001.0))
+    stub.push(bfc_sample(t=1002.0))
+    assert [msg["kind"] for msg in sent] == ["append", "cells", "append"]
+    assert sent[1]["cells"] == [[1000.5, 3, None]]
+    m.close()
+
+
+def test_cells_run_before_the_first_sample_drawn_are_not_marked(stub):
+    stub.timeline.add_event(Event(990.0, "cell_start", {"execution_count": 1}))
+    stub.timeline.add_event(Event(991.0, "cell_end", {"execution_count": 1}))
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    stub.timeline.add_event(Event(1000.5, "cell_start", {"execution_count": 2}))
+    stub.push(bfc_sample(t=1001.0))
+    figure = m._views[0].figure()
+    assert figure["t"][0] == 1000.0
+    assert [c[1] for c in figure["cells"]] == [2]
+    m.close()
+
+
+def test_a_page_reloaded_gets_the_figure_with_every_point_sent_since(stub):
+    m = Monitor(sampler=stub)
+    for i in range(5):
+        stub.push(bfc_sample(t=1000.0 + i))
+    state = m._views[0].fig.get_state()
+    assert state["figure"]["t"] == [1000.0, 1001.0, 1002.0, 1003.0, 1004.0]
+    m.close()
+
+
 # --- recordings: a Timeline read from a trace --------------------------------------------------
 
 
 def figure_labels(monitor: Monitor) -> list[str]:
-    return [a.text for v in monitor._views.values() for a in v.fig.layout.annotations]
+    """The label line each device's plot draws above itself (the browser joins them with ' · ')."""
+    return [" · ".join(v.figure()["labels"]).upper() for v in monitor._views.values() if v.figure()["labels"]]
 
 
 def test_replay_of_a_synthetic_trace_is_labelled_replay_and_synthetic():
@@ -221,10 +279,44 @@ def test_live_readings_carry_no_replay_label(stub):
     m.close()
 
 
+def test_live_readings_from_the_fake_nvml_world_are_labelled_synthetic():
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        sample = Sample(1.0, PID, NvmlSource().read(), NotAvailable(NOT_STARTED, "x"))
+        stub = StubSampler()
+        m = Monitor(sampler=stub)
+        stub.push(sample)
+        assert m.labels == ["synthetic"]
+        assert "SYNTHETIC" in m.header.value and "REPLAY" not in m.header.value
+        assert figure_labels(m) == ["SYNTHETIC"] * 3
+        m.close()
+
+
+def test_a_replay_header_reads_its_settings_as_status_does(tmp_path):
+    path = tmp_path / "t.jsonl"
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".4"}
+    with TraceWriter(str(path), {"synthetic": True, "settings": {"env": env}}) as writer:
+        writer.write_sample(bfc_sample(t=1000.0))
+    m = Monitor(replay=str(path))
+    assert "preallocate off · fraction 0.4 · allocator default (bfc) · async-prealloc not set" in m.status_box.value
+    assert "{" not in m.status_box.value and "XLA_" not in m.status_box.value
+    m.close()
+
+
+def test_the_live_settings_line_reads_as_status_does(stub, monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    assert "<summary>preallocate off · fraction 0.75 · allocator default (bfc)" in m.status_box.value
+    m.close()
+
+
 def test_a_timeline_read_from_a_trace_draws_as_the_replay_option_does():
     by_path, by_timeline = Monitor(replay=SYNTHETIC[0]), Monitor(timeline=timeline_from_trace(SYNTHETIC[0]))
     assert by_timeline.labels == by_path.labels == ["replay", "synthetic"]
-    assert tail_y(by_timeline, "JAX arrays (in use)") == tail_y(by_path, "JAX arrays (in use)")
+    assert drawn_y(by_timeline, "JAX arrays (in use)") == drawn_y(by_path, "JAX arrays (in use)")
     by_path.close()
     by_timeline.close()
 
@@ -252,11 +344,8 @@ def test_replay_never_draws_more_than_2000_points_per_series(path):
     m = Monitor(replay=path)
     assert m._views, "the trace drew no device"
     for view in m._views.values():
-        per_series: dict[str, int] = {}
-        for tr in view.fig.data:
-            if tr.meta != "cells":
-                per_series[tr.legendgroup] = per_series.get(tr.legendgroup, 0) + len(tr.x)
-        assert per_series and max(per_series.values()) <= 2000
+        figure = view.figure()
+        assert figure["y"] and 0 < len(figure["t"]) <= 2000
     m.close()
 
 

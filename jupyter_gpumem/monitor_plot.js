@@ -1,0 +1,295 @@
+// The monitor's plot in the browser: one device's bands and lines, drawn with plotly.js.
+//
+// The kernel sends the whole figure once (the `figure` trait: series, points, cell markers) and
+// then only what is new, as custom messages: {kind: "append", t, y} and {kind: "cells", cells}.
+// This side keeps the window (drops points older than it), thins old points past max_points,
+// and follows JupyterLab's theme. It never sends anything back to the kernel.
+
+const STORES = (globalThis.__gpumemMonitorStores ??= new Map());
+
+// plotly.js arrives as text in the `plotly_js` trait; it is run once per page.
+function plotlyFrom(model) {
+  if (globalThis.Plotly) {
+    return Promise.resolve(globalThis.Plotly);
+  }
+  if (!globalThis.__gpumemPlotly) {
+    const url = URL.createObjectURL(new Blob([model.get('plotly_js')], { type: 'text/javascript' }));
+    globalThis.__gpumemPlotly = import(/* webpackIgnore: true */ url).then(() => {
+      URL.revokeObjectURL(url);
+      return globalThis.Plotly;
+    });
+  }
+  return globalThis.__gpumemPlotly;
+}
+
+// Epoch seconds to the number plotly's date axis shows as the browser's local clock time.
+function localMs(t) {
+  const ms = t * 1000;
+  return ms - new Date(ms).getTimezoneOffset() * 60000;
+}
+
+function storeFrom(figure) {
+  const store = {
+    figure,
+    t: [...(figure.t || [])],
+    y: {},
+    cells: figure.cells || [],
+    rev: 0
+  };
+  store.x = store.t.map(localMs);
+  for (const s of figure.series || []) {
+    store.y[s.name] = [...((figure.y || {})[s.name] || [])];
+  }
+  return store;
+}
+
+// Keep the window, and at most max_points: past it, every other point of the older half goes.
+function trim(store) {
+  const { window_s, max_points } = store.figure;
+  const last = store.t[store.t.length - 1];
+  let drop = 0;
+  while (drop < store.t.length && store.t[drop] < last - window_s) {
+    drop += 1;
+  }
+  const keep = i => i >= drop;
+  let picks = null;
+  if (store.t.length - drop > max_points) {
+    const half = drop + Math.floor((store.t.length - drop) / 2);
+    picks = i => i >= half || (i >= drop && (i - drop) % 2 === 0);
+  }
+  if (!drop && !picks) {
+    return;
+  }
+  const pick = picks || keep;
+  const filter = a => a.filter((_, i) => pick(i));
+  store.t = filter(store.t);
+  store.x = filter(store.x);
+  for (const name of Object.keys(store.y)) {
+    store.y[name] = filter(store.y[name]);
+  }
+}
+
+function append(store, msg) {
+  for (let i = 0; i < msg.t.length; i++) {
+    store.t.push(msg.t[i]);
+    store.x.push(localMs(msg.t[i]));
+    for (const name of Object.keys(store.y)) {
+      store.y[name].push(((msg.y || {})[name] || [])[i] ?? null);
+    }
+  }
+  trim(store);
+}
+
+function themeColors() {
+  const css = getComputedStyle(document.body);
+  const v = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+  return {
+    paper: v('--jp-layout-color0', '#ffffff'),
+    text: v('--jp-ui-font-color1', '#222222'),
+    muted: v('--jp-ui-font-color2', '#555555'),
+    grid: v('--jp-border-color2', '#e5e5e5')
+  };
+}
+
+const BYTES_HOVER = '%{y:.2f} GiB<extra>';
+
+function traceFor(spec, store, theme) {
+  // "fg": drawn in the theme's text colour (black on white would vanish on a dark theme).
+  const color = spec.color === 'fg' ? theme.text : spec.color;
+  const trace = {
+    type: 'scatter',
+    mode: 'lines',
+    x: store.x,
+    y: store.y[spec.name],
+    name: spec.label,
+    legendgroup: spec.name,
+    legendrank: spec.rank,
+    meta: spec.name,
+    xaxis: 'x'
+  };
+  if (spec.kind === 'band') {
+    Object.assign(trace, {
+      stackgroup: 'bands',
+      line: { width: 0.5, color },
+      fillcolor: color,
+      yaxis: 'y',
+      hovertemplate: BYTES_HOVER + spec.label + '</extra>'
+    });
+  } else {
+    trace.line = { width: 1.5, color, dash: spec.dash || 'solid' };
+    trace.yaxis = spec.axis;
+    trace.hovertemplate =
+      spec.axis === 'y3' ? '%{y:.1f}%<extra>fragmentation</extra>' : BYTES_HOVER + spec.label + '</extra>';
+    if (spec.kind === 'pool') {
+      trace.line.shape = 'hv'; // each growth step shows as a step
+    }
+  }
+  return trace;
+}
+
+function cellsTrace(store, theme) {
+  const first = store.t.length ? store.t[0] : null;
+  const top = store.figure.top || 1;
+  const x = [];
+  const y = [];
+  const text = [];
+  const template = [];
+  for (const [t, count, took] of store.cells) {
+    if (first === null || t < first) {
+      continue; // from before the first sample: nothing to mark it against
+    }
+    const label = count === null ? '[?]' : `[${count}]`;
+    const ms = localMs(t);
+    x.push(ms, ms, null);
+    y.push(0, top, null);
+    text.push(label + (took === null ? ' running' : ` ran ${took.toFixed(1)} s`), label, null);
+    template.push('', '%{text}', '');
+  }
+  return {
+    type: 'scatter',
+    mode: 'lines+text',
+    x,
+    y,
+    text,
+    texttemplate: template,
+    textposition: 'top center',
+    textfont: { size: 10, color: theme.muted },
+    line: { width: 1, color: theme.muted, dash: 'dot' },
+    name: 'cells',
+    legendgroup: 'cells',
+    legendrank: 100,
+    meta: 'cells',
+    hovertemplate: 'cell %{text}<extra></extra>',
+    xaxis: 'x',
+    yaxis: 'y'
+  };
+}
+
+function layoutFor(store, theme) {
+  const fig = store.figure;
+  const lower = fig.lower;
+  const spanS = store.t.length ? store.t[store.t.length - 1] - store.t[0] : 0;
+  const axis = { gridcolor: theme.grid, zerolinecolor: theme.grid, linecolor: theme.grid };
+  const annotations = fig.labels.length
+    ? [
+        {
+          text: fig.labels.join(' · ').toUpperCase(),
+          xref: 'paper',
+          yref: 'paper',
+          x: 0,
+          y: 1,
+          xanchor: 'left',
+          yanchor: 'bottom',
+          showarrow: false,
+          font: { size: 12, color: '#b35806' }
+        }
+      ]
+    : [];
+  return {
+    height: lower ? 560 : 440,
+    margin: { l: 60, r: 60, t: 24, b: 10 },
+    paper_bgcolor: theme.paper,
+    plot_bgcolor: theme.paper,
+    font: { color: theme.text },
+    hovermode: 'x',
+    xaxis: {
+      ...axis,
+      type: 'date',
+      tickformat: '%H:%M:%S',
+      hoverformat: '%H:%M:%S',
+      // Ticks no closer than a second: clock times to the second would repeat.
+      nticks: Math.min(8, Math.max(2, Math.floor(spanS) + 1)),
+      anchor: lower ? 'y2' : 'y'
+    },
+    yaxis: { ...axis, title: { text: 'GiB' }, domain: lower ? [0.42, 1] : [0, 1], rangemode: 'tozero' },
+    yaxis2: { ...axis, title: { text: 'GiB' }, domain: [0, 0.3], rangemode: 'tozero', visible: lower },
+    yaxis3: {
+      ...axis,
+      title: { text: 'fragmentation %' },
+      overlaying: 'y2',
+      side: 'right',
+      range: [0, 100],
+      dtick: 25,
+      visible: lower,
+      showgrid: false
+    },
+    // Below the plot: a notebook column is narrow, and the plot keeps its full width.
+    legend: { orientation: 'h', x: 0, y: -0.08, yanchor: 'top', font: { size: 11 } },
+    annotations,
+    uirevision: 'keep', // zoom and legend clicks survive updates
+    datarevision: store.rev
+  };
+}
+
+function initialize({ model }) {
+  const id = model.get('uid');
+  const store = storeFrom(model.get('figure'));
+  store.views = new Set();
+  STORES.set(id, store);
+  const redraw = () => {
+    store.rev += 1;
+    store.views.forEach(draw => draw());
+  };
+  const onFigure = () => {
+    Object.assign(store, storeFrom(model.get('figure')), { views: store.views, rev: store.rev });
+    redraw();
+  };
+  const onMessage = msg => {
+    if (msg.kind === 'append') {
+      append(store, msg);
+      store.figure.top = msg.top ?? store.figure.top;
+    } else if (msg.kind === 'cells') {
+      store.cells = msg.cells;
+    }
+    redraw();
+  };
+  model.on('change:figure', onFigure);
+  model.on('msg:custom', onMessage);
+  return () => {
+    model.off('change:figure', onFigure);
+    model.off('msg:custom', onMessage);
+    STORES.delete(id);
+  };
+}
+
+async function render({ model, el }) {
+  const store = STORES.get(model.get('uid'));
+  const Plotly = await plotlyFrom(model);
+  const plot = document.createElement('div');
+  plot.className = 'jupyter-gpumem-plot';
+  el.appendChild(plot);
+  let pending = false;
+  const draw = () => {
+    if (pending) {
+      return;
+    }
+    pending = true;
+    requestAnimationFrame(() => {
+      pending = false;
+      const theme = themeColors();
+      const data = store.figure.series.map(s => traceFor(s, store, theme));
+      data.push(cellsTrace(store, theme));
+      Plotly.react(plot, data, layoutFor(store, theme), { responsive: true, displaylogo: false });
+    });
+  };
+  store.views.add(draw);
+  draw();
+  // JupyterLab's theme is switched on <body data-jp-theme-light>: redraw in its colours.
+  const themeWatch = new MutationObserver(draw);
+  themeWatch.observe(document.body, { attributes: true, attributeFilter: ['data-jp-theme-light', 'data-jp-theme-name'] });
+  // A plot drawn in a hidden tab has no width: resize it when it is shown.
+  const sizeWatch = new ResizeObserver(() => {
+    if (plot.offsetWidth > 0 && plot._fullLayout) {
+      Plotly.Plots.resize(plot);
+    }
+  });
+  sizeWatch.observe(el);
+  return () => {
+    store.views.delete(draw);
+    themeWatch.disconnect();
+    sizeWatch.disconnect();
+    Plotly.purge(plot);
+  };
+}
+
+export default { initialize, render };

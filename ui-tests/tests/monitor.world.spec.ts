@@ -1,0 +1,128 @@
+/**
+ * The live monitor (%gpumem monitor) on the fake three-GPU world (synthetic readings): its
+ * time axis reads clock times and starts at its first sample, it says it is synthetic, it
+ * follows JupyterLab's theme, and closing its notebook after the kernel stopped is quiet.
+ */
+import * as path from 'path';
+import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+
+import { IMAGES_DIR, openNotebook } from './gpumem';
+
+test.use({ autoGoto: true, viewport: { width: 1280, height: 1100 } });
+
+const MONITOR = '.jupyter-gpumem-monitor';
+const PLOT = `${MONITOR} .js-plotly-plot`;
+
+/** Runs the notebook's cells up to the monitor's and waits until it has drawn `points`. */
+async function startMonitor(page: IJupyterLabPageFixture, tmpPath: string, points = 3): Promise<void> {
+  await openNotebook(page, tmpPath, 'monitor_world.ipynb');
+  await page.notebook.runCell(1, true); // %load_ext and a cell that ends before the monitor starts
+  await page.notebook.runCell(2, true); // %gpumem monitor --interval 1
+  await expect(page.locator(PLOT).first()).toBeVisible({ timeout: 60000 });
+  await page.waitForFunction(
+    ([sel, n]) => {
+      const gd: any = document.querySelector(sel as string);
+      return gd?.data?.length > 0 && gd.data[0].x.length >= (n as number);
+    },
+    [PLOT, points] as const,
+    { timeout: 30000 }
+  );
+}
+
+/** The first plot's background as plotly painted it, and its relative luminance (0..1). */
+function background(page: IJupyterLabPageFixture): Promise<{ color: string; luminance: number }> {
+  return page.locator(PLOT).first().evaluate((gd: any) => {
+    const color = getComputedStyle(gd.querySelector('.main-svg')).backgroundColor;
+    const [r, g, b] = (/(\d+), (\d+), (\d+)/.exec(color) ?? ['', '255', '255', '255'])
+      .slice(1)
+      .map(v => {
+        const c = Number(v) / 255;
+        return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4);
+      });
+    return { color, luminance: 0.2126 * r + 0.7152 * g + 0.0722 * b };
+  });
+}
+
+test('the live monitor reads clock times from its first sample on, and says it is synthetic', async ({
+  page,
+  tmpPath
+}) => {
+  await startMonitor(page, tmpPath);
+  await page.notebook.runCell(3, true); // a cell after the first sample: its marker is drawn
+  const plot = page.locator(PLOT).first();
+  await page.waitForFunction(
+    sel => {
+      const gd: any = document.querySelector(sel);
+      const cells = gd?.data?.find((t: any) => t.meta === 'cells');
+      return cells && cells.x.some((x: any) => x !== null);
+    },
+    PLOT,
+    { timeout: 30000 }
+  );
+  const axis = await plot.evaluate((gd: any) => {
+    const xa = gd._fullLayout.xaxis;
+    const bands = gd.data.filter((t: any) => t.meta !== 'cells');
+    const first = Math.min(...bands.map((t: any) => Math.min(...t.x)));
+    const cells = gd.data.find((t: any) => t.meta === 'cells').x.filter((x: any) => x !== null);
+    return {
+      first,
+      start: xa.r2l(xa.range[0]),
+      cells,
+      ticks: Array.from(gd.querySelectorAll('.xtick text')).map((t: any) => t.textContent)
+    };
+  });
+  expect(axis.ticks.length).toBeGreaterThan(1);
+  for (const tick of axis.ticks) {
+    expect(tick).toMatch(/^\d{2}:\d{2}:\d{2}$/);
+  }
+  expect(Math.abs(axis.start - axis.first)).toBeLessThan(500);
+  // Only the cell run after the first sample is marked (its start and end: 2 points).
+  expect(axis.cells.length).toBe(2);
+  expect(Math.min(...axis.cells)).toBeGreaterThanOrEqual(axis.first);
+
+  const monitor = page.locator(MONITOR);
+  await expect(monitor.locator('.jupyter-gpumem-header')).toContainText('SYNTHETIC');
+  await expect(monitor.locator('.jupyter-gpumem-header')).not.toContainText('REPLAY');
+  await expect(plot.locator('.annotation-text')).toHaveText('SYNTHETIC');
+  await expect(monitor.locator('details summary').first()).toContainText('preallocate on · fraction');
+  expect((await background(page)).luminance).toBeGreaterThan(0.9);
+  await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-live-light.png') });
+});
+
+test('in JupyterLab Dark the monitor is drawn on a dark background, and follows a theme switch', async ({
+  page,
+  tmpPath
+}) => {
+  await startMonitor(page, tmpPath);
+  expect((await background(page)).luminance).toBeGreaterThan(0.9);
+  await page.theme.setDarkTheme();
+  await expect.poll(async () => (await background(page)).luminance, { timeout: 15000 }).toBeLessThan(0.1);
+  const text = await page
+    .locator(PLOT)
+    .first()
+    .evaluate((gd: any) => getComputedStyle(gd.querySelector('.xtick text')).fill);
+  expect(text).not.toBe('rgb(68, 68, 68)'); // plotly's default dark grey would not read on it
+  await page.locator(MONITOR).screenshot({ path: path.join(IMAGES_DIR, 'monitor-live-dark.png') });
+  await page.theme.setLightTheme();
+  await expect.poll(async () => (await background(page)).luminance, { timeout: 15000 }).toBeGreaterThan(0.9);
+});
+
+test('closing the notebook after its kernel shut down logs no widget errors', async ({ page, tmpPath }) => {
+  const console_: string[] = [];
+  page.on('console', msg => console_.push(`${msg.type()}: ${msg.text()}`));
+  await startMonitor(page, tmpPath);
+  await page.evaluate(async () => {
+    const app = (window as any).jupyterapp;
+    await app.shell.currentWidget.sessionContext.shutdown();
+  });
+  await page.waitForFunction(() => {
+    const ctx = (window as any).jupyterapp.shell.currentWidget?.sessionContext;
+    return ctx && !ctx.session;
+  });
+  await page.notebook.close(true);
+  await expect(page.locator('.jp-NotebookPanel')).toHaveCount(0);
+  // Anything the closing views would send goes out as they are disposed; give it a moment.
+  await page.waitForTimeout(2000);
+  expect(console_.filter(line => line.includes('Could not send widget sync message'))).toEqual([]);
+  expect(console_.filter(line => line.startsWith('error:'))).toEqual([]);
+});
