@@ -154,6 +154,7 @@ def test_free_history_frees_the_output_array_and_says_the_measure(session):
     # shardings, never from buffer pointers, so the two cannot be told apart; the measure says so).
     assert fr["freed"] == 8000
     assert fr["measure"].startswith("live JAX array bytes") and "counts twice" in fr["measure"]
+    assert fr["text"].startswith("Freed 7.81 KiB: ") and ", counted as live JAX array bytes (no allocator" in fr["text"]
     assert not any(n.startswith(("Out", "_")) for n in session["after_free_names"])
 
 
@@ -219,13 +220,15 @@ def test_defragment_deletes_the_old_arrays_and_names_other_holders(session):
     d = session["defrag"]
     assert d["old_deleted"] is True
     assert "old" in d["other_names"]
+    assert "These names held the moved arrays and now hold deleted ones: " in d["text"]
+    assert "Rebind any that is not the tree you rebound to the result." in d["text"]
     assert "fragmentation cannot be measured" in d["text"]
 
 
 @pytest.mark.parametrize(
     "key, words",
     [
-        ("by", "--by takes one of shape, dtype, cell, name, got 'colour'"),
+        ("by", "--by takes one of shape, dtype, cell, name, line, got 'colour'"),
         ("top", "--top takes a whole number of rows, 1 or more"),
         ("free", "unknown argument '--all'; valid: --history, --caches, --gc"),
         ("estimate_not_call", "estimate takes a call such as train_step(params, batch)"),

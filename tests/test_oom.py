@@ -263,6 +263,8 @@ def test_report_from_fragmenting_trace_says_fragmentation_and_preallocate_on(mon
     assert "fragmentation 85%" in first.why  # (19077753856 - 2882316288) / 19077753856
     text_report = str(report)
     assert "largest free block 2.68 GiB" in text_report and "headroom 27.86 GiB" in text_report
+    assert "Requested: 30.00 GiB (32,212,254,720 bytes; the error printed it rounded)." in text_report
+    assert "\n  async-prealloc  " in text_report  # spelt as the magic and %gpumem status spell it
     # the sentence names each quantity: 27.86 GiB is what the pool can grow by, not a block
     assert first.title == ("Enough memory is free in total (45.63 GiB), but the largest free block is 2.68 GiB "
                            "and the pool can grow by only 27.86 GiB")

@@ -358,7 +358,7 @@ def fragmented_pool(r: OomReadings, need: int | None) -> Fix | None:
         f"{_b(r.largest_free_block)}{growth_text}",
         main,
         f"{_b(req)} requested; free in total {_b(tf)}; largest free block "
-        f"{_b(r.largest_free_block)}{frag_text}; the largest request that can succeed {_b(lr)}.{why_extra}",
+        f"{_b(r.largest_free_block)}{frag_text}; largest request that can succeed {_b(lr)}.{why_extra}",
         tf,
         True,
         actions,

@@ -51,7 +51,7 @@ class FreeReport(_PreReport):
         return max(0, self.before - self.after)
 
     def lines(self) -> list[str]:
-        out = [f"Freed {_b(self.freed)}: {_b(self.before)} -> {_b(self.after)} ({self.measure})."]
+        out = [f"Freed {_b(self.freed)}: {_b(self.before)} -> {_b(self.after)}, counted as {self.measure}."]
         out += [f"  - {a}" for a in self.actions]
         out += [f"  - FAILED {a}" for a in self.failed]
         if self.not_done:

@@ -44,8 +44,8 @@ class DefragSummary(_TextReport):
             fa = "n/a" if a.fragmentation is None else f"{a.fragmentation:.0%}"
             out.append(f"  {b.label}: fragmentation {fb} -> {fa}; largest free block {_b(b.largest_free)} -> {_b(a.largest_free)}")
         if self.other_names:
-            out.append("  Names that referred to the moved arrays now hold deleted arrays; rebind each that is "
-                       "not the tree you passed (and rebound to the result): " + ", ".join(self.other_names))
+            out.append("  These names held the moved arrays and now hold deleted ones: " + ", ".join(self.other_names)
+                       + ". Rebind any that is not the tree you rebound to the result.")
         if self.note:
             out.append("  " + self.note)
         return out

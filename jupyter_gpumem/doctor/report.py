@@ -120,13 +120,14 @@ class OomReport(_TextReport):
         e = self.error
         if e.requested_bytes is None:
             return "Requested: the error does not say how much."
-        approx = "" if e.exact else " (as printed, rounded)"
-        return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes){approx}."
+        approx = "" if e.exact else "; the error printed it rounded"
+        return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes{approx})."
 
     def lines(self) -> list[str]:
         out = ["JAX ran out of memory (jupyter-gpumem doctor)" + (" [synthetic readings]" if self.readings.synthetic else ""),
                self.requested_line(), "", "Allocator settings in effect:"]
-        out += [f"  {name:<15} {shown:<16} ({source})" for name, shown, source in self.settings]
+        # each setting as the magic spells it (async-prealloc), as %gpumem status shows it
+        out += [f"  {name.replace('_', '-'):<15} {shown:<16} ({source})" for name, shown, source in self.settings]
         out += ["", "Device state at failure:"]
         for d in self.devices:
             if d.note:
@@ -164,7 +165,7 @@ class OomReport(_TextReport):
         return out
 
     def _repr_html_(self) -> str:
-        settings = "".join(f"<tr><td>{_esc(n)}</td><td><b>{_esc(s)}</b></td><td>{_esc(src)}</td></tr>" for n, s, src in self.settings)
+        settings = "".join(f"<tr><td>{_esc(n.replace('_', '-'))}</td><td><b>{_esc(s)}</b></td><td>{_esc(src)}</td></tr>" for n, s, src in self.settings)
         devs = []
         for d in self.devices:
             if d.note:
