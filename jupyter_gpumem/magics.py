@@ -35,6 +35,10 @@ e.g. `%gpumem preallocate off fraction .4`):
                                   cuda_malloc_async is taken as cuda_async
   %gpumem async-prealloc SIZE     bytes, 512MiB, 2GiB or all  (TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC)
   %gpumem remat on|off            jax_compiler_enable_remat_pass; applies to later compilations
+  %gpumem tensorflow [growth|cpu|default]
+                                  TensorFlow in the same process, before it starts: growth
+                                  (TF_FORCE_GPU_ALLOW_GROWTH=true), cpu (its GPUs hidden from it,
+                                  not from JAX), default
 
   JAX reads these once, when its backend starts. After that, asking for a different value is an
   error: restart the kernel and run the settings cell first. remat is the exception.
@@ -70,6 +74,7 @@ DELEGATES = {
     "cells": ("jupyter_gpumem.doctor.after_cell", "magic_cells"),
     "estimate": ("jupyter_gpumem.doctor.estimates", "magic_estimate"),
     "snapshot": ("jupyter_gpumem.doctor.snapshot", "magic_snapshot"),
+    "tensorflow": ("jupyter_gpumem.tensorflow_settings", "magic_tensorflow"),
 }
 
 _HELP_WORDS = ("--help", "-h", "help")

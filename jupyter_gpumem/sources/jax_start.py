@@ -4,8 +4,8 @@ that is installed without importing jax.
 JAX runs each function in ``jax._src.xla_bridge._backend_initialization_hooks`` with every
 backend ``_init_backend`` creates, inside ``backends()``, on the thread that asked for it
 (``register_backend_initialization_hook``, jax/_src/xla_bridge.py, 0.10.2). The hook is
-registered as soon as that module exists: at load when jax is already imported, else by an
-import finder that waits for ``jax._src.xla_bridge`` and removes itself once it has run. The
+registered as soon as that module exists: at load when jax is already imported, else right
+after ``jax._src.xla_bridge`` is imported (``import_watch``). The
 hook only copies the stack (file, line, function per frame): it never raises into JAX, never
 touches an array, and changes nothing the user's code sees.
 """
@@ -15,6 +15,8 @@ from __future__ import annotations
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from jupyter_gpumem.sources.import_watch import after_import, cancel
 
 if TYPE_CHECKING:
     from jupyter_gpumem.sites import Origin
@@ -59,52 +61,17 @@ def _register(bridge: Any) -> None:
         _state["registered"] = True
 
 
-class _BridgeFinder:
-    """Finds nothing itself: when ``jax._src.xla_bridge`` is imported, it lets the next finder
-    find it and registers the hook once the module has run (then restores the loader)."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != BRIDGE:
-            return None
-        unwatch()
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module") or not hasattr(loader, "__dict__"):
-            return spec
-        run = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            try:
-                run(module)
-            finally:
-                loader.__dict__.pop("exec_module", None)
-            _register(module)
-
-        loader.exec_module = exec_module
-        return spec
-
-
 def watch(cells: Callable[[], Mapping[str, int]] | None = None) -> None:
     """Record who starts JAX's backend from now on (cheap: imports nothing). ``cells`` gives the
     shell's map of cell files to execution counts, asked when the stack is reduced."""
     if cells is not None:
         _state["cells"] = cells
-    bridge = sys.modules.get(BRIDGE)
-    if bridge is not None:
-        _register(bridge)
-    elif not any(isinstance(f, _BridgeFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _BridgeFinder())
+    after_import(BRIDGE, _register)
 
 
 def unwatch() -> None:
     """Remove the import finder, where it is still waiting."""
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _BridgeFinder)]
+    cancel(BRIDGE)
 
 
 def starter() -> "Origin | None":
