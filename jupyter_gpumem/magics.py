@@ -160,7 +160,7 @@ def parse_line(line: str) -> Command:
         if given is not None:
             values[name], note = given
             if note:
-                notes.append(note)
+                notes.append(f"note: {note}")  # shown like the notes applying adds
     return Command("settings", AllocatorSettings(**values), tuple(notes))
 
 
