@@ -160,6 +160,16 @@ class JaxDeviceReading:
     nvml_unmatched: str | None = None
 
 
+@dataclass(frozen=True)
+class TorchDeviceReading:
+    """PyTorch's CUDA caching allocator on one device (``torch.cuda.memory_stats``):
+    ``reserved_bytes`` held from CUDA, ``allocated_bytes`` of it in tensors."""
+
+    cuda_ordinal: int
+    reserved_bytes: int
+    allocated_bytes: int
+
+
 # --- samples, events, timeline ---------------------------------------------------------------
 
 
@@ -168,7 +178,8 @@ class Sample:
     """Everything read at one instant ``t`` (seconds since the epoch).
 
     ``pids_not_here``: the pids NVML listed that were not processes in this PID namespace when
-    read (inside a container NVML lists the host's pids); None where nobody looked.
+    read (inside a container NVML lists the host's pids); None where nobody looked. ``torch``:
+    PyTorch's caching allocator per CUDA device, where torch is imported and has started CUDA.
     """
 
     t: float
@@ -176,6 +187,7 @@ class Sample:
     devices: tuple[DeviceReading | DeviceUnreadable, ...] | NotAvailable
     jax: tuple[JaxDeviceReading, ...] | NotAvailable
     pids_not_here: frozenset[int] | None = None
+    torch: tuple[TorchDeviceReading, ...] | NotAvailable = ()  # empty: torch not using CUDA here
 
     def device(self, index: int) -> DeviceReading | DeviceUnreadable | None:
         if isinstance(self.devices, NotAvailable):

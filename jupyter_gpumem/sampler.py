@@ -18,6 +18,7 @@ from typing import Any, Callable
 from jupyter_gpumem.cell_hooks import CellHooks
 from jupyter_gpumem.magic_args import check_interval
 from jupyter_gpumem.model import ERROR, DeviceReading, Event, NotAvailable, Sample, Timeline
+from jupyter_gpumem.sources.torch_memory import read_torch
 
 log = logging.getLogger(__name__)
 # How long closing the last subscription waits for a reading in progress to finish.
@@ -95,8 +96,9 @@ class Sampler:
             devices = _safely(self.read_devices, "GPU devices (NVML)")
             not_here = _safely(lambda: pids_not_here(devices, self.pid_exists), "which NVML pids are processes here")
             jax = _safely(self.read_jax, "JAX devices")
+            torch = _safely(read_torch, "PyTorch's CUDA allocator")
             sample = Sample(t=self.clock(), pid=self.pid, devices=devices, jax=jax,
-                            pids_not_here=None if isinstance(not_here, NotAvailable) else not_here)
+                            pids_not_here=None if isinstance(not_here, NotAvailable) else not_here, torch=torch)
             self.timeline.append(sample)
         return sample
 
