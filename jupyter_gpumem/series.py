@@ -7,7 +7,10 @@ Where a device's memory is, as stacked bands that add up to NVML's used + free:
 
 - ``jax_in_use``        JAX arrays (``bytes_in_use``)
 - ``pool_unused``       preallocated or pooled but unused (pool - in use)
-- ``outside_jax``       this process outside JAX's allocator (process's NVML bytes - pool)
+- ``outside_jax``       this process outside JAX's allocator (process's NVML bytes - pool), less
+                        PyTorch's caching allocator where that is read:
+- ``torch_allocated``   PyTorch tensors (``allocated_bytes``), where torch has started CUDA
+- ``torch_cached``      PyTorch's cache: reserved from CUDA, not in tensors (reserved - allocated)
 - ``other_processes``   other processes (device used - this process)
 - ``host_pids``         processes NVML lists by pids that are not processes here, when it cannot
                         tell which of them is this process (containers: NVML lists the host's
@@ -36,6 +39,7 @@ from jupyter_gpumem.model import (
     NotAvailable,
     NOT_STARTED,
     Sample,
+    TorchDeviceReading,
     fragmentation,
     headroom,
     held_bytes,
@@ -77,6 +81,8 @@ SERIES: tuple[SeriesSpec, ...] = (
     SeriesSpec("jax_in_use", "JAX arrays (in use)", "band", "bytes"),
     SeriesSpec("pool_unused", "JAX pool, unused", "band", "bytes"),
     SeriesSpec("outside_jax", "this process, outside JAX", "band", "bytes"),
+    SeriesSpec("torch_allocated", "PyTorch tensors (allocated)", "band", "bytes"),
+    SeriesSpec("torch_cached", "PyTorch cache (reserved, unused)", "band", "bytes"),
     SeriesSpec("other_processes", "other processes", "band", "bytes"),
     SeriesSpec("host_pids", "processes NVML lists with host pids (cannot tell which is this kernel)", "band", "bytes"),
     SeriesSpec("unattributed", "used, not attributable", "band", "bytes"),
@@ -167,7 +173,21 @@ def series_values(sample: Sample, key: int) -> dict[str, float | None]:
             outside = outside_allocator_bytes(mine, stats, cuda_pool)
             out["outside_jax"] = mine if outside is None else outside  # JAX not started: all of it
             out["other_processes"] = max(0, dev.used_bytes - mine)
+            torch = _torch_for(sample, jdev)
+            if torch is not None:
+                out["torch_allocated"] = torch.allocated_bytes
+                out["torch_cached"] = max(0, torch.reserved_bytes - torch.allocated_bytes)
+                out["outside_jax"] = max(0, out["outside_jax"] - torch.reserved_bytes)
     return out
+
+
+def _torch_for(sample: Sample, jdev) -> TorchDeviceReading | None:
+    """PyTorch's reading for the CUDA device JAX's ``jdev`` is (torch and JAX count CUDA devices
+    alike); None without one, or where JAX is not on that GPU to say which device it is."""
+    torch = sample.torch
+    if isinstance(torch, NotAvailable) or jdev is None or jdev.cuda_ordinal is None:
+        return None
+    return next((t for t in torch if t.cuda_ordinal == jdev.cuda_ordinal), None)
 
 
 def row_for(sample: Sample, key: int) -> Values:

@@ -9,10 +9,14 @@ before CUDA is initialised); ``device_count()``. PyTorch is not installed here.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 
-from jupyter_gpumem.model import TorchDeviceReading
+from doubles import bfc_sample
+
+from jupyter_gpumem.model import NotAvailable, TorchDeviceReading
+from jupyter_gpumem.series import BANDS, series_values
 from jupyter_gpumem.sources.torch_memory import read_torch
 
 GiB = 1 << 30
@@ -56,3 +60,35 @@ def test_each_device_gives_reserved_and_allocated(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", torch)
     assert read_torch() == (TorchDeviceReading(0, 3 * GiB, 2 * GiB), TorchDeviceReading(1, 0, 0))
     assert calls == [0, 1]
+
+
+def with_torch(torch) -> object:
+    """bfc_sample with JAX's GPU named as CUDA device 0, and ``torch`` as its PyTorch reading."""
+    sample = bfc_sample()
+    jax = tuple(dataclasses.replace(j, cuda_ordinal=0) for j in sample.jax)
+    return dataclasses.replace(sample, jax=jax, torch=torch)
+
+
+def test_the_band_outside_jax_splits_out_pytorchs_allocator():
+    """bfc_sample: this process 20 GiB on GPU 0, JAX's pool 16 GiB; PyTorch reserves 3 GiB with
+    2 GiB in tensors: outside JAX 20 - 16 - 3 = 1 GiB, PyTorch tensors 2, its cache 3 - 2 = 1."""
+    v = series_values(with_torch((TorchDeviceReading(0, 3 * GiB, 2 * GiB),)), 0)
+    assert (v["outside_jax"], v["torch_allocated"], v["torch_cached"]) == (1 * GiB, 2 * GiB, 1 * GiB)
+    assert sum(v[b] or 0 for b in BANDS) == 80 * GiB
+
+
+def test_without_a_reading_the_band_is_as_before():
+    for torch in ((), NotAvailable("error", "reading PyTorch's CUDA allocator failed")):
+        v = series_values(with_torch(torch), 0)
+        assert (v["outside_jax"], v["torch_allocated"], v["torch_cached"]) == (4 * GiB, None, None)
+
+
+def test_pytorch_on_another_device_than_jax_is_not_subtracted():
+    v = series_values(with_torch((TorchDeviceReading(1, 3 * GiB, 2 * GiB),)), 0)
+    assert (v["outside_jax"], v["torch_allocated"]) == (4 * GiB, None)
+
+
+def test_without_jax_on_the_gpu_pytorch_is_not_placed():
+    """JAX's reading names the CUDA device; without it (bfc_sample gives none) nothing is split."""
+    v = series_values(dataclasses.replace(bfc_sample(), torch=(TorchDeviceReading(0, 3 * GiB, 2 * GiB),)), 0)
+    assert (v["outside_jax"], v["torch_allocated"]) == (4 * GiB, None)
