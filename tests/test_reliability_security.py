@@ -14,6 +14,7 @@ import urllib.parse
 
 import pytest
 from tornado.httpclient import HTTPClientError
+from tornado.websocket import WebSocketHandler
 
 from jupyter_gpumem.testing import fake_nvml
 
@@ -32,8 +33,9 @@ def world():
         yield w
 
 
-def extension_paths(web_app):
-    """URL paths of every handler this package added to the server, read from tornado's rules."""
+def extension_paths(web_app, websockets=False):
+    """URL paths of every handler this package added to the server, read from tornado's rules:
+    the plain HTTP ones, or with ``websockets`` the websocket ones."""
     paths = set()
 
     def walk(router):
@@ -41,11 +43,27 @@ def extension_paths(web_app):
             target = rule.target
             if hasattr(target, "rules"):
                 walk(target)
-            elif isinstance(target, type) and target.__module__.startswith("jupyter_gpumem"):
+            elif (isinstance(target, type) and target.__module__.startswith("jupyter_gpumem")
+                  and issubclass(target, WebSocketHandler) == websockets):
                 paths.add(re.sub(r"/\?\$$|\$$", "", rule.matcher.regex.pattern))
 
     walk(web_app.default_router)
     return sorted(paths)
+
+
+async def test_every_extension_websocket_refuses_a_wrong_token_and_opens_with_the_right_one(
+        jp_serverapp, jp_ws_fetch, jp_base_url, world):
+    paths = extension_paths(jp_serverapp.web_app, websockets=True)
+    assert paths, "the /devices push socket at least"
+    for path in paths:
+        parts = [urllib.parse.unquote(p) for p in path[len(jp_base_url):].split("/")]
+        for header in ("", "token not-the-token", "Bearer not-the-token"):
+            with pytest.raises(HTTPClientError) as denied:
+                await jp_ws_fetch(*parts, headers={"Authorization": header})
+            assert denied.value.code == 403, (path, header)
+        ws = await jp_ws_fetch(*parts)
+        assert await asyncio.wait_for(ws.read_message(), 5), path
+        ws.close()
 
 
 async def test_every_extension_route_refuses_a_wrong_token_and_serves_the_right_one(jp_serverapp, jp_fetch, jp_base_url, world):

@@ -435,3 +435,38 @@ async def test_an_unchanged_answer_is_a_304_and_a_changed_one_a_200(jp_fetch, se
     changed = await jp_fetch("jupyter-gpumem", "api", "devices", headers={"If-None-Match": etag})
     assert changed.code == 200 and changed.headers["Etag"] != etag
     assert json.loads(changed.body)["devices"][0]["used"] == world.gpu(0).used_bytes
+
+
+# --- pushed answers: /devices/ws -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.1}])
+async def test_a_socket_gets_the_answer_then_only_changed_values(jp_fetch, jp_ws_fetch, service, world):
+    ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws")
+    first = json.loads(await asyncio.wait_for(ws.read_message(), 5))
+    assert first["devices"][0]["used"] == world.gpu(0).used_bytes and first["synthetic"] is True
+    reads = service.sampler.reads
+    with pytest.raises(asyncio.TimeoutError):  # readings go on, the values stay: nothing is sent
+        await asyncio.wait_for(ws.read_message(), 0.6)
+    assert service.sampler.reads >= reads + 3 and service.sampler.running  # the open socket keeps it reading
+    world.set_used(0, world.gpu(0).used_bytes + GiB)
+    changed = json.loads(await asyncio.wait_for(ws.read_message(), 5))
+    assert changed["devices"][0]["used"] == world.gpu(0).used_bytes
+    ws.close()
+    for _ in range(50):
+        if not len(service.watchers):
+            break
+        await asyncio.sleep(0.05)
+    assert len(service.watchers) == 0
+
+
+async def test_a_socket_with_a_bad_notebook_is_closed_with_the_reason(jp_ws_fetch, world):
+    ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws", params={"notebook": "../x.ipynb"})
+    assert await asyncio.wait_for(ws.read_message(), 5) is None
+    assert ws.close_code == 1008 and "normalised path" in ws.close_reason
+
+
+async def test_a_socket_without_a_token_is_refused(jp_ws_fetch, world):
+    with pytest.raises(HTTPClientError) as err:
+        await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws", headers={"Authorization": ""})
+    assert err.value.code == 403

@@ -19,13 +19,14 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from jupyter_gpumem.server.handlers import handlers
+    from jupyter_gpumem.server.push import route
     from jupyter_gpumem.server.service import GpuMemService
 
     config = GpuMem(parent=serverapp)
     service = GpuMemService(config, serverapp.kernel_manager, getattr(serverapp, "session_manager", None))
     web_app = serverapp.web_app
     web_app.settings[_SETTINGS_KEY] = service
-    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
+    web_app.add_handlers(".*$", [*handlers(web_app.settings["base_url"]), route(web_app.settings["base_url"])])
     serverapp.log.info(
         "jupyter-gpumem: serving %s every %gs at %sjupyter-gpumem/api/",
         f"replay of {config.replay}" if config.replay else "NVML",

@@ -22,6 +22,7 @@ from jupyter_gpumem.server.config import GpuMem
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelDirectory, KernelInfo
 from jupyter_gpumem.server.metrics import gauges, set_touch, snapshot_from
+from jupyter_gpumem.server.push import Watchers
 from jupyter_gpumem.server.shared_sampler import SharedSampler
 from jupyter_gpumem.server.readings import Reading, make_source, process_facts
 
@@ -68,7 +69,7 @@ class GpuMemService:
             self.source,
             interval=config.poll_interval,
             idle_intervals=config.idle_intervals,
-            on_reading=self._after_reading if export_metrics else None,
+            on_reading=self._after_reading,
         )
         self.export_metrics = export_metrics
         if export_metrics:
@@ -77,6 +78,7 @@ class GpuMemService:
         self._kernels_at = -1.0
         self._kernels_inflight: asyncio.Future | None = None
         self._answers: _Answers | None = None
+        self.watchers = Watchers()  # open /devices/ws sockets
         # JupyterHub names the user of a single-user server in its environment (Spawner.get_env).
         self.user = os.environ.get("JUPYTERHUB_USER", "")
 
@@ -129,6 +131,11 @@ class GpuMemService:
         report = self.report(reading, kernels)
         if self._answers is None or self._answers.reading is not reading or self._answers.kernels is not kernels:
             self._answers = _Answers(reading, kernels, {None: answer_of(report)})  # what most clients ask for
+        if len(self.watchers):
+            self.sampler.touch()  # an open socket is a watcher
+            self.watchers.push(lambda notebook: self._answer_for(reading, kernels, notebook))
+        if not self.export_metrics:
+            return
         c = self.config
         # Exported while the reader may still be alive: one interval past its idle stop.
         max_age = c.poll_interval * (c.idle_intervals + 1)
@@ -156,6 +163,7 @@ class GpuMemService:
         }
 
     def stop(self) -> None:
+        self.watchers.close_all()
         self.sampler.stop()
         if self.export_metrics:
             set_touch(None)
