@@ -165,8 +165,10 @@ def test_committed_outputs_have_the_shape_of_a_fresh_run(name):
         pytest.skip("one run had a GPU and the other had not")
 
     def shape(nb):
-        return [[(o["output_type"], o.get("name") or o.get("ename") or sorted(o.get("data", {})))
-                 for o in c.outputs] for c in nb.cells if c.cell_type == "code"]
+        kinds = [[(o["output_type"], o.get("name") or o.get("ename") or sorted(o.get("data", {})))
+                  for o in c.outputs] for c in nb.cells if c.cell_type == "code"]
+        # adjacent writes to one stream count once: how the kernel split them is timing
+        return [[k for i, k in enumerate(cell) if i == 0 or k[0] != "stream" or k != cell[i - 1]] for cell in kinds]
 
     assert shape(fresh) == shape(kept), "the committed outputs are stale: make notebooks"
 

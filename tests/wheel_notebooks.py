@@ -88,7 +88,7 @@ def execute(path: pathlib.Path, home: pathlib.Path) -> tuple[nbformat.NotebookNo
     try:
         client.execute(env=env)
     except CellExecutionError as err:
-        return nb, str(err).splitlines()[0] if str(err) else type(err).__name__
+        return nb, f"{err.ename}: {err.evalue}\n{err}"
     return nb, None
 
 
@@ -99,6 +99,8 @@ def trimmed(nb: nbformat.NotebookNode, ran_on: dict) -> nbformat.NotebookNode:
     nb.metadata["jupyter_gpumem"] = ran_on
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+        if "outputs" in cell:
+            cell.outputs = _streams_joined(cell.outputs)
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             if WIDGET in data:
@@ -106,6 +108,19 @@ def trimmed(nb: nbformat.NotebookNode, ran_on: dict) -> nbformat.NotebookNode:
             if out.get("output_type") == "error":
                 out["traceback"] = out["traceback"][-1:]
     return nb
+
+
+def _streams_joined(outputs: list) -> list:
+    """Adjacent writes to one stream as one output: how the kernel split them is timing."""
+    joined: list = []
+    for out in outputs:
+        last = joined[-1] if joined else None
+        if (out["output_type"] == "stream" and last is not None and last["output_type"] == "stream"
+                and last["name"] == out["name"]):
+            last["text"] += out["text"]
+        else:
+            joined.append(out)
+    return joined
 
 
 def where_it_ran(python: pathlib.Path, wheel: pathlib.Path) -> dict:
