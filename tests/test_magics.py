@@ -188,6 +188,19 @@ def test_a_delegated_subcommand_reaches_its_module_function(monkeypatch):
     assert calls == [(["--top", "5", "--by", "dtype"], shell)]
 
 
+@pytest.mark.parametrize("raised", ["arrays: no such row", "%gpumem arrays: no such row", "no such row"])
+def test_a_subcommand_error_that_already_names_the_command_is_not_prefixed_twice(monkeypatch, raised):
+    from jupyter_gpumem.doctor import arrays
+
+    def refuse(argv, shell):
+        raise ValueError(raised)
+
+    monkeypatch.setattr(arrays, "magic_arrays", refuse)
+    with pytest.raises(MagicUsageError) as err:
+        run_command(parse_line("arrays"))
+    assert str(err.value) == "%gpumem arrays: no such row"
+
+
 @pytest.mark.parametrize("word", sorted(DELEGATES))
 def test_every_delegated_word_names_a_function_that_exists(word):
     module_name, function_name = DELEGATES[word]
