@@ -89,7 +89,7 @@ def event(name: str) -> dict:
 def _announce() -> None:
     # A front end without the target closes this comm at once (JupyterLab's
     # KernelConnection._handleCommOpen, @jupyterlab/services 7.6); the panel keeps it.
-    _keep(_create_comm(target_name=TARGET, data=event("loaded")))
+    _serve(_create_comm(target_name=TARGET, data=event("loaded")))
 
 
 def _pre_run_cell(info: Any = None) -> None:
@@ -120,8 +120,10 @@ def _quietly(what: str, action: Callable[[], None], on_failure: Callable[[], Non
             on_failure()
 
 
-def _keep(comm: Any) -> None:
-    """Push to ``comm`` until it closes (or until _MAX_COMMS newer ones are open)."""
+def _serve(comm: Any) -> None:
+    """Answer requests on ``comm`` and push to it until it closes (or until _MAX_COMMS newer
+    ones are open)."""
+    comm.on_msg(lambda msg: _answer(comm, _data(msg)))
     _comms.append(comm)
     del _comms[:-_MAX_COMMS]
     on_close = getattr(comm, "on_close", None)
@@ -138,8 +140,7 @@ def _forget(comm: Any) -> None:
 # comm_msg), so a failed send never reaches the user's cells; reply() answers every failure
 # of ours in the message itself.
 def _on_open(comm: Any, open_msg: dict) -> None:
-    comm.on_msg(lambda msg: _answer(comm, _data(msg)))
-    _keep(comm)
+    _serve(comm)
     data = _data(open_msg)
     if data:
         _answer(comm, data)

@@ -82,6 +82,16 @@ def test_loading_opens_a_comm_that_tells_the_front_end_it_is_loaded(fresh_comms)
     assert (data["type"], data["event"], data["backend_started"]) == ("event", "loaded", False)
 
 
+def test_the_comm_opened_at_load_answers_snapshot_requests(fresh_comms):
+    """The panel keeps the comm the kernel opened at load (labextension/src/kernelComm.ts) and
+    asks on it."""
+    kernel_comm.register(FakeShell(FakeCommManager()))
+    (announce,) = fresh_comms
+    announce.handler({"content": {"data": {"request": "snapshot"}}})
+    (answer,) = announce.sent
+    assert answer["type"] == "snapshot"
+
+
 def test_each_cell_end_is_pushed_to_every_open_comm(fresh_comms):
     shell, _, panel = loaded_kernel_with_panel()
     shell.run_cell(1, lambda: None)

@@ -4,6 +4,10 @@ Environment:
 - GPUMEM_UI_PORT: the port (galata's helper fixes 8888).
 - GPUMEM_UI_REPLAY: "" for the live state of this machine; "demo" for the server's synthetic
   demo trace (placeholder pids mapped to this server's running kernels); or a trace path.
+- JUPYTER_GPUMEM_FAKE_NVML (the "world" server, with the drop-in pynvml first on PYTHONPATH): a
+  scenario name is written to a JSON world file first, and the variable pointed at it, for the
+  server and every kernel it starts. A spec changes the world from a kernel (a kernel puts its
+  own pid on a fake GPU) by saving that file; the drop-in re-reads it (docs/fake-gpu.md).
 """
 
 import os
@@ -26,3 +30,11 @@ if _replay == "demo":
     _replay = write_demo_trace(os.path.join(tempfile.mkdtemp(prefix="gpumem-ui-"), "demo.jsonl"))
 if _replay:
     c.GpuMem.replay = os.path.abspath(_replay)  # noqa: F821
+
+_world = os.environ.get("JUPYTER_GPUMEM_FAKE_NVML", "")
+if _world and not os.path.exists(_world):
+    from jupyter_gpumem.testing import scenario
+
+    _path = os.path.join(tempfile.mkdtemp(prefix="gpumem-world-"), f"{_world}.json")
+    scenario(_world).save(_path)
+    os.environ["JUPYTER_GPUMEM_FAKE_NVML"] = _path

@@ -162,3 +162,13 @@ export function settingsOf(
     problem: null
   };
 }
+
+/** The settings as a restart will apply them, one [name, value] row each, for the confirmation. */
+export function settingsRows(s: NotebookAllocatorSettings, trans: Translate): Array<[string, string]> {
+  const unset = trans.__('JAX default');
+  return [
+    ['preallocate', s.preallocate === null ? unset : s.preallocate ? trans.__('on') : trans.__('off')],
+    ['fraction', s.fraction === null ? unset : String(s.fraction)],
+    ['allocator', s.allocator ?? unset]
+  ];
+}

@@ -9,6 +9,7 @@ export const METADATA_KEY = 'jupyter_gpumem';
 export const TRANSLATION_DOMAIN = 'jupyter_gpumem';
 
 export const COMMAND_OPEN = 'jupyter-gpumem:open';
+export const COMMAND_SHUTDOWN_KERNEL = 'jupyter-gpumem:shutdown-kernel';
 export const COMMAND_RESTART_WITH_SETTINGS = 'jupyter-gpumem:restart-with-settings';
 
 export const DEFAULT_POLL_SECONDS = 2;
@@ -16,9 +17,7 @@ export const MIN_POLL_SECONDS = 0.5;
 /** After failures a poll waits longer each time, up to this. */
 export const MAX_BACKOFF_SECONDS = 30;
 
-/** How long the panel waits for a kernel's snapshot before it calls the kernel busy. */
+/** How long an idle kernel (no cell running) may take to answer a snapshot request. */
 export const SNAPSHOT_TIMEOUT_MS = 3000;
-/** After a kernel said "not loaded", ask it again this rarely (each ask logs in the kernel). */
-export const NOT_LOADED_RETRY_MS = 10000;
 
 export const LOAD_EXTENSION_CODE = '%load_ext jupyter_gpumem';

@@ -40,3 +40,8 @@ export function kernelRows(devices: DeviceInfo[]): KernelRow[] {
   }
   return rows;
 }
+
+/** An idle kernel of this server that holds GPU memory: the panel offers to shut it down. */
+export function canShutDown(p: ProcessInfo): boolean {
+  return p.kind === 'kernel' && !!p.kernel_id && p.execution_state === 'idle' && (p.used ?? 0) > 0;
+}

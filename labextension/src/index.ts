@@ -9,9 +9,13 @@ import {
 } from '@jupyterlab/application';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
-import { ITranslator, nullTranslator } from '@jupyterlab/translation';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { ITranslator, nullTranslator, TranslationBundle } from '@jupyterlab/translation';
+import { Signal } from '@lumino/signaling';
 
 import { EMPTY_SETTINGS } from './allocatorSettings';
+import { confirmRestart, confirmShutdown } from './confirmations';
+import { GpuStatusItem } from './components/GpuStatusItem';
 import {
   COMMAND_OPEN,
   COMMAND_RESTART_WITH_SETTINGS,
@@ -33,11 +37,22 @@ function readOptions(settings: ISettingRegistry.ISettings | null): PanelOptions 
   );
 }
 
+/** Saves the settings into the notebook's metadata and the notebook to disk. */
+async function saveSettings(nb: NotebookPanel, s: NotebookAllocatorSettings): Promise<void> {
+  writeNotebookSettings(nb, s);
+  await nb.context.save();
+}
+
+/** Asks as JupyterLab's own restart does, then saves the settings and restarts with them. */
 async function restartWith(
   nb: NotebookPanel,
-  s: NotebookAllocatorSettings
+  s: NotebookAllocatorSettings,
+  trans: TranslationBundle
 ): Promise<void> {
-  writeNotebookSettings(nb, s);
+  if (!(await confirmRestart(nb, s, trans))) {
+    return;
+  }
+  await saveSettings(nb, s);
   const ctx = nb.sessionContext;
   const kernel = ctx.session?.kernel;
   if (kernel && kernel.status !== 'dead') {
@@ -57,32 +72,42 @@ const plugin: JupyterFrontEndPlugin<void> = {
     'A sidebar panel: every GPU, which kernel holds how much, and this notebook’s JAX allocator.',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [ISettingRegistry, ITranslator],
+  optional: [ISettingRegistry, ITranslator, IStatusBar],
   activate: async (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
     registry: ISettingRegistry | null,
-    translator: ITranslator | null
+    translator: ITranslator | null,
+    statusBar: IStatusBar | null
   ) => {
     const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
     const hook = new KernelStartHook();
     tracker.forEach(nb => hook.watch(nb));
     tracker.widgetAdded.connect((_, nb) => hook.watch(nb));
 
+    let statusItem: GpuStatusItem | null = null;
     const widget = new GpuMemPanel({
       options: readOptions(null),
       trans,
       outcome: nb => hook.outcome(nb),
+      alsoWatched: () => !!statusItem?.isVisible,
       actions: {
         onOpen: path => void app.commands.execute('docmanager:open', { path }),
         onSave: (nb, s) => {
-          writeNotebookSettings(nb, s);
-          widget.update();
+          void saveSettings(nb, s).then(() => widget.update());
         },
-        onRestart: (nb, s) => void restartWith(nb, s),
+        onRestart: (nb, s) => void restartWith(nb, s, trans),
         onFix: (nb, fraction) => {
           const current = readNotebookSettings(nb).settings ?? EMPTY_SETTINGS;
-          void restartWith(nb, { ...current, fraction });
+          void restartWith(nb, { ...current, fraction }, trans);
+        },
+        onShutdown: (p, device) => {
+          void confirmShutdown(p, device, widget.options.units, trans).then(async ok => {
+            if (ok && p.kernel_id) {
+              await app.serviceManager.kernels.shutdown(p.kernel_id);
+              widget.devices.refresh();
+            }
+          });
         }
       }
     });
@@ -102,6 +127,26 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     hook.applied.connect(() => widget.update());
 
+    if (statusBar) {
+      const item = new GpuStatusItem({
+        devices: widget.devices,
+        kernel: widget.kernel,
+        units: () => widget.options.units,
+        trans,
+        onClick: () => void app.commands.execute(COMMAND_OPEN)
+      });
+      statusItem = item;
+      const activeChanged = new Signal<GpuStatusItem, void>(item);
+      tracker.currentChanged.connect(() => activeChanged.emit());
+      statusBar.registerStatusItem(`${PLUGIN_ID}:status`, {
+        item,
+        align: 'left',
+        rank: 4,
+        isActive: () => !!tracker.currentWidget,
+        activeStateChanged: activeChanged
+      });
+    }
+
     app.commands.addCommand(COMMAND_OPEN, {
       label: trans.__('Show GPU memory'),
       icon: gpuMemIcon,
@@ -114,7 +159,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const nb = tracker.currentWidget;
         if (nb) {
           const s = readNotebookSettings(nb).settings ?? EMPTY_SETTINGS;
-          return restartWith(nb, s);
+          return restartWith(nb, s, trans);
         }
       }
     });

@@ -1,6 +1,8 @@
 /**
- * The sidebar widget. It owns the panel's models, whose polls stand by while it is hidden,
- * and renders PanelView; it re-renders when told the notebook or its settings changed.
+ * The sidebar widget. It owns the panel's models, which the status bar item reads too: the
+ * devices poll stands by while neither is on screen, and the kernel model asks the kernel only
+ * when opened, on a kernel change, or after the kernel pushes. It renders PanelView and
+ * re-renders when told the notebook or its settings changed.
  */
 
 import * as React from 'react';
@@ -21,6 +23,8 @@ export interface GpuMemPanelOptions {
   actions: PanelActions;
   /** What happened when the notebook's settings were last applied to its kernel. */
   outcome: (panel: NotebookPanel) => ApplyOutcome | undefined;
+  /** Whether something else that reads the models is on screen (the status bar item). */
+  alsoWatched: () => boolean;
 }
 
 export class GpuMemPanel extends ReactWidget {
@@ -32,13 +36,13 @@ export class GpuMemPanel extends ReactWidget {
     super();
     this.addClass('jp-GpuMem');
     this._options = _props.options;
-    const standby = () => !this.isVisible || 'when-hidden';
+    const watched = () => this.isVisible || _props.alsoWatched();
     this.devices = new DevicesModel({
       pollSeconds: this._options.pollSeconds,
       notebookPath: () => this.kernel.notebook?.context.path ?? null,
-      standby
+      standby: () => !watched() || 'when-hidden'
     });
-    this.kernel = new KernelModel({ pollSeconds: this._options.pollSeconds, standby });
+    this.kernel = new KernelModel({ isWatched: watched });
   }
 
   /** The notebook the panel shows; null when no notebook is active. */
@@ -50,10 +54,13 @@ export class GpuMemPanel extends ReactWidget {
     }
   }
 
+  get options(): PanelOptions {
+    return this._options;
+  }
+
   set options(options: PanelOptions) {
     this._options = options;
     this.devices.pollSeconds = options.pollSeconds;
-    this.kernel.pollSeconds = options.pollSeconds;
     this.update();
   }
 
@@ -83,7 +90,7 @@ export class GpuMemPanel extends ReactWidget {
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
-    // The polls stood by while hidden: read at once instead of at their next tick.
+    // The devices poll may have stood by, and the kernel is asked only when needed: read now.
     this.devices.refresh();
     this.kernel.refresh();
     this.update();

@@ -21,6 +21,8 @@ export interface ProcessInfo {
   kernel_name: string | null;
   notebook_path: string | null;
   execution_state: string | null;
+  /** jupyter_server's last message to or from the kernel, ISO 8601 UTC; null or absent when unknown. */
+  last_activity?: string | null;
   preallocated: boolean | null;
   name: string | null;
   user: string | null;
@@ -92,7 +94,24 @@ export interface DevicesReply {
 export interface AllocatorSetting {
   name: string;
   value: unknown;
+  /** The value as `%gpumem status` prints it ("off", "not set"); absent from older kernels. */
+  shown?: string;
   source: string;
+}
+
+/** JAX on the CPU while NVML sees GPUs, as the kernel words it. */
+export interface CpuFallbackInfo {
+  gpus: number;
+  headline: string;
+  sentence: string;
+}
+
+/** What the kernel pushes when its state may have changed. */
+export interface KernelPush {
+  type: 'event';
+  event: 'loaded' | 'cell_end' | 'jax_started' | string;
+  backend_started: boolean;
+  t: number;
 }
 
 export interface JaxDeviceSnapshot {
@@ -127,6 +146,8 @@ export interface KernelSnapshot {
   allocator_choices?: string[] | null;
   /** Absent from older kernels. */
   settings_table?: SettingsTableRow[];
+  /** Absent from older kernels. */
+  cpu_fallback?: CpuFallbackInfo | null;
 }
 
 /** The per-notebook allocator settings kept in metadata.jupyter_gpumem. */

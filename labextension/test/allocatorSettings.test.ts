@@ -9,7 +9,8 @@ import {
   parseFraction,
   parseSettings,
   problemText,
-  settingsOf
+  settingsOf,
+  settingsRows
 } from '../src/allocatorSettings';
 import { english } from './english';
 import fractionCases from './fraction-cases.json';
@@ -159,5 +160,20 @@ describe('parseFraction: what %gpumem fraction F takes', () => {
 
   test('hexadecimal, which Number() would take, is refused as the magic refuses it', () => {
     assert.equal(settingsOf({ preallocate: 'off', fraction: '0x1', allocator: '' }).settings, null);
+  });
+});
+
+describe('settingsRows: what the restart dialog lists', () => {
+  test('each setting in words, JAX default where unset', () => {
+    assert.deepEqual(settingsRows({ preallocate: false, fraction: 0.3, allocator: null }, english), [
+      ['preallocate', 'off'],
+      ['fraction', '0.3'],
+      ['allocator', 'JAX default']
+    ]);
+    assert.deepEqual(settingsRows({ preallocate: true, fraction: null, allocator: 'vmm' }, english), [
+      ['preallocate', 'on'],
+      ['fraction', 'JAX default'],
+      ['allocator', 'vmm']
+    ]);
   });
 });

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
-import { kernelRows, memoryShares } from '../src/deviceInfo';
+import { canShutDown, kernelRows, memoryShares } from '../src/deviceInfo';
 import { ProcessInfo, ReadableDevice, UnreadableDevice } from '../src/types';
 
 const GiB = 1024 ** 3;
@@ -138,5 +138,18 @@ describe('kernelRows', () => {
 
   test('no kernel anywhere gives no rows', () => {
     assert.deepEqual(kernelRows([a100(0, { processes: [otherProcess(5, GiB)] }), lost]), []);
+  });
+});
+
+describe('canShutDown', () => {
+  test('an idle kernel of this server that holds GPU memory', () => {
+    assert.equal(canShutDown(kernelProcess(1, GiB, 'a.ipynb')), true);
+  });
+
+  test('not a busy kernel, one holding nothing, or a process that is no kernel of this server', () => {
+    assert.equal(canShutDown({ ...kernelProcess(1, GiB, 'a.ipynb'), execution_state: 'busy' }), false);
+    assert.equal(canShutDown(kernelProcess(1, 0, 'a.ipynb')), false);
+    assert.equal(canShutDown({ ...kernelProcess(1, null as unknown as number, 'a.ipynb') }), false);
+    assert.equal(canShutDown(otherProcess(2, GiB)), false);
   });
 });

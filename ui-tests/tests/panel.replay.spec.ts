@@ -47,7 +47,10 @@ test('two kernels over-committing a GPU get a warning whose fix sets fraction 1/
   const suggested = Number(/fraction ([0-9.]+)/.exec(label)?.[1]);
   expect(suggested).toBeGreaterThan(0);
   expect(suggested).toBeLessThanOrEqual(0.5);
-  await withKernelRestart(page, () => fix.first().click());
+  await withKernelRestart(page, async () => {
+    await fix.first().click();
+    await page.locator('.jp-Dialog .jp-mod-accept').click();
+  });
   expect((await notebookMetadata(page)).fraction).toBe(suggested);
   const output = await runFirstCell(page);
   await expect(output).toContainText(`MEM_FRACTION', '${suggested}'`);

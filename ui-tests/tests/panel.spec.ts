@@ -94,7 +94,8 @@ test('once loaded, JAX on CPU shows its backend, settings with sources, and why 
   // The panel refreshes by itself while visible: no click after the cell.
   await expect(backend).toHaveText('JAX started on cpu');
   const settings = panel.locator('.jp-GpuMem-settingsInEffect');
-  await expect(settings.locator('tr', { hasText: 'preallocate' })).toContainText('false (%gpumem)');
+  // Applied by the panel at kernel start, from the notebook's metadata: no magic was typed.
+  await expect(settings.locator('tr', { hasText: 'preallocate' })).toContainText('off (notebook settings)');
   await expect(settings.locator('tr', { hasText: 'fraction' })).toContainText('0.75 (JAX default)');
   await expect(panel.locator('.jp-GpuMem-noStats')).toContainText(
     'JAX is running on the CPU, which keeps no allocator statistics'
@@ -152,9 +153,10 @@ test('restart with these settings restarts the kernel in place with their enviro
   const panel = await openPanel(page);
   await panel.locator('select[name="preallocate"]').selectOption('off');
   await panel.locator('input[name="fraction"]').fill('0.3');
-  await withKernelRestart(page, () =>
-    panel.getByRole('button', { name: 'Restart kernel with these settings' }).click()
-  );
+  await withKernelRestart(page, async () => {
+    await panel.getByRole('button', { name: 'Restart kernel with these settings' }).click();
+    await page.locator('.jp-Dialog .jp-mod-accept').click();
+  });
   const output = await runFirstCell(page);
   await expect(output).toContainText("('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')");
   await expect(output).toContainText(/MEM_FRACTION', '0\.3'/);

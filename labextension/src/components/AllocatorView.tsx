@@ -4,7 +4,8 @@ import * as React from 'react';
 import { TranslationBundle } from '@jupyterlab/translation';
 
 import { formatBytes, formatPercent } from '../format';
-import { JaxDeviceSnapshot, KernelSnapshot, Units } from '../types';
+import { AllocatorSetting, JaxDeviceSnapshot, KernelSnapshot, Units } from '../types';
+import { KeyValueRows } from './KeyValueRows';
 import { StateNotice } from './StateNotice';
 
 function DeviceStats(props: {
@@ -37,16 +38,23 @@ function DeviceStats(props: {
           ? trans.__('JAX device %1 · %2', d.jax_id, d.allocator)
           : trans.__('JAX device %1', d.jax_id)}
       </caption>
-      <tbody>
-        {rows.map(([name, value]) => (
-          <tr key={name}>
-            <th>{name}</th>
-            <td>{value}</td>
-          </tr>
-        ))}
-      </tbody>
+      <KeyValueRows rows={rows} />
     </table>
   );
+}
+
+/** A setting's value as `%gpumem status` prints it; older kernels send only the raw value. */
+function settingText(s: AllocatorSetting, trans: TranslationBundle): string {
+  if (typeof s.shown === 'string') {
+    return s.shown;
+  }
+  if (s.value === null || s.value === undefined) {
+    return trans.__('not set');
+  }
+  if (typeof s.value === 'boolean') {
+    return s.value ? trans.__('on') : trans.__('off');
+  }
+  return String(s.value);
 }
 
 export function AllocatorView(props: {
@@ -73,7 +81,7 @@ export function AllocatorView(props: {
               <tr key={x.name}>
                 <th>{x.name}</th>
                 <td>
-                  {String(x.value)} <span className="jp-GpuMem-muted">({x.source})</span>
+                  {settingText(x, trans)} <span className="jp-GpuMem-muted">({x.source})</span>
                 </td>
               </tr>
             ))}

@@ -6,7 +6,7 @@ import { UseSignal } from '@jupyterlab/ui-components';
 
 import { ApiError } from '../api';
 import { DevicesModel } from '../models/devicesModel';
-import { DevicesReply, NvmlState, Units } from '../types';
+import { DevicesReply, NvmlState, ProcessInfo, Units } from '../types';
 import { DeviceCard } from './DeviceCard';
 import { KernelTable } from './KernelTable';
 import { StateNotice } from './StateNotice';
@@ -49,6 +49,7 @@ interface Props {
   canFix: boolean;
   onOpen: (path: string) => void;
   onFix: (fraction: number) => void;
+  onShutdown: (p: ProcessInfo, device: number) => void;
 }
 
 export function DevicesSection(props: Props): JSX.Element {
@@ -124,6 +125,7 @@ function DevicesView(
             units={props.units}
             trans={trans}
             onOpen={props.onOpen}
+            onShutdown={props.onShutdown}
           />
         </>
       )}

@@ -3,6 +3,7 @@
 import * as React from 'react';
 import { TranslationBundle } from '@jupyterlab/translation';
 
+import { clockTime } from '../format';
 import { KernelAnswerError, NoAnswerError } from '../kernelComm';
 import { KernelModel } from '../models/kernelModel';
 import { Units } from '../types';
@@ -77,15 +78,19 @@ export function KernelStateView(props: {
           ) : null}
         </StateNotice>
       );
-    case 'busy':
+    case 'busy': {
+      const at = model.lastSnapshotAt;
       return (
         <>
-          <div className="jp-GpuMem-muted">
-            {trans.__('The kernel is running a cell; it answers when the cell ends.')}
+          <div className="jp-GpuMem-muted jp-GpuMem-busy">
+            {at
+              ? trans.__('Busy; last state at %1', clockTime(at))
+              : trans.__('Busy: running a cell; its state shows when the cell ends.')}
           </div>
           {lastView}
         </>
       );
+    }
     case 'failed':
       return (
         <>

@@ -3,9 +3,9 @@
 import * as React from 'react';
 import { TranslationBundle } from '@jupyterlab/translation';
 
-import { kernelRows } from '../deviceInfo';
-import { formatBytes } from '../format';
-import { DeviceInfo, Units } from '../types';
+import { canShutDown, kernelRows } from '../deviceInfo';
+import { elapsedSince, formatBytes } from '../format';
+import { DeviceInfo, ProcessInfo, Units } from '../types';
 
 function preallocText(p: boolean | null, trans: TranslationBundle): string {
   return p === null ? trans.__('unknown') : p ? trans.__('yes') : trans.__('no');
@@ -17,15 +17,18 @@ export function KernelTable(props: {
   units: Units;
   trans: TranslationBundle;
   onOpen: (path: string) => void;
+  /** Asks, then shuts the kernel down. */
+  onShutdown: (p: ProcessInfo, device: number) => void;
 }): JSX.Element {
   const { trans } = props;
   const rows = kernelRows(props.devices);
+  const now = Date.now();
   if (rows.length === 0) {
     return <div className="jp-GpuMem-muted">{trans.__('No kernel holds GPU memory.')}</div>;
   }
   return (
     <div className="jp-GpuMem-scrollX">
-      <table className="jp-GpuMem-table">
+      <table className="jp-GpuMem-table jp-GpuMem-kernels">
         <thead>
           <tr>
             <th>{trans.__('Notebook')}</th>
@@ -39,6 +42,7 @@ export function KernelTable(props: {
         <tbody>
           {rows.map(({ device, process: p }) => {
             const mine = !!p.notebook_path && p.notebook_path === props.activePath;
+            const idle = p.execution_state === 'idle' ? elapsedSince(p.last_activity, now) : null;
             return (
               <tr
                 key={`${device}-${p.pid}`}
@@ -78,6 +82,20 @@ export function KernelTable(props: {
                   ) : null}
                   {p.execution_state === 'dead' ? (
                     <span className="jp-GpuMem-tag">{trans.__('dead')}</span>
+                  ) : null}
+                  {idle !== null || canShutDown(p) ? (
+                    <span className="jp-GpuMem-idle">
+                      {idle !== null ? trans.__('idle %1', idle) : trans.__('idle')}
+                      {canShutDown(p) ? (
+                        <button
+                          className="jp-mod-styled jp-GpuMem-shutdown"
+                          title={trans.__('Shut this kernel down and give its GPU memory back')}
+                          onClick={() => props.onShutdown(p, device)}
+                        >
+                          {trans.__('Shut down')}
+                        </button>
+                      ) : null}
+                    </span>
                   ) : null}
                 </td>
                 <td>{device}</td>

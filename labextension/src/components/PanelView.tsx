@@ -7,7 +7,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { ApplyOutcome } from '../kernelStartHook';
 import { DevicesModel } from '../models/devicesModel';
 import { KernelModel } from '../models/kernelModel';
-import { NotebookAllocatorSettings, Units } from '../types';
+import { NotebookAllocatorSettings, ProcessInfo, Units } from '../types';
 import { DevicesSection } from './DevicesSection';
 import { NotebookSection } from './NotebookSection';
 
@@ -17,6 +17,8 @@ export interface PanelActions {
   onSave: (panel: NotebookPanel, s: NotebookAllocatorSettings) => void;
   onRestart: (panel: NotebookPanel, s: NotebookAllocatorSettings) => void;
   onFix: (panel: NotebookPanel, fraction: number) => void;
+  /** Asks, then shuts down an idle kernel that holds GPU memory; then the devices are read again. */
+  onShutdown: (p: ProcessInfo, device: number) => void;
 }
 
 export function PanelView(props: {
@@ -40,6 +42,7 @@ export function PanelView(props: {
         canFix={!!nb}
         onOpen={actions.onOpen}
         onFix={f => nb && actions.onFix(nb, f)}
+        onShutdown={actions.onShutdown}
       />
       {nb ? (
         <NotebookSection

@@ -1,18 +1,19 @@
 /**
  * The active notebook's kernel as the panel sees it: its state, and JAX's allocator as the
- * kernel's snapshot reports it, polled while the panel is on screen. Views render `state`,
- * `lastSnapshot` and `loadError` and re-render on `changed`.
+ * kernel's snapshot reports it. Nothing here polls the kernel: the panel asks for a snapshot
+ * when it is opened, when the notebook's kernel changes or restarts, and when the kernel pushes
+ * that something may have changed (at %load_ext and after each cell; kernel_comm.py). Whether a
+ * cell runs is read from the kernel's own status messages, which cost the kernel nothing.
+ * Views render `state`, `lastSnapshot` and `loadError` and re-render on `changed`.
  */
 
+import { ISessionContext } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
-import { Kernel } from '@jupyterlab/services';
-import { Poll } from '@lumino/polling';
+import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { NOT_LOADED_RETRY_MS, SNAPSHOT_TIMEOUT_MS } from '../constants';
-import { loadExtension, NotLoadedError, SnapshotChannel } from '../kernelComm';
-import { pollFrequency } from '../panelOptions';
-import { asError } from './asError';
+import { SNAPSHOT_TIMEOUT_MS } from '../constants';
+import { ChannelMessage, loadExtension, NoAnswerError, SnapshotChannel } from '../kernelComm';
 import { asExecutionError } from '../silentExecution';
 import { ExecutionError, KernelSnapshot } from '../types';
 
@@ -23,57 +24,33 @@ export type KernelState =
   | { kind: 'dead' }
   | { kind: 'restarting'; status: string }
   | { kind: 'not-loaded' }
-  /** Running a cell: the kernel answers only after it, so the panel does not ask. */
+  /** Running a cell: the kernel answers when it ends; `lastSnapshot` is what was last seen. */
   | { kind: 'busy' }
   | { kind: 'snapshot'; snapshot: KernelSnapshot }
-  /** No answer in time, or an error answer; the poll backs off. */
+  /** An error answer, or no answer in time from a kernel that ran no cell. */
   | { kind: 'failed'; error: Error };
 
 const STARTING = ['restarting', 'autorestarting', 'starting', 'unknown'];
 
-interface Answer {
-  kernel: Kernel.IKernelConnection | null;
-  state: KernelState;
-}
-
 export interface KernelModelOptions {
-  pollSeconds: number;
-  /** When to stand by, as Poll takes it: `() => !widget.isVisible || 'when-hidden'`. */
-  standby: () => boolean | Poll.Standby;
+  /** Whether anyone looks (the panel or the status bar item is on screen). */
+  isWatched: () => boolean;
 }
 
 export class KernelModel {
   private _panel: NotebookPanel | null = null;
-  private _state: KernelState = { kind: 'asking' };
-  private _last: { kernel: Kernel.IKernelConnection; snapshot: KernelSnapshot } | null = null;
-  private _loadError: ExecutionError | null = null;
+  private _kernel: Kernel.IKernelConnection | null = null;
   private _channel: SnapshotChannel | null = null;
-  private _notLoadedAt: { kernel: Kernel.IKernelConnection; at: number } | null = null;
+  private _base: KernelState = { kind: 'asking' };
+  private _last: { snapshot: KernelSnapshot; at: Date } | null = null;
+  private _loadError: ExecutionError | null = null;
+  /** The execute requests the kernel is running (from its status messages on iopub). */
+  private _running = new Set<string>();
+  private _timer: number | null = null;
   private _changed = new Signal<this, void>(this);
-  private _poll: Poll<Answer, Error>;
+  private _disposed = false;
 
-  constructor(options: KernelModelOptions) {
-    this._poll = new Poll<Answer, Error>({
-      name: 'jupyter-gpumem:kernel',
-      factory: () => this._ask(),
-      frequency: pollFrequency(options.pollSeconds),
-      standby: options.standby
-    });
-    // Poll drops the answer of a request overtaken by refresh(): read answers from its ticks.
-    this._poll.ticked.connect((_, tick) => {
-      if (tick.phase === 'resolved' || tick.phase === 'reconnected') {
-        const { kernel, state } = tick.payload as Answer;
-        if (state.kind === 'snapshot' && kernel) {
-          this._last = { kernel, snapshot: state.snapshot };
-        } else if (kernel !== this._last?.kernel) {
-          this._last = null;
-        }
-        this._set(state);
-      } else if (tick.phase === 'rejected') {
-        this._set({ kind: 'failed', error: asError(tick.payload) });
-      }
-    });
-  }
+  constructor(private _options: KernelModelOptions) {}
 
   /** Emitted when the state, the last snapshot or the load error changes. */
   get changed(): ISignal<this, void> {
@@ -89,18 +66,20 @@ export class KernelModel {
     if (panel === this._panel) {
       return;
     }
+    this._panel?.sessionContext.kernelChanged.disconnect(this._onKernelChanged, this);
     this._panel = panel;
-    this._channel?.dispose();
-    this._channel = null;
-    this._last = null;
-    this._notLoadedAt = null;
+    panel?.sessionContext.kernelChanged.connect(this._onKernelChanged, this);
     this._loadError = null;
-    this._set({ kind: 'asking' });
-    this.refresh();
+    this._attach(panel?.sessionContext.session?.kernel ?? null);
   }
 
+  /** What the panel shows: while a cell runs, "busy" instead of a snapshot or a failure. */
   get state(): KernelState {
-    return this._state;
+    const base = this._base;
+    if (this._running.size > 0 && ['snapshot', 'failed', 'asking'].includes(base.kind)) {
+      return { kind: 'busy' };
+    }
+    return base;
   }
 
   /** The latest snapshot of the current kernel, kept while it is busy or does not answer. */
@@ -108,19 +87,20 @@ export class KernelModel {
     return this._last?.snapshot ?? null;
   }
 
+  /** When the latest snapshot arrived. */
+  get lastSnapshotAt(): Date | null {
+    return this._last?.at ?? null;
+  }
+
   /** Why the last `load()` failed; null when it worked or was not tried. */
   get loadError(): ExecutionError | null {
     return this._loadError;
   }
 
-  set pollSeconds(seconds: number) {
-    this._poll.frequency = pollFrequency(seconds);
-  }
-
   /** Loads jupyter_gpumem in the kernel (this does not start JAX), then asks again. */
   async load(): Promise<void> {
     const panel = this._panel;
-    const kernel = panel?.sessionContext.session?.kernel;
+    const kernel = this._kernel;
     if (!kernel) {
       return;
     }
@@ -134,64 +114,163 @@ export class KernelModel {
       return;
     }
     this._loadError = error;
-    this._notLoadedAt = null;
     this._changed.emit();
-    this.refresh();
+    this._ask();
   }
 
-  /** Asks now (the panel came back on screen, or something changed). */
+  /** Asks now: someone started looking. */
   refresh(): void {
-    void this._poll.refresh();
+    this._ask();
   }
 
   get isDisposed(): boolean {
-    return this._poll.isDisposed;
+    return this._disposed;
   }
 
   dispose(): void {
-    this._poll.dispose();
-    this._channel?.dispose();
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    this.notebook = null;
     Signal.clearData(this);
   }
 
-  private _set(state: KernelState): void {
-    this._state = state;
-    this._changed.emit();
+  private _onKernelChanged(
+    _: ISessionContext,
+    change: { oldValue: Kernel.IKernelConnection | null; newValue: Kernel.IKernelConnection | null }
+  ): void {
+    // restartKernel() reports the same connection as changed; its status says it restarted.
+    if (change.newValue !== this._kernel) {
+      this._attach(change.newValue);
+    }
   }
 
-  /** One poll: the kernel's state without asking it where that says enough, else a snapshot. */
-  private async _ask(): Promise<Answer> {
-    const kernel = this._panel?.sessionContext.session?.kernel ?? null;
+  private _attach(kernel: Kernel.IKernelConnection | null): void {
+    if (this._kernel) {
+      this._kernel.statusChanged.disconnect(this._onStatus, this);
+      this._kernel.iopubMessage.disconnect(this._onIopub, this);
+    }
+    this._channel?.dispose();
+    this._channel = null;
+    this._clearTimer();
+    this._kernel = kernel;
+    this._last = null;
+    this._running.clear();
     if (!kernel) {
-      return { kernel, state: { kind: 'no-kernel' } };
+      this._set({ kind: 'no-kernel' });
+      return;
     }
-    if (kernel.status === 'dead') {
-      return { kernel, state: { kind: 'dead' } };
+    kernel.statusChanged.connect(this._onStatus, this);
+    kernel.iopubMessage.connect(this._onIopub, this);
+    this._channel = new SnapshotChannel(kernel);
+    this._channel.received.connect(this._onReceived, this);
+    this._base = { kind: 'asking' };
+    this._onStatus(kernel, kernel.status);
+    this._ask();
+  }
+
+  private _onStatus(kernel: Kernel.IKernelConnection, status: Kernel.Status): void {
+    if (status === 'dead') {
+      this._running.clear();
+      this._set({ kind: 'dead' });
+    } else if (STARTING.includes(status)) {
+      // A new process: what was known of the old one no longer holds.
+      this._running.clear();
+      this._last = null;
+      this._channel?.reset();
+      this._clearTimer();
+      this._set({ kind: 'restarting', status });
+    } else if (this._base.kind === 'restarting' || this._base.kind === 'dead') {
+      this._set({ kind: 'asking' });
+      this._ask();
     }
-    if (STARTING.includes(kernel.status)) {
-      return { kernel, state: { kind: 'restarting', status: kernel.status } };
+  }
+
+  /** A cell starts or ends: the kernel's busy and idle status messages for an execute request. */
+  private _onIopub(_: Kernel.IKernelConnection, msg: KernelMessage.IIOPubMessage): void {
+    const parent = msg.parent_header as Partial<KernelMessage.IHeader>;
+    if (msg.header.msg_type !== 'status' || parent?.msg_type !== 'execute_request' || !parent.msg_id) {
+      return;
     }
-    if (kernel.status === 'busy') {
-      return { kernel, state: { kind: 'busy' } };
-    }
-    const skip = this._notLoadedAt;
-    if (skip && skip.kernel === kernel && Date.now() - skip.at < NOT_LOADED_RETRY_MS) {
-      return { kernel, state: { kind: 'not-loaded' } };
-    }
-    if (!this._channel || this._channel.kernel !== kernel) {
-      this._channel?.dispose();
-      this._channel = new SnapshotChannel(kernel);
-    }
-    try {
-      const snapshot = await this._channel.request(SNAPSHOT_TIMEOUT_MS);
-      this._notLoadedAt = null;
-      return { kernel, state: { kind: 'snapshot', snapshot } };
-    } catch (error) {
-      if (error instanceof NotLoadedError) {
-        this._notLoadedAt = { kernel, at: Date.now() };
-        return { kernel, state: { kind: 'not-loaded' } };
+    const state = (msg as KernelMessage.IStatusMsg).content.execution_state;
+    const before = this._running.size;
+    if (state === 'busy') {
+      this._running.add(parent.msg_id);
+    } else if (state === 'idle') {
+      this._running.delete(parent.msg_id);
+      if (this._running.size === 0 && this._channel?.asking) {
+        // The answer is due now that the cells are done.
+        this._startTimer();
       }
-      throw error;
     }
+    if ((before === 0) !== (this._running.size === 0)) {
+      this._changed.emit();
+    }
+  }
+
+  private _onReceived(_: SnapshotChannel, message: ChannelMessage): void {
+    switch (message.kind) {
+      case 'snapshot':
+        this._clearTimer();
+        this._last = { snapshot: message.snapshot, at: new Date() };
+        this._set({ kind: 'snapshot', snapshot: message.snapshot });
+        break;
+      case 'error':
+        this._clearTimer();
+        this._set({ kind: 'failed', error: message.error });
+        break;
+      case 'not-loaded':
+        this._clearTimer();
+        this._last = null;
+        this._set({ kind: 'not-loaded' });
+        break;
+      case 'push':
+        // Nobody looking: the next refresh() asks.
+        if (this._options.isWatched()) {
+          this._ask();
+        }
+        break;
+    }
+  }
+
+  private _ask(): void {
+    const kernel = this._kernel;
+    if (!kernel || !this._channel || kernel.status === 'dead' || STARTING.includes(kernel.status)) {
+      return;
+    }
+    this._channel.ask();
+    if (this._running.size === 0) {
+      this._startTimer();
+    }
+  }
+
+  private _startTimer(): void {
+    if (this._timer !== null) {
+      return;
+    }
+    this._timer = window.setTimeout(() => {
+      this._timer = null;
+      if (!this._channel?.asking) {
+        return;
+      }
+      if (this._running.size > 0) {
+        return; // answered when the cells end; the timer starts again then
+      }
+      this._channel.giveUp();
+      this._set({ kind: 'failed', error: new NoAnswerError('The kernel did not answer in time.') });
+    }, SNAPSHOT_TIMEOUT_MS);
+  }
+
+  private _clearTimer(): void {
+    if (this._timer !== null) {
+      window.clearTimeout(this._timer);
+      this._timer = null;
+    }
+  }
+
+  private _set(state: KernelState): void {
+    this._base = state;
+    this._changed.emit();
   }
 }

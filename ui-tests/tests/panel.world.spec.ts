@@ -1,0 +1,156 @@
+/**
+ * The panel on the fake three-GPU world (synthetic): it keeps up with its kernel without
+ * polling it, its settings form, and the kernels table with each idle kernel's idle time.
+ */
+import * as path from 'path';
+import { expect, test } from '@jupyterlab/galata';
+
+import {
+  IMAGES_DIR,
+  NO_KERNEL_TRACKER,
+  notebookMetadata,
+  openNotebook,
+  openPanel,
+  waitForKernelIdle,
+  withKernelRestart
+} from './gpumem';
+import { cellOutput, commMessagesSent, countCommMessagesSent, runCell, savedMetadata } from './panelSteps';
+
+test.use({ autoGoto: true, ...NO_KERNEL_TRACKER });
+
+// notebooks/panel_live.ipynb: 0 loads jupyter_gpumem, 1 starts JAX (on the CPU here),
+// 2 sleeps 5 s, 3 is %gpumem status.
+const LOAD = 0;
+const START_JAX = 1;
+const SLEEP = 2;
+const STATUS = 3;
+
+test('the panel shows the kernel once a cell loads jupyter_gpumem, within 1 s of idle', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'panel_live.ipynb');
+  const panel = await openPanel(page);
+  await expect(panel.locator('.jp-GpuMem-load')).toBeVisible();
+  await runCell(page, LOAD);
+  await waitForKernelIdle(page);
+  // The kernel says it loaded (a comm it opens) and the panel asks at once: no retry timer.
+  await expect(panel.locator('.jp-GpuMem-backend')).toHaveText(/^JAX has not started yet/, { timeout: 1000 });
+  await runCell(page, START_JAX);
+  await waitForKernelIdle(page);
+  await expect(panel.locator('.jp-GpuMem-backend')).toHaveText('JAX started on cpu', { timeout: 1000 });
+});
+
+test('while a cell runs the panel says busy and when it last heard, never "not loaded" or "did not answer"', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'panel_live.ipynb');
+  const panel = await openPanel(page);
+  await runCell(page, LOAD);
+  await expect(panel.locator('.jp-GpuMem-backend')).toHaveText(/^JAX has not started yet/);
+  await runCell(page, SLEEP, false);
+  const busy = panel.locator('.jp-GpuMem-busy');
+  await expect(busy).toHaveText(/^Busy; last state at \d\d:\d\d:\d\d$/);
+  // The old panel asked every 2 s and called the kernel "not loaded" or "did not answer" after
+  // 3 s; the cell sleeps 5 s. The last state stays on screen below the busy line.
+  for (let i = 0; i < 8; i++) {
+    await page.waitForTimeout(500);
+    const text = (await panel.locator('.jp-GpuMem-notebook').first().innerText()) ?? '';
+    expect(text).not.toMatch(/did not answer|not loaded/);
+    await expect(panel.locator('.jp-GpuMem-backend')).toHaveText(/^JAX has not started yet/);
+  }
+  await panel.locator('.jp-GpuMem-notebook').first().screenshot({ path: path.join(IMAGES_DIR, 'panel-busy.png') });
+  await waitForKernelIdle(page);
+  await expect(busy).toHaveCount(0, { timeout: 1000 });
+});
+
+test('with the panel open an idle kernel is asked nothing', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'panel_live.ipynb');
+  const panel = await openPanel(page);
+  await runCell(page, LOAD);
+  await expect(panel.locator('.jp-GpuMem-backend')).toHaveText(/^JAX has not started yet/);
+  await waitForKernelIdle(page);
+  await page.waitForTimeout(500); // the load cell's own push and its answer
+  await countCommMessagesSent(page);
+  // At the old 2 s poll this window held three snapshot requests.
+  await page.waitForTimeout(6500);
+  expect(await commMessagesSent(page)).toBe(0);
+  // A cell still brings a fresh state.
+  await runCell(page, START_JAX);
+  await expect(panel.locator('.jp-GpuMem-backend')).toHaveText('JAX started on cpu');
+  expect(await commMessagesSent(page)).toBe(1);
+});
+
+test('restart asks first, listing the settings; status then names their source "notebook settings"', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'panel_live.ipynb');
+  const panel = await openPanel(page);
+  await panel.locator('select[name="preallocate"]').selectOption('off');
+  await panel.locator('input[name="fraction"]').fill('30%');
+  const restart = panel.getByRole('button', { name: 'Restart kernel with these settings' });
+  await restart.click();
+  const dialog = page.locator('.jp-Dialog');
+  await expect(dialog).toContainText('Restart Kernel with These Settings?');
+  await expect(dialog.locator('tr', { hasText: 'preallocate' })).toContainText('off');
+  await expect(dialog.locator('tr', { hasText: 'fraction' })).toContainText('0.3');
+  await expect(dialog.locator('tr', { hasText: 'allocator' })).toContainText('JAX default');
+  await page.locator('.jp-Dialog-content').screenshot({ path: path.join(IMAGES_DIR, 'panel-restart-dialog.png') });
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
+  await expect(dialog).toHaveCount(0);
+  expect(await notebookMetadata(page)).toBeNull(); // cancelled: nothing written, no restart
+
+  await withKernelRestart(page, async () => {
+    await restart.click();
+    await page.locator('.jp-Dialog .jp-mod-accept').click();
+  });
+  await runCell(page, LOAD);
+  const settings = panel.locator('.jp-GpuMem-settingsInEffect');
+  await expect(settings.locator('tr', { hasText: 'preallocate' })).toContainText('off (notebook settings)');
+  await expect(settings.locator('tr', { hasText: 'fraction' })).toContainText('0.3 (notebook settings)');
+  // As %gpumem status reads them: "not set", never null or false.
+  await expect(settings.locator('tr', { hasText: 'async_prealloc' })).toContainText('not set (JAX default)');
+  await expect(settings).not.toContainText(/\b(null|false|true)\b/);
+  await runCell(page, STATUS);
+  const status = cellOutput(page, STATUS);
+  await expect(status.locator('tr', { hasText: 'preallocate' })).toContainText('notebook settings');
+  await expect(status.locator('tr', { hasText: 'preallocate' })).not.toContainText('%gpumem');
+});
+
+test('Save to notebook saves the file; the fraction takes 30%; the allocators are what the kernel\'s JAX accepts', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'panel_live.ipynb');
+  const panel = await openPanel(page);
+  await runCell(page, LOAD);
+  await expect(panel.locator('.jp-GpuMem-backend')).toHaveText(/^JAX has not started yet/);
+  // JAX 0.10's option generator takes these (kernel_comm's allocator_choices), vmm among them.
+  await expect(panel.locator('select[name="allocator"] option')).toHaveText(
+    ['JAX default', 'default', 'bfc', 'platform', 'cuda_async', 'vmm']
+  );
+  await panel.locator('input[name="fraction"]').fill('30%');
+  await panel.locator('select[name="allocator"]').selectOption('vmm');
+  await panel.getByRole('button', { name: 'Save to notebook' }).click();
+  const want = { preallocate: null, fraction: 0.3, allocator: 'vmm' };
+  await expect.poll(() => savedMetadata(page, `${tmpPath}/panel_live.ipynb`)).toEqual(want);
+  // Saved, not only changed: the document is clean once the save returns.
+  await expect.poll(() => page.evaluate(() => (window as any).jupyterapp.shell.currentWidget.context.model.dirty)).toBe(false);
+});
+
+test('the kernels table shows each idle kernel\'s idle time and the prealloc column, and shuts one down after asking', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'world_kernel.ipynb');
+  await runCell(page, 0); // this kernel takes 6 GiB of fake GPU 1
+  const panel = await openPanel(page);
+  const row = panel.locator('tr.jp-GpuMem-thisKernel');
+  await expect(row).toContainText('world_kernel.ipynb');
+  await expect(row.locator('.jp-GpuMem-idle')).toContainText(/idle \d+ (s|min)/);
+  // The prealloc column is inside the sidebar at its default width, not scrolled out of view.
+  const header = panel.locator('.jp-GpuMem-kernels th', { hasText: 'Prealloc' });
+  const [box, panelBox] = [await header.boundingBox(), await panel.boundingBox()];
+  expect(box && panelBox && box.x + box.width <= panelBox.x + panelBox.width).toBe(true);
+  const scroller = panel.locator('.jp-GpuMem-scrollX');
+  expect(await scroller.evaluate(el => el.scrollWidth <= el.clientWidth)).toBe(true);
+  await panel.locator('.jp-GpuMem-kernels').screenshot({ path: path.join(IMAGES_DIR, 'panel-idle-kernels.png') });
+
+  await row.getByRole('button', { name: 'Shut down' }).click();
+  const dialog = page.locator('.jp-Dialog');
+  await expect(dialog).toContainText('Shut Down Kernel?');
+  await expect(dialog).toContainText(/It holds 6\.00 GiB on GPU 1 and has been idle for \d+ (s|min)\./);
+  await page.locator('.jp-Dialog .jp-mod-accept').click();
+  await page.waitForFunction(() => {
+    const kernel = (window as any).jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel;
+    return !kernel || kernel.status === 'dead';
+  });
+  await expect(row).toHaveCount(0);
+});
