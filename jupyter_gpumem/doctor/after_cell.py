@@ -31,7 +31,7 @@ def _on_error(error: BaseException | None, shell: Any) -> None:
 
     get_sampler().add_event("oom", requested_bytes=found.requested_bytes, form=found.form)
     if _state["doctor"]:
-        report = oom_report(found, shell)
+        report = oom_report(found, shell, raised=error)
         if report is not None:
             _display(report)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from jupyter_gpumem import model
+from jupyter_gpumem.doctor.program_budget import ProgramBudget
 from jupyter_gpumem.model import AllocatorStats, CudaPoolReading
 from jupyter_gpumem.units import format_bytes
 
@@ -49,6 +50,7 @@ class OomReadings:
     - ``error_form``: the message form (``OomError.form``): "host" is the GPU client's pinned
       host memory pool, "cubin" a compiled kernel that could not be loaded onto the device
     - ``host_array_bytes``: bytes of live arrays in a host memory kind (``pinned_host``)
+    - ``program``: the failing jitted call's own budget (``program_budget``), where found
 
     The derived numbers below are ``model``'s metrics of these readings.
     """
@@ -79,6 +81,7 @@ class OomReadings:
     gpu_fix: str | None = None
     error_form: str = ""
     host_array_bytes: int | None = None
+    program: ProgramBudget | None = None  # the failing jitted call, where it was found
 
     # derived, each from model.py --------------------------------------------------------------
 
@@ -148,6 +151,8 @@ FIX_KINDS = (
     "remat",
     "kernel_load",
     "host_memory",
+    "program",
+    "donation",
 )
 
 
@@ -528,6 +533,57 @@ def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
 
 
 # In FIX_KINDS order. request_larger_than_device comes first and, when it applies, alone.
+def _free_for_program(r: OomReadings) -> int | None:
+    """What the program could have: the allocator's free and growable bytes, or on a device
+    without allocator statistics (the CPU) its total less the live arrays."""
+    if r.total_free is not None:
+        return r.total_free
+    if r.device_total is not None and r.live_bytes is not None:
+        return max(0, r.device_total - r.live_bytes)
+    return None
+
+
+def program_itself(r: OomReadings, need: int | None) -> Fix | None:
+    """The program needs more than is free even with its arguments donated: only a smaller
+    program helps (remat, a smaller batch), not a setting."""
+    p, free = r.program, _free_for_program(r)
+    if p is None or free is None or p.needs - p.donation_gain <= free:
+        return None
+    alone = p.temp_bytes > free
+    what = (f"its temporaries alone ({_b(p.temp_bytes)}) exceed" if alone
+            else f"its outputs and temporaries ({_b(p.needs)}) exceed")
+    return Fix(
+        "program",
+        f"{p.call}: {what} what is free ({_b(free)})",
+        "Make the program need less: wrap the heavy layers in jax.checkpoint (remat), or use a smaller batch",
+        f"The compiled program needs arguments {_b(p.argument_bytes)}, outputs {_b(p.output_bytes)}, temporaries "
+        f"{_b(p.temp_bytes)}, code {_b(p.code_bytes)}, aliased {_b(p.alias_bytes)}; "
+        + ("donating its arguments would not be enough; " if p.donation_gain else "")
+        + "no allocator setting changes what the program itself needs.",
+        None,
+        False,
+    )
+
+
+def donate_arguments(r: OomReadings, need: int | None) -> Fix | None:
+    """Outputs the shape of arguments that are not donated: donating lets them share buffers."""
+    p = r.program
+    if p is None or p.donation_gain <= 0:
+        return None
+    free = _free_for_program(r)
+    fits = None if free is None else p.needs - p.donation_gain <= free
+    return Fix(
+        "donation",
+        f"{p.call}: donate the arguments its outputs replace (saves {_b(p.donation_gain)})",
+        "jax.jit(f, donate_argnums=(...))  with the positions of the arguments you do not use after the call",
+        f"Outputs of {_b(p.donation_gain)} match arguments that are not donated{' already' if p.donated else ''}; "
+        f"donated, XLA writes them into those buffers: the call would add {_b(p.needs - p.donation_gain)} "
+        f"instead of {_b(p.needs)}" + ("" if free is None else f", against {_b(free)} free") + ".",
+        p.donation_gain,
+        fits,
+    )
+
+
 RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     jax_on_cpu_beside_gpus,
     request_larger_than_device,
@@ -540,6 +596,8 @@ RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     rematerialisation,
     kernel_load,
     pinned_host_pool,
+    program_itself,
+    donate_arguments,
 )
 
 
@@ -558,8 +616,8 @@ def advise(r: OomReadings) -> list[Fix]:
     need = shortfall(r)
     first = [fix for fix in (jax_on_cpu_beside_gpus(r, need),) if fix is not None]
     too_large = request_larger_than_device(r, need)
-    if too_large is not None:
-        return first + [too_large]
+    if too_large is not None:  # only the program's own fix can add to it
+        return first + [fix for fix in (program_itself(r, need),) if fix is not None] + [too_large]
     fixes = [fix for rule in RULES[2:] if (fix := rule(r, need)) is not None]
     order = {kind: i for i, kind in enumerate(FIX_KINDS)}
     fixes.sort(

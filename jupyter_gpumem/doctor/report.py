@@ -123,6 +123,14 @@ class OomReport(_TextReport):
         approx = "" if e.exact else "; the error printed it rounded"
         return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes{approx})."
 
+    def program_line(self) -> str:
+        p = self.readings.program
+        if p is None:
+            return ""
+        donated = "some arguments donated" if p.donated else "no argument donated"
+        return (f"{p.call}: arguments {_b(p.argument_bytes)}, outputs {_b(p.output_bytes)}, temporaries "
+                f"{_b(p.temp_bytes)}, code {_b(p.code_bytes)}, aliased {_b(p.alias_bytes)}; {donated}.")
+
     def lines(self) -> list[str]:
         out = ["JAX ran out of memory (jupyter-gpumem doctor)" + (" [synthetic readings]" if self.readings.synthetic else ""),
                self.requested_line(), "", "Allocator settings in effect:"]
@@ -152,6 +160,8 @@ class OomReport(_TextReport):
                 out.append(f"  {self.arrays_note}")
         else:
             out.append(f"  {self.arrays_note or 'none'}")
+        if self.readings.program is not None:
+            out += ["", "The failing call's program (compiled again, not run):", f"  {self.program_line()}"]
         out += ["", "What to do, best first:"]
         if not self.fixes:
             out.append("  No fix stands out from these numbers: make the program need less (smaller batch, "
@@ -201,7 +211,9 @@ class OomReport(_TextReport):
             f"<p>Other processes on the device:</p><ul>{others}</ul>"
             "<p>Largest live arrays:</p><table><thead><tr><th>bytes</th><th>array</th><th>held by</th><th>cell</th></tr></thead>"
             f"<tbody>{arrays}</tbody></table>"
-            f"<p>What to do, best first:</p><ol>{fixes}</ol>"
+            + (f"<p>The failing call's program (compiled again, not run): {_esc(self.program_line())}</p>"
+               if self.readings.program is not None else "")
+            + f"<p>What to do, best first:</p><ol>{fixes}</ol>"
             "<p><small>The error above is unchanged and still stops the run.</small></p></div>"
         )
 
@@ -255,12 +267,14 @@ def oom_report(
     sample: Sample | None = None,
     live: list[ArrayRecord] | None = None,
     synthetic: bool = False,
+    raised: BaseException | None = None,
 ) -> OomReport | None:
     """The OOM report for ``exc`` (an exception or a recognised ``OomError``), read now; None
     when ``exc`` is not an out-of-memory error.
 
     ``sample`` and ``live`` replace the live device reading and live arrays (a trace replayed);
-    ``synthetic`` marks the report as drawn from made-up readings.
+    ``synthetic`` marks the report as drawn from made-up readings. ``raised``: the exception,
+    where ``exc`` is its recognised form, for the failing jitted call in its traceback.
     """
     error = exc if isinstance(exc, OomError) else oom_text.recognise(exc)
     if error is None:
@@ -321,6 +335,12 @@ def oom_report(
     total = nvml_dev.total_bytes if nvml_dev is not None else (_host_memory_bytes() if platform == "cpu" else None)
     gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
     beside = read_cpu_fallback(gpu_count=len(gpus)) if platform == "cpu" and gpus else None
+    program = None
+    raised = exc if isinstance(exc, BaseException) else raised
+    if started and live is None and raised is not None:
+        from jupyter_gpumem.doctor.program_budget import program_budget
+
+        program = program_budget(raised, shell)
     readings = OomReadings(
         requested=error.requested_bytes,
         device_total=total,
@@ -346,6 +366,7 @@ def oom_report(
         visible_gpus=beside.gpus if beside is not None else 0,
         idle_gpus=sum(1 for d in gpus if isinstance(d, DeviceReading) and d.processes == ()),
         gpu_fix=(beside.fix if beside.is_command else f"JAX says: {beside.fix}") if beside is not None else None,
+        program=program,
     )
     devices = tuple(_device_state(r) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
     return OomReport(error, settings, devices, others, others_note, tuple(records[:5]), arrays_note, readings,

@@ -164,6 +164,9 @@ class CompiledMemory:
     code_bytes: int
     peak_bytes: int | None  # XLA's own peak where this JAX reports it
     jitted: bool  # False: the callee was not jitted and was compiled as jax.jit(callee)
+    # (shape, dtype, bytes, donated) per array argument, and (shape, dtype, bytes) per output
+    inputs: tuple[tuple[tuple, str, int, bool], ...] = ()
+    outputs: tuple[tuple[tuple, str, int], ...] = ()
 
 
 def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> CompiledMemory:
@@ -184,7 +187,8 @@ def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Compi
     else:
         fn, args, kwargs = _jit_traced_only(jax, callee, tuple(args), dict(kwargs))
     try:
-        analysis = fn.lower(*args, **kwargs).compile().memory_analysis()
+        lowered = fn.lower(*args, **kwargs)
+        analysis = lowered.compile().memory_analysis()
     except (TypeError, ValueError, OverflowError, RuntimeError) as err:
         raise ValueError(f"could not compile it for these arguments: {type(err).__name__}: {err}") from None
     if analysis is None:
@@ -205,7 +209,30 @@ def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Compi
         code_bytes=get("generated_code_size_in_bytes"),
         peak_bytes=int(peak) if isinstance(peak, int) and peak > 0 else None,
         jitted=jitted,
+        inputs=tuple((tuple(a.shape), str(a.dtype), _aval_bytes(a), bool(a.donated))  # stages.ArgInfo
+                     for a in jax.tree_util.tree_leaves(getattr(lowered, "args_info", ()))
+                     if hasattr(getattr(a, "_aval", None), "shape")),
+        outputs=tuple((tuple(o.shape), str(o.dtype), _aval_bytes(o))
+                      for o in jax.tree_util.tree_leaves(getattr(lowered, "out_info", ())) if hasattr(o, "shape")),
     )
+
+
+def _aval_bytes(aval: Any) -> int:
+    return math.prod(aval.shape) * aval.dtype.itemsize
+
+
+def abstract_arrays(tree: Any) -> Any:
+    """``tree`` with each jax.Array leaf replaced by a ShapeDtypeStruct of its shape, dtype and
+    sharding: what lowering needs, read without touching a buffer (a donated, pending or failed
+    array lowers the same)."""
+    import jax
+
+    def shape_of(leaf: Any) -> Any:
+        if is_jax_array(leaf):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+        return leaf
+
+    return jax.tree_util.tree_map(shape_of, tree)
 
 
 def _holds_arrays(value: Any) -> bool:

@@ -1,0 +1,150 @@
+"""Which jitted call ran out of memory, and what does its program need by itself? Found in the
+error's traceback, with its arguments, and compiled again without running it.
+
+Under IPython, JAX keeps its own frames in the traceback (``__tracebackhide__``, jax/_src/
+traceback_util.py, 0.10.2), among them ``cache_miss(*args, **kwargs)`` in jax/_src/pjit.py,
+whose locals hold the call's arguments and the Python function (``fun``). A call that hit
+jaxlib's compiled fast path has no Python frame of JAX's: then the user's line is read, and a
+call on it of a jitted function with plain names as arguments is taken from the frame's names.
+Arguments are lowered as shapes, dtypes and shardings only (``abstract_arrays``), so no buffer
+is read; the compilation is the one the failing call just made, so JAX answers from its cache.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from jupyter_gpumem import sites
+from jupyter_gpumem.sources import jax_arrays
+
+_PJIT = ("jax", "_src", "pjit.py")
+
+
+@dataclass(frozen=True)
+class ProgramBudget:
+    """The failing jitted call's own memory, from its program compiled again without running
+    (``memory_analysis``): bytes of arguments, outputs, temporaries, code and aliased (outputs
+    written into donated arguments). ``donated``: some argument is donated already;
+    ``donation_gain``: output bytes that could reuse a non-donated argument of the same shape."""
+
+    call: str
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    code_bytes: int
+    alias_bytes: int
+    donated: bool = False
+    donation_gain: int = 0
+
+    @property
+    def needs(self) -> int:
+        """What running it adds beside its arguments: outputs, temporaries and code, less aliased."""
+        return max(0, self.output_bytes + self.temp_bytes + self.code_bytes - self.alias_bytes)
+
+
+def _is_pjit_cache_miss(frame: Any) -> bool:
+    code = frame.f_code
+    return code.co_name == "cache_miss" and code.co_filename.replace("\\", "/").endswith("/".join(_PJIT))
+
+
+def _jitted_for(fun: Any, frame: Any) -> Any:
+    """The jitted object in ``frame``'s names that wraps ``fun`` (keeping its static and donated
+    arguments), else ``fun`` itself."""
+    if frame is not None:
+        for names in (frame.f_locals, frame.f_globals):
+            for value in list(names.values()):
+                if getattr(value, "__wrapped__", None) is fun and hasattr(value, "lower"):
+                    return value
+    return fun
+
+
+def _call_on_line(frame: Any) -> tuple[Any, tuple, dict] | None:
+    """A call on the frame's current line of something with ``.lower``, its arguments plain names."""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno or 0).strip()
+    try:
+        tree = ast.parse(line.rstrip(":"), mode="exec")
+    except SyntaxError:
+        return None
+    names = {**frame.f_globals, **frame.f_locals}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        callee = names.get(node.func.id)
+        plain = all(isinstance(a, ast.Name) and a.id in names for a in node.args)
+        plain = plain and all(k.arg and isinstance(k.value, ast.Name) and k.value.id in names for k in node.keywords)
+        if callee is not None and hasattr(callee, "lower") and plain:
+            return callee, tuple(names[a.id] for a in node.args), {k.arg: names[k.value.id] for k in node.keywords}
+    return None
+
+
+def find_call(error: BaseException, cells: Any = None) -> tuple[Any, tuple, dict, str] | None:
+    """``(callee, args, kwargs, where)`` of the jitted call that failed, or None."""
+    caller = None
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if _is_pjit_cache_miss(frame):
+            fun, args, kwargs = frame.f_locals.get("fun"), frame.f_locals.get("args"), frame.f_locals.get("kwargs")
+            if fun is not None and isinstance(args, tuple):
+                return _jitted_for(fun, caller), args, dict(kwargs or {}), _where(caller, cells)
+        if sites.kind_of(frame.f_code.co_filename) == "user":
+            caller = frame
+        tb = tb.tb_next
+    if caller is not None:
+        found = _call_on_line(caller)
+        if found is not None:
+            return (*found, _where(caller, cells))
+    return None
+
+
+def _where(frame: Any, cells: Any) -> str:
+    if frame is None:
+        return "an unknown line"
+    origin = sites.origin_of([(frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name)], cells or {})
+    return str(origin.site) if origin.site is not None else frame.f_code.co_filename
+
+
+def donation_gain(inputs: tuple, outputs: tuple) -> int:
+    """Bytes of outputs that could take over a non-donated input's buffer (same shape and dtype),
+    matched one to one after the outputs that already alias a donated input: what more
+    ``donate_argnums`` could save."""
+    donated = Counter((shape, dtype) for shape, dtype, _, given in inputs if given)
+    free = Counter((shape, dtype) for shape, dtype, _, given in inputs if not given)
+    gain = 0
+    for shape, dtype, size in outputs:
+        key = (shape, dtype)
+        if donated[key] > 0:
+            donated[key] -= 1
+        elif free[key] > 0:
+            free[key] -= 1
+            gain += size
+    return gain
+
+
+def program_budget(error: BaseException, shell: Any = None) -> ProgramBudget | None:
+    """The failing jitted call's program budget, or None where no call is found or it cannot be
+    compiled again."""
+    cells = sites.cell_numbers(shell)
+    try:
+        found = find_call(error, cells)
+        if found is None:
+            return None
+        callee, args, kwargs, where = found
+        memory = jax_arrays.compile_memory(callee, jax_arrays.abstract_arrays(args), jax_arrays.abstract_arrays(kwargs))
+    except Exception:  # tracing the user's function again may raise anything; the report must still show
+        return None
+    name = getattr(getattr(callee, "__wrapped__", callee), "__name__", "the call")
+    return ProgramBudget(
+        call=f"{name} ({where})",
+        argument_bytes=memory.argument_bytes,
+        output_bytes=memory.output_bytes,
+        temp_bytes=memory.temp_bytes,
+        code_bytes=memory.code_bytes,
+        alias_bytes=memory.alias_bytes,
+        donated=any(donated for *_, donated in memory.inputs),
+        donation_gain=donation_gain(memory.inputs, memory.outputs),
+    )
