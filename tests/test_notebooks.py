@@ -33,6 +33,7 @@ NAMES = [
     "04-cuda-async",
     "05-oom-diagnosed",
     "06-jax-with-tensorflow-or-pytorch",
+    "07-where-memory-came-from",
 ]
 # Variables JAX or TensorFlow read: a kernel must start from JAX's defaults whatever the shell had.
 _ALLOCATOR_VARS = re.compile(r"^(XLA_|JAX_|TF_)")
@@ -261,6 +262,15 @@ def test_oom_notebook_shows_the_report_after_the_error():
     report = "\n".join(o.get("data", {}).get("text/plain", "") for o in after)
     assert "JAX ran out of memory (jupyter-gpumem doctor)" in report
     assert "What to do, best first:" in report
+
+
+def test_where_notebook_names_the_library_that_started_jax_and_the_failing_call():
+    nb = executed("07-where-memory-came-from")
+    name, message = raised(cell_with(nb, "%gpumem preallocate off"))
+    assert name == "UsageError" and "JAX was started by eager_demo_lib.py:2 (imported in cell [" in message
+    report = text_of(cell_with(nb, "y = blow_up(x)"))
+    assert "The failing call's program (compiled again, not run):" in report
+    assert "blow_up (cell [" in report and "outputs 16.00 TiB" in report
 
 
 def test_framework_notebook_says_which_frameworks_are_missing():

@@ -17,6 +17,7 @@ from jupyter_gpumem.doctor import array_cells
 from jupyter_gpumem.doctor.names import (
     WALK_SECONDS_COMMAND,
     NameWalk,
+    _current_shell,
     _is_history_name,
     _user_namespace,
     names_by_array,
@@ -115,7 +116,7 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
         array_cells.note_new_arrays()
     sized = []
     names, cell_of, footprint = walk.names, array_cells.cell_of, jax_arrays.footprint
-    site_of = sites.site_labeller(sites.cell_numbers(shell))
+    site_of = sites.site_labeller(sites.cell_numbers(shell if shell is not None else _current_shell()))
     for a in arrays:
         if id(a) in views:
             continue
