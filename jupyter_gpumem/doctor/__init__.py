@@ -9,6 +9,7 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``report``: the OOM report itself, text and HTML
 - ``names``, ``arrays``: ``%gpumem arrays``: live arrays, their names and cells
 - ``snapshot``: ``%gpumem snapshot PATH``, JAX's device memory profile for pprof
+- ``program_budget``: the failing jitted call in an OOM's traceback, and its compiled budget
 - ``usage``, ``tracking``: memory now, and the change and peak of a block or a cell
 - ``release``: ``%gpumem free``; ``last_error``: what keeps a failed cell's arrays alive, and
   letting go of it; ``estimates``: ``%gpumem estimate``; ``repack``: ``defragment``
