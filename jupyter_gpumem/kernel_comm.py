@@ -16,11 +16,11 @@ wrong, or a push that is dropped.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import Any, Callable
 
 from jupyter_gpumem.cell_hooks import CellHooks
-from jupyter_gpumem.sources.jax_backend import backend_started
 
 TARGET = "jupyter_gpumem"
 REQUESTS = ("snapshot",)
@@ -79,6 +79,16 @@ def _create_comm(**kwargs: Any) -> Any:
     from comm import create_comm
 
     return create_comm(**kwargs)
+
+
+def backend_started() -> bool:
+    """JAX's backend-started probe (sources.jax_backend), imported only once jax is: loading the
+    extension and cells without JAX import nothing heavy (tests/test_settings.py)."""
+    if "jax" not in sys.modules:
+        return False
+    from jupyter_gpumem.sources.jax_backend import backend_started as probe
+
+    return probe()
 
 
 def event(name: str) -> dict:
