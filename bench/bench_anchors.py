@@ -6,7 +6,11 @@ so the anchors' unchanged code reads the same fake GPUs as ours. A small launche
 NVML calls made in the server process (every tool's calls, through the drop-in's counter).
 
 Each client does what the tool's front end does with its default settings:
-- jupyter-gpumem: GET /jupyter-gpumem/api/devices every 2 s (the panel's default poll);
+- jupyter-gpumem: GET /jupyter-gpumem/api/devices every 2 s (the panel's default poll), as the
+  browser sends it: the panel fetches with ``cache: "no-cache"``, so the browser keeps the last
+  answer and sends its ETag in ``If-None-Match``; a 304 has no body;
+- jupyter-gpumem push: a websocket to /jupyter-gpumem/api/devices/ws; the server sends the same
+  answer once, then after each 2 s reading whose values changed (the panel does not use it yet);
 - jupyterlab-nvdashboard: a websocket to /nvdashboard/gpu_resource, sending the front end's
   default ``{"updateFrequency": 100, "isPaused": false}``; the server then pushes every 100 ms;
 - jupyter-resource-usage: GET /api/metrics/v1 every 5 s (its default refreshRate). It reads no
@@ -17,7 +21,7 @@ sent per client per minute (response bodies / websocket payloads), and p50/p99 l
 request/response tools.
 
     python bench/bench_anchors.py --install          # once: the anchors into .venv/bench-anchors
-    python bench/bench_anchors.py [--duration 10] [--levels 1,10,50,100]
+    python bench/bench_anchors.py [--duration 10] [--levels 1,10,50,100] [--changing] [--only NAME]
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ STARTUP_TIMEOUT = 90.0
 TOOLS = {
     # name: (server extension module, route, client kind, client period in seconds)
     "jupyter-gpumem": ("jupyter_gpumem", "jupyter-gpumem/api/devices", "poll", 2.0),
+    "jupyter-gpumem push": ("jupyter_gpumem", "jupyter-gpumem/api/devices/ws", "websocket", 2.0),
     "nvdashboard": ("jupyterlab_nvdashboard", "nvdashboard/gpu_resource", "websocket", 0.1),
     "resource-usage": ("jupyter_resource_usage", "api/metrics/v1", "poll", 5.0),
 }
@@ -50,9 +55,14 @@ TOOLS = {
 LAUNCHER = r"""
 import os, sys, threading, time
 import pynvml
-out = sys.argv[1]
+out, changing = sys.argv[1], sys.argv[2] == "changing"
 def dump():
+    step = 0
     while True:
+        if changing:  # GPU 0's used memory grows by 1 MiB every 0.1 s, 1 GiB at most: every reading differs
+            step = (step + 1) % 1024
+            world = pynvml._world.current()
+            world.set_used(0, world.gpu(0).used_bytes + (2**20 if step else -1023 * 2**20))
         tmp = out + ".tmp"
         with open(tmp, "w") as fh:
             fh.write(str(pynvml._world.current().total_calls()))
@@ -74,13 +84,13 @@ def install() -> int:
 class ToolServer(JupyterServer):
     """A jupyter_server with one tool's extension enabled, counting NVML calls in its process."""
 
-    def __init__(self, tool: str, workdir: Path):
+    def __init__(self, tool: str, workdir: Path, changing: bool = False):
         self.tool = tool
         self.calls_file = workdir / "nvml_calls"
         extensions = {m: False for m in ("jupyter_gpumem", "jupyterlab_nvdashboard", "jupyter_resource_usage")}
         extensions[TOOLS[tool][0]] = True
         super().__init__(f"{tool} server", workdir, extensions, [str(DROPIN), str(ANCHORS), str(ROOT)],
-                         ["-c", LAUNCHER, str(self.calls_file)])
+                         ["-c", LAUNCHER, str(self.calls_file), "changing" if changing else "still"])
 
     def nvml_calls(self) -> int:
         try:
@@ -98,16 +108,24 @@ async def _level(server: ToolServer, clients: int, duration: float) -> dict:
     latencies: list[float] = []
     received = [0]
     errors = [0]
+    not_modified = [0]
     end = [0.0]
 
     async def poller() -> None:
         await asyncio.sleep(random.uniform(0, period))
+        etag = None  # what a browser cache keeps for a no-cache fetch
         while time.monotonic() < end[0]:
             start = time.monotonic()
+            headers = dict(server.headers(), **({"If-None-Match": etag} if etag else {}))
             try:
-                response = await http.fetch(HTTPRequest(server.url(route), headers=server.headers(), request_timeout=30))
+                response = await http.fetch(HTTPRequest(server.url(route), headers=headers, request_timeout=30),
+                                            raise_error=False)
+                if response.code not in (200, 304):
+                    raise RuntimeError(f"HTTP {response.code}")
                 latencies.append(time.monotonic() - start)
-                received[0] += len(response.body)
+                received[0] += len(response.body or b"")
+                not_modified[0] += response.code == 304
+                etag = response.headers.get("Etag") or etag
             except Exception:
                 errors[0] += 1
             await asyncio.sleep(max(0.0, period - (time.monotonic() - start)))
@@ -118,7 +136,8 @@ async def _level(server: ToolServer, clients: int, duration: float) -> dict:
         except Exception:
             errors[0] += 1
             return
-        await conn.write_message(json.dumps({"updateFrequency": int(period * 1000), "isPaused": False}))
+        if server.tool == "nvdashboard":  # its front end's first message; ours needs none
+            await conn.write_message(json.dumps({"updateFrequency": int(period * 1000), "isPaused": False}))
         while True:
             remaining = end[0] - time.monotonic()
             if remaining <= 0:
@@ -150,14 +169,17 @@ async def _level(server: ToolServer, clients: int, duration: float) -> dict:
         "p50_ms": None if not latencies else percentile(latencies, 50) * 1000,
         "p99_ms": None if not latencies else percentile(latencies, 99) * 1000,
         "errors": errors[0],
+        "not_modified_share": not_modified[0] / len(latencies) if latencies else None,
     }
 
 
-async def _run(levels: tuple[int, ...], duration: float) -> dict:
+async def _run(levels: tuple[int, ...], duration: float, changing: bool = False, only: str = "") -> dict:
     results: dict = {}
     for tool in TOOLS:
+        if only and only not in tool:
+            continue
         with tempfile.TemporaryDirectory(prefix=f"gpumem-anchor-{tool}-") as tmp:
-            server = ToolServer(tool, Path(tmp))
+            server = ToolServer(tool, Path(tmp), changing)
             try:
                 await server.wait_ready("api/status", STARTUP_TIMEOUT)
                 for clients in levels:
@@ -167,12 +189,14 @@ async def _run(levels: tuple[int, ...], duration: float) -> dict:
     return results
 
 
-def _rows(results: dict, duration: float) -> list[dict]:
+def _rows(results: dict, duration: float, changing: bool = False) -> list[dict]:
     rows = []
     for (tool, clients), r in results.items():
         _, route, kind, period = TOOLS[tool]
+        answers = "" if r["not_modified_share"] is None else f"; {r['not_modified_share']:.0%} answered 304"
         note = (f"{clients} clients x {duration:g} s; {'GET' if kind == 'poll' else 'websocket'} /{route} "
-                f"every {period:g} s; fake NVML three_gpus (synthetic); {r['errors']} errors")
+                f"every {period:g} s; fake NVML three_gpus (synthetic{', GPU 0 changing' if changing else ''}); "
+                f"{r['errors']} errors{answers}")
         tag = f"{tool} {clients:>3} clients"
         rows += [
             {"name": f"{tag}: NVML calls", "value": round(r["nvml_calls_per_s"], 1), "unit": "calls/s", "note": note},
@@ -188,13 +212,13 @@ def _rows(results: dict, duration: float) -> list[dict]:
     return rows
 
 
-def run(duration: float = 10.0, levels: tuple[int, ...] = LEVELS) -> list[dict]:
+def run(duration: float = 10.0, levels: tuple[int, ...] = LEVELS, changing: bool = False, only: str = "") -> list[dict]:
     """Rows ``{"name", "value", "unit", "note"}``; a clear row when the anchors are not installed."""
     if not (ANCHORS / "jupyterlab_nvdashboard").is_dir() or not (ANCHORS / "jupyter_resource_usage").is_dir():
         return [{"name": "anchors", "value": None, "unit": "",
                  "note": "not installed: run python bench/bench_anchors.py --install first"}]
     duration = max(2.0, min(float(duration), 120.0))
-    return _rows(asyncio.run(_run(tuple(levels), duration)), duration)
+    return _rows(asyncio.run(_run(tuple(levels), duration, changing, only)), duration, changing)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,10 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--install", action="store_true", help=f"install {', '.join(ANCHOR_PINS)} into {ANCHORS}")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per level (2 to 120)")
     parser.add_argument("--levels", default=",".join(map(str, LEVELS)), help="client counts, e.g. 1,10,50")
+    parser.add_argument("--changing", action="store_true",
+                        help="GPU 0's used memory changes every 0.1 s, so every reading differs (few 304s, a push per reading)")
+    parser.add_argument("--only", default="", help="only the tools whose name contains this, e.g. jupyter-gpumem")
     args = parser.parse_args(argv)
     if args.install:
         return install()
-    print_rows(run(args.duration, parse_levels(parser, args.levels)))
+    print_rows(run(args.duration, parse_levels(parser, args.levels), args.changing, args.only))
     return 0
 
 

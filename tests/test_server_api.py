@@ -430,6 +430,7 @@ async def test_an_unchanged_answer_is_a_304_and_a_changed_one_a_200(jp_fetch, se
     with pytest.raises(HTTPClientError) as not_modified:
         await jp_fetch("jupyter-gpumem", "api", "devices", headers={"If-None-Match": etag})
     assert not_modified.value.code == 304 and not not_modified.value.response.body
+    assert (await get_json(jp_fetch, "config"))["devices_answers"] == {"full": 1, "not_modified": 1}
     world.set_used(0, world.gpu(0).used_bytes + GiB)
     service.sampler._latest_at = -1e9  # the cached reading is old: the next request reads again
     changed = await jp_fetch("jupyter-gpumem", "api", "devices", headers={"If-None-Match": etag})

@@ -118,9 +118,11 @@ class DevicesHandler(_GpuMemHandler):
         self.set_header("Cache-Control", "no-cache, private")
         self.set_header("Etag", body.etag)  # tornado then leaves the ETag and the 304 to us
         if self.check_etag_header():
+            self.service.answers_sent["not_modified"] += 1
             self.set_status(304)
             self.finish()
             return
+        self.service.answers_sent["full"] += 1
         self.finish(body.body)
 
 

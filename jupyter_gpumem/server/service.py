@@ -79,6 +79,7 @@ class GpuMemService:
         self._kernels_inflight: asyncio.Future | None = None
         self._answers: _Answers | None = None
         self.watchers = Watchers()  # open /devices/ws sockets
+        self.answers_sent = {"full": 0, "not_modified": 0}  # /devices answers: 200s and 304s
         # JupyterHub names the user of a single-user server in its environment (Spawner.get_env).
         self.user = os.environ.get("JUPYTERHUB_USER", "")
 
@@ -160,6 +161,8 @@ class GpuMemService:
                 "reads": self.sampler.reads,
                 "nvml_calls": self.sampler.nvml_calls,
             },
+            "devices_answers": dict(self.answers_sent),
+            "devices_sockets": len(self.watchers),
         }
 
     def stop(self) -> None:
