@@ -19,12 +19,18 @@ from jupyter_gpumem.server.config import GpuMem
         ("replay_speed", 0, "GpuMem.replay_speed must be above 0 and at most 1000, got 0.0"),
         ("preallocated_fraction", 1.5, "GpuMem.preallocated_fraction must be above 0 and at most 1, got 1.5"),
         ("kernel_pid_timeout", math.nan, "GpuMem.kernel_pid_timeout must be above 0 and at most 60 seconds, got nan"),
+        ("idle_after", -1, "GpuMem.idle_after must be between 0 and 604800 seconds, got -1.0"),
+        ("idle_after", math.inf, "GpuMem.idle_after must be between 0 and 604800 seconds, got inf"),
     ],
 )
 def test_out_of_range_setting_is_refused_naming_its_range(name, value, message):
     with pytest.raises(TraitError) as err:
         GpuMem(**{name: value})
     assert str(err.value) == message
+
+
+def test_idle_after_takes_zero_and_a_week():
+    assert (GpuMem(idle_after=0).idle_after, GpuMem(idle_after=7 * 86400).idle_after) == (0, 604800)
 
 
 def test_the_edges_of_each_range_are_allowed():
