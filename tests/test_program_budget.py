@@ -37,11 +37,26 @@ for f in (jax.jit(lambda w, g: w - 0.1 * g), jax.jit(lambda w, g: w - 0.1 * g, d
                       any(i[3] for i in m.inputs), donation_gain(m.inputs, m.outputs)]))"""
 
 
+# The budget's compilation is the one the failing call made: with jax.log_compiles on, JAX logs
+# each compilation it really runs ("Finished XLA compilation of jit(blow) ...", jax/_src/dispatch.py).
+COMPILES = """\
+import logging, sys
+from jupyter_gpumem.doctor.program_budget import program_budget
+seen = []
+handler = logging.Handler()
+handler.emit = lambda record: seen.append(record.getMessage())
+logging.getLogger("jax").addHandler(handler)
+with jax.log_compiles():
+    budget = program_budget(sys.last_value)
+    jax.jit(lambda v: v * 3).lower(x).compile()
+print(budget.output_bytes, sum("XLA compilation of jit(blow)" in m for m in seen), sum("XLA compilation" in m for m in seen))"""
+
+
 @pytest.fixture(scope="module")
 def cells(tmp_path_factory) -> list[dict]:
     tmp_path = tmp_path_factory.mktemp("program")
     (tmp_path / "cells.json").write_text(json.dumps([SETUP, "y = blow(x)", "def outer(v):\n    return blow(v)\nouter(x)",
-                                                    BUDGETS]))
+                                                    BUDGETS, COMPILES]))
     proc = subprocess.run([sys.executable, str(SESSION), "cells.json", "--ext"], capture_output=True, text=True,
                           timeout=180, cwd=tmp_path,
                           env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
@@ -139,3 +154,9 @@ def test_a_call_on_the_line_is_found_by_its_plain_names():
     step, params, batch = Jitted(), object(), object()
     found = _call_on_line(sys._getframe()) or step(params, batch)
     assert found == (step, (params, batch), {})
+
+
+def test_the_budget_reuses_the_program_the_call_compiled(cells):
+    """No compilation of blow is logged while its budget is read; a new program is (the check
+    can fail: it sees the compilation of the lambda)."""
+    assert cells[4]["out"].split() == [str(2**44), "0", "1"], cells[4]["out"]

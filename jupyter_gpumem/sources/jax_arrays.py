@@ -222,14 +222,18 @@ def _aval_bytes(aval: Any) -> int:
 
 
 def abstract_arrays(tree: Any) -> Any:
-    """``tree`` with each jax.Array leaf replaced by a ShapeDtypeStruct of its shape, dtype and
-    sharding: what lowering needs, read without touching a buffer (a donated, pending or failed
-    array lowers the same)."""
+    """``tree`` with each jax.Array leaf replaced by a ShapeDtypeStruct of its shape and dtype,
+    and its sharding where the array is committed to it: what lowering needs, read without
+    touching a buffer (a donated, pending or failed array lowers the same). An uncommitted array
+    (``jnp.ones`` on the default device) lowers as one without a sharding, so the program is the
+    one the call compiled and JAX answers from its cache (a sharding there compiles anew)."""
     import jax
 
     def shape_of(leaf: Any) -> Any:
         if is_jax_array(leaf):
-            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+            committed = getattr(leaf, "_committed", True)  # jax/_src/array.py ArrayImpl
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding if committed else None,
+                                        weak_type=bool(getattr(leaf, "weak_type", False)))
         return leaf
 
     return jax.tree_util.tree_map(shape_of, tree)
