@@ -28,7 +28,10 @@ function localMs(t) {
   return ms - new Date(ms).getTimezoneOffset() * 60000;
 }
 
-function storeFrom(figure) {
+const EMPTY = { series: [], t: [], y: {}, cells: [], labels: [], lower: false, top: 1, window_s: 600, max_points: 2000 };
+
+function storeFrom(given) {
+  const figure = { ...EMPTY, ...given };
   const store = {
     figure,
     t: [...(figure.t || [])],

@@ -285,6 +285,8 @@ class Monitor:
     def _load_history(self) -> None:
         """Draw what the timeline already holds, in one go."""
         with self._lock:
+            for view in self._views.values():
+                view.fig.close()  # a new window draws new plots
             self._views.clear()
             self._events = self._source_events()
             self._latest = self._first_t = None

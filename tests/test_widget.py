@@ -495,3 +495,12 @@ def test_rerunning_a_cell_closes_the_monitor_it_made_before(stub, monkeypatch):
     assert first.closed and not second.closed
     assert len(stub.subscriptions) == 1
     second.close()
+
+
+def test_a_new_window_closes_the_plots_it_replaces(stub):
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    old = m._views[0].fig
+    m.set_window(5)
+    assert old.comm is None and m._views[0].fig is not old and m._views[0].fig.comm is not None
+    m.close()

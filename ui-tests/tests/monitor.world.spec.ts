@@ -87,6 +87,15 @@ test('the live monitor reads clock times from its first sample on, and says it i
   await expect(monitor.locator('details summary').first()).toContainText('preallocate on · fraction');
   expect((await background(page)).luminance).toBeGreaterThan(0.9);
   await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-live-light.png') });
+
+  // A GPU's plot drawn in a hidden tab takes the full width once its tab is shown.
+  const width = await plot.evaluate((gd: any) => gd.getBoundingClientRect().width);
+  await monitor.getByRole('tab', { name: /GPU 1/ }).click();
+  const second = monitor.locator('.js-plotly-plot').nth(1);
+  await expect(second).toBeVisible();
+  await expect
+    .poll(() => second.evaluate((gd: any) => gd.querySelector('.main-svg').getBoundingClientRect().width))
+    .toBeGreaterThan(width - 20);
 });
 
 test('in JupyterLab Dark the monitor is drawn on a dark background, and follows a theme switch', async ({
