@@ -52,6 +52,7 @@ CELLS = [
     "%gpumem cells on",
     "e = helpers_mod.build()\nf = [jnp.ones((100,)) for _ in range(3)]\ng = jnp.ones((9,))\ndel g\nh = make(1)",
     "m = jnp.ones((7,))\nprint([(r.cell, r.site) for r in live_arrays() if r.shape == (7,)])",
+    "%gpumem arrays --by shape --top 2",
 ]
 
 
@@ -139,3 +140,23 @@ def test_an_array_listed_while_its_cell_runs_belongs_to_that_cell(listed):
     """IPython counts the cell up before ``pre_run_cell`` (run_cell_async, IPython 9.18), so the
     running cell is the count less one; a listing inside cell 8 gives its new array cell 8."""
     assert listed[7]["out"].strip().splitlines()[0] == "[(8, 'cell [8] line 1')]"
+
+
+def test_other_groupings_name_the_line_that_allocated_most_of_each_group(listed):
+    """float32[1000]: four arrays from make's line in cell 1 (three made in cell 2, one in cell
+    7); float32[2000]: two from helpers_mod (cells 2 and 7); equal bytes, so by name."""
+    lines = [line for line in listed[8]["out"].splitlines() if not line.startswith("gpumem: cell")]
+    rows = [[c.strip() for c in line.split("  ") if c.strip()] for line in lines[1:]]
+    assert rows == [
+        ["shape", "arrays", "bytes", "first cell", "allocated at"],
+        ["float32[1000]", "4", "15.62 KiB", "2", "cell [1] line 5 in make.<listcomp>"],
+        ["float32[2000]", "2", "15.62 KiB", "2", "helpers_mod.py:4 in build"],
+    ]
+
+
+def test_a_group_from_several_lines_names_the_largest_and_counts_the_others():
+    from jupyter_gpumem.doctor.arrays import ArrayRecord, _main_site
+
+    records = [ArrayRecord((4,), "float32", {0: 16}, site="a.py:1"), ArrayRecord((4,), "float32", {0: 16}, site="b.py:2"),
+               ArrayRecord((8,), "float32", {0: 32}, site="b.py:2"), ArrayRecord((1,), "float32", {0: 4}, site="c.py:3")]
+    assert _main_site(records) == "b.py:2 (+2 more)"

@@ -144,8 +144,9 @@ def live_arrays(shell: Any = None) -> list[ArrayRecord]:
     return list(census(shell).records)
 
 
-def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int | None]]:
-    """``(key, count, bytes, first cell)`` per group, largest first."""
+def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int | None, str]]:
+    """``(key, count, bytes, first cell, the line that allocated most of its bytes)`` per group,
+    largest first."""
     groups: dict[str, list[ArrayRecord]] = {}
     for r in records:
         if by == "shape":
@@ -165,9 +166,18 @@ def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int
             keys = roots[:1] or ["(no name: held elsewhere)"]
         for k in keys:
             groups.setdefault(k, []).append(r)
-    out = [(k, len(v), sum(r.device_bytes for r in v), min((r.cell for r in v if r.cell is not None), default=None))
-           for k, v in groups.items()]
+    out = [(k, len(v), sum(r.device_bytes for r in v), min((r.cell for r in v if r.cell is not None), default=None),
+            _main_site(v)) for k, v in groups.items()]
     return sorted(out, key=lambda g: (-g[2], g[0]))
+
+
+def _main_site(records: list[ArrayRecord]) -> str:
+    """The allocation site holding the most bytes among ``records``, and how many others there are."""
+    by_site: dict[str, int] = {}
+    for r in records:
+        by_site[r.site] = by_site.get(r.site, 0) + r.device_bytes
+    top = max(sorted(by_site), key=lambda site: by_site[site])
+    return top + (f" (+{len(by_site) - 1} more)" if len(by_site) > 1 else "")
 
 
 BY_CHOICES = ("shape", "dtype", "cell", "name", "line")
@@ -195,7 +205,10 @@ class ArraysReport:
 
     def rows(self) -> list[tuple]:
         if self.by:
-            return [(k, str(c), _b(n), "" if cell is None else str(cell)) for k, c, n, cell in _group(list(self.records), self.by)[: self.top]]
+            groups = _group(list(self.records), self.by)[: self.top]
+            if self.by == "line":
+                return [(k, str(c), _b(n), "" if cell is None else str(cell)) for k, c, n, cell, _ in groups]
+            return [(k, str(c), _b(n), "" if cell is None else str(cell), site) for k, c, n, cell, site in groups]
         out = []
         for r in self.records[: self.top]:
             per_dev = ", ".join(f"{d}: {_b(n)}" for d, n in sorted(r.bytes_per_device.items()))
@@ -207,7 +220,7 @@ class ArraysReport:
 
     def headers(self) -> tuple[str, ...]:
         if self.by:
-            return (self.by, "arrays", "bytes", "first cell")
+            return (self.by, "arrays", "bytes", "first cell") + (() if self.by == "line" else ("allocated at",))
         return ("array", "bytes", "per device", "held by", "cell", "allocated at")
 
     def summary(self) -> str:
