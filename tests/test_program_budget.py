@@ -142,18 +142,23 @@ def test_donation_gain_matches_outputs_to_arguments_one_to_one():
 
 
 def test_a_call_on_the_line_is_found_by_its_plain_names():
-    """The fast path (no JAX frame in the traceback): the jitted call on the user's line."""
-
-    class Jitted:
-        def lower(self, *args):
-            return args
-
-        def __call__(self, *args):
-            return args
-
-    step, params, batch = Jitted(), object(), object()
+    """The fast path (no JAX frame in the traceback): the jitted call on the user's line. The
+    stand-in has the type name and module of jaxlib's PjitFunction (jaxlib._jax, 0.10.2), which
+    is all that is read of it before it is taken."""
+    PjitFunction = type("PjitFunction", (), {"__module__": "jaxlib._jax", "__call__": lambda self, *a: a})
+    step, params, batch = PjitFunction(), object(), object()
     found = _call_on_line(sys._getframe()) or step(params, batch)
     assert found == (step, (params, batch), {})
+
+
+def test_objects_that_are_not_jitted_are_never_asked_for_attributes():
+    class Trap:
+        def __getattr__(self, name):
+            raise KeyError(name)
+
+    trap, params = Trap(), object()
+    found = [_call_on_line(sys._getframe()), lambda: trap(params)][0]  # trap(params) is on the line, not run
+    assert found is None
 
 
 def test_the_budget_reuses_the_program_the_call_compiled(cells):

@@ -51,19 +51,26 @@ def _is_pjit_cache_miss(frame: Any) -> bool:
     return code.co_name == "cache_miss" and code.co_filename.replace("\\", "/").endswith("/".join(_PJIT))
 
 
+def _is_jitted(value: Any) -> bool:
+    """A ``jax.jit`` object (jaxlib's PjitFunction), told by its type alone: the user's other
+    objects are never asked for an attribute, which could run their code."""
+    kind = type(value)
+    return kind.__name__ == "PjitFunction" and kind.__module__.startswith("jaxlib")
+
+
 def _jitted_for(fun: Any, frame: Any) -> Any:
     """The jitted object in ``frame``'s names that wraps ``fun`` (keeping its static and donated
     arguments), else ``fun`` itself."""
     if frame is not None:
         for names in (frame.f_locals, frame.f_globals):
             for value in list(names.values()):
-                if getattr(value, "__wrapped__", None) is fun and hasattr(value, "lower"):
+                if _is_jitted(value) and getattr(value, "__wrapped__", None) is fun:
                     return value
     return fun
 
 
 def _call_on_line(frame: Any) -> tuple[Any, tuple, dict] | None:
-    """A call on the frame's current line of something with ``.lower``, its arguments plain names."""
+    """A call on the frame's current line of a jitted function, its arguments plain names."""
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno or 0).strip()
     try:
         tree = ast.parse(line.rstrip(":"), mode="exec")
@@ -76,7 +83,7 @@ def _call_on_line(frame: Any) -> tuple[Any, tuple, dict] | None:
         callee = names.get(node.func.id)
         plain = all(isinstance(a, ast.Name) and a.id in names for a in node.args)
         plain = plain and all(k.arg and isinstance(k.value, ast.Name) and k.value.id in names for k in node.keywords)
-        if callee is not None and hasattr(callee, "lower") and plain:
+        if _is_jitted(callee) and plain:
             return callee, tuple(names[a.id] for a in node.args), {k.arg: names[k.value.id] for k in node.keywords}
     return None
 
