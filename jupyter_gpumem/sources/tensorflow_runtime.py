@@ -37,6 +37,6 @@ def set_gpus_visible(tensorflow: Any, visible: bool) -> str | None:
     try:
         gpus = config.list_physical_devices("GPU") if visible else []
         config.set_visible_devices(gpus, "GPU")
-    except (RuntimeError, ValueError, AttributeError) as err:
+    except (RuntimeError, ValueError, TypeError, AttributeError) as err:
         return f"{type(err).__name__}: {err}"
     return None
