@@ -33,6 +33,11 @@ test('the kernel row of the open notebook is matched to it', async ({ page, tmpP
   await expect(row).toContainText('this notebook');
   // A live kernel standing in for a trace's placeholder pid says so.
   await expect(row.locator('.jp-GpuMem-tag', { hasText: 'replay' })).toBeVisible();
+  // Its memory is the trace's, not the live kernel's: no Shut down on offer.
+  await expect(row.locator('.jp-GpuMem-idle')).toContainText(/idle \d+ (s|min)/);
+  await expect(row.getByRole('button', { name: 'Shut down' })).toHaveCount(0);
+  // Every column of the kernels table is in view at the sidebar's default width.
+  expect(await panel.locator('.jp-GpuMem-scrollX').evaluate(el => el.scrollWidth <= el.clientWidth)).toBe(true);
   await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-replay.png') });
 });
 

@@ -126,6 +126,7 @@ function DevicesView(
             trans={trans}
             onOpen={props.onOpen}
             onShutdown={props.onShutdown}
+            offerShutdown={reply.source !== 'replay'}
           />
         </>
       )}

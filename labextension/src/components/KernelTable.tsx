@@ -19,6 +19,8 @@ export function KernelTable(props: {
   onOpen: (path: string) => void;
   /** Asks, then shuts the kernel down. */
   onShutdown: (p: ProcessInfo, device: number) => void;
+  /** False in a replay: the memory is the trace's, not the kernel's. */
+  offerShutdown: boolean;
 }): JSX.Element {
   const { trans } = props;
   const rows = kernelRows(props.devices);
@@ -43,6 +45,7 @@ export function KernelTable(props: {
           {rows.map(({ device, process: p }) => {
             const mine = !!p.notebook_path && p.notebook_path === props.activePath;
             const idle = p.execution_state === 'idle' ? elapsedSince(p.last_activity, now) : null;
+            const shutdown = props.offerShutdown && canShutDown(p);
             return (
               <tr
                 key={`${device}-${p.pid}`}
@@ -83,10 +86,10 @@ export function KernelTable(props: {
                   {p.execution_state === 'dead' ? (
                     <span className="jp-GpuMem-tag">{trans.__('dead')}</span>
                   ) : null}
-                  {idle !== null || canShutDown(p) ? (
+                  {idle !== null || shutdown ? (
                     <span className="jp-GpuMem-idle">
                       {idle !== null ? trans.__('idle %1', idle) : trans.__('idle')}
-                      {canShutDown(p) ? (
+                      {shutdown ? (
                         <button
                           className="jp-mod-styled jp-GpuMem-shutdown"
                           title={trans.__('Shut this kernel down and give its GPU memory back')}
