@@ -285,7 +285,7 @@ def run() -> list[dict]:
         dict(name="widget: bytes per minute at 2 Hz", value=round(live["mean"] * 120), unit="B",
              note="mean bytes per update x 120"),
         dict(name="widget: bytes for the first figure", value=live["first"], unit="B",
-             note="includes plotly.min.js (the plot widget's plotly_js trait) and its small ESM, sent once per device plot"),
+             note="includes plotly.min.js, sent once per kernel (the first monitor's), and the plot's small ESM"),
         dict(name="widget: kernel CPU per update (mean)", value=round(live["cpu_mean"] * 1000, 2), unit="ms",
              note=f"p95 {live['cpu_p95'] * 1000:.2f} ms; process CPU on the calling thread, shared 2-core machine"),
         dict(name="widget: 1 h at 10 Hz, figure JSON, every point", value=hour["raw_bytes"], unit="B",

@@ -5,7 +5,8 @@ The kernel sends the whole figure once (the ``figure`` trait: which series, thei
 cell markers) and then only new points, as custom messages. The browser keeps the window and
 the point budget itself, follows JupyterLab's theme, and sends nothing back: an idle kernel with
 a live monitor handles no message from it. plotly.js itself comes from the plotly package
-(``plotly.min.js``), so no network is needed.
+(``plotly.min.js``), so no network is needed; its text goes to the browser once per kernel, in
+one widget every plot refers to.
 """
 
 from __future__ import annotations
@@ -71,20 +72,37 @@ def _series_spec(name: str) -> dict:
 
 
 _widget_class: Any = None
-_plotly_js: str | None = None
+_library: Any = None
+
+
+def plotly_library() -> Any:
+    """The kernel's one widget holding plotly.js's text, which every plot's browser side runs
+    once per page (made on first use; made again if it was closed)."""
+    global _library
+    if _library is None or _library.comm is None:
+        import ipywidgets
+        import plotly
+        import traitlets
+
+        class PlotlyLibrary(ipywidgets.Widget):
+            """plotly.min.js from the plotly package, as a plain widget model's state."""
+
+            plotly_js = traitlets.Unicode().tag(sync=True)
+
+        source = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+        _library = PlotlyLibrary(plotly_js=source.read_text(encoding="utf-8"))
+    return _library
 
 
 def plot_widget_class() -> Any:
-    """The anywidget class of a device's plot, made on first use (anywidget, ipywidgets and the
-    plotly.js text load only when a monitor is made)."""
-    global _widget_class, _plotly_js
+    """The anywidget class of a device's plot, made on first use (anywidget and ipywidgets load
+    only when a monitor is made)."""
+    global _widget_class
     if _widget_class is not None:
         return _widget_class
     import anywidget
-    import plotly
+    import ipywidgets
     import traitlets
-
-    _plotly_js = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
 
     class MonitorPlot(anywidget.AnyWidget):
         """One device's plot. ``figure`` is the whole drawing; ``append``/``cells`` messages add to it."""
@@ -92,7 +110,7 @@ def plot_widget_class() -> Any:
         _esm = _FRONTEND.read_text(encoding="utf-8")
         uid = traitlets.Unicode().tag(sync=True)
         figure = traitlets.Dict().tag(sync=True)
-        plotly_js = traitlets.Unicode().tag(sync=True)
+        library = traitlets.Instance(ipywidgets.Widget).tag(sync=True, **ipywidgets.widget_serialization)
 
         def get_state(self, key=None, drop_defaults=False):
             # A page reloaded asks for the state again: give the figure as it is now, with the
@@ -119,7 +137,7 @@ class _DeviceView:
         self.series = DeviceSeries(window_s, max_points=max_points)
         self.drawn: list[str] = []
         self.cells_drawn: tuple = ()
-        self.fig = plot_widget_class()(uid=uuid.uuid4().hex, plotly_js=_plotly_js)
+        self.fig = plot_widget_class()(uid=uuid.uuid4().hex, library=plotly_library())
         self.fig.current_figure = self.figure
 
     def _points(self) -> tuple[list[float], list[Values]]:

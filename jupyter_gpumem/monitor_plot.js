@@ -7,16 +7,28 @@
 
 const STORES = (globalThis.__gpumemMonitorStores ??= new Map());
 
-// plotly.js arrives as text in the `plotly_js` trait; it is run once per page.
+// plotly.js arrives as text, once per kernel, in the widget the `library` trait names; it is
+// run once per page.
+async function loadPlotly(model) {
+  const id = model.get('library').replace(/^IPY_MODEL_/, '');
+  const library = await model.widget_manager.get_model(id);
+  const url = URL.createObjectURL(new Blob([library.get('plotly_js')], { type: 'text/javascript' }));
+  try {
+    await import(/* webpackIgnore: true */ url);
+  } finally {
+    URL.revokeObjectURL(url);
+  }
+  return globalThis.Plotly;
+}
+
 function plotlyFrom(model) {
   if (globalThis.Plotly) {
     return Promise.resolve(globalThis.Plotly);
   }
   if (!globalThis.__gpumemPlotly) {
-    const url = URL.createObjectURL(new Blob([model.get('plotly_js')], { type: 'text/javascript' }));
-    globalThis.__gpumemPlotly = import(/* webpackIgnore: true */ url).then(() => {
-      URL.revokeObjectURL(url);
-      return globalThis.Plotly;
+    globalThis.__gpumemPlotly = loadPlotly(model).catch(err => {
+      globalThis.__gpumemPlotly = null; // the next plot tries again
+      throw err;
     });
   }
   return globalThis.__gpumemPlotly;

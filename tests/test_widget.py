@@ -504,3 +504,25 @@ def test_a_new_window_closes_the_plots_it_replaces(stub):
     m.set_window(5)
     assert old.comm is None and m._views[0].fig is not old and m._views[0].fig.comm is not None
     m.close()
+
+
+def test_plotly_js_goes_to_the_browser_once_per_kernel_not_per_plot(monkeypatch):
+    import jupyter_gpumem.monitor_figure as monitor_figure
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    monkeypatch.setattr(monitor_figure, "_library", None)  # as in a fresh kernel
+
+    with fake_nvml("three_gpus"):
+        sample = Sample(1.0, PID, NvmlSource().read(), NotAvailable(NOT_STARTED, "x"))
+    with measure_comm_bytes() as sizes:
+        first = Monitor(sampler=(stub := StubSampler()))
+        stub.push(sample)
+        first_bytes = sum(sizes)
+        second = Monitor(sampler=stub)
+        second_bytes = sum(sizes) - first_bytes
+    libraries = {id(v.fig.library) for m in (first, second) for v in m._views.values()}
+    assert len(libraries) == 1 and len(first._views) == 3
+    assert second_bytes < 200_000 < 4_000_000 < first_bytes  # plotly.min.js is about 4.8 MB
+    first.close()
+    second.close()

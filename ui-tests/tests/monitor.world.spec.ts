@@ -116,6 +116,25 @@ test('in JupyterLab Dark the monitor is drawn on a dark background, and follows 
   await expect.poll(async () => (await background(page)).luminance, { timeout: 15000 }).toBeGreaterThan(0.9);
 });
 
+test('a page reloaded draws the monitor again with every reading so far, and it goes on', async ({
+  page,
+  tmpPath
+}) => {
+  await startMonitor(page, tmpPath, 4);
+  const count = () =>
+    page.locator(PLOT).first().evaluate((gd: any) => (gd.data && gd.data.length ? gd.data[0].x.length : 0));
+  const before = await count();
+  await page.notebook.save(); // the output that names the widget, for the notebook reopened
+  // A plain reload: galata's page.reload() timed out here in its own readiness wait.
+  await page.evaluate(() => window.location.reload());
+  await page.waitForFunction(() => (window as any).jupyterapp?.shell, null, { timeout: 60000 });
+  await expect(page.locator(PLOT).first()).toBeVisible({ timeout: 60000 });
+  // The figure the kernel gives on reload holds the readings sent as messages since.
+  await expect.poll(count, { timeout: 30000 }).toBeGreaterThanOrEqual(before);
+  const after = await count();
+  await expect.poll(count, { timeout: 30000 }).toBeGreaterThan(after);
+});
+
 test('closing the notebook after its kernel shut down logs no widget errors', async ({ page, tmpPath }) => {
   const console_: string[] = [];
   page.on('console', msg => console_.push(`${msg.type()}: ${msg.text()}`));
