@@ -365,13 +365,13 @@ class Chunk:
 
 
 class DeviceSeries:
-    """One device's rows within a time window, drawn as sealed chunks plus a short live tail.
+    """One device's rows within a time window, kept as sealed chunks plus a short live tail:
+    what a whole figure is drawn from (a replay, a new window, a page reloaded).
 
     - The window is split into ``chunks`` spans. When a span ends, its rows are decimated once
-      into a "span" chunk, sent once, and never again; it replaces the span's minis.
-    - Within the current span, every ``tail_rows`` rows become a "mini" chunk, so the tail
-      that is re-sent on each update stays short. When the minis hold more than a chunk's
-      budget they are merged into one, decimated.
+      into a "span" chunk; it replaces the span's minis.
+    - Within the current span, every ``tail_rows`` rows become a "mini" chunk. When the minis
+      hold more than a chunk's budget they are merged into one, decimated.
     - Chunks older than the window are dropped.
 
     Memory and points per series stay bounded whatever the run length or rate: at most
