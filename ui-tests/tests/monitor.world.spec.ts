@@ -116,6 +116,23 @@ test('in JupyterLab Dark the monitor is drawn on a dark background, and follows 
   await expect.poll(async () => (await background(page)).luminance, { timeout: 15000 }).toBeGreaterThan(0.9);
 });
 
+test('while the monitor draws, the browser sends the kernel nothing: it stays Idle', async ({ page, tmpPath }) => {
+  await startMonitor(page, tmpPath);
+  const count = () => page.locator(PLOT).first().evaluate((gd: any) => gd.data[0].x.length);
+  await page.evaluate(() => {
+    const w = window as any;
+    w.__gpumemBusy = 0;
+    w.jupyterapp.shell.currentWidget.sessionContext.session.kernel.statusChanged.connect((_: unknown, s: string) => {
+      if (s === 'busy') {
+        w.__gpumemBusy += 1;
+      }
+    });
+  });
+  const start = await count();
+  await expect.poll(count, { timeout: 30000 }).toBeGreaterThanOrEqual(start + 3);
+  expect(await page.evaluate(() => (window as any).__gpumemBusy)).toBe(0);
+});
+
 test('a page reloaded draws the monitor again with every reading so far, and it goes on', async ({
   page,
   tmpPath
