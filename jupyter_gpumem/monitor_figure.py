@@ -11,6 +11,7 @@ one widget every plot refers to.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -128,8 +129,11 @@ def plot_widget_class() -> Any:
 class _DeviceView:
     """One device's series, and the plot widget that draws them."""
 
-    def __init__(self, key: int, title: str, window_s: float, max_points: int, labels: list[str]):
+    def __init__(self, key: int, title: str, window_s: float, max_points: int, labels: list[str],
+                 lock: Any = None):
         self.key = key
+        # The sampler thread adds rows while a page reloaded asks for the figure (kernel thread).
+        self._lock = lock if lock is not None else threading.RLock()
         self.title = title
         self.window_s = window_s
         self.max_points = max_points
@@ -161,6 +165,10 @@ class _DeviceView:
 
     def figure(self) -> dict:
         """The whole drawing as the browser receives it (times in epoch seconds)."""
+        with self._lock:
+            return self._figure()
+
+    def _figure(self) -> dict:
         times, rows = self._points()
         return dict(
             series=[_series_spec(n) for n in self.drawn],

@@ -318,7 +318,7 @@ class Monitor:
             if view is None:
                 dev = sample.device(key)
                 name = (dev.name if dev is not None else "") or "JAX device"
-                view = _DeviceView(key, f"GPU {key}: {name}", self.window_s, self.max_points, self.labels)
+                view = _DeviceView(key, f"GPU {key}: {name}", self.window_s, self.max_points, self.labels, self._lock)
                 self._views[key] = view
                 new_device = True
             row = row_for(sample, key)

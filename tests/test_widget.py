@@ -526,3 +526,16 @@ def test_plotly_js_goes_to_the_browser_once_per_kernel_not_per_plot(monkeypatch)
     assert second_bytes < 200_000 < 4_000_000 < first_bytes  # plotly.min.js is about 4.8 MB
     first.close()
     second.close()
+
+
+def test_a_reloaded_page_asks_for_the_figure_only_between_ticks(stub):
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    got = threading.Event()
+    with m._lock:  # a tick in progress on the sampler thread
+        asker = threading.Thread(target=lambda: (m._views[0].fig.get_state(), got.set()))
+        asker.start()
+        assert not got.wait(0.2)
+    assert got.wait(5)
+    asker.join()
+    m.close()
