@@ -59,6 +59,25 @@ test('while a cell runs the panel says busy and when it last heard, never "not l
   await expect(busy).toHaveCount(0, { timeout: 1000 });
 });
 
+test('a notebook shown again while its cell runs is not called unanswering', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'xla_env.ipynb', 'second.ipynb');
+  await openNotebook(page, tmpPath, 'panel_live.ipynb', 'first.ipynb');
+  const panel = await openPanel(page);
+  await runCell(page, LOAD);
+  await expect(panel.locator('.jp-GpuMem-backend')).toHaveText(/^JAX has not started yet/);
+  await runCell(page, SLEEP, false);
+  // Away and back while the cell sleeps: the panel never saw that cell start.
+  await page.notebook.activate('second.ipynb');
+  await expect(panel.locator('.jp-GpuMem-path')).toContainText('second.ipynb');
+  await page.notebook.activate('first.ipynb');
+  for (let i = 0; i < 8; i++) {
+    await page.waitForTimeout(500);
+    const text = (await panel.locator('.jp-GpuMem-notebook').first().innerText()) ?? '';
+    expect(text).not.toMatch(/did not answer|not loaded/);
+  }
+  await expect(panel.locator('.jp-GpuMem-backend')).toHaveText(/^JAX has not started yet/);
+});
+
 test('with the panel open an idle kernel is asked nothing', async ({ page, tmpPath }) => {
   await openNotebook(page, tmpPath, 'panel_live.ipynb');
   const panel = await openPanel(page);

@@ -76,7 +76,7 @@ export class KernelModel {
   /** What the panel shows: while a cell runs, "busy" instead of a snapshot or a failure. */
   get state(): KernelState {
     const base = this._base;
-    if (this._running.size > 0 && ['snapshot', 'failed', 'asking'].includes(base.kind)) {
+    if (this._cellRunning() && ['snapshot', 'failed', 'asking'].includes(base.kind)) {
       return { kind: 'busy' };
     }
     return base;
@@ -187,6 +187,28 @@ export class KernelModel {
     }
   }
 
+  /**
+   * Whether a cell runs: an execute request seen starting on iopub, or a code cell of this
+   * notebook marked running (CodeCell.execute sets the model's executionState, @jupyterlab/cells
+   * 4.6), which also covers a cell that began before this model watched. The kernel's status
+   * alone cannot tell: it read "idle" while a cell slept (ipykernel 7.4, panel.world.spec.ts).
+   */
+  private _cellRunning(): boolean {
+    if (this._running.size > 0) {
+      return true;
+    }
+    const cells = this._panel?.content.model?.cells;
+    if (!cells) {
+      return false;
+    }
+    for (const cell of cells) {
+      if ((cell as { executionState?: string }).executionState === 'running') {
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** A cell starts or ends: the kernel's busy and idle status messages for an execute request. */
   private _onIopub(_: Kernel.IKernelConnection, msg: KernelMessage.IIOPubMessage): void {
     const parent = msg.parent_header as Partial<KernelMessage.IHeader>;
@@ -199,8 +221,9 @@ export class KernelModel {
       this._running.add(parent.msg_id);
     } else if (state === 'idle') {
       this._running.delete(parent.msg_id);
-      if (this._running.size === 0 && this._channel?.asking) {
-        // The answer is due now that the cells are done.
+      if (this._channel?.asking) {
+        // A cell ended (one seen starting, or one that began before we watched): the answer
+        // follows it, or the next cell's end.
         this._startTimer();
       }
     }
@@ -240,7 +263,7 @@ export class KernelModel {
       return;
     }
     this._channel.ask();
-    if (this._running.size === 0) {
+    if (!this._cellRunning()) {
       this._startTimer();
     }
   }
@@ -254,7 +277,7 @@ export class KernelModel {
       if (!this._channel?.asking) {
         return;
       }
-      if (this._running.size > 0) {
+      if (this._cellRunning()) {
         return; // answered when the cells end; the timer starts again then
       }
       this._channel.giveUp();
