@@ -18,6 +18,7 @@ from jupyter_gpumem.model import (
     CudaPoolReading,
     DeviceReading,
     JaxDeviceReading,
+    NotAvailable,
     ProcessReading,
     Sample,
     normalise_stats,
@@ -269,6 +270,64 @@ def test_report_from_fragmenting_trace_says_fragmentation_and_preallocate_on(mon
     assert first.title == ("Enough memory is free in total (45.63 GiB), but the largest free block is 2.68 GiB "
                            "and the pool can grow by only 27.86 GiB")
     assert "<table>" in report._repr_html_()
+
+
+# --- a replayed report: the trace has the allocator's readings, not the arrays -----------------
+
+
+def test_a_replayed_report_says_its_arrays_are_not_known_and_how_much_the_allocator_held(monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # as the trace's header says
+    sample = last_sample("synthetic_bfc_growth_fragmenting.jsonl")  # bytes_in_use 15153561600
+    error = OomError("gpu_human", 32 * GiB, False, None, "JaxRuntimeError", "synthetic")
+    report = doctor.oom_report(error, sample=sample, synthetic=True)  # no live list: a replay
+    lines = str(report).splitlines()
+    assert lines[lines.index("Largest live arrays:") + 1] == (
+        "  not known for a replayed trace, which records the allocator's readings, not the arrays: "
+        "together at most the 14.11 GiB in use")
+    assert "no live JAX arrays" not in report._repr_html_()
+    assert report.readings.live_bytes is None and report.to_json()["live_bytes"] is None
+
+
+def test_a_replayed_report_weighs_the_request_against_the_allocators_in_use_not_zero_arrays():
+    # synthetic trace: the allocator holds 1 GiB in use; the request is 24 GiB
+    sample = last_sample("synthetic_two_kernels.jsonl")
+    error = OomError("gpu_human", 24 * GiB, False, None, "JaxRuntimeError", "synthetic")
+    report = doctor.oom_report(error, sample=sample, synthetic=True)
+    assert [f.kind for f in report.fixes] == ["other_process", "remat"]
+    assert report.fixes[1].title == ("The request (24.00 GiB) is larger than all the allocator had in use (1.00 GiB): "
+                                     "a program's temporaries")
+    assert "(0 B)" not in str(report)
+
+
+def test_without_the_arrays_remat_is_not_advised_for_a_request_within_the_allocators_in_use():
+    r = OomReadings(requested=20 * GiB, device_total=80 * GiB, bytes_in_use=30 * GiB, remat=True, synthetic=True)
+    assert "remat" not in kinds(r)
+
+
+def test_without_the_arrays_remat_is_advised_for_a_request_beyond_the_allocators_in_use():
+    r = OomReadings(requested=20 * GiB, device_total=80 * GiB, bytes_in_use=GiB, remat=True, synthetic=True)
+    fix = next(f for f in advise(r) if f.kind == "remat")
+    assert fix.why.startswith("Every live array on the device is within the allocator's in-use bytes")
+
+
+def test_with_the_arrays_remat_weighs_the_request_against_them_not_the_allocators_in_use():
+    # 20 GiB requested: above the 1 GiB of live arrays, below the 30 GiB in use (a program's buffers)
+    r = OomReadings(requested=20 * GiB, device_total=80 * GiB, bytes_in_use=30 * GiB, live_bytes=GiB,
+                    remat=True, synthetic=True)
+    fix = next(f for f in advise(r) if f.kind == "remat")
+    assert fix.title == "The request (20.00 GiB) is larger than all live arrays (1.00 GiB): a program's temporaries"
+
+
+def test_a_replayed_cpu_report_does_not_claim_to_count_live_arrays_instead():
+    cpu = JaxDeviceReading(0, "cpu", "cpu", None, NotAvailable("no_stats", "the CPU keeps no allocator statistics"))
+    sample = Sample(t=1.0, pid=PID, devices=(), jax=(cpu,))  # synthetic
+    error = OomError("cpu", GiB, True, None, "JaxRuntimeError", "synthetic")
+    report = doctor.oom_report(error, sample=sample, synthetic=True)
+    assert report.devices[0].note == "the CPU keeps no allocator statistics; a replay has no arrays to count instead"
+    lines = str(report).splitlines()
+    assert lines[lines.index("Largest live arrays:") + 1] == (
+        "  not known for a replayed trace, which records the allocator's readings, not the arrays")
+    assert "remat" not in [f.kind for f in report.fixes]
 
 
 # --- cuda_async: the pool is the CUDA driver's default pool ----------------------------------

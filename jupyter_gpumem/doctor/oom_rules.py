@@ -45,7 +45,8 @@ class OomReadings:
       cannot tell which of them is this kernel (``attribution.CANNOT_TELL``: containers)
     - ``preallocate``, ``fraction``, ``remat``: the settings in effect; ``allocator``: the
       failing device's allocator ("bfc", "cuda_async", ...), else the setting
-    - ``live_bytes``: bytes of live JAX arrays on the device (deduplicated)
+    - ``live_bytes``: bytes of live JAX arrays on the device (deduplicated); None where not
+      known (JAX not started, or a replayed trace, which records the allocator, not the arrays)
     - ``history_bytes``: of those, bytes reachable only through Out/_ history
     - ``error_form``: the message form (``OomError.form``): "host" is the GPU client's pinned
       host memory pool, "cubin" a compiled kernel that could not be loaded onto the device
@@ -447,12 +448,16 @@ def rematerialisation(r: OomReadings, need: int | None) -> Fix | None:
             None,
             ("Or wrap the heavy layers in jax.checkpoint (jax.remat) to recompute activations in the backward pass.",),
         )
-    if r.live_bytes is not None and req > r.live_bytes and (total is None or req > 0.1 * total):
+    # without the arrays (a replay), the allocator's in-use bytes: every live array on the device is in them
+    held, what = (r.live_bytes, "all live arrays") if r.live_bytes is not None else (r.bytes_in_use, "all the allocator had in use")
+    if held is not None and req > held and (total is None or req > 0.1 * total):
         return Fix(
             "remat",
-            f"The request ({_b(req)}) is larger than all live arrays ({_b(r.live_bytes)}): a program's temporaries",
+            f"The request ({_b(req)}) is larger than {what} ({_b(held)}): a program's temporaries",
             "Wrap the heavy layers in jax.checkpoint (jax.remat), or use a smaller batch",
-            "Temporaries, not live arrays, need the memory; recomputing activations trades time for memory.",
+            ("Temporaries" if r.live_bytes is not None else "Every live array on the device is within the allocator's "
+             "in-use bytes, and the request alone exceeds them: temporaries") + ", not live arrays, need the memory; "
+            "recomputing activations trades time for memory.",
             None,
             None,
             ("`%gpumem estimate f(args)` shows a jitted call's temporary bytes before running it.",),

@@ -224,6 +224,7 @@ class OomReport(_TextReport):
             "devices": [d.__dict__ for d in self.devices],
             "others": [p.__dict__ for p in self.others],
             "arrays": [r.to_json() for r in self.arrays],
+            "live_bytes": self.readings.live_bytes,  # None: not known (a replay, or JAX not started)
             "fixes": [f.to_json() for f in self.fixes],
             "synthetic": self.readings.synthetic,
         }
@@ -251,14 +252,21 @@ def _failing_device(error: OomError, jax_readings: tuple[JaxDeviceReading, ...])
     return jax_readings[0]
 
 
-def _device_state(r: JaxDeviceReading) -> DeviceState:
+def _device_state(r: JaxDeviceReading, arrays_known: bool = True) -> DeviceState:
     label = f"{r.platform} {r.jax_id}" + (f" ({r.kind})" if r.kind else "")
     s = r.stats
     if not isinstance(s, AllocatorStats):
-        return DeviceState(label, note=f"{s.reason}; live-array bytes are used instead")
+        instead = "live-array bytes are used instead" if arrays_known else "a replay has no arrays to count instead"
+        return DeviceState(label, note=f"{s.reason}; {instead}")
     pool = r.cuda_pool
     return DeviceState(label, s.bytes_in_use, model.pool_bytes(s, pool), s.bytes_limit, s.largest_free_block_bytes,
                        model.fragmentation(s, pool), model.headroom(s, pool), driver_pool=model.uses_driver_pool(s, pool))
+
+
+def _replay_note(stats: AllocatorStats | None) -> str:
+    """Why a replayed report lists no arrays, and what the reading says they came to."""
+    held = f": together at most the {_b(stats.bytes_in_use)} in use" if stats is not None and stats.bytes_in_use is not None else ""
+    return f"not known for a replayed trace, which records the allocator's readings, not the arrays{held}"
 
 
 def oom_report(
@@ -272,13 +280,16 @@ def oom_report(
     """The OOM report for ``exc`` (an exception or a recognised ``OomError``), read now; None
     when ``exc`` is not an out-of-memory error.
 
-    ``sample`` and ``live`` replace the live device reading and live arrays (a trace replayed);
-    ``synthetic`` marks the report as drawn from made-up readings. ``raised``: the exception,
+    ``sample`` replaces the reading taken now (a trace replayed): the arrays of that moment are
+    not in this process, so they are reported as not known, in-use bytes come from the
+    allocator's reading, and no program is compiled again. ``live`` lists the arrays instead of
+    a census (``[]``: there were none). ``synthetic`` marks the report as drawn from made-up readings. ``raised``: the exception,
     where ``exc`` is its recognised form, for the failing jitted call in its traceback.
     """
     error = exc if isinstance(exc, OomError) else oom_text.recognise(exc)
     if error is None:
         return None
+    replayed = sample is not None and live is None  # that moment's arrays are not this process's
     if sample is None:
         from jupyter_gpumem.sampler import get_sampler
 
@@ -317,11 +328,11 @@ def oom_report(
     settings = tuple((s.name, s.shown, s.source) for s in allocator_shim.settings_in_effect())
     values = {s.name: s.value for s in allocator_shim.settings_in_effect()}
 
-    started = live is not None or allocator_shim.backend_started()
+    arrays_known = live is not None or (not replayed and allocator_shim.backend_started())
     walk_note = ""
     if live is not None:
         records = list(live)
-    elif started:
+    elif arrays_known:
         found = census(shell, seconds=WALK_SECONDS_REPORT)
         records, walk_note = list(found.records), found.walk.note()
     else:
@@ -330,14 +341,15 @@ def oom_report(
     on_device = [r for r in records if device_id is None or device_id in r.bytes_per_device]
     live_bytes = sum(r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device)
     history = sum(r.device_bytes for r in on_device if r.history_only)
-    arrays_note = walk_note if records else ("no live JAX arrays" if started else _not_started_note())
+    arrays_note = walk_note if records else ("no live JAX arrays" if arrays_known else
+                                             _replay_note(stats) if replayed else _not_started_note())
 
     total = nvml_dev.total_bytes if nvml_dev is not None else (_host_memory_bytes() if platform == "cpu" else None)
     gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
     beside = read_cpu_fallback(gpu_count=len(gpus)) if platform == "cpu" and gpus else None
     program = None
     raised = exc if isinstance(exc, BaseException) else raised
-    if started and live is None and raised is not None:
+    if arrays_known and live is None and raised is not None:
         from jupyter_gpumem.doctor.program_budget import program_budget
 
         program = program_budget(raised, shell)
@@ -356,10 +368,10 @@ def oom_report(
         fraction=values.get("fraction") if isinstance(values.get("fraction"), float) else None,
         allocator=stats.allocator if stats else str(values.get("allocator")),
         remat=values.get("remat") if isinstance(values.get("remat"), bool) else None,
-        live_bytes=live_bytes if started else None,
+        live_bytes=live_bytes if arrays_known else None,
         history_bytes=history,
         error_form=error.form,
-        host_array_bytes=sum(r.host_bytes for r in records) if started else None,
+        host_array_bytes=sum(r.host_bytes for r in records) if arrays_known else None,
         platform=platform,
         synthetic=synthetic,
         cuda_pool=cuda_pool,
@@ -368,6 +380,6 @@ def oom_report(
         gpu_fix=(beside.fix if beside.is_command else f"JAX says: {beside.fix}") if beside is not None else None,
         program=program,
     )
-    devices = tuple(_device_state(r) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
+    devices = tuple(_device_state(r, not replayed) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
     return OomReport(error, settings, devices, others, others_note, tuple(records[:5]), arrays_note, readings,
                      tuple(oom_rules.advise(readings)))
