@@ -121,7 +121,7 @@ test('restart asks first, listing the settings; status then names their source "
   await expect(settings.locator('tr', { hasText: 'preallocate' })).toContainText('off (notebook settings)');
   await expect(settings.locator('tr', { hasText: 'fraction' })).toContainText('0.3 (notebook settings)');
   // As %gpumem status reads them: "not set", never null or false.
-  await expect(settings.locator('tr', { hasText: 'async_prealloc' })).toContainText('not set (JAX default)');
+  await expect(settings.locator('tr', { hasText: 'async-prealloc' })).toContainText('not set (JAX default)');
   await expect(settings).not.toContainText(/\b(null|false|true)\b/);
   await runCell(page, STATUS);
   const status = cellOutput(page, STATUS);

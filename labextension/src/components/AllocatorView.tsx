@@ -79,7 +79,8 @@ export function AllocatorView(props: {
           <tbody>
             {s.settings.map(x => (
               <tr key={x.name}>
-                <th>{x.name}</th>
+                {/* Named as %gpumem status and the magic name it: async-prealloc. */}
+                <th>{x.name.replace(/_/g, '-')}</th>
                 <td>
                   {settingText(x, trans)} <span className="jp-GpuMem-muted">({x.source})</span>
                 </td>
