@@ -103,6 +103,10 @@ def _announce() -> None:
 
 
 def _pre_run_cell(info: Any = None) -> None:
+    _quietly("reading whether JAX has started", _note_backend_before_cell)
+
+
+def _note_backend_before_cell() -> None:
     global _started_before_cell
     _started_before_cell = backend_started()
 
@@ -110,8 +114,11 @@ def _pre_run_cell(info: Any = None) -> None:
 def _post_run_cell(result: Any = None) -> None:
     """After each cell (not silent executions, which IPython runs without cell events): tell
     the open comms. Costs one probe and one small message per open comm."""
-    if not _comms:
-        return
+    if _comms:
+        _quietly("a push to the panel", _push_after_cell)
+
+
+def _push_after_cell() -> None:
     push = event("cell_end")
     if push["backend_started"] and not _started_before_cell:
         push["event"] = "jax_started"

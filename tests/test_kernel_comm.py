@@ -147,6 +147,17 @@ def test_a_push_that_fails_is_dropped_and_the_cell_goes_on():
     assert broken not in kernel_comm._comms
 
 
+def test_a_probe_that_fails_pushes_nothing_and_the_cell_goes_on(monkeypatch):
+    shell, _, panel = loaded_kernel_with_panel()
+
+    def broken_probe():
+        raise RuntimeError("jax is half imported")
+
+    monkeypatch.setattr(kernel_comm, "backend_started", broken_probe)
+    shell.run_cell(1, lambda: None)  # raises nothing into the cell
+    assert panel.sent == []
+
+
 def test_unloading_removes_the_after_cell_push():
     from comm.base_comm import CommManager
 
