@@ -3,10 +3,11 @@ plotly.js (``monitor_plot.js``), and the messages that keep it current.
 
 The kernel sends the whole figure once (the ``figure`` trait: which series, their points, the
 cell markers) and then only new points, as custom messages. The browser keeps the window and
-the point budget itself, follows JupyterLab's theme, and sends nothing back: an idle kernel with
-a live monitor handles no message from it. plotly.js itself comes from the plotly package
-(``plotly.min.js``), so no network is needed; its text goes to the browser once per kernel, in
-one widget every plot refers to.
+the point budget itself (thinning by ``series.decimate_rows``'s rule, so peaks stay), follows
+JupyterLab's theme, and sends nothing back: an idle kernel with a live monitor handles no
+message from it. plotly.js itself comes from the plotly package (``plotly.min.js``), so no
+network is needed; its text goes to the browser once per kernel, in one widget every plot
+refers to.
 """
 
 from __future__ import annotations

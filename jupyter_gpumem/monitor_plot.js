@@ -2,8 +2,10 @@
 //
 // The kernel sends the whole figure once (the `figure` trait: series, points, cell markers) and
 // then only what is new, as custom messages: {kind: "append", t, y} and {kind: "cells", cells}.
-// This side keeps the window (drops points older than it), thins old points past max_points,
-// and follows JupyterLab's theme. It never sends anything back to the kernel.
+// This side keeps the window (drops points older than it), thins old points past max_points
+// by the kernel's rule (each series' extremes stay), and follows JupyterLab's theme. It never
+// sends anything back to the kernel. The named exports are for the unit tests; anywidget uses
+// the default one.
 
 const STORES = (globalThis.__gpumemMonitorStores ??= new Map());
 
@@ -42,7 +44,7 @@ function localMs(t) {
 
 const EMPTY = { series: [], t: [], y: {}, cells: [], labels: [], lower: false, top: 1, window_s: 600, max_points: 2000 };
 
-function storeFrom(given) {
+export function storeFrom(given) {
   const figure = { ...EMPTY, ...given };
   const store = {
     figure,
@@ -58,33 +60,79 @@ function storeFrom(given) {
   return store;
 }
 
-// Keep the window, and at most max_points: past it, every other point of the older half goes.
-function trim(store) {
-  const { window_s, max_points } = store.figure;
-  const last = store.t[store.t.length - 1];
-  let drop = 0;
-  while (drop < store.t.length && store.t[drop] < last - window_s) {
-    drop += 1;
+// The kernel's thinning (series.decimate_rows) for rows lo..hi-1: at most maxRows of them. The
+// rows are split into equal buckets; from each, the rows holding each series' minimum and
+// maximum are kept, and the first and last rows always. Whole rows, so the stacked bands agree
+// at every x, and a series' peak (a spike before an OOM) never disappears.
+export function extremeRows(columns, lo, hi, maxRows) {
+  const n = hi - lo;
+  if (n <= maxRows) {
+    return Array.from({ length: n }, (_, i) => lo + i);
   }
-  const keep = i => i >= drop;
-  let picks = null;
-  if (store.t.length - drop > max_points) {
-    const half = drop + Math.floor((store.t.length - drop) / 2);
-    picks = i => i >= half || (i >= drop && (i - drop) % 2 === 0);
-  }
-  if (!drop && !picks) {
-    return;
-  }
-  const pick = picks || keep;
-  const filter = a => a.filter((_, i) => pick(i));
-  store.t = filter(store.t);
-  store.x = filter(store.x);
-  for (const name of Object.keys(store.y)) {
-    store.y[name] = filter(store.y[name]);
+  let buckets = Math.max(1, Math.floor((maxRows - 2) / 2));
+  for (;;) {
+    const picks = new Set([lo, hi - 1]);
+    for (let b = 0; b < buckets; b++) {
+      const from = lo + Math.floor((b * n) / buckets);
+      const to = lo + Math.floor(((b + 1) * n) / buckets);
+      for (const col of columns) {
+        let least = -1;
+        let most = -1;
+        for (let i = from; i < to; i++) {
+          const v = col[i];
+          if (v === null || v === undefined) {
+            continue;
+          }
+          if (least < 0 || v < col[least]) {
+            least = i;
+          }
+          if (most < 0 || v > col[most]) {
+            most = i;
+          }
+        }
+        if (least >= 0) {
+          picks.add(least);
+          picks.add(most);
+        }
+      }
+    }
+    if (picks.size <= maxRows || buckets === 1) {
+      return [...picks].sort((a, b) => a - b);
+    }
+    // Too many distinct extremes: fewer, wider buckets (one keeps at most 2 per series + 2).
+    buckets = Math.max(1, Math.floor((buckets * maxRows) / picks.size) - 1);
   }
 }
 
-function append(store, msg) {
+// Keep the window, and at most max_points: past it, the older half is thinned to half as many
+// rows by extremeRows; the newer half stays whole.
+function trim(store) {
+  const { window_s, max_points } = store.figure;
+  const n = store.t.length;
+  const last = store.t[n - 1];
+  let drop = 0;
+  while (drop < n && store.t[drop] < last - window_s) {
+    drop += 1;
+  }
+  let rows;
+  if (n - drop > max_points) {
+    const half = drop + Math.floor((n - drop) / 2);
+    const older = extremeRows(Object.values(store.y), drop, half, Math.ceil((half - drop) / 2));
+    rows = older.concat(Array.from({ length: n - half }, (_, i) => half + i));
+  } else if (drop) {
+    rows = Array.from({ length: n - drop }, (_, i) => drop + i);
+  } else {
+    return;
+  }
+  const pick = a => rows.map(i => a[i]);
+  store.t = pick(store.t);
+  store.x = pick(store.x);
+  for (const name of Object.keys(store.y)) {
+    store.y[name] = pick(store.y[name]);
+  }
+}
+
+export function append(store, msg) {
   for (let i = 0; i < msg.t.length; i++) {
     store.t.push(msg.t[i]);
     store.x.push(localMs(msg.t[i]));

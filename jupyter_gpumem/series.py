@@ -322,7 +322,8 @@ def decimate_rows(rows: Sequence[Values], max_rows: int) -> list[int]:
 
     Rows are split into equal buckets; from each, the rows holding each column's minimum and
     maximum are kept (real rows, so stacked bands stay consistent at every x). The first and
-    last rows are always kept. A column's peak therefore never disappears.
+    last rows are always kept. A column's peak therefore never disappears. The live plot's
+    browser side thins by the same rule (``extremeRows`` in ``monitor_plot.js``).
     """
     n = len(rows)
     width = len(rows[0]) if rows else 0

@@ -6,7 +6,12 @@ Every expected number below is worked out by hand from the sample it is read fro
 from __future__ import annotations
 
 import glob
+import json
 import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -161,6 +166,32 @@ def test_decimation_keeps_first_and_last_rows(table):
 def test_decimation_refuses_a_budget_below_two_per_column():
     with pytest.raises(ValueError, match="at least 2 \\+ 2 per column"):
         decimate_rows([(1, 2)] * 10, 5)
+
+
+_PLOT_JS = Path(__file__).parents[1] / "jupyter_gpumem" / "monitor_plot.js"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="the browser's thinning runs in node")
+def test_the_browser_thins_a_live_plot_by_the_same_rule(tmp_path):
+    # monitor_plot.js's extremeRows, run in node on the tables decimate_rows is given: the same rows.
+    rng = random.Random(7)
+    cases = []
+    for _ in range(60):
+        width = rng.randint(1, 4)
+        spread = rng.choice([3, 10**12])  # few distinct values: ties must break the same way
+        rows = [tuple(None if rng.random() < 0.1 else rng.randint(0, spread) for _ in range(width))
+                for _ in range(rng.randint(1, 400))]
+        cases.append((rows, rng.randint(2 + 2 * width, 60)))
+    module = tmp_path / "monitor_plot.mjs"
+    shutil.copy(_PLOT_JS, module)
+    script = (f"import {{ extremeRows }} from {json.dumps(module.as_uri())};"
+              "let text = ''; for await (const c of process.stdin) text += c;"
+              "const out = JSON.parse(text).map(([cols, n, max]) => extremeRows(cols, 0, n, max));"
+              "process.stdout.write(JSON.stringify(out));")
+    given_js = [[[list(col) for col in zip(*rows)], len(rows), max_rows] for rows, max_rows in cases]
+    done = subprocess.run(["node", "--input-type=module", "-e", script], input=json.dumps(given_js),
+                          capture_output=True, text=True, check=True, timeout=60)
+    assert json.loads(done.stdout) == [decimate_rows(rows, max_rows) for rows, max_rows in cases]
 
 
 def test_one_hour_at_10hz_draws_at_most_2000_points_and_keeps_a_one_sample_spike():

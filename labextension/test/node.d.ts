@@ -17,3 +17,6 @@ declare module 'node:assert/strict' {
   const assert: Assert;
   export = assert;
 }
+
+/** CommonJS's require, as the compiled tests have it: loads the monitor plot's ES module (node >= 20.19). */
+declare function require(id: string): unknown;
