@@ -9,7 +9,6 @@ export const METADATA_KEY = 'jupyter_gpumem';
 export const TRANSLATION_DOMAIN = 'jupyter_gpumem';
 
 export const COMMAND_OPEN = 'jupyter-gpumem:open';
-export const COMMAND_SHUTDOWN_KERNEL = 'jupyter-gpumem:shutdown-kernel';
 export const COMMAND_RESTART_WITH_SETTINGS = 'jupyter-gpumem:restart-with-settings';
 
 export const DEFAULT_POLL_SECONDS = 2;
