@@ -300,6 +300,13 @@ async def test_a_real_kernel_announces_the_load_and_pushes_after_each_cell():
         assert (push["content"]["data"]["event"], push["content"]["data"]["backend_started"]) == ("cell_end", False)
         (push,) = await _comm_messages(kc, "import jax.numpy as jnp; jnp.zeros(2).block_until_ready()")
         assert (push["content"]["data"]["event"], push["content"]["data"]["backend_started"]) == ("jax_started", True)
+        # The panel keeps the comm the kernel opened and asks on it.
+        kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"request": "snapshot"}}))
+        while True:
+            got = await kc.get_iopub_msg(timeout=60)
+            if got["msg_type"] == "comm_msg" and got["content"]["data"].get("type") == "snapshot":
+                break
+        assert got["content"]["comm_id"] == comm_id and got["content"]["data"]["platform"] == "cpu"
     finally:
         kc.stop_channels()
         await km.shutdown_kernel(now=True)
