@@ -1,9 +1,10 @@
-/** The server extension's REST API, as the panel calls it. */
+/** The server extension's REST API and its push socket, as the panel calls them. */
 
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { API_PREFIX } from './constants';
+import { devicesSocketUrl } from './devicesFeed';
 import { DevicesReply } from './types';
 
 /** Why a request failed: no server, no extension on it, or an error answer. */
@@ -54,4 +55,74 @@ async function getJson<T>(endpoint: string): Promise<T> {
 export function fetchDevices(notebookPath: string | null): Promise<DevicesReply> {
   const query = notebookPath ? `?notebook=${encodeURIComponent(notebookPath)}` : '';
   return getJson<DevicesReply>(`devices${query}`);
+}
+
+export interface DevicesSocketHandlers {
+  /** Each answer the server pushes: the same JSON as GET devices. */
+  onAnswer: (reply: DevicesReply) => void;
+  /** Once, when the socket ends by itself (not by `close()`); `answered` if any answer came. */
+  onClose: (answered: boolean) => void;
+}
+
+/**
+ * The push socket `/devices/ws`, opened with JupyterLab's connection settings (its `WebSocket`,
+ * `wsUrl` and token) as JupyterLab opens its own. A socket that gives no answer within
+ * `answerTimeoutMs` (a proxy holding the upgrade) is ended as if it had closed.
+ */
+export class DevicesSocket {
+  private _ws: WebSocket;
+  private _answered = false;
+  private _ended = false;
+  private _timer: ReturnType<typeof setTimeout>;
+
+  constructor(
+    readonly notebookPath: string | null,
+    answerTimeoutMs: number,
+    private _handlers: DevicesSocketHandlers
+  ) {
+    const settings = ServerConnection.makeSettings();
+    this._ws = new settings.WebSocket(devicesSocketUrl(settings, notebookPath));
+    this._ws.onmessage = event => {
+      let reply: DevicesReply;
+      try {
+        reply = JSON.parse(String(event.data));
+      } catch {
+        return; // not an answer; the server sends only answers
+      }
+      this._answered = true;
+      clearTimeout(this._timer);
+      this._handlers.onAnswer(reply);
+    };
+    this._ws.onclose = () => this._end();
+    this._timer = setTimeout(() => {
+      if (!this._answered) {
+        this._end();
+      }
+    }, answerTimeoutMs);
+  }
+
+  /** Closes the socket; no handler is called after this. */
+  close(): void {
+    this._ended = true;
+    this._detach();
+  }
+
+  private _end(): void {
+    if (this._ended) {
+      return;
+    }
+    this._ended = true;
+    this._detach();
+    this._handlers.onClose(this._answered);
+  }
+
+  private _detach(): void {
+    clearTimeout(this._timer);
+    const ws = this._ws;
+    ws.onmessage = null;
+    ws.onclose = null;
+    if (ws.readyState === ws.CONNECTING || ws.readyState === ws.OPEN) {
+      ws.close();
+    }
+  }
 }

@@ -16,6 +16,12 @@ export const MIN_POLL_SECONDS = 0.5;
 /** After failures a poll waits longer each time, up to this. */
 export const MAX_BACKOFF_SECONDS = 30;
 
+/**
+ * How long the push socket may take to give its first answer before it counts as not opened.
+ * Above the server's 10 s wait for its very first NVML read (docs/server.md).
+ */
+export const SOCKET_ANSWER_TIMEOUT_MS = 15000;
+
 /** How long an idle kernel (no cell running) may take to answer a snapshot request. */
 export const SNAPSHOT_TIMEOUT_MS = 3000;
 

@@ -1,8 +1,9 @@
 /**
  * The sidebar widget. It owns the panel's models, which the status bar item reads too: the
- * devices poll stands by while neither is on screen, and the kernel model asks the kernel only
- * when opened, on a kernel change, or after the kernel pushes. It renders PanelView and
- * re-renders when told the notebook or its settings changed.
+ * devices model stops reading (closes its socket, or stops polling) while neither is on
+ * screen, and the kernel model asks the kernel only when opened, on a kernel change, or after
+ * the kernel pushes. It renders PanelView and re-renders when told the notebook or its
+ * settings changed.
  */
 
 import * as React from 'react';
@@ -90,7 +91,7 @@ export class GpuMemPanel extends ReactWidget {
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
-    // The devices poll may have stood by, and the kernel is asked only when needed: read now.
+    // The devices model may have stood by, and the kernel is asked only when needed: read now.
     this.devices.refresh();
     this.kernel.refresh();
     this.update();

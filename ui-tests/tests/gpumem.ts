@@ -15,6 +15,17 @@ export const IMAGES_DIR = path.resolve(__dirname, '..', '..', 'docs', 'images');
  */
 export const NO_KERNEL_TRACKER = { kernels: null } as const;
 
+/**
+ * Answers the page's device readings with `reply` instead of the server: pushed on the
+ * /devices/ws socket as the server does on opening, and on GET /devices (the polling fallback).
+ * Call before the page loads (`autoGoto: false`, then `page.goto()`): only sockets made after
+ * routing are routed.
+ */
+export async function serveDevices(page: IJupyterLabPageFixture, reply: unknown): Promise<void> {
+  await page.routeWebSocket(/\/jupyter-gpumem\/api\/devices\/ws(\?|$)/, ws => ws.send(JSON.stringify(reply)));
+  await page.route('**/jupyter-gpumem/api/devices*', route => route.fulfill({ json: reply }));
+}
+
 /** Opens the GPU memory sidebar and returns its node. */
 export async function openPanel(page: IJupyterLabPageFixture): Promise<Locator> {
   await page.sidebar.openTab(PANEL_ID);

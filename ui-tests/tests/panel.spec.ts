@@ -12,6 +12,7 @@ import {
   openNotebook,
   openPanel,
   runFirstCell,
+  serveDevices,
   setNotebookMetadata,
   withKernelRestart
 } from './gpumem';
@@ -26,55 +27,61 @@ test('the panel opens from its sidebar tab and explains that there is no GPU', a
   await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-no-gpu.png') });
 });
 
-test('a GPU that cannot be read says why and shows no byte counts', async ({ page }) => {
-  const GiB = 1024 ** 3;
-  const common = { pids_visible: true, pids_reason: null, this_kernel_bytes: 0, kernels_bytes: 0, other_bytes: 0, processes: [] };
-  // The shape the server sends for a lost GPU (docs/server.md): null numbers and a reason.
-  const reply = {
-    t: 0, source: 'nvml', synthetic: false, state: 'ok', reason: null, poll_interval: 2, warnings: [],
-    devices: [
-      { ...common, index: 0, name: 'NVIDIA A100-SXM4-40GB', uuid: 'GPU-0', total: 40 * GiB, used: GiB,
-        free: 39 * GiB, utilization: 5, display_active: false, mig: false, readable: true, reason: null },
-      { ...common, index: 1, name: null, uuid: null, total: null, used: null, free: null,
-        utilization: null, display_active: null, mig: null, readable: false, reason: 'GPU is lost',
-        pids_visible: false, pids_reason: 'the device cannot be read' }
-    ]
-  };
-  await page.route('**/jupyter-gpumem/api/devices*', route => route.fulfill({ json: reply }));
-  const panel = await openPanel(page);
-  await expect(panel.locator('.jp-GpuMem-card')).toHaveCount(2);
-  const lost = panel.locator('.jp-GpuMem-card[data-device="1"]');
-  await expect(lost).toContainText('GPU 1');
-  await expect(lost).toContainText('Cannot be read: GPU is lost');
-  await expect(lost).not.toContainText(/\d (B|KiB|MiB|GiB|TiB)\b/);
-  await expect(lost.locator('.jp-GpuMem-bar')).toHaveCount(0);
-  await expect(panel.locator('.jp-GpuMem-card[data-device="0"]')).toContainText('1.00 GiB / 40.0 GiB');
-});
+test.describe('readings served by the test', () => {
+  test.use({ autoGoto: false });
 
-test('in a container, host pids that may be kernels are shown apart from other processes, with why', async ({ page }) => {
-  const GiB = 1024 ** 3;
-  // NVML lists the host's pids inside a container (NVIDIA/nvidia-docker#1483): the server cannot
-  // tell which of them, if any, is a kernel (docs/server.md).
-  const why = 'NVML lists pids 4201002, 4201003, which are not processes in this server\'s PID namespace';
-  const hostPid = (pid: number, used: number) => ({
-    pid, used, kind: 'host_pid', kernel_id: null, kernel_name: null, notebook_path: null,
-    execution_state: null, preallocated: null, name: null, user: null
+  test('a GPU that cannot be read says why and shows no byte counts', async ({ page }) => {
+    const GiB = 1024 ** 3;
+    const common = { pids_visible: true, pids_reason: null, this_kernel_bytes: 0, kernels_bytes: 0, other_bytes: 0, processes: [] };
+    // The shape the server sends for a lost GPU (docs/server.md): null numbers and a reason.
+    const reply = {
+      t: 0, source: 'nvml', synthetic: false, state: 'ok', reason: null, poll_interval: 2, warnings: [],
+      devices: [
+        { ...common, index: 0, name: 'NVIDIA A100-SXM4-40GB', uuid: 'GPU-0', total: 40 * GiB, used: GiB,
+          free: 39 * GiB, utilization: 5, display_active: false, mig: false, readable: true, reason: null },
+        { ...common, index: 1, name: null, uuid: null, total: null, used: null, free: null,
+          utilization: null, display_active: null, mig: null, readable: false, reason: 'GPU is lost',
+          pids_visible: false, pids_reason: 'the device cannot be read' }
+      ]
+    };
+    await serveDevices(page, reply);
+    await page.goto();
+    const panel = await openPanel(page);
+    await expect(panel.locator('.jp-GpuMem-card')).toHaveCount(2);
+    const lost = panel.locator('.jp-GpuMem-card[data-device="1"]');
+    await expect(lost).toContainText('GPU 1');
+    await expect(lost).toContainText('Cannot be read: GPU is lost');
+    await expect(lost).not.toContainText(/\d (B|KiB|MiB|GiB|TiB)\b/);
+    await expect(lost.locator('.jp-GpuMem-bar')).toHaveCount(0);
+    await expect(panel.locator('.jp-GpuMem-card[data-device="0"]')).toContainText('1.00 GiB / 40.0 GiB');
   });
-  const reply = {
-    t: 0, source: 'nvml', synthetic: false, state: 'ok', reason: null, poll_interval: 2, warnings: [],
-    devices: [
-      { index: 0, name: 'NVIDIA A100-SXM4-40GB', uuid: 'GPU-0', total: 40 * GiB, used: 18.5 * GiB,
-        free: 21.5 * GiB, utilization: 20, display_active: false, mig: false, readable: true, reason: null,
-        pids_visible: false, pids_reason: why, this_kernel_bytes: 0, kernels_bytes: 0, other_bytes: 0,
-        host_pid_bytes: 18 * GiB, processes: [hostPid(4201002, 12 * GiB), hostPid(4201003, 6 * GiB)] }
-    ]
-  };
-  await page.route('**/jupyter-gpumem/api/devices*', route => route.fulfill({ json: reply }));
-  const panel = await openPanel(page);
-  const card = panel.locator('.jp-GpuMem-card[data-device="0"]');
-  await expect(card.locator('.jp-GpuMem-legend')).toContainText('host pids, kernels or not 18.0 GiB');
-  await expect(card.locator('.jp-GpuMem-legend')).toContainText('other processes 512 MiB');
-  await expect(card).toContainText(`Processes are not visible: ${why}`);
+
+  test('in a container, host pids that may be kernels are shown apart from other processes, with why', async ({ page }) => {
+    const GiB = 1024 ** 3;
+    // NVML lists the host's pids inside a container (NVIDIA/nvidia-docker#1483): the server cannot
+    // tell which of them, if any, is a kernel (docs/server.md).
+    const why = 'NVML lists pids 4201002, 4201003, which are not processes in this server\'s PID namespace';
+    const hostPid = (pid: number, used: number) => ({
+      pid, used, kind: 'host_pid', kernel_id: null, kernel_name: null, notebook_path: null,
+      execution_state: null, preallocated: null, name: null, user: null
+    });
+    const reply = {
+      t: 0, source: 'nvml', synthetic: false, state: 'ok', reason: null, poll_interval: 2, warnings: [],
+      devices: [
+        { index: 0, name: 'NVIDIA A100-SXM4-40GB', uuid: 'GPU-0', total: 40 * GiB, used: 18.5 * GiB,
+          free: 21.5 * GiB, utilization: 20, display_active: false, mig: false, readable: true, reason: null,
+          pids_visible: false, pids_reason: why, this_kernel_bytes: 0, kernels_bytes: 0, other_bytes: 0,
+          host_pid_bytes: 18 * GiB, processes: [hostPid(4201002, 12 * GiB), hostPid(4201003, 6 * GiB)] }
+      ]
+    };
+    await serveDevices(page, reply);
+    await page.goto();
+    const panel = await openPanel(page);
+    const card = panel.locator('.jp-GpuMem-card[data-device="0"]');
+    await expect(card.locator('.jp-GpuMem-legend')).toContainText('host pids, kernels or not 18.0 GiB');
+    await expect(card.locator('.jp-GpuMem-legend')).toContainText('other processes 512 MiB');
+    await expect(card).toContainText(`Processes are not visible: ${why}`);
+  });
 });
 
 test('without the extension loaded the kernel section offers to load it', async ({ page, tmpPath }) => {
