@@ -49,11 +49,23 @@ export function commMessagesSent(page: IJupyterLabPageFixture): Promise<number> 
   return page.evaluate(() => (window as any).__gpumemCommSent as number);
 }
 
-/** The notebook `path` as saved on the server (its metadata), through the contents API. */
+/**
+ * The notebook `path` as saved on the server (its metadata), through the contents API. A read
+ * that meets the file while the server writes it (jupyter_server 2.21 writes a notebook in place,
+ * after a backup copy: services/contents/fileio.py atomic_writing; it answers 400 "Unreadable
+ * Notebook" for the empty file of a save in progress) answers `'unreadable'`, so a poll reads again.
+ */
 export function savedMetadata(page: IJupyterLabPageFixture, path: string): Promise<any> {
   return page.evaluate(async p => {
     const app = (window as any).jupyterapp;
-    const model = await app.serviceManager.contents.get(p, { content: true });
-    return model.content.metadata.jupyter_gpumem ?? null;
+    try {
+      const model = await app.serviceManager.contents.get(p, { content: true });
+      return model.content.metadata.jupyter_gpumem ?? null;
+    } catch (err) {
+      if (String(err).includes('Unreadable Notebook')) {
+        return 'unreadable';
+      }
+      throw err;
+    }
   }, path);
 }
