@@ -6,11 +6,13 @@ so the anchors' unchanged code reads the same fake GPUs as ours. A small launche
 NVML calls made in the server process (every tool's calls, through the drop-in's counter).
 
 Each client does what the tool's front end does with its default settings:
-- jupyter-gpumem: GET /jupyter-gpumem/api/devices every 2 s (the panel's default poll), as the
-  browser sends it: the panel fetches with ``cache: "no-cache"``, so the browser keeps the last
-  answer and sends its ETag in ``If-None-Match``; a 304 has no body;
-- jupyter-gpumem push: a websocket to /jupyter-gpumem/api/devices/ws; the server sends the same
-  answer once, then after each 2 s reading whose values changed (the panel does not use it yet);
+- jupyter-gpumem: a websocket to /jupyter-gpumem/api/devices/ws?notebook=..., as the panel
+  opens it with a notebook active; the server sends the answer once, then after each 2 s reading
+  whose values changed;
+- jupyter-gpumem polling: the panel where no socket can be opened (a proxy that blocks
+  websockets): GET /jupyter-gpumem/api/devices?notebook=... every 2 s (the panel's default), as
+  the browser sends it: the panel fetches with ``cache: "no-cache"``, so the browser keeps the
+  last answer and sends its ETag in ``If-None-Match``; a 304 has no body;
 - jupyterlab-nvdashboard: a websocket to /nvdashboard/gpu_resource, sending the front end's
   default ``{"updateFrequency": 100, "isPaused": false}``; the server then pushes every 100 ms;
 - jupyter-resource-usage: GET /api/metrics/v1 every 5 s (its default refreshRate). It reads no
@@ -42,11 +44,13 @@ ANCHORS = ROOT / ".venv" / "bench-anchors"  # outside the venv's site-packages: 
 # The newest nvdashboard on PyPI; it reads GPUs through pynvml (nvidia-ml-py), see docs/performance.md.
 ANCHOR_PINS = ("jupyterlab-nvdashboard==0.15.0", "jupyter-resource-usage==1.3.0")
 LEVELS = (1, 10, 50, 100)
+# The panel asks for the active notebook's kernel; the clients share one notebook (none runs here).
+NOTEBOOK = "bench.ipynb"
 STARTUP_TIMEOUT = 90.0
 TOOLS = {
     # name: (server extension module, route, client kind, client period in seconds)
-    "jupyter-gpumem": ("jupyter_gpumem", "jupyter-gpumem/api/devices", "poll", 2.0),
-    "jupyter-gpumem push": ("jupyter_gpumem", "jupyter-gpumem/api/devices/ws", "websocket", 2.0),
+    "jupyter-gpumem": ("jupyter_gpumem", f"jupyter-gpumem/api/devices/ws?notebook={NOTEBOOK}", "websocket", 2.0),
+    "jupyter-gpumem polling": ("jupyter_gpumem", f"jupyter-gpumem/api/devices?notebook={NOTEBOOK}", "poll", 2.0),
     "nvdashboard": ("jupyterlab_nvdashboard", "nvdashboard/gpu_resource", "websocket", 0.1),
     "resource-usage": ("jupyter_resource_usage", "api/metrics/v1", "poll", 5.0),
 }

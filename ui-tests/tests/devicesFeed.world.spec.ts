@@ -62,6 +62,18 @@ test('with the panel open the page keeps one socket, asks /devices nothing, and 
   expect(after.sockets).toBe(1);
 });
 
+test('the socket closes while nothing shows the readings, and opens again with the panel', async ({ page }) => {
+  // No notebook: the status bar item is hidden, so the panel alone watches.
+  const panel = await openPanel(page);
+  await expect(panel.locator('.jp-GpuMem-card')).toHaveCount(3, { timeout: 30000 });
+  await expect.poll(async () => (await serverCounts(page)).sockets, { timeout: 10000 }).toBe(1);
+  await page.sidebar.close('left');
+  await expect.poll(async () => (await serverCounts(page)).sockets, { timeout: 10000 }).toBe(0);
+  await openPanel(page);
+  await expect.poll(async () => (await serverCounts(page)).sockets, { timeout: 10000 }).toBe(1);
+  await expect(panel.locator('.jp-GpuMem-card')).toHaveCount(3);
+});
+
 test.describe('where no socket can be opened', () => {
   test.use({ autoGoto: false });
 
