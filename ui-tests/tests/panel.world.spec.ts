@@ -129,7 +129,7 @@ test('restart asks first, listing the settings; status then names their source "
   await expect(status.locator('tr', { hasText: 'preallocate' })).not.toContainText('%gpumem');
 });
 
-test('Save to notebook saves the file; the fraction takes 30%; the allocators are what the kernel\'s JAX accepts', async ({ page, tmpPath }) => {
+test("Save to notebook saves the file; the fraction takes 30%; the allocators are what the kernel's JAX accepts", async ({ page, tmpPath }) => {
   await openNotebook(page, tmpPath, 'panel_live.ipynb');
   const panel = await openPanel(page);
   await runCell(page, LOAD);
@@ -147,7 +147,7 @@ test('Save to notebook saves the file; the fraction takes 30%; the allocators ar
   await expect.poll(() => page.evaluate(() => (window as any).jupyterapp.shell.currentWidget.context.model.dirty)).toBe(false);
 });
 
-test('the kernels table shows each idle kernel\'s idle time and the prealloc column, and shuts one down after asking', async ({ page, tmpPath }) => {
+test("the kernels table shows each idle kernel's idle time and the prealloc column, and shuts one down after asking", async ({ page, tmpPath }) => {
   await openNotebook(page, tmpPath, 'world_kernel.ipynb');
   await runCell(page, 0); // this kernel takes 6 GiB of fake GPU 1
   const panel = await openPanel(page);
