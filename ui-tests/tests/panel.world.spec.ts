@@ -154,6 +154,10 @@ test("the kernels table shows each idle kernel's idle time and the prealloc colu
   const row = panel.locator('tr.jp-GpuMem-thisKernel');
   await expect(row).toContainText('world_kernel.ipynb');
   await expect(row.locator('.jp-GpuMem-idle')).toContainText(/idle \d+ (s|min)/);
+  // The name may wrap only after its '_' and '.' (namePieces), never inside a word.
+  const name = row.locator('td:first-child > a');
+  await expect(name).toHaveText('world_kernel.ipynb');
+  await expect(name.locator('wbr')).toHaveCount(2);
   // The prealloc column is inside the sidebar at its default width, not scrolled out of view.
   const header = panel.locator('.jp-GpuMem-kernels th', { hasText: 'Prealloc' });
   const [box, panelBox] = [await header.boundingBox(), await panel.boundingBox()];

@@ -4,7 +4,7 @@ import * as React from 'react';
 import { TranslationBundle } from '@jupyterlab/translation';
 
 import { canShutDown, kernelRows } from '../deviceInfo';
-import { elapsedSince, formatBytes } from '../format';
+import { elapsedSince, formatBytes, namePieces } from '../format';
 import { DeviceInfo, ProcessInfo, Units } from '../types';
 
 function preallocText(p: boolean | null, trans: TranslationBundle): string {
@@ -62,7 +62,12 @@ export function KernelTable(props: {
                         props.onOpen(p.notebook_path as string);
                       }}
                     >
-                      {p.notebook_path.split('/').pop()}
+                      {namePieces(p.notebook_path.split('/').pop() as string).map((piece, i) => (
+                        <React.Fragment key={i}>
+                          {i > 0 ? <wbr /> : null}
+                          {piece}
+                        </React.Fragment>
+                      ))}
                     </a>
                   ) : (
                     <span className="jp-GpuMem-muted">
