@@ -1,6 +1,6 @@
 """What the monitor says above its plots, besides the numbers: where a recording came from,
-and the settings in effect, in the words ``%gpumem status`` uses ("preallocate off · fraction
-0.4 · allocator default (bfc)").
+the settings in effect, in the words ``%gpumem status`` uses ("preallocate off · fraction
+0.4 · allocator default (bfc)"), and each device's notes, a note shared by several GPUs said once.
 """
 
 from __future__ import annotations
@@ -50,3 +50,17 @@ def status_block(report: Any) -> str:
     block = f"<details><summary>{html.escape(words)}</summary>" + report._repr_html_() + "</details>"
     block += "".join(f"<div style='color:#b35806'>⚠ {html.escape(str(w))}</div>" for w in report.warnings)
     return block
+
+
+def grouped_notes(notes_by_gpu: dict[int, list[str]]) -> list[str]:
+    """Each device's notes as header lines, a note that several GPUs share said once for all of
+    them ("GPUs 0, 1, 2: JAX has not started yet ..."), in the order the notes first appear."""
+    gpus_of: dict[str, list[int]] = {}
+    for key in sorted(notes_by_gpu):
+        for note in notes_by_gpu[key]:
+            gpus_of.setdefault(note, []).append(key)
+    lines = []
+    for note, keys in gpus_of.items():
+        who = f"GPU {keys[0]}" if len(keys) == 1 else "GPUs " + ", ".join(str(k) for k in keys)
+        lines.append(f"{who}: {note}")
+    return lines

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from jupyter_gpumem.magic_args import Grammar, MagicUsageError, Option, as_number, check_interval
 from jupyter_gpumem.model import Event, Sample, Timeline
 from jupyter_gpumem.monitor_figure import _DeviceView, _fmt
-from jupyter_gpumem.monitor_header import recording_block, status_block
+from jupyter_gpumem.monitor_header import grouped_notes, recording_block, status_block
 from jupyter_gpumem.series import (
     MAX_POINTS,
     cell_markers,
@@ -449,9 +449,8 @@ class Monitor:
         for key in sorted(self._views):
             lines.append(self._numbers_line(self._views[key]))
         if self._latest is not None:
-            for key in sorted(self._views):
-                for note in notes_for(self._latest, key):
-                    lines.append(f"<div style='opacity:.8'>GPU {key}: {html.escape(note)}</div>")
+            notes = {key: notes_for(self._latest, key) for key in self._views}
+            lines.extend(f"<div style='opacity:.8'>{html.escape(line)}</div>" for line in grouped_notes(notes))
         return "<div class='jupyter-gpumem-header' style='line-height:1.5'>" + "".join(
             f"<div>{x}</div>" if not x.startswith("<div") else x for x in lines if x
         ) + "</div>"

@@ -539,3 +539,28 @@ def test_a_reloaded_page_asks_for_the_figure_only_between_ticks(stub):
     assert got.wait(5)
     asker.join()
     m.close()
+
+
+def test_a_note_every_gpu_shares_is_said_once_and_a_gpus_own_note_stays_its_own():
+    from jupyter_gpumem.monitor_header import grouped_notes
+
+    assert grouped_notes({2: ["JAX not started."], 0: ["JAX not started.", "pid 7 hidden."], 1: ["JAX not started."]}) == [
+        "GPUs 0, 1, 2: JAX not started.",
+        "GPU 0: pid 7 hidden.",
+    ]
+    assert grouped_notes({0: [], 1: []}) == []
+
+
+def test_the_live_header_says_jax_has_not_started_once_for_three_gpus():
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        sample = Sample(1.0, PID, NvmlSource().read(), NotAvailable(NOT_STARTED, "x"))
+        stub = StubSampler()
+        m = Monitor(sampler=stub)
+        stub.push(sample)
+        header = m.header.value
+        m.close()
+    assert header.count("JAX has not started yet") == 1
+    assert "GPUs 0, 1, 2: JAX has not started yet" in header
