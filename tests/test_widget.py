@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -279,7 +280,10 @@ def test_live_readings_carry_no_replay_label(stub):
     m.close()
 
 
-def test_live_readings_from_the_fake_nvml_world_are_labelled_synthetic():
+@contextlib.contextmanager
+def three_gpu_monitor():
+    """A live monitor given one reading of the fake world's three GPUs, JAX not started; the
+    fake pynvml stays in place while it is used (the synthetic label reads which one is)."""
     from jupyter_gpumem.sources.nvml import NvmlSource
     from jupyter_gpumem.testing import fake_nvml
 
@@ -288,10 +292,15 @@ def test_live_readings_from_the_fake_nvml_world_are_labelled_synthetic():
         stub = StubSampler()
         m = Monitor(sampler=stub)
         stub.push(sample)
+        yield m
+        m.close()
+
+
+def test_live_readings_from_the_fake_nvml_world_are_labelled_synthetic():
+    with three_gpu_monitor() as m:
         assert m.labels == ["synthetic"]
         assert "SYNTHETIC" in m.header.value and "REPLAY" not in m.header.value
         assert figure_labels(m) == ["SYNTHETIC"] * 3
-        m.close()
 
 
 def test_a_replay_header_reads_its_settings_as_status_does(tmp_path):
@@ -552,15 +561,7 @@ def test_a_note_every_gpu_shares_is_said_once_and_a_gpus_own_note_stays_its_own(
 
 
 def test_the_live_header_says_jax_has_not_started_once_for_three_gpus():
-    from jupyter_gpumem.sources.nvml import NvmlSource
-    from jupyter_gpumem.testing import fake_nvml
-
-    with fake_nvml("three_gpus"):
-        sample = Sample(1.0, PID, NvmlSource().read(), NotAvailable(NOT_STARTED, "x"))
-        stub = StubSampler()
-        m = Monitor(sampler=stub)
-        stub.push(sample)
+    with three_gpu_monitor() as m:
         header = m.header.value
-        m.close()
     assert header.count("JAX has not started yet") == 1
     assert "GPUs 0, 1, 2: JAX has not started yet" in header
