@@ -117,3 +117,12 @@ def test_estimate_that_does_not_fit_says_needed_against_free():
     # needs 20 + 25 = 45 GiB; total 10 unused + 30 free on the device = 40 GiB
     report = estimate_report("f(x)", needs(20 * GiB, 25 * GiB), bfc_sample(free=30 * GiB))
     assert report.lines()[0] == "f(x): does not fit: needs 45.00 GiB, only 40.00 GiB free"
+
+
+def test_host_memory_available_is_memavailable_in_bytes(tmp_path):
+    from jupyter_gpumem.sources import host_memory
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24684096 kB\nMemFree:        20548260 kB\nMemAvailable:   24098500 kB\n")
+    assert host_memory.available_bytes(str(meminfo)) == 24098500 * 1024
+    assert host_memory.available_bytes(str(tmp_path / "absent")) is None

@@ -165,3 +165,24 @@ def test_the_budget_reuses_the_program_the_call_compiled(cells):
     """No compilation of blow is logged while its budget is read; a new program is (the check
     can fail: it sees the compilation of the lambda)."""
     assert cells[4]["out"].split() == [str(2**44), "0", "1"], cells[4]["out"]
+
+
+def test_on_the_cpu_the_program_is_weighed_against_the_hosts_available_memory():
+    """Hand-worked: 16 GiB of RAM, 1 GiB in live arrays, 10 GiB available (the rest of the
+    machine holds 5 GiB); a program that needs 12 GiB is weighed against the 10 GiB, as
+    ``%gpumem estimate`` weighs it, not against 16 - 1 = 15 GiB."""
+    GiB = 1 << 30
+    budget = ProgramBudget("step (cell [3] line 1)", 0, 12 * GiB, 0, 0, 0)
+    r = OomReadings(requested=12 * GiB, device_total=16 * GiB, device_free=10 * GiB, live_bytes=GiB,
+                    platform="cpu", program=budget)
+    fix = next(f for f in advise(r) if f.kind == "program")
+    assert fix.title == "step (cell [3] line 1): its outputs and temporaries (12.00 GiB) exceed what is free (10.00 GiB)"
+
+
+def test_on_the_cpu_a_program_that_fits_in_available_memory_is_not_blamed():
+    """Hand-worked: 6 GiB needed, 10 GiB available: the program is not the fix."""
+    GiB = 1 << 30
+    budget = ProgramBudget("step (cell [3] line 1)", 0, 6 * GiB, 0, 0, 0)
+    r = OomReadings(requested=6 * GiB, device_total=16 * GiB, device_free=10 * GiB, live_bytes=GiB,
+                    platform="cpu", program=budget)
+    assert "program" not in [f.kind for f in advise(r)]

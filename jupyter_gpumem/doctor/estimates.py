@@ -13,7 +13,7 @@ from jupyter_gpumem.doctor.names import _user_namespace
 from jupyter_gpumem.doctor.text import _b, _PreReport, _pretty_as_text
 from jupyter_gpumem.magic_args import Grammar, Option
 from jupyter_gpumem.model import AllocatorStats, DeviceReading, NotAvailable, Sample
-from jupyter_gpumem.sources import jax_arrays
+from jupyter_gpumem.sources import host_memory, jax_arrays
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def room_now(sample: Sample) -> tuple[int | None, int | None, str]:
     jax_devices = () if isinstance(sample.jax, NotAvailable) else sample.jax
     reading = next((r for r in jax_devices if isinstance(r.stats, AllocatorStats)), None)
     if reading is None:
-        host = _available_host_bytes()
+        host = host_memory.available_bytes()
         return host, host, "host memory available (CPU: no allocator statistics)"
     stats, pool = reading.stats, reading.cuda_pool
     device = sample.device(reading.nvml_index) if reading.nvml_index is not None else None
@@ -111,17 +111,6 @@ def estimate(callee: Any, *args: Any, _expression: str = "", **kwargs: Any) -> E
 
     memory = jax_arrays.compile_memory(callee, args, kwargs)
     return estimate_report(_expression or getattr(callee, "__name__", "call"), memory, get_sampler().sample_once())
-
-
-def _available_host_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 ESTIMATE_ARGS = Grammar("%gpumem estimate", positionals=(Option("expression", "EXPR", required=True),))

@@ -34,7 +34,8 @@ class OomReadings:
     """Numbers read at the failure, the input to ``advise``. Any may be None (not known).
 
     - ``device_total``: the device's total memory (NVML, or host RAM for the CPU)
-    - ``device_free``: what the driver says is free now (NVML)
+    - ``device_free``: what the driver says is free now (NVML); on the CPU, the host's available
+      memory (``MemAvailable``)
     - ``bytes_in_use``, ``pool_bytes``, ``bytes_limit``, ``largest_free_block``: the allocator's
       stats for the failing device (None on CPU and allocators without stats)
     - ``cuda_pool``: under cuda_async, the driver's reading of its default pool, which is JAX's
@@ -539,10 +540,13 @@ def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
 
 # In FIX_KINDS order. request_larger_than_device comes first and, when it applies, alone.
 def _free_for_program(r: OomReadings) -> int | None:
-    """What the program could have: the allocator's free and growable bytes, or on a device
-    without allocator statistics (the CPU) its total less the live arrays."""
+    """What the program could have: the allocator's free and growable bytes; on the CPU the
+    host's available memory, as ``%gpumem estimate`` weighs it; else the total less the live
+    arrays."""
     if r.total_free is not None:
         return r.total_free
+    if r.platform == "cpu" and r.device_free is not None:
+        return r.device_free
     if r.device_total is not None and r.live_bytes is not None:
         return max(0, r.device_total - r.live_bytes)
     return None

@@ -18,6 +18,7 @@ from jupyter_gpumem.doctor.arrays import ArrayRecord, _not_started_note, census
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
 from jupyter_gpumem.doctor.oom_rules import Fix, OomReadings, OtherProcess
 from jupyter_gpumem.doctor.oom_text import OomError
+from jupyter_gpumem.sources import host_memory
 from jupyter_gpumem.doctor.text import (
     _action_label,
     _b,
@@ -34,13 +35,6 @@ from jupyter_gpumem.model import (
     ProcessReading,
     Sample,
 )
-
-
-def _host_memory_bytes() -> int | None:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def _process_label(pid: int) -> str:
@@ -344,7 +338,7 @@ def oom_report(
     arrays_note = walk_note if records else ("no live JAX arrays" if arrays_known else
                                              _replay_note(stats) if replayed else _not_started_note())
 
-    total = nvml_dev.total_bytes if nvml_dev is not None else (_host_memory_bytes() if platform == "cpu" else None)
+    total = nvml_dev.total_bytes if nvml_dev is not None else (host_memory.total_bytes() if platform == "cpu" else None)
     gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
     beside = read_cpu_fallback(gpu_count=len(gpus)) if platform == "cpu" and gpus else None
     program = None
@@ -356,7 +350,8 @@ def oom_report(
     readings = OomReadings(
         requested=error.requested_bytes,
         device_total=total,
-        device_free=nvml_dev.free_bytes if nvml_dev is not None else None,
+        device_free=(nvml_dev.free_bytes if nvml_dev is not None
+                     else host_memory.available_bytes() if platform == "cpu" else None),
         bytes_in_use=stats.bytes_in_use if stats else None,
         pool_bytes=stats.pool_bytes if stats else None,
         bytes_limit=stats.bytes_limit if stats else None,
