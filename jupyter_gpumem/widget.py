@@ -83,6 +83,20 @@ MONITOR_ARGS = Grammar(
 )
 
 
+def _check_device_is_read(device: int, timeline: Timeline, sampler: Any) -> None:
+    """Refuses a GPU index the readings do not have (a monitor of it would never draw), naming
+    those they have. Nothing is refused where no GPU can be read at all: the view says why."""
+    if sampler is None:
+        samples = timeline.samples()
+    else:
+        latest = timeline.latest() or (sampler.sample_once() if hasattr(sampler, "sample_once") else None)
+        samples = [latest] if latest is not None else []
+    keys = sorted({k for s in samples for k in device_keys(s)})
+    if keys and device not in keys:
+        raise MagicUsageError(f"--device {device}: there is no GPU {device} in the readings; "
+                              f"valid: {', '.join(map(str, keys))} or all")
+
+
 def _minutes(value: float) -> str:
     return f"{round(value, 2):g} min"
 
@@ -171,6 +185,8 @@ class Monitor:
 
                 sampler = get_sampler()
             timeline = sampler.timeline
+        if self.device is not None:
+            _check_device_is_read(self.device, timeline, sampler)
         self.sampler = sampler  # None: the timeline is a recording, drawn as it is
         self.timeline: Timeline = timeline
         if window is None:

@@ -565,3 +565,30 @@ def test_the_live_header_says_jax_has_not_started_once_for_three_gpus():
         header = m.header.value
     assert header.count("JAX has not started yet") == 1
     assert "GPUs 0, 1, 2: JAX has not started yet" in header
+
+
+def test_a_device_the_readings_do_not_have_is_refused_naming_those_they_have():
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        sample = Sample(1.0, PID, NvmlSource().read(), NotAvailable(NOT_STARTED, "x"))
+    stub = StubSampler()
+    stub.push(sample)
+    with pytest.raises(MagicUsageError) as refused:
+        Monitor(sampler=stub, device=7)
+    assert str(refused.value) == "--device 7: there is no GPU 7 in the readings; valid: 0, 1, 2 or all"
+    assert stub.subscriptions == []
+
+
+def test_a_recording_refuses_a_device_it_never_read():
+    with pytest.raises(MagicUsageError, match=r"^--device 3: there is no GPU 3 in the readings; valid: 0 or all$"):
+        magic_monitor(["--replay", "synthetic_cuda_async", "--device", "3"], None)
+
+
+def test_without_readable_gpus_a_device_is_not_refused_and_the_view_says_why():
+    stub = StubSampler()
+    stub.push(Sample(1.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x")))
+    m = Monitor(sampler=stub, device=2)
+    assert "the NVIDIA driver is not loaded" in m.empty.value
+    m.close()
