@@ -1,6 +1,7 @@
 /**
  * The status bar's line for the active notebook: which GPU its kernel uses, how full that GPU
- * is, and JAX's pool, e.g. `GPU 0 · 12.3/40.0 GiB · JAX pool 30.0 GiB`; a warning when JAX runs
+ * is (every process's use, as nvidia-smi counts it), this notebook's share and JAX's pool, e.g.
+ * `GPU 0 · 36.5/40.0 GiB · this notebook 30.5 GiB · JAX pool 30.0 GiB`; a warning when JAX runs
  * on the CPU while GPUs are there. Pure: it reads the panel's models' data, no JupyterLab.
  */
 
@@ -46,7 +47,8 @@ export function statusSummary(
   if (device) {
     const parts = [
       trans.__('GPU %1', device.index),
-      formatBytesOf(device.this_kernel_bytes, device.total, units)
+      formatBytesOf(device.used, device.total, units),
+      trans.__('this notebook %1', formatBytes(device.this_kernel_bytes, units))
     ];
     const pool = jaxDevice ? (jaxDevice.pool_bytes ?? jaxDevice.bytes_limit) : null;
     if (pool !== null && pool !== undefined) {
@@ -56,10 +58,12 @@ export function statusSummary(
     return {
       text,
       title: trans.__(
-        "This notebook's kernel holds %1 of GPU %2 (%3).",
-        formatBytes(device.this_kernel_bytes, units),
+        "GPU %1 (%2): %3 of %4 in use by every process; this notebook's kernel holds %5 of it.",
         device.index,
-        device.name
+        device.name,
+        formatBytes(device.used, units),
+        formatBytes(device.total, units),
+        formatBytes(device.this_kernel_bytes, units)
       ),
       warn: false
     };

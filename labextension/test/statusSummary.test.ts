@@ -8,12 +8,12 @@ import { english } from './english';
 const GiB = 1024 ** 3;
 
 /** A 40 GiB A100 as the server reports it (synthetic numbers). */
-function a100(index: number, thisKernel = 0): ReadableDevice {
+function a100(index: number, thisKernel = 0, others = 0): ReadableDevice {
   return {
-    index, name: 'NVIDIA A100-SXM4-40GB', uuid: `GPU-${index}`, total: 40 * GiB, used: thisKernel,
-    free: 40 * GiB - thisKernel, utilization: 0, display_active: false, mig: false, readable: true,
+    index, name: 'NVIDIA A100-SXM4-40GB', uuid: `GPU-${index}`, total: 40 * GiB, used: thisKernel + others,
+    free: 40 * GiB - thisKernel - others, utilization: 0, display_active: false, mig: false, readable: true,
     reason: null, pids_visible: true, pids_reason: null, this_kernel_bytes: thisKernel,
-    kernels_bytes: thisKernel, other_bytes: 0, host_pid_bytes: 0, processes: []
+    kernels_bytes: thisKernel, other_bytes: others, host_pid_bytes: 0, processes: []
   };
 }
 
@@ -33,9 +33,11 @@ const onGpu1 = snapshot({
 });
 
 describe('statusSummary', () => {
-  test("JAX on a GPU: that GPU, this notebook's memory of its total, and JAX's pool", () => {
-    const s = statusSummary(reply([a100(0), a100(1, 30.5 * GiB), a100(2)]), onGpu1, 'binary', english);
-    assert.deepEqual([s.text, s.warn], ['GPU 1 · 30.5/40.0 GiB · JAX pool 30.0 GiB', false]);
+  test("JAX on a GPU: that GPU's use by every process, this notebook's share, and JAX's pool", () => {
+    const s = statusSummary(reply([a100(0), a100(1, 30.5 * GiB, 6 * GiB), a100(2)]), onGpu1, 'binary', english);
+    assert.deepEqual([s.text, s.warn], ['GPU 1 · 36.5/40.0 GiB · this notebook 30.5 GiB · JAX pool 30.0 GiB', false]);
+    assert.equal(s.title, "GPU 1 (NVIDIA A100-SXM4-40GB): 36.5 GiB of 40.0 GiB in use by every process; this " +
+      "notebook's kernel holds 30.5 GiB of it.");
   });
 
   test('JAX on the CPU while GPUs are here is a warning, worded by the kernel in the tooltip', () => {
@@ -52,8 +54,8 @@ describe('statusSummary', () => {
   });
 
   test('without a snapshot (extension not loaded) the GPU the server sees the kernel on', () => {
-    const s = statusSummary(reply([a100(0), a100(1, 4 * GiB)]), null, 'binary', english);
-    assert.equal(s.text, 'GPU 1 · 4.0/40.0 GiB');
+    const s = statusSummary(reply([a100(0), a100(1, 4 * GiB, 10 * GiB)]), null, 'binary', english);
+    assert.equal(s.text, 'GPU 1 · 14.0/40.0 GiB · this notebook 4.00 GiB');
   });
 
   test('no GPU, and nothing read yet, are calm', () => {

@@ -48,9 +48,9 @@ test('with the panel open the page keeps one socket, asks /devices nothing, and 
 
   // The cell puts this kernel on fake GPU 1 with 6 GiB: the next reading differs and is pushed.
   const status = page.locator('#jp-main-statusbar .jp-GpuMem-statusText');
-  await expect(status).not.toHaveText('GPU 1 · 6.0/40.0 GiB');
+  await expect(status).not.toHaveText('GPU 1 · 16.0/40.0 GiB · this notebook 6.00 GiB');
   await runCell(page, 0);
-  await expect(status).toHaveText('GPU 1 · 6.0/40.0 GiB');
+  await expect(status).toHaveText('GPU 1 · 16.0/40.0 GiB · this notebook 6.00 GiB');
   await expect(panel.locator('.jp-GpuMem-thisKernel')).toContainText('6.00 GiB');
 
   // Three intervals of the panel's 2 s poll, which asked /devices three times.
