@@ -483,7 +483,7 @@ class Monitor:
         add("pool unused", "pool_unused")
         add("outside JAX", "outside_jax")
         add("other processes", "other_processes")
-        add("host pids, cannot tell which is this kernel", "host_pids")
+        add("host pids (this kernel or not)", "host_pids")
         add("unattributed", "unattributed") if v.get("unattributed") else None
         add("free", "free")
         add("of", "total")

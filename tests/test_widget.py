@@ -592,3 +592,22 @@ def test_without_readable_gpus_a_device_is_not_refused_and_the_view_says_why():
     m = Monitor(sampler=stub, device=2)
     assert "the NVIDIA driver is not loaded" in m.empty.value
     m.close()
+
+
+def test_memory_under_host_pids_reads_as_a_label_before_its_number():
+    """GPU 0 of the fake world: NVML lists pids 4200101 and 4200102 (32 GiB) that are no
+    process here, so which, if any, is this kernel cannot be told."""
+    from jupyter_gpumem.sampler import pids_not_here
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        devices = NvmlSource().read()
+        sample = Sample(1.0, PID, devices, NotAvailable(NOT_STARTED, "x"),
+                        pids_not_here=pids_not_here(devices, lambda pid: pid == PID))
+        stub = StubSampler()
+        m = Monitor(sampler=stub)
+        stub.push(sample)
+        header = m.header.value
+        m.close()
+    assert "GPU 0: NVIDIA A100-SXM4-40GB:</span> other processes <b>0 B</b> · host pids (this kernel or not) <b>32.00 GiB</b> · free" in header
