@@ -225,6 +225,11 @@ class Monitor:
         return self.sampler is not None
 
     @property
+    def drawn_devices(self) -> list[int]:
+        """The GPUs drawn now, by index; empty while the view says why it has nothing to draw."""
+        return sorted(self._views)
+
+    @property
     def labels(self) -> list[str]:
         """How the drawing is marked: "replay" for a timeline read from a trace, and "synthetic"
         where that trace says its readings are made up, or where live readings come from the

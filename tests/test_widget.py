@@ -611,3 +611,13 @@ def test_memory_under_host_pids_reads_as_a_label_before_its_number():
         header = m.header.value
         m.close()
     assert "GPU 0: NVIDIA A100-SXM4-40GB:</span> other processes <b>0 B</b> · host pids (this kernel or not) <b>32.00 GiB</b> · free" in header
+
+
+def test_drawn_devices_are_the_gpus_drawn_and_none_while_the_view_says_why():
+    stub = StubSampler()
+    m = Monitor(sampler=stub)
+    stub.push(Sample(1.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x")))
+    assert m.drawn_devices == []
+    m.close()
+    with three_gpu_monitor() as m:
+        assert m.drawn_devices == [0, 1, 2]

@@ -6,7 +6,8 @@
 import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 
-import { IMAGES_DIR, openNotebook } from './gpumem';
+import { IMAGES_DIR, openNotebook, waitForKernelIdle } from './gpumem';
+import { runCell } from './panelSteps';
 
 test.use({ autoGoto: true, viewport: { width: 1280, height: 1100 } });
 
@@ -170,4 +171,31 @@ test('closing the notebook after its kernel shut down logs no widget errors', as
   await page.waitForTimeout(2000);
   expect(console_.filter(line => line.includes('Could not send widget sync message'))).toEqual([]);
   expect(console_.filter(line => line.startsWith('error:'))).toEqual([]);
+});
+
+test('the quickstart, on GPUs where JAX runs on the CPU, says its live monitor draws them, and its checks pass', async ({
+  page,
+  tmpPath
+}) => {
+  test.setTimeout(180000);
+  const name = 'quickstart.ipynb';
+  await page.contents.uploadFile(path.resolve(__dirname, '..', '..', 'notebooks', name), `${tmpPath}/${name}`);
+  await page.notebook.openByPath(`${tmpPath}/${name}`);
+  await page.notebook.activate(name);
+  await waitForKernelIdle(page);
+  await page.evaluate(() => (window as any).jupyterapp.commands.execute('editmenu:clear-all'));
+  const count = await page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell').count();
+  for (let i = 0; i < count; i++) {
+    await runCell(page, i); // one by one: the late-fraction cell fails on purpose
+  }
+  const cell = (source: string) =>
+    page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell').filter({ hasText: source });
+  const said = cell('The live monitor above draws GPUs');
+  await said.scrollIntoViewIfNeeded();
+  await expect(said.locator('.jp-OutputArea-output').first()).toHaveText(
+    "The live monitor above draws GPUs 0, 1, 2 as NVML reads them; JAX runs on the CPU here, so none of it is JAX's."
+  );
+  const checks = cell('the live monitor never updated');
+  await checks.scrollIntoViewIfNeeded();
+  await expect(checks.locator('.jp-OutputArea-output')).toHaveCount(0);
 });
