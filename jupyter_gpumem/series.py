@@ -231,8 +231,8 @@ def _jax_placement_notes(sample: Sample, key: int) -> list[str]:
     if isinstance(sample.jax, NotAvailable) or isinstance(sample.devices, NotAvailable) or not sample.jax:
         return []
     if all(j.platform == "cpu" for j in sample.jax):
-        return ["JAX runs on the CPU, not on this GPU: none of its memory here is JAX's "
-                "(the warning below says how to put JAX on the GPU)."]
+        # No pointer to a warning: a recording's view has none below it.
+        return ["JAX runs on the CPU, not on this GPU: none of its memory here is JAX's."]
     if device_keys(sample)[:1] != [key]:
         return []
     return [f"JAX device {j.jax_id} is drawn on no GPU: {j.nvml_unmatched}."

@@ -621,3 +621,19 @@ def test_drawn_devices_are_the_gpus_drawn_and_none_while_the_view_says_why():
     m.close()
     with three_gpu_monitor() as m:
         assert m.drawn_devices == [0, 1, 2]
+
+
+def test_a_recording_of_jax_on_the_cpu_beside_gpus_points_at_no_warning_it_does_not_show():
+    from jupyter_gpumem.model import JaxDeviceReading, Timeline, normalise_stats
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    cpu = JaxDeviceReading(0, "cpu", "cpu", None, normalise_stats(None, "bfc", platform="cpu"))
+    with fake_nvml("three_gpus"):
+        timeline = Timeline()
+        timeline.append(Sample(1.0, PID, NvmlSource().read(), (cpu,)))
+        m = Monitor(timeline=timeline)
+        header, about = m.header.value, m.status_box.value
+        m.close()
+    assert "GPUs 0, 1, 2: JAX runs on the CPU, not on this GPU: none of its memory here is JAX&#x27;s.</div>" in header
+    assert "warning" not in header + about
