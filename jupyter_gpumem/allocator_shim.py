@@ -508,6 +508,10 @@ def configure_from_notebook(**settings: Any) -> None:
 def _configure(settings: dict[str, Any], source: str) -> None:
     parsed, notes = settings_from_kwargs(**settings)
     text = str(apply_settings(parsed, notes, source=source))
+    # The panel applies a notebook's settings in a silent execution, which runs no cell hooks.
+    from jupyter_gpumem.settings_file import publish_quietly
+
+    publish_quietly()
     if text:
         print(text)
 

@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from jupyter_gpumem import settings_file
 from jupyter_gpumem.cell_hooks import CellHooks
 
 TARGET = "jupyter_gpumem"
@@ -60,11 +61,13 @@ def register(shell: Any) -> bool:
     if shell not in _hooks:
         _hooks.add(shell, _pre_run_cell, _post_run_cell)
     _quietly("announcing the load", _announce)
+    _quietly("publishing the settings for the server", settings_file.publish)
     return True
 
 
 def unregister(shell: Any) -> None:
     _hooks.remove(shell)
+    settings_file.withdraw()
     manager = _comm_manager(shell)
     if manager is None:
         return
@@ -113,9 +116,11 @@ def _note_backend_before_cell() -> None:
 
 def _post_run_cell(result: Any = None) -> None:
     """After each cell (not silent executions, which IPython runs without cell events): tell
-    the open comms. Costs one probe and one small message per open comm."""
+    the open comms, and the server's settings file when what it says changed. Costs one probe
+    and one small message per open comm, and a settings read (no write when unchanged)."""
     if _comms:
         _quietly("a push to the panel", _push_after_cell)
+    _quietly("publishing the settings for the server", settings_file.publish)
 
 
 def _push_after_cell() -> None:

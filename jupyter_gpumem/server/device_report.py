@@ -16,6 +16,7 @@ from jupyter_gpumem.attribution import CANNOT_TELL, attribute
 from jupyter_gpumem.model import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.server.kernels import KernelInfo, iso_utc
 from jupyter_gpumem.server.readings import ProcessFacts, Reading
+from jupyter_gpumem.settings.published import preallocates, reserved_bytes
 
 STATES = {NO_LIBRARY: "no_library", NO_DRIVER: "no_driver", NO_PERMISSION: "no_permission"}
 
@@ -26,6 +27,12 @@ OVERCOMMIT_FULL_SHARE = 0.9
 SUGGESTION_MARGIN = 0.05
 # With no processes listed, this share of a GPU in use is more than driver overhead.
 UNATTRIBUTED_SHARE = 0.1
+
+# What decided a kernel's ``preallocated``, most trusted first.
+FROM_SETTINGS = "kernel_settings"  # the settings the kernel published, JAX started
+FROM_READING = "reading"  # it holds preallocated_fraction of the card or more
+FROM_LAUNCH = "launch_environment"  # its launch environment turns preallocation off
+PREALLOCATED_SOURCES = (FROM_SETTINGS, FROM_READING, FROM_LAUNCH)
 
 
 def _maybe(value: Any) -> Any:
@@ -158,7 +165,7 @@ def build_devices_report(
                 if pid in by_placeholder:  # replay demo: the same join as a real pid below
                     placeholder, pid = pid, by_placeholder[pid].pid
                 kernel = by_pid.get(pid)
-                item = _process_json(pid, used, kernel, dev, preallocated_fraction)
+                item = _process_json(pid, used, kernel, dev, preallocated_fraction, live)
                 if pid in host_pids:
                     item["kind"] = "host_pid"
                 if placeholder is not None:
@@ -231,14 +238,37 @@ def _unreadable_json(dev: DeviceUnreadable) -> dict:
     }
 
 
+def preallocation(
+    kernel: KernelInfo, used: int | None, total: int | None, preallocated_fraction: float, live: bool = True
+) -> tuple[bool | None, str | None, int | None]:
+    """Whether ``kernel`` preallocated on a GPU of ``total`` bytes where it holds ``used``, what
+    said so (one of ``PREALLOCATED_SOURCES``, or None), and the bytes its settings reserved.
+
+    The settings the kernel published decide once JAX has started there. Otherwise: holding
+    ``preallocated_fraction`` of the card means the pool was taken up front; a launch
+    environment that turns preallocation off says no; anything else is unknown (a kernel
+    holding less may use a small fraction, or JAX may not have started yet). A replay's memory
+    is the trace's (``live`` false): only the reading speaks for it.
+    """
+    if live and kernel.settings is not None:
+        said = preallocates(kernel.settings)
+        if said is not None:
+            return said, FROM_SETTINGS, reserved_bytes(kernel.settings, total)
+    if used is not None and total and used >= preallocated_fraction * total:
+        return True, FROM_READING, None
+    if live and kernel.launch_preallocates is False:
+        return False, FROM_LAUNCH, None
+    return None, None, None
+
+
 def _process_json(
-    pid: int, used: int | None, kernel: KernelInfo | None, dev: DeviceReading, preallocated_fraction: float
+    pid: int, used: int | None, kernel: KernelInfo | None, dev: DeviceReading, preallocated_fraction: float, live: bool
 ) -> dict:
-    preallocated = None
-    # Only what the reading shows: holding most of the card means the pool was taken up front.
-    # Holding less proves nothing (a small fraction, or JAX not started yet), so it stays None.
-    if kernel is not None and used is not None and dev.total_bytes and used >= preallocated_fraction * dev.total_bytes:
-        preallocated = True
+    preallocated, decided_by, reserved = (
+        preallocation(kernel, used, dev.total_bytes, preallocated_fraction, live)
+        if kernel is not None
+        else (None, None, None)
+    )
     return {
         "pid": pid,
         "used": used,
@@ -249,6 +279,9 @@ def _process_json(
         "execution_state": kernel.execution_state if kernel else None,
         "last_activity": iso_utc(kernel.last_activity) if kernel else None,
         "preallocated": preallocated,
+        "preallocated_source": decided_by,
+        "reserved_bytes": reserved,
+        "settings": kernel.settings.settings_json() if live and kernel is not None and kernel.settings is not None else None,
         "name": None,
         "user": None,
     }

@@ -1,4 +1,5 @@
-"""This server's kernels: id, name, pid, notebook path, execution state and last activity.
+"""This server's kernels: id, name, pid, notebook path, execution state, last activity, and the
+allocator settings a kernel with jupyter_gpumem loaded published (``kernel_settings.py``).
 
 A kernel's pid comes from its own answer to a control-channel ``usage_request`` (ipykernel
 >= 6.10 replies with ``pid``), which is right even when the kernel was launched through a
@@ -20,6 +21,9 @@ from typing import Any
 
 import zmq
 
+from jupyter_gpumem.server.kernel_settings import PublishedSettingsReader, connection_dir
+from jupyter_gpumem.settings.published import PublishedSettings
+
 log = logging.getLogger(__name__)
 
 ASK_AGAIN_AFTER = 30.0  # seconds before asking a kernel that did not answer again
@@ -34,8 +38,10 @@ class KernelInfo:
     execution_state: str | None
     last_activity: datetime | None = None  # timezone-aware UTC, as jupyter_server sets it
     # What the kernel's launch environment says about preallocation (see launch_preallocates);
-    # not in the JSON: the panel shows what the readings show.
+    # not in the JSON: /devices shows the decision (device_report.preallocation).
     launch_preallocates: bool | None = None
+    # The settings the kernel published (jupyter_gpumem loaded in it), else None.
+    settings: PublishedSettings | None = None
 
     def to_json(self) -> dict:
         return {
@@ -145,7 +151,7 @@ def launch_preallocates(env: dict[str, str]) -> bool | None:
     """False when the launch environment turns JAX's preallocation off (the variable or the
     platform allocator), True when it turns it on explicitly, None when it does not say: JAX
     would then preallocate, unless the notebook changes the setting before JAX starts
-    (``%gpumem preallocate off``), which the server cannot see."""
+    (``%gpumem preallocate off``), which only the settings it publishes tell the server."""
     if env.get(_ALLOCATOR_VAR, "").lower() == "platform":
         return False
     value = env.get(_PREALLOCATE_VAR, "")
@@ -163,6 +169,7 @@ class KernelDirectory:
         self.pid_timeout = pid_timeout
         self._pids: dict[str, _PidEntry] = {}
         self._asking: dict[str, asyncio.Task] = {}
+        self.published = PublishedSettingsReader()
 
     def kernel_pid(self, kernel_id: str, km: Any) -> int | None:
         """The cached pid; starts asking the kernel in the background when not yet known."""
@@ -215,22 +222,28 @@ class KernelDirectory:
         paths = await self.notebook_paths()
         out: list[KernelInfo] = []
         ids = list(mkm.list_kernel_ids())
+        published: set[tuple[str | None, int | None]] = set()
         for kid in ids:
             try:
                 km = mkm.get_kernel(kid)
             except KeyError:  # shut down meanwhile
                 continue
+            pid = self.kernel_pid(kid, km)
+            where = connection_dir(km)
+            published.add((where, pid))
             out.append(
                 KernelInfo(
                     kernel_id=kid,
                     kernel_name=getattr(km, "kernel_name", None),
-                    pid=self.kernel_pid(kid, km),
+                    pid=pid,
                     notebook_path=paths.get(kid),
                     execution_state=getattr(km, "execution_state", None),
                     last_activity=last_activity(km),
                     launch_preallocates=launch_preallocates(launch_env(km)),
+                    settings=self.published.read(where, pid, kid),
                 )
             )
         for gone in set(self._pids) - set(ids):
             self._pids.pop(gone, None)
+        self.published.forget_except(published)
         return out

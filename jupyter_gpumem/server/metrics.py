@@ -38,6 +38,8 @@ class KernelOnGpu:
     state: str  # jupyter_server's execution_state, "unknown" when it has none
     last_activity: float | None  # POSIX seconds
     preallocated: bool | None
+    preallocated_source: str | None = None  # device_report.PREALLOCATED_SOURCES
+    reserved: float | None = None  # bytes the kernel's settings reserved (fraction x total)
 
 
 @dataclass(frozen=True)
@@ -88,23 +90,24 @@ def snapshot_from(
         if not dev["readable"]:
             snap.devices.append(DeviceRow(labels, readable=False))
             continue
-        held: dict[str, list] = {}  # kernel id -> [bytes, preallocated per the reading]
+        held: dict[str, list] = {}  # kernel id -> [bytes, its process row that says most]
         for proc in dev["processes"]:
             if proc["kind"] == "kernel" and proc["kernel_id"] in by_id:
-                entry = held.setdefault(proc["kernel_id"], [0, None])
+                entry = held.setdefault(proc["kernel_id"], [0, proc])
                 entry[0] += proc["used"] or 0
-                entry[1] = entry[1] or proc["preallocated"]
+                if proc["preallocated"] and not entry[1]["preallocated"]:
+                    entry[1] = proc
         idle_bytes = 0.0
-        for kid, (used, seen_preallocated) in held.items():
+        for kid, (used, row) in held.items():
             kernel = by_id[kid]
             active = kernel.last_activity.timestamp() if kernel.last_activity is not None else None
             state = kernel.execution_state or "unknown"
             if state == "idle" and active is not None and now - active >= idle_after:
                 idle_bytes += used
-            preallocated = True if seen_preallocated else (False if kernel.launch_preallocates is False else None)
             snap.kernels.append(KernelOnGpu(
                 labels=(kid, kernel.notebook_path or "", user, labels[0], labels[1]),
-                used=used, state=state, last_activity=active, preallocated=preallocated,
+                used=used, state=state, last_activity=active, preallocated=row["preallocated"],
+                preallocated_source=row.get("preallocated_source"), reserved=row.get("reserved_bytes"),
             ))
         snap.devices.append(DeviceRow(labels, True, dev["used"], dev["total"], idle_bytes))
     return snap
@@ -179,17 +182,24 @@ def families(snap: Snapshot, now: float) -> list[GaugeMetricFamily]:
                                 "1 for the kernel's execution state as jupyter_server knows it (idle, busy, starting, ...)",
                                 labels=[*KERNEL_LABELS, "state"])
     out.append(k_state)
-    k_pre = gauge("jupyter_gpumem_kernel_preallocated",
-                  "1 when the kernel preallocated (it holds GpuMem.preallocated_fraction of the GPU or more), "
-                  "0 when its launch environment turns preallocation off; absent when not known",
-                  KERNEL_LABELS)
+    k_pre = GaugeMetricFamily("jupyter_gpumem_kernel_preallocated",
+                              "1 when the kernel's JAX preallocated its pool on the GPU, 0 when it did not; absent when "
+                              "not known. source: kernel_settings (the settings the kernel published), reading (it holds "
+                              "GpuMem.preallocated_fraction of the GPU or more) or launch_environment",
+                              labels=[*KERNEL_LABELS, "source"])
+    out.append(k_pre)
+    k_reserved = gauge("jupyter_gpumem_kernel_reserved_bytes",
+                       "GPU memory the kernel's published settings reserved when JAX started (fraction x total); "
+                       "absent where they do not say it preallocated", KERNEL_LABELS)
     for k in snap.kernels:
         k_bytes.add_metric(k.labels, k.used)
         if k.last_activity is not None:
             k_idle.add_metric(k.labels, max(0.0, now - k.last_activity))
         k_state.add_metric([*k.labels, k.state], 1.0)
         if k.preallocated is not None:
-            k_pre.add_metric(k.labels, 1.0 if k.preallocated else 0.0)
+            k_pre.add_metric([*k.labels, k.preallocated_source or ""], 1.0 if k.preallocated else 0.0)
+        if k.reserved is not None:
+            k_reserved.add_metric(k.labels, k.reserved)
     return out
 
 
