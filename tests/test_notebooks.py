@@ -293,11 +293,11 @@ def _relative_links(text: str) -> list[str]:
     return [t for t in _LINK.findall(text) if not re.match(r"[a-z]+:", t)]
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/guide.md", "docs/troubleshooting.md"])
+@pytest.mark.parametrize("page", ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))])
 def test_links_in_the_guide_and_readme_resolve(page):
     path = ROOT / page
     links = _relative_links(path.read_text())
-    assert links
+    assert links or page not in ("README.md", "docs/guide.md")  # the extractor still finds links
     missing = [t for t in links if not (path.parent / t).exists()]
     assert missing == []
 
