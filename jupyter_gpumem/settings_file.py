@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Any
 
+from jupyter_gpumem.files import replaced_on_success
 from jupyter_gpumem.settings.published import PublishedSettings, file_name, kernel_id_of
 
 _state: dict[str, Any] = {"path": None, "written": None, "atexit": False}
@@ -78,20 +79,10 @@ def current() -> PublishedSettings:
 
 
 def _write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to a file beside ``path``, readable by the user only, then move it into
-    place: a reader sees the old file or the new one, never half of one."""
-    temporary = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
+    """Write ``text`` to ``path``, readable by the user only, as a reader sees the old file or the
+    new one, never half of one."""
+    with replaced_on_success(path, mode=0o600) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def publish() -> bool:

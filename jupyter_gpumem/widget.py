@@ -21,8 +21,9 @@ import threading
 import time
 import weakref
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any
 
+from jupyter_gpumem.files import replaced_on_success
 from jupyter_gpumem.magic_args import Grammar, MagicUsageError, Option, as_number, check_interval
 from jupyter_gpumem.model import Event, Sample, Timeline
 from jupyter_gpumem.monitor_figure import _DeviceView, _fmt
@@ -579,7 +580,7 @@ class Monitor:
 
         path = os.fspath(path or self._export_name("csv"))
         keys = sorted(self._views) if self._views else None
-        with _replaced_on_success(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+        with replaced_on_success(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
             csv.writer(fh).writerows(csv_rows(self._source_samples(), keys))
         return path
 
@@ -597,7 +598,7 @@ class Monitor:
             fields.setdefault("devices", header_devices(samples[-1].devices))
         items: list = [*samples, *self._source_events()]
         items.sort(key=lambda x: x.t)
-        with _replaced_on_success(path) as tmp, TraceWriter(tmp, fields) as writer:
+        with replaced_on_success(path) as tmp, TraceWriter(tmp, fields) as writer:
             for item in items:
                 (writer.write_sample if isinstance(item, Sample) else writer.write_event)(item)
         return path
@@ -626,20 +627,3 @@ class Monitor:
         with contextlib.suppress(Exception):
             if not self._closed and self._sub is not None:
                 self._sub.close()
-
-
-@contextlib.contextmanager
-def _replaced_on_success(path: str) -> Iterator[str]:
-    """Yield a temporary path beside ``path``; move it onto ``path`` only if the block succeeds.
-
-    An export that fails midway leaves no partial file and any earlier file untouched.
-    """
-    folder, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.part")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise

@@ -8,11 +8,11 @@ same folder, then renamed), so a bad path or a failure leaves nothing behind.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.doctor.text import _b, _pretty_as_text
+from jupyter_gpumem.files import replaced_on_success
 from jupyter_gpumem.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
@@ -58,14 +58,10 @@ def write_snapshot(path: str) -> Snapshot:
     if profile is None:
         raise ValueError("JAX's backend has not started: there is no device memory to profile yet "
                          "(taking a profile would start it); nothing was written")
-    fd, temporary = tempfile.mkstemp(prefix=".gpumem-snapshot-", dir=os.path.dirname(full))
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with replaced_on_success(full) as temporary, open(temporary, "wb") as fh:
             fh.write(profile)
-        os.replace(temporary, full)
     except OSError as err:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
         raise ValueError(f"could not write {path!r}: {err.strerror or err}; nothing was written") from None
     return Snapshot(full, len(profile))
 
