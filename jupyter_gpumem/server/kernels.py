@@ -21,6 +21,7 @@ from typing import Any
 
 import zmq
 
+from jupyter_gpumem.env_table import ALLOCATOR_VAR, PREALLOCATE_VAR
 from jupyter_gpumem.server.kernel_settings import PublishedSettingsReader, connection_dir
 from jupyter_gpumem.settings.published import PublishedSettings
 
@@ -128,8 +129,6 @@ async def usage_pid(km: Any, timeout: float) -> int | None:
 # set to anything but these turns preallocation on; these turn it off. The "platform"
 # allocator allocates on demand and keeps no pool.
 _PREALLOCATE_OFF = ("false", "False", "0")
-_PREALLOCATE_VAR = "XLA_PYTHON_CLIENT_PREALLOCATE"
-_ALLOCATOR_VAR = "XLA_PYTHON_CLIENT_ALLOCATOR"
 
 
 def launch_env(km: Any) -> dict[str, str]:
@@ -152,9 +151,9 @@ def launch_preallocates(env: dict[str, str]) -> bool | None:
     platform allocator), True when it turns it on explicitly, None when it does not say: JAX
     would then preallocate, unless the notebook changes the setting before JAX starts
     (``%gpumem preallocate off``), which only the settings it publishes tell the server."""
-    if env.get(_ALLOCATOR_VAR, "").lower() == "platform":
+    if env.get(ALLOCATOR_VAR, "").lower() == "platform":
         return False
-    value = env.get(_PREALLOCATE_VAR, "")
+    value = env.get(PREALLOCATE_VAR, "")
     if not value:
         return None
     return value not in _PREALLOCATE_OFF
