@@ -23,6 +23,7 @@ import nbformat
 import pytest
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
+from wheel_notebooks import kernel_env  # a kernel starts from JAX's defaults whatever the shell had
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -35,8 +36,6 @@ NAMES = [
     "06-jax-with-tensorflow-or-pytorch",
     "07-where-memory-came-from",
 ]
-# Variables JAX or TensorFlow read: a kernel must start from JAX's defaults whatever the shell had.
-_ALLOCATOR_VARS = re.compile(r"^(XLA_|JAX_|TF_)")
 
 _executed: dict[str, nbformat.NotebookNode] = {}
 
@@ -62,8 +61,7 @@ def executed(name: str) -> nbformat.NotebookNode:
         _executed[name] = nbformat.read(ran, as_version=4)
     if name not in _executed:
         nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-        env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_VARS.match(k)}
-        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        env = kernel_env()
         # IPC sockets: TCP port picking races with other processes on a busy machine
         # ("ZMQError: Address already in use").
         # The socket path is absolute: the kernel runs in notebooks/, the client here.

@@ -41,7 +41,16 @@ KERNEL = "gpumem-wheel"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 WIDGET_TEXT = "(an interactive widget: its state is not saved in this copy; run the notebook to see it)"
 # Variables JAX or TensorFlow read: a kernel starts from JAX's defaults whatever the shell had.
+# Variables JAX or TensorFlow read: a kernel must start from JAX's defaults whatever the shell had.
 _ALLOCATOR_VARS = re.compile(r"^(XLA_|JAX_|TF_)")
+
+
+def kernel_env() -> dict[str, str]:
+    """This process's environment for a notebook's kernel, without the allocator variables a
+    caller may have set (the notebooks set their own) and with TensorFlow's C++ logs quiet."""
+    env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_VARS.match(k)}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    return env
 
 
 def build_wheel(into: pathlib.Path) -> pathlib.Path:
@@ -77,8 +86,8 @@ def execute(path: pathlib.Path, home: pathlib.Path) -> tuple[nbformat.NotebookNo
     """The notebook at ``path`` run top to bottom in the wheel's kernel, in its own folder, and
     the failure that stopped it (None when every cell ran as tagged)."""
     nb = nbformat.read(path, as_version=4)
-    env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_VARS.match(k)}
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    env = kernel_env()
+    env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     specs = KernelSpecManager(kernel_dirs=[str(home / "share" / "jupyter" / "kernels")])
     # IPC sockets: TCP port picking races with other processes on a busy machine.
     km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs, transport="ipc",
