@@ -15,7 +15,8 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts lint-imports test-browser test-notebooks notebooks test-python chromium prometheus clean
+.PHONY: help setup build lab test test-ts lint-imports test-browser test-notebooks notebooks test-python chromium prometheus clean \
+	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312
 
 help:
 	@echo "make setup   .venv, editable install (builds the lab extension), ui-tests deps"
@@ -24,6 +25,9 @@ help:
 	@echo "make test    import layers, unit tests of the panel (node), browser tests (chromium), the notebooks"
 	@echo "             from the built wheel, then pytest"
 	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
+	@echo "make gpu-proof-wheels  the Python 3.12 wheels the GPU machine lacks, into .whl/ (bench/README.md, On a GPU)"
+	@echo "make gpu-proof-dry     the GPU proof's checks that need no GPU, in seconds"
+	@echo "make gpu-proof         the GPU proof itself (on the GPU machine; results under \$$OUT)"
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -102,3 +106,28 @@ test: lint-imports test-ts test-browser test-notebooks test-python
 clean:
 	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \
 		ui-tests/test-results ui-tests/playwright-report $(VENV)/.stamp-install $(STAMP_UI)
+
+# --- the GPU proof (bench/README.md, "On a GPU") ---------------------------------------------------
+# The wheels the GPU machine lacks, for its Python 3.12 (pins in bench/gpu_proof_wheels.txt); .whl/ is
+# git-ignored and travels as a carried path. Emptied first so that exactly one version of each is kept.
+WHEEL_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64,--platform $(p))
+GPU_PROOF_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_PROOF_PY312 := $(HOME)/.cache/gpu-proof-py312
+
+gpu-proof-wheels:
+	rm -rf .whl && mkdir -p .whl
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $(WHEEL_PLATFORMS) \
+		-d .whl -r bench/gpu_proof_wheels.txt
+	@du -ch .whl/*.whl | tail -1
+
+# A Python 3.12 with the GPU machine's JAX (CPU jaxlib), for the dry run's import check (optional).
+gpu-proof-py312:
+	python3.12 -m venv $(GPU_PROOF_PY312)
+	$(GPU_PROOF_PY312)/bin/pip install -q jax==0.11.2 jaxlib==0.11.2 pytest pytest-timeout nvidia-ml-py psutil hypothesis
+
+gpu-proof-dry:
+	GPU_PROOF_DRY=1 GPU_PROOF_PYTHON=$(GPU_PROOF_PYTHON) \
+		GPU_PROOF_CHECK_PYTHON=$(wildcard $(GPU_PROOF_PY312)/bin/python) bench/gpu_proof.sh
+
+gpu-proof:
+	bench/gpu_proof.sh

@@ -1,0 +1,194 @@
+"""The GPU proof (bench/gpu_proof.sh) where there is no GPU: its fast, clear refusal, its dry run,
+and the pure parts that decide what it reports (bench/README.md, "On a GPU")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+sys.path.insert(0, BENCH)
+import gpu_proof  # noqa: E402
+import gpu_proof_check  # noqa: E402
+import gpu_proof_facts  # noqa: E402
+
+SCRIPT = os.path.join(BENCH, "gpu_proof.sh")
+
+
+def _run_script(tmp_path, **env_extra) -> tuple[subprocess.CompletedProcess, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_PROOF_")}
+    env.update(GPU_PROOF_PYTHON=sys.executable, OUT=str(tmp_path / "out"), **env_extra)
+    began = time.monotonic()
+    done = subprocess.run([SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    return done, time.monotonic() - began
+
+
+# --- no GPU: a clear answer in seconds ------------------------------------------------------
+
+
+def test_without_nvidia_smi_the_proof_says_there_is_nothing_to_prove_and_exits_3_within_seconds(tmp_path):
+    done, seconds = _run_script(tmp_path, GPU_PROOF_NVIDIA_SMI=str(tmp_path / "no-such-nvidia-smi"))
+    assert done.returncode == 3
+    assert "no CUDA device visible: nothing to prove" in done.stderr
+    assert seconds < 10
+    assert not (tmp_path / "out").exists()  # nothing written, nothing installed
+
+
+def test_an_nvidia_smi_that_finds_no_device_counts_as_no_gpu(tmp_path):
+    # What nvidia-smi -L prints, exit 6, where the driver is loaded but no GPU is visible.
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+    smi.chmod(0o755)
+    done, seconds = _run_script(tmp_path, GPU_PROOF_NVIDIA_SMI=str(smi))
+    assert done.returncode == 3 and "nothing to prove" in done.stderr and seconds < 10
+
+
+def test_nvidia_smi_lists_a_gpu_only_on_its_gpu_lines():
+    assert gpu_proof.nvidia_smi_lists_a_gpu("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n", 0)
+    assert not gpu_proof.nvidia_smi_lists_a_gpu("No devices were found\n", 6)
+    assert not gpu_proof.nvidia_smi_lists_a_gpu("GPU 0: NVIDIA H100 80GB HBM3\n", 9)
+
+
+# --- the dry run --------------------------------------------------------------------------
+
+
+def test_the_dry_run_without_wheels_says_how_to_get_them_and_fails(tmp_path):
+    (tmp_path / "wheels").mkdir()
+    done, seconds = _run_script(tmp_path, GPU_PROOF_DRY="1", GPU_PROOF_WHEELS=str(tmp_path / "wheels"))
+    assert done.returncode == 1
+    assert f"FAIL  no wheels in {tmp_path / 'wheels'}: run `make gpu-proof-wheels`" in done.stdout
+    assert "ok    with no GPU: exit 3" in done.stdout  # the other checks still ran
+    assert "ok    bench/gpu_proof.sh is executable" in done.stdout
+    assert seconds < 30
+
+
+def test_every_job_and_probe_of_the_proof_compiles_with_known_variables():
+    failed = [what for ok, what in gpu_proof_check.check_structure() if not ok]
+    assert failed == []
+
+
+def test_the_proof_records_at_least_six_traces_in_separate_processes():
+    names = [r.name for r in gpu_proof.RECORDINGS + gpu_proof.TWO_PROCESSES]
+    assert len(names) >= 6 and len(set(names)) == len(names)
+    assert {"oom_runtime", "oom_compile", "platform", "two_processes_a", "two_processes_b"} <= set(names)
+
+
+# --- the wheel set ------------------------------------------------------------------------
+
+
+def test_a_requirement_counts_only_where_its_marker_holds_on_the_gpu_machine():
+    metadata = (
+        "Name: demo\nVersion: 1\n"
+        'Requires-Dist: colorama>=0.4.4; sys_platform == "win32"\n'
+        'Requires-Dist: typing_extensions>=4.6; python_version < "3.12"\n'
+        'Requires-Dist: pexpect>4.6; sys_platform != "win32"\n'
+        'Requires-Dist: pytest; extra == "test"\n'
+        "Requires-Dist: Stack_Data>=0.6\n"
+    )
+    gaps = gpu_proof_check.requirement_gaps({"demo.whl": metadata}, {"stack-data"})
+    assert gaps == ['demo.whl needs pexpect>4.6; sys_platform != "win32"']
+
+
+def test_two_versions_of_one_package_are_refused():
+    names = ["traitlets-5.16.1-py3-none-any.whl", "traitlets-5.14.0-py3-none-any.whl", "jedi-0.20.1-py2.py3-none-any.whl"]
+    assert gpu_proof_check.duplicate_packages(names) == ["traitlets (5.16.1, 5.14.0)"]
+
+
+def test_the_wheels_must_be_the_pins_exactly():
+    pins = gpu_proof_check.parse_pins("# comment\nprompt_toolkit==3.0.53\nparso==0.8.7\n")
+    wheels = ["prompt_toolkit-3.0.52-py3-none-any.whl", "wcwidth-0.9.4-cp310-abi3-manylinux2014_x86_64.whl"]
+    assert gpu_proof_check.pin_gaps(pins, wheels) == [
+        "parso==0.8.7 missing", "prompt-toolkit is 3.0.52, pinned 3.0.53", "wcwidth 0.9.4 is not pinned"]
+
+
+@pytest.mark.parametrize("wheel, fits", [
+    ("ipython-9.18.1-py3-none-any.whl", True),
+    ("wcwidth-0.9.4-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl", True),
+    ("psutil-7.0.0-cp312-cp312-manylinux_2_28_x86_64.whl", True),
+    ("psutil-7.0.0-cp311-cp311-manylinux_2_28_x86_64.whl", False),
+    ("psutil-7.0.0-cp312-cp312-manylinux_2_28_aarch64.whl", False),
+    ("psutil-7.0.0-cp312-cp312-macosx_11_0_arm64.whl", False),
+])
+def test_a_wheel_fits_the_gpu_machine_only_for_cpython_312_on_x86_64_linux(wheel, fits):
+    assert gpu_proof_check.wheel_fits_device(wheel) is fits
+
+
+def test_the_pinned_wheels_list_parses_and_names_ipython():
+    with open(gpu_proof_check.PINS_FILE, encoding="utf-8") as f:
+        pins = gpu_proof_check.parse_pins(f.read())
+    assert "ipython" in pins and "plotly" not in pins  # the gpu tests drive IPython; nothing draws
+
+
+# --- what the proof runs and reports ------------------------------------------------------
+
+
+def test_each_recording_starts_without_the_callers_allocator_variables():
+    base = {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "TF_GPU_ALLOCATOR": "cuda_malloc_async", "HOME": "/root",
+            "PYTHONPATH": "/elsewhere"}
+    env = gpu_proof.clean_env(base, {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, "/repo:/tmp/site")
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert "XLA_PYTHON_CLIENT_ALLOCATOR" not in env and "TF_GPU_ALLOCATOR" not in env
+    assert env["PYTHONPATH"] == os.pathsep.join(["/repo:/tmp/site", "/elsewhere"]) and env["HOME"] == "/root"
+
+
+def test_a_step_never_runs_past_the_budget_less_the_packing_reserve():
+    assert gpu_proof.step_timeout(60, now=0, deadline=480) == 60
+    assert gpu_proof.step_timeout(60, now=440, deadline=480) == 40 - gpu_proof.PACK_RESERVE_S
+    assert gpu_proof.step_timeout(60, now=479, deadline=480) == 0
+
+
+def test_the_gpu_tests_are_found_by_their_marker():
+    tests = os.path.dirname(os.path.abspath(__file__))
+    found = {os.path.basename(p) for p in gpu_proof.marked_test_files(tests, "gpu")}
+    assert {"test_gpu_settings.py", "test_gpu_cuda_async.py", "test_device_identity.py"} <= found
+    assert "test_units.py" not in found
+
+
+def _probe(name):
+    return next(p for p in gpu_proof_facts.PROBES if p.name == name)
+
+
+def test_a_probe_that_crashed_gives_no_reading_rather_than_a_verdict():
+    crashed = {"_rc": 1, "_result": False, "_timed_out": False, "_stderr": "Traceback ...\nRuntimeError: no GPU"}
+    rows = gpu_proof_facts.judge(_probe("bfc_growing"), crashed)
+    assert {r.verdict for r in rows} == {gpu_proof_facts.NO_READING}
+    assert "RuntimeError: no GPU" in rows[0].seen
+
+
+def test_a_probe_meant_to_abort_is_judged_by_its_exit():
+    probe = _probe("async_prealloc_malformed")
+    aborted = {"_rc": -6, "_result": False, "_timed_out": False, "_stderr": "F0000 ... INVALID_ARGUMENT\n"}
+    ran = {"_rc": 0, "_result": True, "_timed_out": False, "_stderr": "", "error": None, "platform": "gpu"}
+    assert gpu_proof_facts.judge(probe, aborted)[0].verdict == gpu_proof_facts.HOLDS
+    assert gpu_proof_facts.judge(probe, ran)[0].verdict == gpu_proof_facts.FAILS
+
+
+def test_cuda_async_exactness_is_judged_on_the_rise_in_bytes_in_use():
+    probe = _probe("cuda_async_growing")
+    exact = {"_result": True, "s0": {"bytes_in_use": 4096}, "s1": {"bytes_in_use": 4096 + 4_000_004}, "requested": 4_000_004}
+    rounded = dict(exact, s1={"bytes_in_use": 4096 + 4_000_256})
+    check = probe.checks[0]
+    assert check.judge(exact)[1] is True
+    assert check.judge(rounded) == ("bytes_in_use rose by 4,000,256 for 4,000,004 requested", False)
+
+
+def test_the_oom_size_is_read_in_xlas_human_units_only():
+    assert gpu_proof_facts.human_oom_size("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 21.88GiB.") == "21.88GiB"
+    assert gpu_proof_facts.human_oom_size("Out of memory while trying to allocate 7406166528 bytes.") is None
+
+
+def test_the_fact_table_has_a_row_per_check_and_counts_each_verdict():
+    rows = [gpu_proof_facts.Row("p", "a | b", "page", "x", "y", gpu_proof_facts.HOLDS),
+            gpu_proof_facts.Row("p", "c", "page", "x", "z", gpu_proof_facts.NO_READING)]
+    table = gpu_proof_facts.render_table(rows)
+    assert "| p | a \\| b | x | y | **holds** |" in table
+    assert table.rstrip().endswith("1 hold, 0 do not hold, 1 without a reading.")
+
+
+def test_an_unknown_probe_name_is_refused_with_the_valid_ones():
+    with pytest.raises(SystemExit, match="unknown probe.*nope.*valid: cuda_async_growing"):
+        gpu_proof_facts.select(["nope"])
