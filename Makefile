@@ -127,7 +127,7 @@ gpu-proof-py312:
 
 gpu-proof-dry:
 	GPU_PROOF_DRY=1 GPU_PROOF_PYTHON=$(GPU_PROOF_PYTHON) \
-		GPU_PROOF_CHECK_PYTHON=$(wildcard $(GPU_PROOF_PY312)/bin/python) bench/gpu_proof.sh
+		GPU_PROOF_CHECK_PYTHON=$(wildcard $(GPU_PROOF_PY312)/bin/python) bash bench/gpu_proof.sh
 
 gpu-proof:
-	bench/gpu_proof.sh
+	bash bench/gpu_proof.sh

@@ -395,6 +395,10 @@ def main() -> int:
         proof.log(f"packing failed: {exc}")
         proof.results.append(StepResult("pack", False, 0.0, str(exc)))
     proof.write_steps()
+    facts_table = os.path.join(out, "facts.md")
+    if os.path.exists(facts_table):  # again at the end, where a caller reading the tail sees it
+        with open(facts_table, encoding="utf-8") as f:
+            proof.log("\n=== facts ===\n" + f.read())
     width = max(len(r.name) for r in proof.results)
     proof.log("\n=== summary ===")
     for r in proof.results:

@@ -1,7 +1,7 @@
 """An out-of-memory error while a new program is compiled and loaded on a GPU that is full.
 
 Preallocation off and a fraction of 1.0 let BFC grow until CUDA refuses: the job fills the
-device with 1 GiB, then 64 MiB, then 4 MiB arrays until each size fails, and then asks for a
+device with 1 GiB, then 64 MiB, 4 MiB and 1 MiB arrays until each size fails, and then asks for a
 matrix product that was never compiled (the fill's own programs are compiled before it starts). XLA needs device memory to autotune and to load the
 compiled kernels (cuModuleLoadData), outside BFC's pool. Each error text is kept whole
 (``$GPU_PROOF_TEXTS``); the compile-time one is raised for the recorder's "oom" event.
@@ -22,7 +22,7 @@ first_op()
 a = jnp.ones((2048, 2048), jnp.float32).block_until_ready()
 mark("backend started")
 pause()
-SIZES = (GiB, 64 * MiB, 4 * MiB)
+SIZES = (GiB, 64 * MiB, 4 * MiB, MiB)
 for size in SIZES:  # compiled while there is room, so that filling compiles nothing new
     hold(size).delete()
 filler = []
