@@ -58,6 +58,7 @@ class Probe:
     code: str
     checks: tuple[Check, ...]
     expect_exit: bool = True  # False: the process is meant to die (its checks read _rc)
+    cpu_is_an_answer: bool = False  # True: running on the CPU is what the fact is about
 
 
 @dataclass
@@ -420,7 +421,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("bad_allocator", {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_malloc_async"}, _PLATFORM_OR_ERROR, (
         Check("a bad allocator value makes JAX fall back to the CPU silently", _section("The variables"),
               "runs on cpu, no exception (the second pass read 'Unable to initialize backend' instead)", _silent_cpu),
-    )),
+    ), cpu_is_an_answer=True),
     Probe("async_prealloc_malformed", {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
                                        "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC": "2GiB"},
           _PLATFORM_OR_ERROR, (
@@ -494,6 +495,8 @@ def judge(probe: Probe, observed: Mapping[str, Any]) -> list[Row]:
             seen, verdict = f"timed out after {observed.get('_seconds')} s", NO_READING
         elif probe.expect_exit and not observed.get("_result"):
             seen, verdict = f"no result (exit {observed.get('_rc')}): {_last_error_line(observed.get('_stderr'))}", NO_READING
+        elif observed.get("_result") and not ran_on_gpu_or_raised(observed) and not probe.cpu_is_an_answer:
+            seen, verdict = f"JAX ran on {observed.get('platform')}, not on a GPU", NO_READING
         else:
             try:
                 seen, ok = check.judge(observed)
@@ -502,6 +505,13 @@ def judge(probe: Probe, observed: Mapping[str, Any]) -> list[Row]:
                 seen, verdict = f"observations lacked what the check reads: {type(exc).__name__}: {exc}", NO_READING
         rows.append(Row(probe.name, check.fact, check.source, check.expected, seen, verdict))
     return rows
+
+
+def ran_on_gpu_or_raised(observed: Mapping[str, Any]) -> bool:
+    """Whether JAX ran on a GPU, or failed to start with an error (platform None): the two cases
+    a GPU fact can be read from. A run on the CPU cannot say anything about the GPU."""
+    platform = observed.get("platform")
+    return platform in ("gpu", "cuda") or (platform is None and bool(observed.get("error")))
 
 
 def _last_error_line(stderr: str | None) -> str:

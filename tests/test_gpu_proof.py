@@ -192,3 +192,19 @@ def test_the_fact_table_has_a_row_per_check_and_counts_each_verdict():
 def test_an_unknown_probe_name_is_refused_with_the_valid_ones():
     with pytest.raises(SystemExit, match="unknown probe.*nope.*valid: cuda_async_growing"):
         gpu_proof_facts.select(["nope"])
+
+
+def test_a_probe_that_ran_on_the_cpu_gives_no_reading_whatever_it_saw():
+    # A CPU's memory_stats() is None too: that must not count as "platform: memory_stats() is None".
+    on_cpu = {"_rc": 0, "_result": True, "_timed_out": False, "_stderr": "", "stats_is_none": True, "s": None,
+              "platform": "cpu", "error": "RESOURCE_EXHAUSTED: Out of memory allocating 412316860416 bytes."}
+    rows = gpu_proof_facts.judge(_probe("platform"), on_cpu)
+    assert [r.verdict for r in rows] == [gpu_proof_facts.NO_READING] * 2
+    assert rows[0].seen == "JAX ran on cpu, not on a GPU"
+
+
+def test_a_backend_that_failed_to_start_is_still_judged():
+    raised = {"_rc": 0, "_result": True, "_timed_out": False, "_stderr": "", "platform": None,
+              "error": "RuntimeError: Unable to initialize backend 'cuda'", "cuda_plugins": ["jax-cuda13-plugin"]}
+    row = gpu_proof_facts.judge(_probe("bad_allocator"), raised)[0]
+    assert row.verdict == gpu_proof_facts.FAILS and row.seen.startswith("raised: RuntimeError: Unable to initialize")

@@ -94,5 +94,11 @@ def pause(seconds: float = 0.4) -> None:
 
 
 def emit(**observed) -> None:
-    """Print the probe's observations as the last line, for bench/gpu_proof_facts.py."""
+    """Print the probe's observations as the last line, for bench/gpu_proof_facts.py, with the
+    platform JAX ran on (a verdict from a CPU run would mean nothing)."""
+    if "platform" not in observed and "jax" in sys.modules:
+        try:
+            observed["platform"] = device().platform
+        except Exception as exc:  # JAX could not start: say so rather than guess
+            observed["platform"] = f"none ({type(exc).__name__})"
     print(RESULT_PREFIX + json.dumps(observed, default=repr), flush=True)
