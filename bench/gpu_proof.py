@@ -109,8 +109,9 @@ def recording_command(python: str, rec: Recording, traces: str) -> list[str]:
     return cmd + (["--", *rec.args] if rec.args else [])
 
 
-def trace_problem(path: str) -> str | None:
-    """Why the trace at ``path`` is not a usable real recording (None when it is)."""
+def trace_problem(path: str, want_oom: bool = False) -> str | None:
+    """Why the trace at ``path`` is not a usable real recording (None when it is); with
+    ``want_oom``, also when it holds no "oom" event."""
     if not os.path.exists(path):
         return "no trace written"
     if REPO not in sys.path:
@@ -127,7 +128,14 @@ def trace_problem(path: str) -> str | None:
         return f"only {len(trace.samples)} samples"
     if not any(on_gpu(sample) for sample in trace.samples):
         return "no sample has a JAX reading on a GPU (JAX ran on the CPU?)"
+    if want_oom and not any(event.name == "oom" for event in trace.events):
+        return "no oom event: the job's error was not RESOURCE_EXHAUSTED"
     return None
+
+
+def is_oom_text(text: str) -> bool:
+    """Whether an error text is an out-of-memory error (XLA's status, or CUDA's own code)."""
+    return "RESOURCE_EXHAUSTED" in text or "CUDA_ERROR_OUT_OF_MEMORY" in text or "out of memory" in text.lower()
 
 
 def on_gpu(sample) -> bool:
@@ -284,13 +292,14 @@ class Proof:
     def _judge_recording(self, rec: Recording, rc: int | None) -> tuple[bool, str]:
         if rc is None:
             return False, "timed out"
-        problem = trace_problem(os.path.join(self.work, "traces", f"{rec.name}.jsonl"))
+        problem = trace_problem(os.path.join(self.work, "traces", f"{rec.name}.jsonl"), want_oom=bool(rec.texts))
         if problem:
-            return False, problem
-        texts = os.listdir(os.path.join(self.work, "texts"))
-        missing = [p for p in rec.texts if not any(t.startswith(p) for t in texts)]
+            return False, f"exit {rc}; {problem}"
+        folder = os.path.join(self.work, "texts")
+        texts = os.listdir(folder)
+        missing = [p for p in rec.texts if not any(t.startswith(p) and _oom_file(os.path.join(folder, t)) for t in texts)]
         if missing:
-            return False, f"exit {rc}; no error text kept for {', '.join(missing)}"
+            return False, f"exit {rc}; no out-of-memory text kept for {', '.join(missing)}"
         if rc != rec.expect_rc:
             return False, f"exit {rc}, expected {rec.expect_rc}"
         kept = [t for t in texts if any(t.startswith(p) for p in rec.texts)]
@@ -325,6 +334,11 @@ class Proof:
     def write_steps(self) -> None:
         with open(os.path.join(self.out, "steps.json"), "w", encoding="utf-8") as f:
             json.dump([r.__dict__ for r in self.results], f, indent=1)
+
+
+def _oom_file(path: str) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return is_oom_text(f.read())
 
 
 def pytest_summary(output: str) -> str:

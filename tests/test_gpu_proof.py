@@ -208,3 +208,25 @@ def test_a_backend_that_failed_to_start_is_still_judged():
               "error": "RuntimeError: Unable to initialize backend 'cuda'", "cuda_plugins": ["jax-cuda13-plugin"]}
     row = gpu_proof_facts.judge(_probe("bad_allocator"), raised)[0]
     assert row.verdict == gpu_proof_facts.FAILS and row.seen.startswith("raised: RuntimeError: Unable to initialize")
+
+
+@pytest.mark.parametrize("text, is_oom", [
+    ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 128.00GiB.", True),
+    ("INTERNAL: Failed to load in-memory CUBIN: CUDA_ERROR_OUT_OF_MEMORY: out of memory", True),
+    ("jax.errors.JaxRuntimeError: INTERNAL: ptxas exited with non-zero error code 255", False),
+])
+def test_only_an_out_of_memory_text_counts_as_the_oom_a_recording_wanted(text, is_oom):
+    assert gpu_proof.is_oom_text(text) is is_oom
+
+
+def test_a_trace_without_a_gpu_reading_is_not_a_recording_of_the_gpu(tmp_path):
+    from jupyter_gpumem.model import NotAvailable, Sample
+    from jupyter_gpumem.tracefile import TraceWriter
+
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, {"synthetic": False}) as writer:
+        for t in range(3):
+            writer.write_sample(Sample(float(t), 1, NotAvailable("no_library", "no NVML"),
+                                       NotAvailable("not_started", "JAX has not started")))
+    assert gpu_proof.trace_problem(str(path)) == "no sample has a JAX reading on a GPU (JAX ran on the CPU?)"
+    assert gpu_proof.trace_problem(str(tmp_path / "absent.jsonl")) == "no trace written"

@@ -2,7 +2,8 @@
 
 The outer product of a vector with itself, sorted along one axis, needs the whole n×n product
 in memory at once (XLA sorts in a buffer of its own); n is chosen so that buffer is 1.5× the
-device. The compiled program's ``memory_analysis()`` is marked first. Every error text is kept
+device. Before it, a program whose n×n output alone is too big. The compiled program's
+``memory_analysis()`` is marked first. Every error text is kept
 whole (``$GPU_PROOF_TEXTS``), then the last one is raised for the recorder's "oom" event.
 """
 
@@ -25,6 +26,15 @@ pause()
 total = nvml_memory()["total"]
 n = int(math.sqrt(1.5 * total / 4))
 x = jnp.linspace(0.0, 1.0, n, dtype=jnp.float32)
+# First a program whose output alone is too big, kept as a second form of the text.
+too_big_output = jax.jit(lambda v: v[:, None] * v[None, :])
+try:
+    too_big_output(x).block_until_ready()
+    mark("the n×n output fitted (unexpected)")
+except Exception as exc:
+    save_text("oom_runtime_output", f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
+    mark("out of memory for the n×n output")
+    pause()
 program = jax.jit(lambda v: jnp.sort(v[:, None] * v[None, :], axis=0)[0])
 phase = "compile"
 try:
