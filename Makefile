@@ -120,9 +120,11 @@ gpu-proof-wheels:
 		-d .whl -r bench/gpu_proof_wheels.txt
 	@du -ch .whl/*.whl | tail -1
 
-# A Python 3.12 with the GPU machine's JAX (CPU jaxlib), for the dry run's import check (optional).
+# A Python 3.12 with the GPU machine's JAX (CPU jaxlib), for the dry run's import check (optional;
+# PY312=/path/to/python3.12 where python3.12 is not on the PATH).
+PY312 ?= python3.12
 gpu-proof-py312:
-	python3.12 -m venv $(GPU_PROOF_PY312)
+	$(PY312) -m venv $(GPU_PROOF_PY312)
 	$(GPU_PROOF_PY312)/bin/pip install -q jax==0.11.2 jaxlib==0.11.2 pytest pytest-timeout nvidia-ml-py psutil hypothesis
 
 gpu-proof-dry:
