@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from jupyter_gpumem import model
+from jupyter_gpumem.files import open_for_appending_lines, open_regular_for_reading
 from jupyter_gpumem.model import (
     CudaPoolReading,
     DeviceReading,
@@ -175,9 +176,12 @@ class TraceWriter:
 
     ``header_fields`` must say ``synthetic`` (True for anything not read from a real GPU);
     ``format``, ``kind``, ``host``, ``pid``, ``created`` and ``tool`` are filled in when absent.
+    The file at ``path`` is created or emptied; a link, FIFO or device there is refused
+    (files.UnsafePathError) and left as it is. With ``file`` (a text file open for writing) the
+    lines go there instead, and ``path`` only names it.
     """
 
-    def __init__(self, path: str | os.PathLike, header_fields: Mapping[str, Any]):
+    def __init__(self, path: str | os.PathLike, header_fields: Mapping[str, Any], *, file: Any = None):
         if "synthetic" not in header_fields or not isinstance(header_fields["synthetic"], bool):
             raise ValueError("header_fields must give 'synthetic': true or false")
         header = {
@@ -201,7 +205,7 @@ class TraceWriter:
         self.path = os.fspath(path)
         self.header = header
         self._lock = threading.Lock()
-        self._file = open(self.path, "w", encoding="utf-8")
+        self._file = file if file is not None else open_for_appending_lines(self.path)
         self._write(header)
 
     def _write(self, obj: dict) -> None:

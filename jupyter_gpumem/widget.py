@@ -580,7 +580,7 @@ class Monitor:
 
         path = os.fspath(path or self._export_name("csv"))
         keys = sorted(self._views) if self._views else None
-        with replaced_on_success(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+        with replaced_on_success(path, encoding="utf-8", newline="") as fh:
             csv.writer(fh).writerows(csv_rows(self._source_samples(), keys))
         return path
 
@@ -598,7 +598,7 @@ class Monitor:
             fields.setdefault("devices", header_devices(samples[-1].devices))
         items: list = [*samples, *self._source_events()]
         items.sort(key=lambda x: x.t)
-        with replaced_on_success(path) as tmp, TraceWriter(tmp, fields) as writer:
+        with replaced_on_success(path, encoding="utf-8") as fh, TraceWriter(path, fields, file=fh) as writer:
             for item in items:
                 (writer.write_sample if isinstance(item, Sample) else writer.write_event)(item)
         return path

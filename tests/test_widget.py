@@ -637,3 +637,13 @@ def test_a_recording_of_jax_on_the_cpu_beside_gpus_points_at_no_warning_it_does_
         m.close()
     assert "GPUs 0, 1, 2: JAX runs on the CPU, not on this GPU: none of its memory here is JAX&#x27;s.</div>" in header
     assert "warning" not in header + about
+
+
+def test_csv_export_onto_a_planted_link_is_refused_and_the_link_target_kept(tmp_path):
+    (tmp_path / "private").write_text("secret")
+    os.symlink(tmp_path / "private", tmp_path / "out.csv")
+    m = Monitor(replay=SYNTHETIC[0])
+    with pytest.raises(OSError, match="is a symbolic link"):
+        m.export_csv(tmp_path / "out.csv")
+    m.close()
+    assert (tmp_path / "private").read_text() == "secret" and (tmp_path / "out.csv").is_symlink()
