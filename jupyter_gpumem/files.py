@@ -32,6 +32,9 @@ class UnsafePathError(OSError):
     """A path that is not a regular file of its own (a link, a FIFO, a device, a folder), or a
     file over a size cap; the message names the path, what was found, and what is accepted."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)  # the sentence alone, without "[Errno 22]"
+
 
 def _kind(mode: int) -> str:
     if stat.S_ISLNK(mode):
