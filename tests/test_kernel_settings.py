@@ -236,6 +236,33 @@ async def test_a_kernel_that_exits_removes_its_file():
     assert not os.path.exists(path)
 
 
+async def test_a_real_kernel_killed_with_sigkill_leaves_its_file_and_the_server_removes_it():
+    """ipykernel 7.4 under jupyter_client 8.10, killed as the OOM killer kills: no exit hook runs,
+    so the file stays until the server finds its pid gone (the age check is met by setting the
+    file's time back, as a minute's wait would)."""
+    import signal
+
+    from jupyter_gpumem.server.kernel_settings import remove_stale_files
+
+    km, kc = await start_new_async_kernel(kernel_name="python3", env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        pid = km.provisioner.process.pid
+        where = connection_dir(km)
+        path = os.path.join(where, file_name(pid))
+        await _run(kc, "%load_ext jupyter_gpumem")
+        _aged(path)
+        # The runtime folder is shared with other servers: only this kernel's file is looked at.
+        assert path not in remove_stale_files([where], [])  # alive: kept
+        os.kill(pid, signal.SIGKILL)
+        km.provisioner.process.wait(10)  # reaped, as the server's provisioner does
+        assert os.path.exists(path)
+        assert path in remove_stale_files([where], [])
+        assert not os.path.exists(path)
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+
+
 # --- the server, a real kernel and the fake world -----------------------------------------------
 
 
