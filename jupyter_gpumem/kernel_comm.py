@@ -16,6 +16,7 @@ wrong, or a push that is dropped.
 from __future__ import annotations
 
 import logging
+import reprlib
 import sys
 import time
 from typing import Any, Callable
@@ -33,6 +34,11 @@ _hooks = CellHooks()
 _comms: list[Any] = []  # the comms pushes go to: the panels' and the one opened at load
 # A page reload leaves its comm open here (front ends close none on unload): keep the newest.
 _MAX_COMMS = 8
+# An unknown request is named in the error, shortened: whatever the sender put in it
+# (megabytes included) is not sent back whole on iopub.
+_ECHO = reprlib.Repr()
+_ECHO.maxstring = _ECHO.maxother = 80
+_ECHO.maxlevel, _ECHO.maxdict, _ECHO.maxlist, _ECHO.maxtuple, _ECHO.maxset = 2, 4, 4, 4, 4
 _started_before_cell = False
 
 
@@ -147,6 +153,12 @@ def _serve(comm: Any) -> None:
     ones are open)."""
     comm.on_msg(lambda msg: _answer(comm, _data(msg)))
     _comms.append(comm)
+    for old in _comms[:-_MAX_COMMS]:
+        # Closing releases it in the comm manager too (comm's BaseComm.close, comm 0.2.3):
+        # dropping it from this list alone kept every comm a page ever opened.
+        close = getattr(old, "close", None)
+        if callable(close):
+            _quietly("closing an old comm", close)
     del _comms[:-_MAX_COMMS]
     on_close = getattr(comm, "on_close", None)
     if callable(on_close):
@@ -184,7 +196,7 @@ def reply(data: Any) -> dict:
     if request != "snapshot":
         return {
             "type": "error",
-            "error": f"unknown request {request!r}; valid requests: {', '.join(REQUESTS)}",
+            "error": f"unknown request {_ECHO.repr(request)}; valid requests: {', '.join(REQUESTS)}",
         }
     try:
         return _json_safe(snapshot())

@@ -7,6 +7,7 @@ exception.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -190,20 +191,29 @@ class Sample:
     torch: tuple[TorchDeviceReading, ...] | NotAvailable = ()  # empty: torch not using CUDA here
 
     def device(self, index: int) -> DeviceReading | DeviceUnreadable | None:
-        if isinstance(self.devices, NotAvailable):
-            return None
-        for dev in self.devices:
-            if dev.index == index:
-                return dev
-        return None
+        """The NVML reading of GPU ``index`` (the first, should a reading list it twice), or None."""
+        return self._devices_by_index.get(index)
 
-    def jax_for(self, nvml_index: int) -> JaxDeviceReading | None:
-        if isinstance(self.jax, NotAvailable):
-            return None
-        for dev in self.jax:
-            if dev.nvml_index == nvml_index:
-                return dev
-        return None
+    def jax_for(self, nvml_index: int | None) -> JaxDeviceReading | None:
+        """The JAX device on NVML GPU ``nvml_index`` (the first listed), or None."""
+        return self._jax_by_nvml_index.get(nvml_index)
+
+    # Looked up once per device per sample: a dict, so a sample of many devices stays linear.
+    @functools.cached_property
+    def _devices_by_index(self) -> dict[int, DeviceReading | DeviceUnreadable]:
+        found: dict[int, DeviceReading | DeviceUnreadable] = {}
+        if not isinstance(self.devices, NotAvailable):
+            for dev in self.devices:
+                found.setdefault(dev.index, dev)
+        return found
+
+    @functools.cached_property
+    def _jax_by_nvml_index(self) -> dict[int | None, JaxDeviceReading]:
+        found: dict[int | None, JaxDeviceReading] = {}
+        if not isinstance(self.jax, NotAvailable):
+            for dev in self.jax:
+                found.setdefault(dev.nvml_index, dev)
+        return found
 
 
 @dataclass(frozen=True)

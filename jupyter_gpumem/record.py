@@ -215,7 +215,10 @@ def magic_record(argv: Sequence[str], shell: Any = None) -> str:
             from jupyter_gpumem.sampler import register_cell_events
 
             register_cell_events(shell, sampler)
-        _active = Recorder(path, sampler, interval=interval)
+        try:
+            _active = Recorder(path, sampler, interval=interval)
+        except OSError as err:  # a link, FIFO or device at PATH (files.UnsafePathError), no permission
+            raise RecordError(f"cannot record to {path!r}: {err.strerror or err}") from None
         atexit.unregister(_stop_at_exit)
         atexit.register(_stop_at_exit)
     every = interval if interval is not None else sampler.interval
@@ -258,7 +261,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out, interval = opts["out"], opts["interval"]
     sampler = Sampler(get_sampler().read_devices, get_sampler().read_jax, interval=interval, timeline=get_sampler().timeline)
-    recorder = Recorder(out, sampler, interval=interval)
+    try:
+        recorder = Recorder(out, sampler, interval=interval)
+    except OSError as err:
+        print(f"{CLI_ARGS.prog}: cannot record to {out!r}: {err.strerror or err}", file=sys.stderr)
+        return 2
     with _active_lock:
         _active = recorder
     code = 0

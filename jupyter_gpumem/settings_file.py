@@ -81,7 +81,7 @@ def current() -> PublishedSettings:
 def _write_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path``, readable by the user only, as a reader sees the old file or the
     new one, never half of one."""
-    with replaced_on_success(path, mode=0o600) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+    with replaced_on_success(path, mode=0o600, encoding="utf-8") as handle:
         handle.write(text)
 
 

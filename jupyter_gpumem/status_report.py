@@ -18,6 +18,7 @@ from jupyter_gpumem.model import DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.sources.jax_backend import BackendInfo
 from jupyter_gpumem.sources.nvml import NvmlSource
+from jupyter_gpumem.units import printable
 
 __all__ = ["StatusReport", "status", "display_gpu_warnings"]
 
@@ -66,7 +67,8 @@ class StatusReport:
         if self.warnings:
             lines.append("Warnings:")
             lines.extend(f"  - {w}" for w in self.warnings)
-        return "\n".join(lines)
+        # Values from the environment, device names and JAX's errors: control characters escaped.
+        return "\n".join(printable(line) for line in lines)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))

@@ -8,6 +8,7 @@ and everything before it stays readable.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -15,9 +16,10 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from jupyter_gpumem import model
+from jupyter_gpumem.files import open_for_appending_lines, open_regular_for_reading
 from jupyter_gpumem.model import (
     CudaPoolReading,
     DeviceReading,
@@ -31,6 +33,10 @@ from jupyter_gpumem.model import (
 from jupyter_gpumem.package_version import package_version
 
 FORMAT = 1
+# Traces larger than this are refused before any of it is read: reading one builds Python
+# objects several times its size, in the kernel or the server. A day at 1 s of one GPU is about
+# 100 MB. Pass ``max_bytes`` to ``read_trace``, or set this, for longer recordings.
+MAX_TRACE_BYTES = 256 * 2**20
 # Counts beyond a signed 64-bit integer are not memory sizes any device reports.
 _MAX_INT = 2**63 - 1
 
@@ -175,9 +181,12 @@ class TraceWriter:
 
     ``header_fields`` must say ``synthetic`` (True for anything not read from a real GPU);
     ``format``, ``kind``, ``host``, ``pid``, ``created`` and ``tool`` are filled in when absent.
+    The file at ``path`` is created or emptied; a link, FIFO or device there is refused
+    (files.UnsafePathError) and left as it is. With ``file`` (a text file open for writing) the
+    lines go there instead, and ``path`` only names it.
     """
 
-    def __init__(self, path: str | os.PathLike, header_fields: Mapping[str, Any]):
+    def __init__(self, path: str | os.PathLike, header_fields: Mapping[str, Any], *, file: Any = None):
         if "synthetic" not in header_fields or not isinstance(header_fields["synthetic"], bool):
             raise ValueError("header_fields must give 'synthetic': true or false")
         header = {
@@ -201,7 +210,7 @@ class TraceWriter:
         self.path = os.fspath(path)
         self.header = header
         self._lock = threading.Lock()
-        self._file = open(self.path, "w", encoding="utf-8")
+        self._file = file if file is not None else open_for_appending_lines(self.path)
         self._write(header)
 
     def _write(self, obj: dict) -> None:
@@ -518,58 +527,96 @@ def _parse_line(text: str) -> Any:
         raise _Bad(f"not valid JSON ({exc})") from None
 
 
-def read_trace(path: str | os.PathLike, strict: bool = False) -> Trace:
-    """Read a trace file.
+def read_trace(path: str | os.PathLike, strict: bool = False, max_bytes: int | None = None) -> Trace:
+    """Read a trace file, line by line.
 
     Never raises on bad content unless ``strict``: the Trace's ``error`` names the first bad
     line, and the lines before it are returned. With ``strict=True`` that error is raised,
-    with ``.partial`` holding what was read. A missing file raises OSError either way.
+    with ``.partial`` holding what was read. A missing file raises OSError either way, and so
+    does (``files.UnsafePathError``, before anything is read) a FIFO, a device, a folder, or a
+    file larger than ``max_bytes`` (default ``MAX_TRACE_BYTES``).
     """
-    with open(path, "rb") as fh:
-        data = fh.read()
-    return read_trace_bytes(data, strict=strict)
+    limit = MAX_TRACE_BYTES if max_bytes is None else max_bytes
+    with open_regular_for_reading(path, limit, follow_links=True) as fh:
+        return _read_lines(_lines_of(fh, limit), strict)
 
 
 def read_trace_bytes(data: bytes, strict: bool = False) -> Trace:
     """``read_trace`` for content already in memory."""
+    return _read_lines(_lines_of(io.BytesIO(data), len(data)), strict)
+
+
+def _lines_of(fh: Any, limit: int) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, bytes without the newline, whether the newline was there), reading no more
+    than ``limit`` bytes in all (raises _GrewPastLimit beyond: the file grew while read)."""
+    number, left = 0, limit
+    while True:
+        raw = fh.readline(left + 1)
+        if not raw:
+            return
+        number += 1
+        left -= len(raw)
+        if left < 0:
+            raise _GrewPastLimit(number, limit)
+        complete = raw.endswith(b"\n")
+        yield number, raw[:-1] if complete else raw, complete
+
+
+class _GrewPastLimit(Exception):
+    def __init__(self, line: int, limit: int):
+        super().__init__(f"the file grew past the limit of {limit:,} bytes while it was read")
+        self.line = line
+
+
+def _read_lines(lines: Iterator[tuple[int, bytes, bool]], strict: bool) -> Trace:
     trace = Trace(header={})
-    lines = data.split(b"\n")
-    # After the last newline: empty for a complete file, or a line cut mid-write.
-    tail = lines.pop()
-    numbered = [(i + 1, line, True) for i, line in enumerate(lines)]
-    if tail.strip():
-        numbered.append((len(lines) + 1, tail, False))
-    if not numbered:
-        trace.error = TraceError(1, "the file is empty: a trace starts with a header line", trace)
-    for number, raw, complete in numbered:
-        try:
+    read_any = False
+    try:
+        for number, raw, complete in lines:
+            if not complete and not raw.strip():
+                continue  # after the last newline: nothing, or only blanks
+            read_any = True
             try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise _Bad("not UTF-8 text") from None
-            if not text.strip():
-                if number == 1:
-                    raise _Bad("the first line must be the header, found an empty line")
-                continue
-            obj = _parse_line(text)
-            if number == 1:
-                trace.header = _check_header(obj)
-                continue
-            kind = _obj(obj, "line").get("kind")
-            if kind == "sample":
-                trace.samples.append(_sample_in(obj))
-            elif kind == "event":
-                trace.events.append(_event_in(obj))
-            elif kind == "header":
-                raise _Bad("a second header: only line 1 may be a header")
-            else:
-                raise _Bad(f'"kind" must be "sample" or "event", got {kind!r}')
-        except _Bad as exc:
-            if not complete:
-                trace.truncated = True
+                _read_line(trace, number, raw)
+            except _Bad as exc:
+                if not complete:  # a line cut mid-write, as when a recording is killed
+                    trace.truncated = True
+                else:
+                    trace.error = TraceError(number, str(exc), trace)
                 break
-            trace.error = TraceError(number, str(exc), trace)
-            break
+    except _GrewPastLimit as exc:
+        trace.error = TraceError(exc.line, str(exc), trace)
+    if not read_any and trace.error is None:
+        trace.error = TraceError(1, "the file is empty: a trace starts with a header line", trace)
     if strict and trace.error is not None:
         raise trace.error
     return trace
+
+
+def _read_line(trace: Trace, number: int, raw: bytes) -> None:
+    """Add line ``number`` to ``trace``; raises _Bad for a line that does not fit the format."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Bad("not UTF-8 text") from None
+    if not text.strip():
+        if number == 1:
+            raise _Bad("the first line must be the header, found an empty line")
+        return
+    obj = _parse_line(text)
+    if number == 1:
+        trace.header = _check_header(obj)
+        return
+    kind = _obj(obj, "line").get("kind")
+    if kind == "sample":
+        sample = _sample_in(obj)
+        if trace.samples and sample.t < trace.samples[-1].t:
+            raise _Bad(f"sample.t is {sample.t!r}, earlier than the sample before it ({trace.samples[-1].t!r}): "
+                       "samples must be in time order (was the clock set back?); the trace is read up to here")
+        trace.samples.append(sample)
+    elif kind == "event":
+        trace.events.append(_event_in(obj))
+    elif kind == "header":
+        raise _Bad("a second header: only line 1 may be a header")
+    else:
+        raise _Bad(f'"kind" must be "sample" or "event", got {kind!r}')

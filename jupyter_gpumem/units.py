@@ -1,4 +1,5 @@
-"""Byte counts and fractions as people write them, parsed and shown.
+"""Byte counts and fractions as people write them, parsed and shown; text from elsewhere shown
+with its control characters escaped (``printable``).
 
 ``parse_bytes("512MiB")``, ``parse_fraction("50%")``, ``format_bytes(1610612736) == "1.50 GiB"``.
 Binary suffixes (KiB, MiB, GiB, TiB) and bare letters (K, M, G, T) count in powers of 1024, as
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 
-__all__ = ["parse_bytes", "parse_fraction", "format_bytes", "BYTE_UNITS"]
+__all__ = ["parse_bytes", "parse_fraction", "format_bytes", "printable", "BYTE_UNITS"]
 
 _BINARY = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
@@ -99,3 +101,19 @@ def format_bytes(n: int | float) -> str:
                 continue
             return f"{sign}{size:.2f} {unit}"
     return f"{sign}{size:.2f} TiB"  # pragma: no cover
+
+
+# Control and format characters (escapes, newlines, bidi overrides), line and paragraph
+# separators, and surrogates (undecodable bytes): what could move a terminal's cursor or make
+# text look like a line of its own.
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def printable(text: str) -> str:
+    """``text`` with every control or format character written as its escape (``\\x1b``,
+    ``\\n``, ``\\u202e``), for plain text that carries someone else's words (a process's
+    command line): it can neither clear a terminal nor start a line that looks like ours.
+    Letters, spaces and symbols of any script are kept as they are."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in _HIDDEN else c for c in text)

@@ -51,6 +51,9 @@ DEFAULT_WINDOW_MIN = 10.0  # for live readings; a recording is shown whole
 MAX_WINDOW_MIN = 1440.0
 
 _STATUS_EVERY_S = 10.0  # how often the header re-reads the status report
+# A plot each costs the kernel milliseconds to make: a trace listing thousands of devices would
+# block it for minutes. Eight GPUs split seven ways (MIG) is 56.
+MAX_DRAWN_DEVICES = 64
 
 
 def _check_window(value: Any) -> float:
@@ -94,8 +97,8 @@ def _check_device_is_read(device: int, timeline: Timeline, sampler: Any) -> None
         samples = [latest] if latest is not None else []
     keys = sorted({k for s in samples for k in device_keys(s)})
     if keys and device not in keys:
-        raise MagicUsageError(f"--device {device}: there is no GPU {device} in the readings; "
-                              f"valid: {', '.join(map(str, keys))} or all")
+        valid = ", ".join(map(str, keys)) if len(keys) <= 20 else f"{len(keys):,} GPUs from {keys[0]} to {keys[-1]}"
+        raise MagicUsageError(f"--device {device}: there is no GPU {device} in the readings; valid: {valid} or all")
 
 
 def _minutes(value: float) -> str:
@@ -135,7 +138,10 @@ def _read_recording(path: str) -> tuple[Timeline, Any]:
     if not os.path.isfile(path):
         raise MagicUsageError(f"--replay: no trace file at {path!r}; give the path of a .jsonl trace, or the name of "
                               f"one the package ships: {', '.join(demo_traces.names())}")
-    trace = read_trace(path)
+    try:
+        trace = read_trace(path)
+    except OSError as err:  # over the size limit (tracefile.MAX_TRACE_BYTES), unreadable
+        raise MagicUsageError(f"--replay: cannot read {path!r}: {err.strerror or err}") from None
     if not trace.samples:
         why = trace.error or "it has no samples"
         raise MagicUsageError(f"--replay: cannot draw {path!r}: {why}")
@@ -202,6 +208,7 @@ class Monitor:
         self._paused = False
         self._since: float | None = None  # "clear" hides what came before
         self._views: dict[int, _DeviceView] = {}
+        self._not_drawn: set[int] = set()  # GPUs in the readings beyond MAX_DRAWN_DEVICES
         self._latest: Sample | None = None
         self._first_t: float | None = None  # the first sample drawn: the x axis starts there
         self._events: list[Event] = []
@@ -310,6 +317,7 @@ class Monitor:
             for view in self._views.values():
                 view.fig.close()  # a new window draws new plots
             self._views.clear()
+            self._not_drawn = set()
             self._events = self._source_events()
             self._latest = self._first_t = None
             for sample in self._source_samples():
@@ -337,6 +345,9 @@ class Monitor:
         new_device = False
         for key in self._wanted(sample):
             view = self._views.get(key)
+            if view is None and len(self._views) >= MAX_DRAWN_DEVICES:
+                self._not_drawn.add(key)
+                continue
             if view is None:
                 dev = sample.device(key)
                 name = (dev.name if dev is not None else "") or "JAX device"
@@ -425,8 +436,9 @@ class Monitor:
                 self.body.children = (views[0].fig,)
         else:
             self.tabs.children = tuple(v.fig for v in views)
-            for i, v in enumerate(views):
-                self.tabs.set_title(i, v.title)
+            # All titles in one assignment: set_title per tab copies and re-validates the whole
+            # list each time (ipywidgets 8.1 Tab.set_title), quadratic in devices.
+            self.tabs.titles = tuple(v.title for v in views)
             self.body.children = (self.tabs,)
         self._refresh_header()
 
@@ -470,6 +482,9 @@ class Monitor:
         lines = [title]
         for key in sorted(self._views):
             lines.append(self._numbers_line(self._views[key]))
+        if self._not_drawn:
+            lines.append(f"<div style='color:#b35806'>{len(self._not_drawn):,} more GPUs in the readings are not drawn "
+                         f"(at most {MAX_DRAWN_DEVICES} at once): choose one with --device N</div>")
         if self._latest is not None:
             notes = {key: notes_for(self._latest, key) for key in self._views}
             lines.extend(f"<div style='opacity:.8'>{html.escape(line)}</div>" for line in grouped_notes(notes))
@@ -580,7 +595,7 @@ class Monitor:
 
         path = os.fspath(path or self._export_name("csv"))
         keys = sorted(self._views) if self._views else None
-        with replaced_on_success(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+        with replaced_on_success(path, encoding="utf-8", newline="") as fh:
             csv.writer(fh).writerows(csv_rows(self._source_samples(), keys))
         return path
 
@@ -598,7 +613,7 @@ class Monitor:
             fields.setdefault("devices", header_devices(samples[-1].devices))
         items: list = [*samples, *self._source_events()]
         items.sort(key=lambda x: x.t)
-        with replaced_on_success(path) as tmp, TraceWriter(tmp, fields) as writer:
+        with replaced_on_success(path, encoding="utf-8") as fh, TraceWriter(path, fields, file=fh) as writer:
             for item in items:
                 (writer.write_sample if isinstance(item, Sample) else writer.write_event)(item)
         return path

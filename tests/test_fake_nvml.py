@@ -342,3 +342,12 @@ def test_unknown_nvidia_ml_py_names_the_valid_ones():
 def test_a_driver_version_that_is_not_a_version_is_refused():
     with pytest.raises(ValueError, match=r'driver_version must look like "550\.54\.15"'):
         FakeWorld(driver_version="415.27.mock")
+
+
+def test_saving_a_world_writes_nothing_through_a_link_planted_at_the_old_temporary_name(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("secret")
+    os.symlink(secret, tmp_path / f".world.json.{os.getpid()}.tmp")  # the name saving used to pick
+    scenario("single_h100").save(tmp_path / "world.json")
+    assert secret.read_text() == "secret"
+    assert FakeWorld.load(tmp_path / "world.json").to_json() == scenario("single_h100").to_json()

@@ -177,6 +177,41 @@ def test_a_reloaded_page_leaves_at_most_eight_comms_to_push_to():
     assert kernel_comm._comms == comms[-8:]
 
 
+def _real_comm_manager(monkeypatch):
+    """comm 0.2.3's own CommManager, as ipykernel 7.4 installs it (ipykernel/ipkernel.py sets
+    ``comm.get_comm_manager``): comm_open makes the comm, registers it and calls our target;
+    comm_close drops it; BaseComm.close unregisters it from ``comm.get_comm_manager()``."""
+    import comm
+    from comm.base_comm import CommManager
+
+    manager = CommManager()
+    monkeypatch.setattr(comm, "get_comm_manager", lambda: manager)
+    kernel_comm.register(FakeShell(manager))
+    return manager
+
+
+def _front_end(manager, msg_type: str, comm_id: str) -> None:
+    content = {"comm_id": comm_id, "target_name": "jupyter_gpumem", "data": {}}
+    getattr(manager, msg_type)(None, None, {"content": content})
+
+
+def test_five_thousand_pages_that_never_close_their_comm_leave_eight_in_the_comm_manager(monkeypatch):
+    manager = _real_comm_manager(monkeypatch)
+    for i in range(5000):
+        _front_end(manager, "comm_open", f"page-{i}")
+    assert len(manager.comms) == 8
+    assert sorted(manager.comms) == sorted(f"page-{i}" for i in range(4992, 5000))
+    assert [c.comm_id for c in kernel_comm._comms] == [f"page-{i}" for i in range(4992, 5000)]
+
+
+def test_five_thousand_comms_opened_and_closed_leave_none_behind(monkeypatch, fresh_comms):
+    manager = _real_comm_manager(monkeypatch)
+    for i in range(5000):
+        _front_end(manager, "comm_open", f"page-{i}")
+        _front_end(manager, "comm_close", f"page-{i}")
+    assert manager.comms == {} and kernel_comm._comms == fresh_comms  # the one opened at load
+
+
 def test_settings_the_panel_applies_at_kernel_start_are_named_notebook_settings(monkeypatch):
     """The panel's start hook calls configure_from_notebook (labextension/src/configureCode.ts):
     status names the source "notebook settings", not %gpumem, which the user never typed."""
@@ -207,6 +242,19 @@ def test_snapshot_settings_are_shown_as_status_shows_them():
 def test_unknown_request_is_answered_with_the_valid_requests():
     assert kernel_comm.reply({"request": "explode"}) == {
         "type": "error", "error": "unknown request 'explode'; valid requests: snapshot"}
+
+
+def test_an_eight_megabyte_unknown_request_is_named_in_under_two_hundred_characters():
+    request = "x" * (8 * 2**20)
+    error = kernel_comm.reply({"request": request})["error"]
+    assert len(error) < 200
+    assert error.startswith("unknown request 'xxxx") and "..." in error
+    assert error.endswith("xxxx'; valid requests: snapshot")
+
+
+def test_a_deeply_nested_unknown_request_is_named_shortened():
+    error = kernel_comm.reply({"request": {"a": [list(range(10**6))] * 10, "b": {"c": {"d": "e"}}}})["error"]
+    assert len(error) < 200 and "..." in error
 
 
 def test_failure_reading_state_becomes_a_reply_not_an_exception(monkeypatch):

@@ -236,6 +236,33 @@ async def test_a_kernel_that_exits_removes_its_file():
     assert not os.path.exists(path)
 
 
+async def test_a_real_kernel_killed_with_sigkill_leaves_its_file_and_the_server_removes_it():
+    """ipykernel 7.4 under jupyter_client 8.10, killed as the OOM killer kills: no exit hook runs,
+    so the file stays until the server finds its pid gone (the age check is met by setting the
+    file's time back, as a minute's wait would)."""
+    import signal
+
+    from jupyter_gpumem.server.kernel_settings import remove_stale_files
+
+    km, kc = await start_new_async_kernel(kernel_name="python3", env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        pid = km.provisioner.process.pid
+        where = connection_dir(km)
+        path = os.path.join(where, file_name(pid))
+        await _run(kc, "%load_ext jupyter_gpumem")
+        _aged(path)
+        # The runtime folder is shared with other servers: only this kernel's file is looked at.
+        assert path not in remove_stale_files([where], [])  # alive: kept
+        os.kill(pid, signal.SIGKILL)
+        km.provisioner.process.wait(10)  # reaped, as the server's provisioner does
+        assert os.path.exists(path)
+        assert path in remove_stale_files([where], [])
+        assert not os.path.exists(path)
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+
+
 # --- the server, a real kernel and the fake world -----------------------------------------------
 
 
@@ -295,3 +322,96 @@ async def test_the_server_decides_from_a_real_kernel_s_settings_on_a_fake_gpu(jp
         finally:
             kc.stop_channels()
             world.remove_process(2, pid)
+
+
+# --- files the server must not trust: FIFOs swapped in, files of killed kernels ------------------
+
+
+def test_a_fifo_swapped_in_after_the_check_is_refused_without_waiting(tmp_path, monkeypatch):
+    """The race the server's reader must survive: lstat() saw a regular file, then a FIFO took
+    its name. Opening the FIFO by path would wait for a writer that never comes, blocking the
+    server's event loop; the reader opens without blocking and checks what it opened."""
+    import threading
+
+    fifo = tmp_path / file_name(11)
+    os.mkfifo(fifo)
+    regular = publish(tmp_path, on_gpu(pid=12), pid=12)
+    real_lstat = os.lstat
+    monkeypatch.setattr(os, "lstat", lambda p, *a, **k: real_lstat(regular if str(p) == str(fifo) else p, *a, **k))
+    answers = []
+    reader = threading.Thread(target=lambda: answers.append(PublishedSettingsReader().read(str(tmp_path), 11, KID)), daemon=True)
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():  # release the blocked open so the thread ends
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(5)
+        pytest.fail("the reader waited on a FIFO")
+    assert answers == [None]
+
+
+def _killed_process() -> int:
+    """The pid of a real process that was killed with SIGKILL (as the OOM killer does) and reaped."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    return proc.pid
+
+
+def _aged(path, seconds=3600):
+    os.utime(path, (os.stat(path).st_atime - seconds, os.stat(path).st_mtime - seconds))
+    return path
+
+
+def test_the_file_of_a_kernel_killed_with_sigkill_is_removed(tmp_path):
+    from jupyter_gpumem.server.kernel_settings import remove_stale_files
+
+    pid = _killed_process()
+    path = _aged(publish(tmp_path, on_gpu(pid=pid), pid=pid))
+    temporary = tmp_path / f".{file_name(pid)}.0123456789abcdef.part"  # killed mid-write
+    temporary.write_text("{")
+    _aged(temporary)
+    assert sorted(remove_stale_files([str(tmp_path)], [])) == sorted([str(path), str(temporary)])
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("case", ["alive", "server's kernel", "recent", "other name", "link"])
+def test_a_file_whose_kernel_may_still_be_there_or_that_is_not_ours_is_kept(tmp_path, case):
+    from jupyter_gpumem.server.kernel_settings import remove_stale_files
+
+    dead = _killed_process()
+    if case == "alive":
+        path = _aged(publish(tmp_path, on_gpu(pid=os.getpid()), pid=os.getpid()))
+    elif case == "server's kernel":
+        path = _aged(publish(tmp_path, on_gpu(pid=dead), pid=dead))
+    elif case == "recent":  # a kernel still starting may not be listed yet
+        path = publish(tmp_path, on_gpu(pid=dead), pid=dead)
+    elif case == "other name":
+        path = tmp_path / f"kernel-{dead}.json"
+        path.write_text("{}")
+        _aged(path)
+    else:
+        target = tmp_path / "elsewhere.json"
+        target.write_text("{}")
+        _aged(target)
+        path = tmp_path / file_name(dead)
+        os.symlink(target, path)
+        os.utime(path, (1, 1), follow_symlinks=False)
+    kernel_pids = [dead] if case == "server's kernel" else []
+    assert remove_stale_files([str(tmp_path)], kernel_pids) == []
+    assert os.path.lexists(path)
+
+
+async def test_the_kernel_listing_removes_files_of_killed_kernels_from_the_runtime_folder(tmp_path):
+    from types import SimpleNamespace
+
+    from jupyter_gpumem.server.kernels import KernelDirectory
+
+    pid = _killed_process()
+    path = _aged(publish(tmp_path, on_gpu(pid=pid), pid=pid))
+    manager = SimpleNamespace(connection_dir=str(tmp_path), list_kernel_ids=lambda: [])
+    assert await KernelDirectory(manager, None).kernels() == []
+    assert not path.exists()

@@ -12,7 +12,9 @@ from jupyter_gpumem import model
 from jupyter_gpumem.model import (
     AllocatorStats,
     CudaPoolReading,
+    DeviceReading,
     Event,
+    JaxDeviceReading,
     NotAvailable,
     Sample,
     Timeline,
@@ -386,3 +388,13 @@ def test_timeline_appends_from_many_threads_lose_nothing():
     for thread in threads:
         thread.join()
     assert len(timeline) == 2000 and timeline.version == 2000
+
+
+def test_a_sample_finds_a_device_and_its_jax_reading_by_index_the_first_listed_winning():
+    first, second = DeviceReading(3, "first", "GPU-a", 10, 1, 9), DeviceReading(3, "second", "GPU-b", 10, 1, 9)
+    jax = (JaxDeviceReading(0, "gpu", "x", 3, NotAvailable("not_started", "synthetic")),
+           JaxDeviceReading(1, "gpu", "y", 3, NotAvailable("not_started", "synthetic")))
+    sample = Sample(t=1.0, pid=1, devices=(first, DeviceReading(0, "other", "GPU-c", 10, 1, 9), second), jax=jax)
+    assert sample.device(3) is first and sample.device(0).name == "other" and sample.device(9) is None
+    assert sample.jax_for(3).jax_id == 0 and sample.jax_for(0) is None
+    assert Sample(t=1.0, pid=1, devices=NotAvailable("no_driver", "synthetic"), jax=()).device(0) is None

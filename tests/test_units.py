@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jupyter_gpumem.units import format_bytes, parse_bytes, parse_fraction
+from jupyter_gpumem.units import format_bytes, parse_bytes, parse_fraction, printable
 
 
 @pytest.mark.parametrize(
@@ -96,3 +96,16 @@ def test_no_fraction_outside_zero_to_one_is_accepted(x):
 @given(st.floats(min_value=0, max_value=1, exclude_min=True))
 def test_every_fraction_in_range_reads_back_as_written(x):
     assert parse_fraction(repr(x)) == x
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("python train.py", "python train.py"),
+    ("日本語 é ü", "日本語 é ü"),  # other scripts are kept
+    ("a\x1b[2Jb", "a\\x1b[2Jb"),  # an ANSI escape
+    ("one\ntwo\rthree\tfour", "one\\ntwo\\rthree\\tfour"),
+    ("x\x85y\u2028z", "x\\x85y\\u2028z"),  # C1 next-line, Unicode line separator
+    ("abc\u202edef", "abc\\u202edef"),  # a right-to-left override
+    ("bad\udcffbyte", "bad\\udcffbyte"),  # an undecodable byte (surrogateescape)
+])
+def test_printable_shows_control_characters_escaped_and_keeps_the_rest(text, shown):
+    assert printable(text) == shown

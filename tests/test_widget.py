@@ -637,3 +637,74 @@ def test_a_recording_of_jax_on_the_cpu_beside_gpus_points_at_no_warning_it_does_
         m.close()
     assert "GPUs 0, 1, 2: JAX runs on the CPU, not on this GPU: none of its memory here is JAX&#x27;s.</div>" in header
     assert "warning" not in header + about
+
+
+def test_csv_export_onto_a_planted_link_is_refused_and_the_link_target_kept(tmp_path):
+    (tmp_path / "private").write_text("secret")
+    os.symlink(tmp_path / "private", tmp_path / "out.csv")
+    m = Monitor(replay=SYNTHETIC[0])
+    with pytest.raises(OSError, match="is a symbolic link"):
+        m.export_csv(tmp_path / "out.csv")
+    m.close()
+    assert (tmp_path / "private").read_text() == "secret" and (tmp_path / "out.csv").is_symlink()
+
+
+# --- traces from someone else --------------------------------------------------------------------
+
+
+def _many_devices_trace(path, devices: int, times=(1.0, 2.0, 3.0)) -> str:
+    """A made-up trace ("synthetic": true) whose samples list ``devices`` GPUs each."""
+    with open(path, "w") as fh:
+        fh.write(json.dumps({"kind": "header", "format": 1, "synthetic": True}) + "\n")
+        for t in times:
+            devs = [{"index": i, "name": "GPU", "uuid": f"GPU-{i}", "total_bytes": 1000, "used_bytes": 10,
+                     "free_bytes": 990, "processes": [{"pid": 7, "used_bytes": 10}]} for i in range(devices)]
+            fh.write(json.dumps({"kind": "sample", "t": t, "pid": 1, "devices": devs, "jax": []}) + "\n")
+    return str(path)
+
+
+def test_a_trace_of_5000_devices_draws_64_at_once_says_so_and_keeps_the_kernel_free(tmp_path):
+    """Before: one plot and one tab title per device, each title re-validating all the others
+    (ipywidgets 8.1's Tab.set_title), and a linear device lookup per device: minutes."""
+    import time
+
+    from jupyter_gpumem.widget import MAX_DRAWN_DEVICES
+
+    path = _many_devices_trace(tmp_path / "many.jsonl", 5000)
+    started = time.perf_counter()
+    m = Monitor(replay=path)
+    took = time.perf_counter() - started
+    assert m.drawn_devices == list(range(MAX_DRAWN_DEVICES)) and MAX_DRAWN_DEVICES == 64
+    assert "4,936 more GPUs in the readings are not drawn (at most 64 at once): choose one with --device N" in m.header_html()
+    assert len(m.tabs.titles) == 64 and m.tabs.titles[63] == "GPU 63: GPU"
+    assert took < 15, f"{took:.1f} s"
+    m.close()
+
+
+def test_one_of_5000_devices_is_drawn_with_device_n(tmp_path):
+    m = Monitor(replay=_many_devices_trace(tmp_path / "many.jsonl", 5000), device=4321)
+    assert m.drawn_devices == [4321] and "not drawn" not in m.header_html()
+    m.close()
+
+
+def test_a_device_not_in_a_5000_device_trace_is_refused_in_one_short_line(tmp_path):
+    with pytest.raises(MagicUsageError, match=r"valid: 5,000 GPUs from 0 to 4999 or all$"):
+        Monitor(replay=_many_devices_trace(tmp_path / "many.jsonl", 5000, times=(1.0,)), device=6000)
+
+
+def test_a_replay_whose_times_go_back_draws_what_came_before_and_says_why_it_stopped(tmp_path):
+    """Before: the span from first to last sample was negative, and the monitor refused it
+    with "window must be ... above 0, got -0.8"."""
+    m = Monitor(replay=_many_devices_trace(tmp_path / "back.jsonl", 1, times=(100.0, 101.0, 50.0)))
+    assert len(m.timeline.samples()) == 2
+    assert "trace read up to an error: line 4: sample.t is 50.0, earlier than the sample before it (101.0)" in m.status_box.value
+    m.close()
+
+
+def test_a_replay_over_the_size_limit_is_a_usage_error_naming_the_size(tmp_path, monkeypatch):
+    from jupyter_gpumem import tracefile
+
+    path = _many_devices_trace(tmp_path / "t.jsonl", 1)
+    monkeypatch.setattr(tracefile, "MAX_TRACE_BYTES", 100)
+    with pytest.raises(MagicUsageError, match=r"--replay: cannot read .*over the limit of 100 bytes; nothing was read"):
+        Monitor(replay=path)

@@ -40,7 +40,7 @@ from jupyter_gpumem.model import (
 def _process_label(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            cmd = fh.read(4096).replace(b"\0", b" ").decode(errors="replace")  # argv[0] is what is shown
     except OSError:
         return "process"
     if "ipykernel" in cmd or "jupyter-kernel" in cmd:

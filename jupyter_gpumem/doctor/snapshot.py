@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.doctor.text import _b, _pretty_as_text
-from jupyter_gpumem.files import replaced_on_success
+from jupyter_gpumem.files import check_writable_name, replaced_on_success
 from jupyter_gpumem.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
@@ -45,6 +45,10 @@ def check_path(path: str) -> str:
         raise ValueError(f"the folder {folder!r} does not exist; nothing was written")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"the folder {folder!r} cannot be written to; nothing was written")
+    try:
+        check_writable_name(full)  # a link, FIFO or device planted at the name
+    except OSError as err:
+        raise ValueError(f"{err.strerror}; nothing was written") from None
     if os.path.exists(full) and not os.access(full, os.W_OK):
         raise ValueError(f"{path!r} exists and cannot be overwritten; nothing was written")
     return full
@@ -59,7 +63,7 @@ def write_snapshot(path: str) -> Snapshot:
         raise ValueError("JAX's backend has not started: there is no device memory to profile yet "
                          "(taking a profile would start it); nothing was written")
     try:
-        with replaced_on_success(full) as temporary, open(temporary, "wb") as fh:
+        with replaced_on_success(full) as fh:
             fh.write(profile)
     except OSError as err:
         raise ValueError(f"could not write {path!r}: {err.strerror or err}; nothing was written") from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from jupyter_gpumem.units import format_bytes
+from jupyter_gpumem.units import format_bytes, printable
 
 
 def _b(n: int | None) -> str:
@@ -38,7 +38,8 @@ class _TextReport:
         raise NotImplementedError
 
     def __str__(self) -> str:
-        return "\n".join(self.lines())
+        # Lines carry other users' process names: control characters are shown escaped.
+        return "\n".join(printable(line) for line in self.lines())
 
 
 class _PreReport(_TextReport):

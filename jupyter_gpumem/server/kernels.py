@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -22,12 +23,13 @@ from typing import Any
 import zmq
 
 from jupyter_gpumem.env_table import ALLOCATOR_VAR, PREALLOCATE_VAR
-from jupyter_gpumem.server.kernel_settings import PublishedSettingsReader, connection_dir
+from jupyter_gpumem.server.kernel_settings import PublishedSettingsReader, connection_dir, remove_stale_files
 from jupyter_gpumem.settings.published import PublishedSettings
 
 log = logging.getLogger(__name__)
 
 ASK_AGAIN_AFTER = 30.0  # seconds before asking a kernel that did not answer again
+SWEEP_EVERY_S = 60.0  # how often the runtime folder is searched for files of killed kernels
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ class KernelDirectory:
         self._pids: dict[str, _PidEntry] = {}
         self._asking: dict[str, asyncio.Task] = {}
         self.published = PublishedSettingsReader()
+        self._next_sweep = 0.0  # monotonic time of the next look for files of killed kernels
 
     def kernel_pid(self, kernel_id: str, km: Any) -> int | None:
         """The cached pid; starts asking the kernel in the background when not yet known."""
@@ -245,4 +248,19 @@ class KernelDirectory:
         for gone in set(self._pids) - set(ids):
             self._pids.pop(gone, None)
         self.published.forget_except(published)
+        self._sweep({d for d, _ in published if d is not None})
         return out
+
+    def _sweep(self, directories: set[str]) -> None:
+        """Now and then, remove settings files left by kernels that were killed (their own
+        exit hook never ran), in the folders this server's kernels publish to."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_EVERY_S
+        runtime = getattr(self.kernel_manager, "connection_dir", None)
+        if isinstance(runtime, str) and runtime:
+            directories = directories | {os.path.abspath(runtime)}
+        ours = {p for e in self._pids.values() for p in (e.pid, e.provisioner_pid) if p is not None}
+        for path in remove_stale_files(directories, ours):
+            log.info("jupyter-gpumem: removed %s, left by a kernel that is gone", path)

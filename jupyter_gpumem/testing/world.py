@@ -373,10 +373,10 @@ class FakeWorld:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the world as JSON, atomically, so a reader never sees half a file."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1))
-        os.replace(tmp, path)
+        from jupyter_gpumem.files import replaced_on_success
+
+        with replaced_on_success(path, encoding="utf-8") as handle:  # a temporary no one can predict
+            handle.write(json.dumps(self.to_json(), indent=1))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "FakeWorld":
