@@ -48,6 +48,8 @@ class StatusReport:
             return "JAX's backend has not started: settings can still change."
         devices = ", ".join(f"{d.id}: {d.kind or d.platform}" for d in b.devices)
         line = f"JAX's backend has started on {b.platform} ({devices or 'no devices'})."
+        if b.platform == "cpu" and jax_backend.cpu_chosen():
+            line += " The CPU was chosen: jax_platforms is \"cpu\"."
         if b.fallback_reason:
             line += f" It fell back to the CPU: {b.fallback_reason}"
         if b.error:
