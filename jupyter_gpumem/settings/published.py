@@ -44,7 +44,9 @@ class PublishedSettings:
 
     ``preallocate``, ``fraction`` and ``allocator`` are None where not known: not read yet
     (neither JAX nor the settings code was imported in the kernel), or a value JAX rejects.
-    ``sources`` names where each came from, as ``%gpumem status`` does.
+    ``sources`` names where each came from, as ``%gpumem status`` does. ``pool_taken``: whether
+    JAX's allocator has taken GPU memory yet (BFC takes its pool at the first allocation, not
+    when JAX starts); None where not known (not on a GPU, or a file without it).
     """
 
     pid: int
@@ -56,6 +58,7 @@ class PublishedSettings:
     fraction: float | None = None
     allocator: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
+    pool_taken: bool | None = None  # JAX's allocator took GPU memory yet (jax_backend.gpu_pool_taken)
 
     def to_json(self) -> dict:
         return {
@@ -66,6 +69,7 @@ class PublishedSettings:
             "backend_started": self.backend_started,
             "platform": self.platform,
             "jax_version": self.jax_version,
+            "pool_taken": self.pool_taken,
             "settings": {name: {"value": getattr(self, name), "source": self.sources.get(name)} for name in SETTINGS},
         }
 
@@ -116,6 +120,7 @@ def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> Publishe
         if source is not None:
             sources[name] = source
     preallocate = values["preallocate"] if isinstance(values["preallocate"], bool) else None
+    pool_taken = raw.get("pool_taken")
     fraction = values["fraction"]
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 10:
         fraction = None
@@ -129,6 +134,7 @@ def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> Publishe
         fraction=None if fraction is None else float(fraction),
         allocator=_text(values["allocator"]),
         sources=sources,
+        pool_taken=pool_taken if isinstance(pool_taken, bool) else None,
     )
 
 
@@ -137,14 +143,17 @@ _PLATFORM_IS_BFC = re.compile(r"^0\.10\.[12](?!\d)")
 
 
 def preallocates(s: PublishedSettings) -> bool | None:
-    """Whether JAX took its pool on a GPU when its backend started, by the settings; None when
-    they cannot say (JAX has not started, a setting is not known, or an allocator whose
-    behaviour is not known here: vmm, address).
+    """Whether JAX took its pool on a GPU, by the settings; None when they cannot say (JAX has
+    not started, a setting is not known, BFC has not taken its pool yet or the kernel did not
+    say, or an allocator whose behaviour is not known here: vmm, address).
 
     The rules are docs/settings.md's: BFC (``default``) with preallocation on takes
-    fraction × total at start; ``cuda_async`` with preallocation on reserves its whole pool as
-    well (unverified on a GPU); ``platform`` keeps no pool, except on JAX 0.10.1 and 0.10.2
-    where it is BFC (jax#39145).
+    fraction × total at its first allocation, not when JAX starts (``BFCAllocator::Extend``,
+    openxla/xla xla/tsl/framework/bfc_allocator.cc at 80c095fc: the pool is empty until then),
+    so it counts only once the kernel saw its pool taken; ``cuda_async`` with preallocation on
+    reserves its whole pool when the client is created (``SetStreamAndPreallocateMemory``,
+    xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc; unverified on a GPU);
+    ``platform`` keeps no pool, except on JAX 0.10.1 and 0.10.2 where it is BFC (jax#39145).
     """
     if not s.backend_started:
         return None
@@ -155,7 +164,11 @@ def preallocates(s: PublishedSettings) -> bool | None:
     allocator = s.allocator.lower()
     if allocator == "platform" and s.jax_version and _PLATFORM_IS_BFC.match(s.jax_version):
         allocator = "bfc"
-    if allocator in ("default", "bfc", "cuda_async"):
+    if allocator in ("default", "bfc"):
+        if not s.preallocate:
+            return False
+        return True if s.pool_taken else None  # not yet: at the first allocation
+    if allocator == "cuda_async":
         return s.preallocate
     if allocator == "platform":
         return False

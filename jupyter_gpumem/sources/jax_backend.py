@@ -512,6 +512,46 @@ def backend_info() -> BackendInfo:
     )
 
 
+_pool_seen_for: list[int] = []  # id() of the client whose GPU pool was seen taken
+
+
+def gpu_pool_taken() -> bool | None:
+    """Whether JAX's allocator has taken memory from a GPU yet, on any local GPU device; None
+    before JAX starts, on a backend with no GPU device, or where no device reports stats.
+
+    BFC takes nothing when it is created: its pool is empty until the first allocation calls
+    ``Extend``, which takes ``memory_limit_`` whole when preallocating (``allow_growth`` false)
+    (``BFCAllocator::BFCAllocator`` and ``BFCAllocator::Extend`` in openxla/xla
+    xla/tsl/framework/bfc_allocator.cc at 80c095fc; ``opts.allow_growth = !preallocate`` in
+    ``CreateBFCAllocator``, xla/pjrt/gpu/gpu_helpers.cc). So ``jax.devices()`` alone leaves
+    ``pool_bytes`` at 0. Read from ``memory_stats()`` (no JAX work, no buffer touched); once seen
+    taken it is not read again for the same client, as BFC keeps its regions (JAX's GPU client
+    sets no ``garbage_collection``).
+    """
+    if not backend_started():
+        return None
+    try:
+        client = _default_client()
+        devices = [d for d in client.local_devices() if _platform_family(d.platform) == "gpu"]
+    except RuntimeError:
+        return None
+    if id(client) in _pool_seen_for:
+        return True
+    answered = False
+    for device in devices:
+        try:
+            raw = device.memory_stats()
+        except RuntimeError:
+            continue
+        if not isinstance(raw, dict):
+            continue
+        answered = True
+        if any(isinstance(raw.get(key), int) and raw[key] > 0 for key in ("pool_bytes", "peak_pool_bytes", "num_allocs")):
+            _pool_seen_for[:] = [id(client)]
+            return True
+    return False if answered else None
+
+
 _NVML_RETRY_S = 30.0
 
 
