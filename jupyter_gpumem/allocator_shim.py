@@ -59,6 +59,7 @@ from jupyter_gpumem.sources.jax_backend import (
     jax_gpu_options,
     jax_rejection,
 )
+from jupyter_gpumem.settings.published import allocator_kind
 from jupyter_gpumem.units import parse_bytes, parse_fraction
 
 __all__ = [
@@ -574,14 +575,17 @@ def reset() -> Applied:
 
 
 def allocator_in_effect() -> str:
-    """The allocator JAX uses (or will use): "bfc" for default and bfc, "cuda_async", "platform",
-    "vmm", ...; "cpu" or "tpu" when the backend started on those. jax.config's
+    """The allocator JAX uses (or will use): "bfc" for default and bfc (and for platform where
+    the installed JAX makes it BFC: ``settings.published.allocator_kind``), "cuda_async",
+    "platform", "vmm", ...; "cpu" or "tpu" when the backend started on those. jax.config's
     ``jax_pjrt_client_create_options`` wins over the environment, as in JAX."""
     platform = backend_platform()
     if platform in ("cpu", "tpu"):
         return platform
-    value = effective(dict(os.environ))["allocator"]
-    return canonical_allocator(str(value).lower())
+    value = canonical_allocator(str(effective(dict(os.environ))["allocator"]).lower())
+    if value == "platform" and allocator_kind(value, jax_backend.installed_jax_version()) == "bfc":
+        return "bfc"  # JAX 0.10.1 and 0.10.2 (jax#39145): its statistics and OOM texts are BFC's
+    return value
 
 
 def read_jax_devices() -> tuple[JaxDeviceReading, ...] | NotAvailable:

@@ -265,3 +265,19 @@ print(json.dumps({"probe": allocator_shim.backend_started(), "platform": info.pl
         "readings": [["cpu", None, "no_stats"]],
         "allocator": "cpu",
     }
+
+
+@pytest.mark.jax_versions
+def test_platform_in_effect_is_what_the_installed_jax_makes_of_it(monkeypatch):
+    """``platform`` is BFC on JAX 0.10.1 and 0.10.2 (jax#39145: openxla/xla#41761 gave XLA's
+    Backend a BFC allocator, which the PJRT client falls back to; openxla/xla#45668, in 0.11.0,
+    undid it), so its statistics are BFC's there; elsewhere it is the passthrough, which reports
+    none (``StreamExecutorGpuDevice::GetAllocatorStats``: Unimplemented for an allocator that is
+    not a MultiDeviceAdapter). The installed version is probed, not assumed."""
+    from importlib.metadata import version
+
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    installed = tuple(int(part) for part in version("jax").split(".")[:3])
+    expected = "bfc" if installed in ((0, 10, 1), (0, 10, 2)) else "platform"
+    assert shim.allocator_in_effect() == expected

@@ -53,9 +53,11 @@ def on_gpu(preallocate=True, fraction=0.75, allocator="default", pid=11, started
     (on_gpu(allocator="platform", jax="0.10.2", pool_taken=False), None),  # BFC there too
     (on_gpu(allocator="cuda_async", pool_taken=False), True),  # reserved when the client is created
     (on_gpu(preallocate=False, pool_taken=False), False),
+    (on_gpu(allocator="address", jax="0.11.2"), False),  # the passthrough by name, from 0.11.0
+    (on_gpu(allocator="platform", jax="0.13.0"), None),  # a release not read: not known
 ], ids=["default", "off", "bfc-0.3", "cuda_async", "cuda_async-off", "platform", "platform-0.10.2", "vmm",
         "not-started", "cpu", "unknown", "bfc-pool-not-taken-yet", "bfc-pool-not-said", "platform-0.10.2-not-taken",
-        "cuda_async-before-any-allocation", "off-not-taken"])
+        "cuda_async-before-any-allocation", "off-not-taken", "address-0.11", "platform-unread-release"])
 def test_what_the_settings_say_about_preallocation(settings, expected):
     assert preallocates(settings) is expected
 

@@ -138,14 +138,52 @@ def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> Publishe
     )
 
 
-# JAX 0.10.1 and 0.10.2 silently give BFC for XLA_PYTHON_CLIENT_ALLOCATOR=platform (jax#39145).
-_PLATFORM_IS_BFC = re.compile(r"^0\.10\.[12](?!\d)")
+# What each XLA_PYTHON_CLIENT_ALLOCATOR name gives, by JAX release, as read for docs/sources.md:
+# - "platform" is XLA's synchronous passthrough (no pool; memory_stats() is None, because
+#   StreamExecutorGpuDevice::GetAllocatorStats answers Unimplemented for an allocator that is
+#   not a MultiDeviceAdapter; an OOM says "Failed to allocate request for ..."), except on
+#   0.10.1 and 0.10.2, where it is BFC (jax#39145: openxla/xla#41761 gave XLA's Backend a BFC
+#   allocator, which the PJRT client falls back to), until openxla/xla#45668 (JAX 0.11.0).
+# - "address" is that passthrough by name, accepted from JAX 0.11.0 (jax#38490); earlier
+#   releases reject it, and JAX falls back to the CPU.
+# Releases after NEWEST_READ have not been read: for them these names are "not known".
+PLATFORM_IS_BFC = ((0, 10, 1), (0, 10, 2))
+ADDRESS_ACCEPTED_FROM = (0, 11, 0)
+NEWEST_READ = (0, 12)
+PASSTHROUGH = "passthrough"
+REJECTED = "rejected"
+
+
+def release_of(version: str | None) -> tuple[int, int, int] | None:
+    """``"0.10.2"`` (or ``"0.12.0.1"``, ``"0.11.0.dev20260101"``) as (0, 10, 2); None when it is
+    not a release number."""
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def allocator_kind(allocator: str, jax_version: str | None) -> str | None:
+    """What ``XLA_PYTHON_CLIENT_ALLOCATOR=allocator`` really gives on JAX ``jax_version``:
+    "bfc", "cuda_async", "vmm", ``PASSTHROUGH`` (no pool, no statistics), ``REJECTED`` (the
+    name is refused and JAX runs on the CPU), or None where that is not known here (the
+    version is unknown or newer than ``NEWEST_READ``, for the names whose meaning changed)."""
+    name = allocator.lower()
+    if name in ("default", "bfc"):
+        return "bfc"
+    if name in ("cuda_async", "vmm"):
+        return name
+    release = release_of(jax_version)
+    if name not in ("platform", "address") or release is None or release[:2] > NEWEST_READ:
+        return None
+    if name == "address":
+        return PASSTHROUGH if release >= ADDRESS_ACCEPTED_FROM else REJECTED
+    return "bfc" if release in PLATFORM_IS_BFC else PASSTHROUGH
 
 
 def preallocates(s: PublishedSettings) -> bool | None:
     """Whether JAX took its pool on a GPU, by the settings; None when they cannot say (JAX has
     not started, a setting is not known, BFC has not taken its pool yet or the kernel did not
-    say, or an allocator whose behaviour is not known here: vmm, address).
+    say, or an allocator whose behaviour is not known here: vmm, or platform and address on a
+    JAX release not read: ``allocator_kind``).
 
     The rules are docs/settings.md's: BFC (``default``) with preallocation on takes
     fraction × total at its first allocation, not when JAX starts (``BFCAllocator::Extend``,
@@ -153,7 +191,8 @@ def preallocates(s: PublishedSettings) -> bool | None:
     so it counts only once the kernel saw its pool taken; ``cuda_async`` with preallocation on
     reserves its whole pool when the client is created (``SetStreamAndPreallocateMemory``,
     xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc; unverified on a GPU);
-    ``platform`` keeps no pool, except on JAX 0.10.1 and 0.10.2 where it is BFC (jax#39145).
+    ``platform`` and ``address`` keep no pool, except ``platform`` on JAX 0.10.1 and 0.10.2,
+    where it is BFC (jax#39145); an ``address`` that JAX refuses leaves it on the CPU.
     """
     if not s.backend_started:
         return None
@@ -161,16 +200,14 @@ def preallocates(s: PublishedSettings) -> bool | None:
         return False  # JAX runs on the CPU (or elsewhere): no pool on a GPU
     if s.preallocate is None or s.allocator is None:
         return None
-    allocator = s.allocator.lower()
-    if allocator == "platform" and s.jax_version and _PLATFORM_IS_BFC.match(s.jax_version):
-        allocator = "bfc"
-    if allocator in ("default", "bfc"):
+    kind = allocator_kind(s.allocator, s.jax_version)
+    if kind == "bfc":
         if not s.preallocate:
             return False
         return True if s.pool_taken else None  # not yet: at the first allocation
-    if allocator == "cuda_async":
+    if kind == "cuda_async":
         return s.preallocate
-    if allocator == "platform":
+    if kind in (PASSTHROUGH, REJECTED):
         return False
     return None
 

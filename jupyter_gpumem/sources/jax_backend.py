@@ -220,6 +220,23 @@ def pjrt_create_options(env: Mapping[str, str] | None = None) -> Any:
     return (os.environ if env is None else env).get(CREATE_OPTIONS_ENV)
 
 
+@lru_cache(maxsize=1)
+def _distribution_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jax")
+    except (PackageNotFoundError, ValueError):
+        return None
+
+
+def installed_jax_version() -> str | None:
+    """This process's JAX version: ``jax.__version__`` once jax is imported, else the installed
+    distribution's (read once, jax is not imported); None without JAX."""
+    version = getattr(sys.modules.get("jax"), "__version__", None)
+    return version if isinstance(version, str) else _distribution_version()
+
+
 def backend_started() -> bool:
     """Whether JAX's backend has started, found without starting it.
 
