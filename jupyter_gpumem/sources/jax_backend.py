@@ -258,6 +258,46 @@ def backend_started() -> bool:
     return getattr(bridge, "_default_backend", None) is not None
 
 
+# The settings the CUDA plugin reads from the environment, through the generator, when JAX
+# registers it; TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC is read later, by XLA's allocator.
+PLUGIN_READ_SETTINGS = ("preallocate", "fraction", "allocator")
+
+
+@dataclass(frozen=True)
+class FrozenPluginOptions:
+    """JAX registered its plugins but its backend has not started.
+
+    The CUDA plugin's ``initialize()`` calls ``generate_pjrt_gpu_plugin_options()`` once and
+    registers the plugin with that dict (jax_plugins/cuda/__init__.py at jax-v0.4.38, v0.7.2,
+    v0.10.2 and v0.11.0; jax_plugins/xla_cuda13/__init__.py in the jax-cuda13-pjrt 0.12.0.1
+    wheel); ``_discover_and_register_pjrt_plugins`` (jax/_src/xla_bridge.py, the same versions)
+    runs it once per process and sets ``_plugins_registered``. The environment is not read
+    again, so a setting made now cannot take effect.
+
+    ``cuda_options``: the options the CUDA plugin was registered with, or None when no CUDA
+    plugin registered (JAX will start on the CPU) or they cannot be read.
+    """
+
+    cuda_registered: bool
+    cuda_options: Mapping[str, Any] | None
+
+
+def frozen_plugin_options() -> FrozenPluginOptions | None:
+    """The plugins' options, fixed before JAX's backend started; None when they are not fixed
+    yet (discovery has not run) or the backend has started (``backend_started`` says that)."""
+    bridge = _bridge()
+    if bridge is None or not getattr(bridge, "_plugins_registered", False) or backend_started():
+        return None
+    registration = (getattr(bridge, "_backend_factories", {}) or {}).get("cuda")
+    if registration is None:
+        return FrozenPluginOptions(cuda_registered=False, cuda_options=None)
+    keywords = getattr(getattr(registration, "factory", None), "keywords", None)  # functools.partial
+    options = keywords.get("options") if isinstance(keywords, dict) else None
+    if callable(options):
+        return None  # a plugin that reads its options when the backend starts: nothing is fixed
+    return FrozenPluginOptions(cuda_registered=True, cuda_options=dict(options) if isinstance(options, Mapping) else None)
+
+
 def remat_option_problem() -> str | None:
     """Why the remat switch cannot be set here (no JAX, or a JAX without the option), or None."""
     try:
