@@ -603,6 +603,16 @@ def reset() -> Applied:
                     "backend starts: restart the kernel to start from the environment's values."
                 )
         elif _original_env:
+            frozen = jax_backend.frozen_plugin_options()
+            now, then = effective(dict(os.environ)), effective(restored)
+            changed = [k for k in PLUGIN_READ_SETTINGS if not same(k, now[k], then[k])]
+            if frozen is not None and changed:
+                shown = "; ".join(f"{k.replace('_', '-')} is {show(k, now[k])}" for k in changed)
+                raise BackendStartedError(
+                    f"JAX has already registered its plugins (its backend has not started), and the CUDA "
+                    f"plugin read the settings %gpumem made then ({shown}); reset cannot take them back, "
+                    "and nothing was changed. Restart the kernel to start from the environment's values."
+                )
             rejection = jax_rejection(restored)
             if rejection:
                 raise SettingsError(

@@ -141,3 +141,33 @@ def test_the_refusal_names_what_the_cuda_plugin_read_not_what_the_environment_sa
 @pytest.mark.jax_versions
 def test_asking_for_what_the_cuda_plugin_already_read_is_accepted(cuda_plugin_that_failed):
     assert cuda_plugin_that_failed["off"] == {"accepted": True}
+
+
+_SET_THEN_REGISTERED = """
+import json, os
+import jax
+from jax._src import xla_bridge
+from jupyter_gpumem import allocator_shim
+from jupyter_gpumem.model import AllocatorSettings
+allocator_shim.apply_settings(AllocatorSettings(preallocate=False))
+try:
+    jax.devices()  # JAX_PLATFORMS=cuda, and no CUDA backend here
+except (RuntimeError, AssertionError):
+    pass
+before = dict(os.environ)
+try:
+    allocator_shim.reset()
+    said = None
+except allocator_shim.BackendStartedError as err:
+    said = str(err)
+print(json.dumps({"said": said, "env_unchanged": dict(os.environ) == before,
+                  "started": xla_bridge.backends_are_initialized()}))
+"""
+
+
+@pytest.mark.jax_versions
+def test_reset_after_plugin_registration_is_refused_and_changes_nothing():
+    result = _fresh(_SET_THEN_REGISTERED, JAX_PLATFORMS="cuda")
+    assert (result["started"], result["env_unchanged"]) == (False, True)
+    assert result["said"].startswith("JAX has already registered its plugins (its backend has not started)")
+    assert "(preallocate is off); reset cannot take them back" in result["said"]
