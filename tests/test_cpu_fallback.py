@@ -228,7 +228,8 @@ print(json.dumps({
 
 def _fresh(script: str, **extra_env: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_", "CUDA_"))}
-    env.update(PYTHONPATH=os.pathsep.join([DROPIN_DIR, str(ROOT)]), JUPYTER_GPUMEM_FAKE_NVML="three_gpus",
+    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []  # a JAX put first on the path
+    env.update(PYTHONPATH=os.pathsep.join([DROPIN_DIR, str(ROOT), *inherited]), JUPYTER_GPUMEM_FAKE_NVML="three_gpus",
                TF_CPP_MIN_LOG_LEVEL="3", **extra_env)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr

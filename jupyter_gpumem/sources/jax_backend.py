@@ -292,7 +292,11 @@ def frozen_plugin_options() -> FrozenPluginOptions | None:
     if registration is None:
         return FrozenPluginOptions(cuda_registered=False, cuda_options=None)
     keywords = getattr(getattr(registration, "factory", None), "keywords", None)  # functools.partial
-    options = keywords.get("options") if isinstance(keywords, dict) else None
+    if not isinstance(keywords, dict) or "options" not in keywords:
+        # Not a plugin: jaxlib's own GPU client (``make_gpu_client``, registered at import up to
+        # 0.4.38 at least), which calls the generator when the backend starts; nothing is fixed.
+        return None
+    options = keywords["options"]
     if callable(options):
         return None  # a plugin that reads its options when the backend starts: nothing is fixed
     return FrozenPluginOptions(cuda_registered=True, cuda_options=dict(options) if isinstance(options, Mapping) else None)
