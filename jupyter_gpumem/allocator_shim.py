@@ -358,10 +358,12 @@ def frozen_settings_sentence() -> str | None:
     frozen = jax_backend.frozen_plugin_options()
     if frozen is None:
         return None
+    raised = jax_backend.raised_start_error()
     return (
         "JAX's backend has not started, but JAX has registered its plugins, which read "
         + ", ".join(PLUGIN_READ_SETTINGS) + " then: " + _frozen_in_effect(frozen)
         + ". They can no longer change in this kernel (restart it to change them)."
+        + (f' Starting it failed: "{raised}".' if raised else "")
     )
 
 

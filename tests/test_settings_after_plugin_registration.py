@@ -80,8 +80,9 @@ xla_bridge.register_backend_factory("cuda", functools.partial(plugin_client, "cu
 hardware_utils.has_visible_nvidia_gpu = lambda: True
 try:
     jax.devices()
-except RuntimeError:
-    pass
+except RuntimeError as err:
+    import sys
+    sys.last_value = err  # what IPython's _get_exc_info keeps of the failed cell
 del os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"]  # what it says now is not what the plugin read
 """ + _ASK
 
@@ -192,3 +193,12 @@ def test_reset_after_plugin_registration_is_refused_and_changes_nothing():
     assert (result["started"], result["env_unchanged"]) == (False, True)
     assert result["said"].startswith("JAX has already registered its plugins (its backend has not started)")
     assert "(preallocate is off); reset cannot take them back" in result["said"]
+
+
+@pytest.mark.jax_versions
+def test_status_quotes_the_failed_start_while_the_backend_has_not_started(cuda_plugin_that_failed):
+    """With ``JAX_PLATFORMS`` naming cuda first, ``backends()`` raises the plugin's error and
+    starts nothing (jax/_src/xla_bridge.py, the versions above); the cell's error is the record."""
+    status = cuda_plugin_that_failed["status"]
+    assert "In effect: preallocate is off" not in status and "in effect: preallocate is off" in status
+    assert "Starting it failed: \"Unable to initialize backend 'cuda': synthetic: CUDA_ERROR_OUT_OF_MEMORY" in status

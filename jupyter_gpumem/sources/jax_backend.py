@@ -444,7 +444,7 @@ def _nvidia_device_node_visible() -> bool | None:
 _START_ERROR_PREFIX = "Unable to initialize backend 'cuda'"
 
 
-def _raised_start_error() -> str | None:
+def raised_start_error() -> str | None:
     """The "Unable to initialize backend 'cuda': ..." error a cell raised, if it is still the
     last error IPython (or the interpreter) kept in ``sys.last_value``/``sys.last_exc``."""
     for name in ("last_exc", "last_value"):
@@ -468,7 +468,7 @@ def _failed_start_reason() -> str:
     the first operation, and is not kept in ``_backend_errors``; the CPU backend, created before
     it, stays in ``_backends``, and every later operation runs there.
     """
-    raised = _raised_start_error()
+    raised = raised_start_error()
     said = f' The first operation raised: "{raised}".' if raised else (
         " JAX kept no record of why: it was raised once, by the first operation.")
     return ("the CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible), "
