@@ -218,7 +218,13 @@ except RuntimeError as err:
 jnp.ones(3).block_until_ready()
 before_ipython_kept_it = jax_backend.backend_info().fallback_reason
 sys.last_value = RuntimeError(first)  # what IPython's _get_exc_info keeps of the failed cell
+from jupyter_gpumem import doctor
+try:
+    jnp.zeros((2**42,), jnp.float32)
+except Exception as exc:
+    report = doctor.oom_report(exc)
 print(json.dumps({
+    "oom": [[f.kind, f.title, f.action] for f in report.fixes],
     "first": first, "platform": jax.default_backend(), "errors": dict(xla_bridge._backend_errors),
     "reason_without_record": before_ipython_kept_it, "status": str(status()),
     "panel": kernel_comm.snapshot()["warnings"],
@@ -298,3 +304,11 @@ def test_a_cpu_chosen_through_jax_config_is_said_as_a_choice_not_a_missing_plugi
     assert 'The CPU was chosen: jax_platforms is "cpu".' in chosen_through_config["status"]
     assert "pip install" not in chosen_through_config["status"]
     assert chosen_through_config["panel"] == []
+
+
+@pytest.mark.jax_versions
+def test_the_oom_report_gives_the_failed_start_as_the_gpu_fix(failed_start):
+    kind, _, action = failed_start["oom"][0]
+    assert kind == "cpu_beside_gpus"
+    assert action.startswith("The CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible)")
+    assert "pip install" not in action
