@@ -34,6 +34,7 @@ from jupyter_gpumem.env_table import (
     ALLOCATOR_VAR,
     ASYNC_PREALLOC_VAR,
     CREATE_OPTIONS_OPTION,
+    DEFAULT_FRACTION,
     ENV_SETTINGS,
     FRACTION_VAR,
     FROM_CONFIG,
@@ -51,6 +52,7 @@ from jupyter_gpumem.errors import GpumemError, did_you_mean
 from jupyter_gpumem.model import AllocatorSettings, JaxDeviceReading, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.sources.jax_backend import (
+    PLUGIN_READ_SETTINGS,
     accepted_allocators,
     backend_platform,
     backend_started,
@@ -59,6 +61,7 @@ from jupyter_gpumem.sources.jax_backend import (
     jax_gpu_options,
     jax_rejection,
 )
+from jupyter_gpumem.settings.published import allocator_kind
 from jupyter_gpumem.units import parse_bytes, parse_fraction
 
 __all__ = [
@@ -339,6 +342,64 @@ def _check_remat_exists() -> None:
         raise SettingsError(problem)
 
 
+def _frozen_values(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The three settings in the CUDA plugin's registered options, JAX's defaults where absent
+    (``generate_pjrt_gpu_plugin_options``: no key means preallocation on, the default fraction)."""
+    return {
+        "preallocate": options.get("preallocate", True),
+        "fraction": options.get("memory_fraction", DEFAULT_FRACTION),
+        "allocator": canonical_allocator(str(options.get("allocator", "default"))),
+    }
+
+
+def frozen_settings_sentence() -> str | None:
+    """What ``%gpumem status`` says while the plugins' options are fixed but JAX has not
+    started (``jax_backend.frozen_plugin_options``); None otherwise."""
+    frozen = jax_backend.frozen_plugin_options()
+    if frozen is None:
+        return None
+    raised = jax_backend.raised_start_error()
+    return (
+        "JAX's backend has not started, but JAX has registered its plugins, which read "
+        + ", ".join(PLUGIN_READ_SETTINGS) + " then: " + _frozen_in_effect(frozen)
+        + ". They can no longer change in this kernel (restart it to change them)."
+        + (f' Starting it failed: "{raised}".' if raised else "")
+    )
+
+
+def _frozen_in_effect(frozen: Any) -> str:
+    if not frozen.cuda_registered:
+        return "no CUDA plugin registered, so JAX will start on the CPU and reads none of them"
+    if frozen.cuda_options is None:
+        return "the CUDA plugin's options cannot be read here"
+    values = _frozen_values(frozen.cuda_options)
+    return "in effect: " + "; ".join(f"{k.replace('_', '-')} is {show(k, values[k])}" for k in PLUGIN_READ_SETTINGS)
+
+
+def _refuse_after_plugin_registration(env_given: Mapping[str, Any]) -> None:
+    """Raise BackendStartedError for a setting the CUDA plugin already read: JAX registered its
+    plugins (its first ``jax.devices()`` or operation ran) but its backend did not start (with
+    ``JAX_PLATFORMS`` naming a backend that failed, for one). A value equal to the one in effect
+    changes nothing and passes."""
+    frozen = jax_backend.frozen_plugin_options()
+    if frozen is None:
+        return
+    asked = {k: v for k, v in env_given.items() if k in PLUGIN_READ_SETTINGS}
+    if frozen.cuda_options is not None:
+        values = _frozen_values(frozen.cuda_options)
+        asked = {k: v for k, v in asked.items() if not same(k, v, values[k])}
+    if not asked:
+        return
+    words = _settings_words(AllocatorSettings(**asked))
+    state = _frozen_in_effect(frozen)
+    raise BackendStartedError(
+        "JAX has already registered its plugins (its backend has not started), and that is when the CUDA "
+        f"plugin reads {', '.join(PLUGIN_READ_SETTINGS)} from the environment, once; so {words} cannot take "
+        f"effect. {state[:1].upper()}{state[1:]}. To apply it, restart the kernel and run `%gpumem {words}` "
+        "(or jupyter_gpumem.configure(...)) first, before any JAX operation."
+    )
+
+
 def validate(settings: AllocatorSettings) -> _Plan:
     """Check every given setting, with JAX's own checks where it has them; change nothing.
 
@@ -384,6 +445,7 @@ def validate(settings: AllocatorSettings) -> _Plan:
             )
         return _Plan(env={}, remat=settings.remat, notes=tuple(notes), noop=tuple(env_given), settings=settings)
 
+    _refuse_after_plugin_registration(env_given)
     hidden = [name for name in env_given if name in overridden]
     if hidden:
         words = _settings_words(AllocatorSettings(**{k: env_given[k] for k in hidden}))
@@ -543,6 +605,16 @@ def reset() -> Applied:
                     "backend starts: restart the kernel to start from the environment's values."
                 )
         elif _original_env:
+            frozen = jax_backend.frozen_plugin_options()
+            now, then = effective(dict(os.environ)), effective(restored)
+            changed = [k for k in PLUGIN_READ_SETTINGS if not same(k, now[k], then[k])]
+            if frozen is not None and changed:
+                shown = "; ".join(f"{k.replace('_', '-')} is {show(k, now[k])}" for k in changed)
+                raise BackendStartedError(
+                    f"JAX has already registered its plugins (its backend has not started), and the CUDA "
+                    f"plugin read the settings %gpumem made then ({shown}); reset cannot take them back, "
+                    "and nothing was changed. Restart the kernel to start from the environment's values."
+                )
             rejection = jax_rejection(restored)
             if rejection:
                 raise SettingsError(
@@ -574,14 +646,17 @@ def reset() -> Applied:
 
 
 def allocator_in_effect() -> str:
-    """The allocator JAX uses (or will use): "bfc" for default and bfc, "cuda_async", "platform",
-    "vmm", ...; "cpu" or "tpu" when the backend started on those. jax.config's
+    """The allocator JAX uses (or will use): "bfc" for default and bfc (and for platform where
+    the installed JAX makes it BFC: ``settings.published.allocator_kind``), "cuda_async",
+    "platform", "vmm", ...; "cpu" or "tpu" when the backend started on those. jax.config's
     ``jax_pjrt_client_create_options`` wins over the environment, as in JAX."""
     platform = backend_platform()
     if platform in ("cpu", "tpu"):
         return platform
-    value = effective(dict(os.environ))["allocator"]
-    return canonical_allocator(str(value).lower())
+    value = canonical_allocator(str(effective(dict(os.environ))["allocator"]).lower())
+    if value == "platform" and allocator_kind(value, jax_backend.installed_jax_version()) == "bfc":
+        return "bfc"  # JAX 0.10.1 and 0.10.2 (jax#39145): its statistics and OOM texts are BFC's
+    return value
 
 
 def read_jax_devices() -> tuple[JaxDeviceReading, ...] | NotAvailable:

@@ -3,7 +3,9 @@
 The commonest form of JAX's silent fallback: ``pip install jax`` installs no CUDA plugin, so the
 first operation starts the CPU backend, on a machine whose GPUs sit right there. Where the
 plugin is installed but failed, JAX keeps why (``xla_bridge._backend_errors``), and that is the
-fix to show instead. A user who asked for the CPU (``JAX_PLATFORMS=cpu``) is not warned.
+fix to show instead; where it failed without a record (the CUDA plugin's start error is raised,
+not kept), the reason says so. A user who asked for the CPU (``JAX_PLATFORMS=cpu`` or
+``jax.config.update("jax_platforms", "cpu")``) is not warned.
 """
 
 from __future__ import annotations
@@ -85,8 +87,7 @@ def read_cpu_fallback(backend: BackendInfo | None = None, gpu_count: int | None 
     backend = jax_backend.backend_info() if backend is None else backend
     if not backend.started or backend.platform != "cpu":
         return None
-    requested = jax_backend.platforms_requested()
-    if requested is not None and set(requested.split(",")) == {"cpu"}:
+    if jax_backend.cpu_chosen():
         return None
     source = NvmlSource()
     try:

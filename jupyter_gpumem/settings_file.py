@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from jupyter_gpumem.files import replaced_on_success
-from jupyter_gpumem.settings.published import PublishedSettings, file_name, kernel_id_of
+from jupyter_gpumem.settings.published import GPU_PLATFORMS, PublishedSettings, file_name, kernel_id_of
 
 _state: dict[str, Any] = {"path": None, "written": None, "atexit": False}
 
@@ -59,22 +59,24 @@ def current() -> PublishedSettings:
     if "jax" not in sys.modules and "jupyter_gpumem.allocator_shim" not in sys.modules:
         return PublishedSettings(pid=pid, kernel_id=kernel_id, backend_started=False)
     from jupyter_gpumem.allocator_shim import settings_in_effect
-    from jupyter_gpumem.sources.jax_backend import backend_platform, backend_started
+    from jupyter_gpumem.sources.jax_backend import backend_platform, backend_started, gpu_pool_taken
 
     states = {s.name: s for s in settings_in_effect()}
     started = backend_started()
     jax = sys.modules.get("jax")
     values = {name: states[name].value for name in ("preallocate", "fraction", "allocator") if name in states}
+    platform = backend_platform() if started else None
     return PublishedSettings(
         pid=pid,
         kernel_id=kernel_id,
         backend_started=started,
-        platform=backend_platform() if started else None,
+        platform=platform,
         jax_version=getattr(jax, "__version__", None),
         preallocate=values.get("preallocate") if isinstance(values.get("preallocate"), bool) else None,
         fraction=values.get("fraction") if isinstance(values.get("fraction"), float) else None,
         allocator=values.get("allocator") if isinstance(values.get("allocator"), str) else None,
         sources={name: states[name].source for name in values},
+        pool_taken=gpu_pool_taken() if platform in GPU_PLATFORMS else None,
     )
 
 

@@ -46,9 +46,11 @@ class StatusReport:
     def backend_line(self) -> str:
         b = self.backend
         if not b.started:
-            return "JAX's backend has not started: settings can still change."
+            return allocator_shim.frozen_settings_sentence() or "JAX's backend has not started: settings can still change."
         devices = ", ".join(f"{d.id}: {d.kind or d.platform}" for d in b.devices)
         line = f"JAX's backend has started on {b.platform} ({devices or 'no devices'})."
+        if b.platform == "cpu" and jax_backend.cpu_chosen():
+            line += " The CPU was chosen: jax_platforms is \"cpu\"."
         if b.fallback_reason:
             line += f" It fell back to the CPU: {b.fallback_reason}"
         if b.error:

@@ -177,6 +177,31 @@ def test_a_cuda_plugin_that_never_registered_blames_the_rejected_environment(mon
     assert reason.startswith("the CUDA plugin did not register because JAX rejected the environment") and "cuda_malloc_async" in reason
 
 
+BFC_JUST_STARTED = {"bytes_in_use": 0, "peak_bytes_in_use": 0, "bytes_limit": 8 << 30, "pool_bytes": 0,
+                    "peak_pool_bytes": 0, "largest_alloc_size": 0, "num_allocs": 0}
+
+
+def test_a_gpu_pool_is_not_taken_when_jax_has_only_started(monkeypatch):
+    """``BFCAllocator``'s constructor sets ``pool_bytes`` to 0 and takes nothing; ``Extend``, at the
+    first allocation, takes the pool (openxla/xla xla/tsl/framework/bfc_allocator.cc at 80c095fc)."""
+    monkeypatch.setattr(jax_backend, "_pool_seen_for", [])
+    fake_jax(monkeypatch, started=True, devices=[_device(0, 0, BFC_JUST_STARTED)])
+    assert jax_backend.gpu_pool_taken() is False
+
+
+def test_a_gpu_pool_is_taken_after_the_first_allocation(monkeypatch):
+    monkeypatch.setattr(jax_backend, "_pool_seen_for", [])
+    fake_jax(monkeypatch, started=True, devices=[_device(0, 0, BFC_JUST_STARTED), _device(1, 1, BFC_STATS)])
+    assert jax_backend.gpu_pool_taken() is True
+
+
+@pytest.mark.parametrize("platform, started", [("cpu", True), ("cuda", False)], ids=["cpu", "not-started"])
+def test_no_gpu_pool_to_speak_of_before_start_or_off_the_gpu(monkeypatch, platform, started):
+    monkeypatch.setattr(jax_backend, "_pool_seen_for", [])
+    fake_jax(monkeypatch, started=started, platform=platform, devices=[_device(0, 0, None, platform)])
+    assert jax_backend.gpu_pool_taken() is None
+
+
 @pytest.mark.parametrize("env_value, expected", [(None, "bfc"), ("default", "bfc"), ("BFC", "bfc"), ("cuda_async", "cuda_async"), ("platform", "platform")])
 def test_allocator_in_effect_reads_the_environment_before_start(monkeypatch, env_value, expected):
     if env_value is not None:
@@ -240,3 +265,19 @@ print(json.dumps({"probe": allocator_shim.backend_started(), "platform": info.pl
         "readings": [["cpu", None, "no_stats"]],
         "allocator": "cpu",
     }
+
+
+@pytest.mark.jax_versions
+def test_platform_in_effect_is_what_the_installed_jax_makes_of_it(monkeypatch):
+    """``platform`` is BFC on JAX 0.10.1 and 0.10.2 (jax#39145: openxla/xla#41761 gave XLA's
+    Backend a BFC allocator, which the PJRT client falls back to; openxla/xla#45668, in 0.11.0,
+    undid it), so its statistics are BFC's there; elsewhere it is the passthrough, which reports
+    none (``StreamExecutorGpuDevice::GetAllocatorStats``: Unimplemented for an allocator that is
+    not a MultiDeviceAdapter). The installed version is probed, not assumed."""
+    from importlib.metadata import version
+
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    installed = tuple(int(part) for part in version("jax").split(".")[:3])
+    expected = "bfc" if installed in ((0, 10, 1), (0, 10, 2)) else "platform"
+    assert shim.allocator_in_effect() == expected

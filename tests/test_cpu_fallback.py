@@ -189,3 +189,126 @@ def test_real_cpu_jax_oom_report_leads_with_the_gpus(faces):
     assert faces["oom"][0] == ["cpu_beside_gpus", "JAX runs on the CPU, but NVML sees 3 GPUs, 1 of them idle",
                                'pip install -U "jax[cuda12]"']
     assert [kind for kind, _, _ in faces["oom"]][1:2] == ["too_large"]
+
+
+# --- a CUDA backend that fails to start, and a CPU chosen through jax.config ----------------------
+
+_FAILED_START = """
+import json, sys
+import jax
+import jax.numpy as jnp
+from jax._src import hardware_utils, xla_bridge
+from jupyter_gpumem import kernel_comm
+from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.status_report import status
+
+def cuda_that_cannot_start():
+    raise RuntimeError("synthetic: CUDA_ERROR_OUT_OF_MEMORY: out of memory")
+
+# What the CUDA plugin does at discovery (register_plugin: fail_quietly=False), on a machine
+# with a GPU device node; the plugin itself is not installed here.
+xla_bridge.register_backend_factory("cuda", cuda_that_cannot_start, priority=400, fail_quietly=False)
+hardware_utils.has_visible_nvidia_gpu = lambda: True
+jax_backend._cuda_plugin_installed = lambda: True
+first = None
+try:
+    jnp.ones(3).block_until_ready()
+except RuntimeError as err:
+    first = str(err)
+jnp.ones(3).block_until_ready()
+before_ipython_kept_it = jax_backend.backend_info().fallback_reason
+sys.last_value = RuntimeError(first)  # what IPython's _get_exc_info keeps of the failed cell
+from jupyter_gpumem import doctor
+try:
+    jnp.zeros((2**42,), jnp.float32)
+except Exception as exc:
+    report = doctor.oom_report(exc)
+print(json.dumps({
+    "oom": [[f.kind, f.title, f.action] for f in report.fixes],
+    "first": first, "platform": jax.default_backend(), "errors": dict(xla_bridge._backend_errors),
+    "reason_without_record": before_ipython_kept_it, "status": str(status()),
+    "panel": kernel_comm.snapshot()["warnings"],
+}))
+"""
+
+
+def _fresh(script: str, **extra_env: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_", "CUDA_"))}
+    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []  # a JAX put first on the path
+    env.update(PYTHONPATH=os.pathsep.join([DROPIN_DIR, str(ROOT), *inherited]), JUPYTER_GPUMEM_FAKE_NVML="three_gpus",
+               TF_CPP_MIN_LOG_LEVEL="3", **extra_env)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def failed_start():
+    return _fresh(_FAILED_START)
+
+
+@pytest.mark.jax_versions
+def test_a_cuda_backend_that_fails_to_start_is_raised_once_and_not_recorded(failed_start):
+    """The JAX behaviour the reason rests on, on the installed JAX: ``backends()`` in
+    jax/_src/xla_bridge.py (0.4.38, 0.7.2, 0.10.2, 0.11.2, 0.12.0.1) raises a fail_quietly=False
+    platform's error, keeps the CPU backend it made first, and records nothing in
+    ``_backend_errors``."""
+    assert failed_start["first"].startswith("Unable to initialize backend 'cuda': synthetic: CUDA_ERROR_OUT_OF_MEMORY")
+    assert failed_start["platform"] == "cpu" and "cuda" not in failed_start["errors"]
+
+
+@pytest.mark.jax_versions
+def test_a_cuda_backend_that_failed_to_start_is_named_even_without_a_record(failed_start):
+    reason = failed_start["reason_without_record"]
+    assert reason.startswith("the CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible)")
+    assert "JAX kept no record of why" in reason and "no visible" not in reason
+
+
+@pytest.mark.jax_versions
+def test_status_and_panel_quote_the_start_error_the_cell_raised(failed_start):
+    quoted = "The first operation raised: \"Unable to initialize backend 'cuda': synthetic: CUDA_ERROR_OUT_OF_MEMORY"
+    assert quoted in failed_start["status"] and "not installed" not in failed_start["status"]
+    assert failed_start["panel"][0].startswith("NVML sees 3 GPUs, but JAX runs on the CPU: the CUDA backend failed to start")
+    assert quoted in failed_start["panel"][0]
+
+
+_CHOSEN_THROUGH_CONFIG = """
+import json
+import jax
+jax.config.update("jax_platforms", "cpu")
+import jax.numpy as jnp
+jnp.ones(3).block_until_ready()
+from jupyter_gpumem import kernel_comm
+from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.status_report import status
+print(json.dumps({"requested": jax_backend.platforms_requested(), "status": str(status()),
+                  "panel": kernel_comm.snapshot()["warnings"]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def chosen_through_config():
+    return _fresh(_CHOSEN_THROUGH_CONFIG)
+
+
+@pytest.mark.jax_versions
+def test_jax_platforms_set_through_jax_config_is_read(chosen_through_config):
+    """``jax.config.read("jax_platforms")`` raises AttributeError ("For flags with a
+    corresponding contextmanager ...", ``Config.read`` in jax/_src/config.py, 0.4.38 to 0.12.0.1);
+    the option is read as the property every option is."""
+    assert chosen_through_config["requested"] == "cpu"
+
+
+@pytest.mark.jax_versions
+def test_a_cpu_chosen_through_jax_config_is_said_as_a_choice_not_a_missing_plugin(chosen_through_config):
+    assert 'The CPU was chosen: jax_platforms is "cpu".' in chosen_through_config["status"]
+    assert "pip install" not in chosen_through_config["status"]
+    assert chosen_through_config["panel"] == []
+
+
+@pytest.mark.jax_versions
+def test_the_oom_report_gives_the_failed_start_as_the_gpu_fix(failed_start):
+    kind, _, action = failed_start["oom"][0]
+    assert kind == "cpu_beside_gpus"
+    assert action.startswith("The CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible)")
+    assert "pip install" not in action

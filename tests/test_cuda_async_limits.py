@@ -12,7 +12,7 @@ What XLA does, read from openxla/xla (the allocator JAX 0.10 and 0.11 build):
 - xla/tsl/util/env_var.cc, ``ReadInt64FromEnvVar``: ``strings::safe_strto64``, which is
   ``absl::SimpleAtoi`` (base 10, ASCII blanks around, a sign, int64's range).
 
-So: with preallocation off the fraction is no cap, the async-prealloc bytes go back at the next
+So: the fraction is no cap (with preallocation on it is only the release threshold), the async-prealloc bytes go back at the next
 synchronisation (release threshold 0), and a value XLA cannot read aborts the process.
 """
 
@@ -125,9 +125,20 @@ def test_jax_s_default_fraction_under_cuda_async_gives_no_warning(monkeypatch):
     assert _warnings(monkeypatch, **CUDA_ASYNC_OFF) == ()
 
 
-def test_the_fraction_with_preallocation_on_gets_no_no_cap_warning(monkeypatch):
+def test_the_fraction_with_preallocation_on_is_no_cap_either(monkeypatch):
+    """With preallocation on, XLA makes total × fraction the default pool's release threshold and
+    nothing more: ``cuMemPoolSetAttribute(pool_, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, ...)`` is the
+    only attribute the ``GpuCudaMallocAsyncAllocator`` constructor sets on the pool it takes with
+    ``cuDeviceGetDefaultMemPool`` (openxla/xla xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc,
+    commit 16569562fc04a1d1eadcd6a79f2269c1ccf4c421), and a default pool has no maximum size."""
     warnings = _warnings(monkeypatch, XLA_CLIENT_MEM_FRACTION=".4", XLA_PYTHON_CLIENT_ALLOCATOR="cuda_async")
-    assert not [w for w in warnings if "no cap" in w]
+    said = [w for w in warnings if "fraction (0.4) is no cap, even with preallocation on" in w]
+    assert len(said) == 1 and "release threshold" in said[0] and "no size limit" in said[0]
+
+
+def test_a_fraction_line_under_cuda_async_with_preallocation_on_notes_it_is_no_cap():
+    notes = validate(AllocatorSettings(fraction=0.4, allocator="cuda_async", preallocate=True)).notes
+    assert [n for n in notes if n.startswith("note: ") and "fraction (0.4) is no cap, even with preallocation on" in n]
 
 
 def test_a_fraction_line_under_cuda_async_notes_it_is_no_cap():

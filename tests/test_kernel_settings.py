@@ -23,11 +23,14 @@ GiB = 1024**3
 KID = "5c3b4a9e-1f0d-4c55-9a7e-2f1b8a6d0c11"
 
 
-def on_gpu(preallocate=True, fraction=0.75, allocator="default", pid=11, started=True, platform="cuda", jax="0.11.2"):
-    """What a kernel on a GPU publishes (jupyter_gpumem/settings_file.py, current())."""
+def on_gpu(preallocate=True, fraction=0.75, allocator="default", pid=11, started=True, platform="cuda", jax="0.11.2",
+           pool_taken=True):
+    """What a kernel on a GPU publishes (jupyter_gpumem/settings_file.py, current()); by default
+    one whose allocator has taken its pool (it ran an operation)."""
     return PublishedSettings(pid=pid, kernel_id=KID, backend_started=started, platform=platform if started else None,
                              jax_version=jax, preallocate=preallocate, fraction=fraction, allocator=allocator,
-                             sources={"preallocate": "%gpumem", "fraction": "JAX default", "allocator": "JAX default"})
+                             sources={"preallocate": "%gpumem", "fraction": "JAX default", "allocator": "JAX default"},
+                             pool_taken=pool_taken if started else None)
 
 
 # --- what the settings say ----------------------------------------------------------------------
@@ -45,10 +48,32 @@ def on_gpu(preallocate=True, fraction=0.75, allocator="default", pid=11, started
     (on_gpu(started=False), None),  # JAX has not started: the settings say nothing yet
     (on_gpu(platform="cpu"), False),  # JAX runs on the CPU: no pool on a GPU
     (on_gpu(preallocate=None), None),  # a value JAX rejects
+    (on_gpu(pool_taken=False), None),  # BFC takes its pool at the first allocation, not at start
+    (on_gpu(pool_taken=None), None),  # a kernel that did not say whether it did
+    (on_gpu(allocator="platform", jax="0.10.2", pool_taken=False), None),  # BFC there too
+    (on_gpu(allocator="cuda_async", pool_taken=False), True),  # reserved when the client is created
+    (on_gpu(preallocate=False, pool_taken=False), False),
+    (on_gpu(allocator="address", jax="0.11.2"), False),  # the passthrough by name, from 0.11.0
+    (on_gpu(allocator="platform", jax="0.13.0"), None),  # a release not read: not known
 ], ids=["default", "off", "bfc-0.3", "cuda_async", "cuda_async-off", "platform", "platform-0.10.2", "vmm",
-        "not-started", "cpu", "unknown"])
+        "not-started", "cpu", "unknown", "bfc-pool-not-taken-yet", "bfc-pool-not-said", "platform-0.10.2-not-taken",
+        "cuda_async-before-any-allocation", "off-not-taken", "address-0.11", "platform-unread-release"])
 def test_what_the_settings_say_about_preallocation(settings, expected):
     assert preallocates(settings) is expected
+
+
+def test_a_bfc_kernel_that_has_not_allocated_reserves_nothing_yet():
+    """``BFCAllocator``'s constructor leaves its pool empty (``stats_.pool_bytes = 0``) and
+    ``Extend`` takes ``memory_limit_`` at the first allocation (openxla/xla
+    xla/tsl/framework/bfc_allocator.cc at 80c095fc)."""
+    assert reserved_bytes(on_gpu(pool_taken=False), 40 * GiB) is None
+
+
+def test_the_pool_taken_flag_reads_back_as_written_and_a_file_without_it_reads_as_not_known():
+    taken = on_gpu(pool_taken=False)
+    assert parse(json.dumps(taken.to_json()), 11, KID).pool_taken is False
+    without = {k: v for k, v in on_gpu().to_json().items() if k != "pool_taken"}
+    assert parse(json.dumps(without), 11, KID).pool_taken is None
 
 
 def test_a_preallocating_kernel_reserves_its_fraction_of_the_card():
@@ -162,6 +187,19 @@ def test_a_kernel_that_preallocated_a_small_fraction_is_preallocated_with_its_re
     assert (row["preallocated"], row["preallocated_source"], row["reserved_bytes"]) == (True, "kernel_settings", int(0.3 * 40 * GiB))
     assert metric(body, kernels, "jupyter_gpumem_kernel_reserved_bytes") == {
         ("small", "a.ipynb", "", "0", "GPU-0"): float(int(0.3 * 40 * GiB))}
+
+
+def test_a_kernel_that_only_started_jax_fires_no_reservation():
+    """A kernel that ran only ``jax.devices()``: JAX started on the GPU, BFC with preallocation
+    on, no allocation yet, so its pool is empty (bfc_allocator.cc at openxla/xla 80c095fc) and
+    the CUDA context is all it holds."""
+    kernels = [KernelInfo("devices_only", "python3", 11, "a.ipynb", "idle", settings=on_gpu(pool_taken=False)),
+               KernelInfo("other", "python3", 12, "b.ipynb", "idle", settings=on_gpu(pid=12))]
+    body = report(kernels, ProcessReading(11, GiB // 2), ProcessReading(12, 30 * GiB))
+    row = rows(body)["devices_only"]
+    assert (row["preallocated"], row["preallocated_source"], row["reserved_bytes"]) == (None, None, None)
+    assert metric(body, kernels, "jupyter_gpumem_kernel_reserved_bytes") == {
+        ("other", "b.ipynb", "", "0", "GPU-0"): float(int(0.75 * 40 * GiB))}
 
 
 def test_without_published_settings_the_reading_then_the_launch_environment_decide():

@@ -135,13 +135,46 @@ def test_a_snapshot_past_its_max_age_is_not_exported():
     ({"XLA_PYTHON_CLIENT_PREALLOCATE": "0"}, False),
     ({"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, True),
     ({"XLA_PYTHON_CLIENT_PREALLOCATE": "no"}, True),  # anything else turns it on
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, False),
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "PLATFORM", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, False),
 ])
 def test_launch_environment_preallocation_as_jaxlib_reads_it(env, expected):
     """jaxlib 0.10.2, xla_client.generate_pjrt_gpu_plugin_options: ``preallocate not in
     ('false', 'False', '0')`` when the variable is set; the allocator name is lower-cased."""
-    assert launch_preallocates(env) is expected
+    assert launch_preallocates(env, "0.11.2") is expected
+
+
+@pytest.mark.parametrize("env, jax_version, expected", [
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "0.11.2", False),
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "PLATFORM", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, "0.9.2", False),
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "0.10.2", None),  # BFC there: JAX's default, unless the notebook changes it
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, "0.10.1", True),
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, "0.10.2", False),
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "address"}, "0.12.0.1", False),
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "address", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, "0.10.2", False),  # refused: CPU
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, None, None),  # no JAX here to say which
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "0.13.0", None),  # a release not read
+], ids=["platform-0.11", "platform-0.9", "platform-is-bfc-0.10.2", "platform-is-bfc-0.10.1-on", "platform-0.10.2-off",
+        "address-0.12", "address-refused-0.10.2", "no-jax", "unread-release"])
+def test_the_launch_rule_for_platform_and_address_follows_the_jax_release(env, jax_version, expected):
+    """``platform`` is BFC on JAX 0.10.1 and 0.10.2 only (jax#39145: openxla/xla#41761 gave the
+    backend a BFC allocator the PJRT client falls back to; openxla/xla#45668 undid it for 0.11.0),
+    a passthrough without a pool before and after; ``address`` is accepted from 0.11.0
+    (jax#38490; jaxlib 0.10.2's generator refuses it, and JAX runs on the CPU)."""
+    assert launch_preallocates(env, jax_version) is expected
+
+
+@pytest.mark.jax_versions
+def test_the_address_rule_matches_what_the_installed_jaxlib_accepts():
+    """The release table against the installed jaxlib's own generator
+    (``generate_pjrt_gpu_plugin_options`` in jaxlib/xla_client.py, asked for each name)."""
+    from jupyter_gpumem.server.kernels import installed_jax_version
+    from jupyter_gpumem.settings.published import REJECTED, allocator_kind
+    from jupyter_gpumem.sources.jax_backend import accepted_allocators
+
+    accepted = accepted_allocators()
+    assert accepted, "no jaxlib generator to ask"
+    refused = allocator_kind("address", installed_jax_version()) == REJECTED
+    assert refused is ("address" not in accepted)
+    assert allocator_kind("platform", installed_jax_version()) in ("bfc", "passthrough")  # a release read
 
 
 def test_launch_env_is_the_session_env_then_the_kernelspec_env():

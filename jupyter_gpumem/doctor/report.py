@@ -372,7 +372,7 @@ def oom_report(
         cuda_pool=cuda_pool,
         visible_gpus=beside.gpus if beside is not None else 0,
         idle_gpus=sum(1 for d in gpus if isinstance(d, DeviceReading) and d.processes == ()),
-        gpu_fix=(beside.fix if beside.is_command else f"JAX says: {beside.fix}") if beside is not None else None,
+        gpu_fix=(beside.fix if beside.is_command else beside.fix[:1].upper() + beside.fix[1:]) if beside is not None else None,
         program=program,
     )
     devices = tuple(_device_state(r, not replayed) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)

@@ -244,7 +244,9 @@ def preallocation(
     """Whether ``kernel`` preallocated on a GPU of ``total`` bytes where it holds ``used``, what
     said so (one of ``PREALLOCATED_SOURCES``, or None), and the bytes its settings reserved.
 
-    The settings the kernel published decide once JAX has started there. Otherwise: holding
+    The settings the kernel published decide once JAX has started there, and, for BFC with
+    preallocation on, once its pool was taken (at the first allocation, not at start:
+    ``settings.published.preallocates``). Otherwise: holding
     ``preallocated_fraction`` of the card means the pool was taken up front; a launch
     environment that turns preallocation off says no; anything else is unknown (a kernel
     holding less may use a small fraction, or JAX may not have started yet). A replay's memory

@@ -24,7 +24,7 @@ import zmq
 
 from jupyter_gpumem.env_table import ALLOCATOR_VAR, PREALLOCATE_VAR
 from jupyter_gpumem.server.kernel_settings import PublishedSettingsReader, connection_dir, remove_stale_files
-from jupyter_gpumem.settings.published import PublishedSettings
+from jupyter_gpumem.settings.published import PASSTHROUGH, REJECTED, PublishedSettings, allocator_kind
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +128,20 @@ async def usage_pid(km: Any, timeout: float) -> int | None:
 
 
 # jaxlib 0.10.2, xla_client.generate_pjrt_gpu_plugin_options: XLA_PYTHON_CLIENT_PREALLOCATE
-# set to anything but these turns preallocation on; these turn it off. The "platform"
-# allocator allocates on demand and keeps no pool.
+# set to anything but these turns preallocation on; these turn it off.
 _PREALLOCATE_OFF = ("false", "False", "0")
+
+
+def installed_jax_version() -> str | None:
+    """The version of the jax distribution installed beside this server (read from its
+    metadata, jax is not imported); None when there is none. A kernel of this environment runs
+    it; a kernel of another environment says its own in the settings it publishes."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jax")
+    except (PackageNotFoundError, ValueError):
+        return None
 
 
 def launch_env(km: Any) -> dict[str, str]:
@@ -148,13 +159,24 @@ def launch_env(km: Any) -> dict[str, str]:
     return env
 
 
-def launch_preallocates(env: dict[str, str]) -> bool | None:
-    """False when the launch environment turns JAX's preallocation off (the variable or the
-    platform allocator), True when it turns it on explicitly, None when it does not say: JAX
-    would then preallocate, unless the notebook changes the setting before JAX starts
-    (``%gpumem preallocate off``), which only the settings it publishes tell the server."""
-    if env.get(ALLOCATOR_VAR, "").lower() == "platform":
-        return False
+def launch_preallocates(env: dict[str, str], jax_version: str | None = None) -> bool | None:
+    """False when the launch environment turns JAX's preallocation off (the variable, or an
+    allocator that keeps no pool on JAX ``jax_version``), True when it turns it on explicitly,
+    None when it does not say: JAX would then preallocate, unless the notebook changes the
+    setting before JAX starts (``%gpumem preallocate off``), which only the settings it
+    publishes tell the server.
+
+    ``platform`` keeps no pool, except on JAX 0.10.1 and 0.10.2, where it is BFC and follows
+    the preallocation variable (jax#39145; ``settings.published.allocator_kind``); on a JAX
+    whose ``platform`` is not known here, nothing is said.
+    """
+    allocator = env.get(ALLOCATOR_VAR, "")
+    if allocator.lower() in ("platform", "address"):
+        kind = allocator_kind(allocator, jax_version)
+        if kind in (PASSTHROUGH, REJECTED):
+            return False
+        if kind is None:
+            return None
     value = env.get(PREALLOCATE_VAR, "")
     if not value:
         return None
@@ -241,7 +263,7 @@ class KernelDirectory:
                     notebook_path=paths.get(kid),
                     execution_state=getattr(km, "execution_state", None),
                     last_activity=last_activity(km),
-                    launch_preallocates=launch_preallocates(launch_env(km)),
+                    launch_preallocates=launch_preallocates(launch_env(km), installed_jax_version()),
                     settings=self.published.read(where, pid, kid),
                 )
             )

@@ -7,8 +7,8 @@ From openxla/xla, the allocator JAX 0.10 and 0.11 build (unverified on a GPU):
   device's default CUDA pool (``create_new_pool`` false), with ``reserve_memory_size`` =
   ``preallocate ? total × fraction : 0``.
 - xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc: that size is the pool's release
-  threshold and ``bytes_limit``; nothing sets a maximum size on the default pool, so with
-  preallocation off the fraction limits nothing. ``SetStreamAndPreallocateMemory`` reads
+  threshold and ``bytes_limit``; nothing sets a maximum size on the default pool, so the
+  fraction limits nothing, with preallocation on or off. ``SetStreamAndPreallocateMemory`` reads
   ``TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC`` with ``tsl::ReadInt64FromEnvVar`` inside
   ``TF_CHECK_OK`` (a value it cannot read aborts the process); ``-1`` means the release
   threshold, preallocation on takes the threshold whatever the value, and the bytes are
@@ -57,8 +57,22 @@ def async_prealloc_problem(raw: str) -> str | None:
     return None
 
 
-def fraction_note(fraction: object) -> str:
-    """Why the fraction is no cap under cuda_async with preallocation off."""
+def fraction_note(fraction: object, preallocate: bool) -> str:
+    """Why the fraction is no cap under cuda_async, with preallocation on or off.
+
+    XLA gives the device's default pool only a release threshold (``cuMemPoolSetAttribute(pool_,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &pool_size_64)`` in the ``GpuCudaMallocAsyncAllocator``
+    constructor, openxla/xla xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc at commit
+    16569562fc04a1d1eadcd6a79f2269c1ccf4c421): how much the pool keeps at a synchronisation,
+    not how much it may hold. A default pool has no maximum size.
+    """
+    if preallocate:
+        return (
+            f"under cuda_async the fraction ({fraction}) is no cap, even with preallocation on: XLA makes "
+            "it the release threshold of the CUDA driver's default pool (what the pool keeps), and reserves "
+            "that much at start, but the pool has no size limit, so JAX can grow past it into all of the "
+            "GPU's free memory."
+        )
     return (
         f"under cuda_async with preallocation off, the fraction ({fraction}) is no cap: XLA reserves "
         "no pool, and the CUDA driver's default pool that cuda_async allocates from has no size limit, "

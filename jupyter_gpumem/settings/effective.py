@@ -139,8 +139,8 @@ def cuda_async_notes(values: Mapping[str, Any], fraction_set: bool) -> dict[str,
             "cuda_async still preallocates its whole pool while preallocate is on; "
             "add `%gpumem preallocate off` for the pool to grow on demand."
         )
-    elif fraction_set:
-        notes["fraction"] = cuda_async_limits.fraction_note(show("fraction", values["fraction"]))
+    if fraction_set:
+        notes["fraction"] = cuda_async_limits.fraction_note(show("fraction", values["fraction"]), preallocate)
     prealloc = values["async_prealloc"]
     if isinstance(prealloc, int):
         note = cuda_async_limits.async_prealloc_note(prealloc, preallocate)

@@ -44,7 +44,9 @@ class PublishedSettings:
 
     ``preallocate``, ``fraction`` and ``allocator`` are None where not known: not read yet
     (neither JAX nor the settings code was imported in the kernel), or a value JAX rejects.
-    ``sources`` names where each came from, as ``%gpumem status`` does.
+    ``sources`` names where each came from, as ``%gpumem status`` does. ``pool_taken``: whether
+    JAX's allocator has taken GPU memory yet (BFC takes its pool at the first allocation, not
+    when JAX starts); None where not known (not on a GPU, or a file without it).
     """
 
     pid: int
@@ -56,6 +58,7 @@ class PublishedSettings:
     fraction: float | None = None
     allocator: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
+    pool_taken: bool | None = None  # JAX's allocator took GPU memory yet (jax_backend.gpu_pool_taken)
 
     def to_json(self) -> dict:
         return {
@@ -66,6 +69,7 @@ class PublishedSettings:
             "backend_started": self.backend_started,
             "platform": self.platform,
             "jax_version": self.jax_version,
+            "pool_taken": self.pool_taken,
             "settings": {name: {"value": getattr(self, name), "source": self.sources.get(name)} for name in SETTINGS},
         }
 
@@ -116,6 +120,7 @@ def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> Publishe
         if source is not None:
             sources[name] = source
     preallocate = values["preallocate"] if isinstance(values["preallocate"], bool) else None
+    pool_taken = raw.get("pool_taken")
     fraction = values["fraction"]
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 10:
         fraction = None
@@ -129,22 +134,65 @@ def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> Publishe
         fraction=None if fraction is None else float(fraction),
         allocator=_text(values["allocator"]),
         sources=sources,
+        pool_taken=pool_taken if isinstance(pool_taken, bool) else None,
     )
 
 
-# JAX 0.10.1 and 0.10.2 silently give BFC for XLA_PYTHON_CLIENT_ALLOCATOR=platform (jax#39145).
-_PLATFORM_IS_BFC = re.compile(r"^0\.10\.[12](?!\d)")
+# What each XLA_PYTHON_CLIENT_ALLOCATOR name gives, by JAX release, as read for docs/sources.md:
+# - "platform" is XLA's synchronous passthrough (no pool; memory_stats() is None, because
+#   StreamExecutorGpuDevice::GetAllocatorStats answers Unimplemented for an allocator that is
+#   not a MultiDeviceAdapter; an OOM says "Failed to allocate request for ..."), except on
+#   0.10.1 and 0.10.2, where it is BFC (jax#39145: openxla/xla#41761 gave XLA's Backend a BFC
+#   allocator, which the PJRT client falls back to), until openxla/xla#45668 (JAX 0.11.0).
+# - "address" is that passthrough by name, accepted from JAX 0.11.0 (jax#38490); earlier
+#   releases reject it, and JAX falls back to the CPU.
+# Releases after NEWEST_READ have not been read: for them these names are "not known".
+PLATFORM_IS_BFC = ((0, 10, 1), (0, 10, 2))
+ADDRESS_ACCEPTED_FROM = (0, 11, 0)
+NEWEST_READ = (0, 12)
+PASSTHROUGH = "passthrough"
+REJECTED = "rejected"
+
+
+def release_of(version: str | None) -> tuple[int, int, int] | None:
+    """``"0.10.2"`` (or ``"0.12.0.1"``, ``"0.11.0.dev20260101"``) as (0, 10, 2); None when it is
+    not a release number."""
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def allocator_kind(allocator: str, jax_version: str | None) -> str | None:
+    """What ``XLA_PYTHON_CLIENT_ALLOCATOR=allocator`` really gives on JAX ``jax_version``:
+    "bfc", "cuda_async", "vmm", ``PASSTHROUGH`` (no pool, no statistics), ``REJECTED`` (the
+    name is refused and JAX runs on the CPU), or None where that is not known here (the
+    version is unknown or newer than ``NEWEST_READ``, for the names whose meaning changed)."""
+    name = allocator.lower()
+    if name in ("default", "bfc"):
+        return "bfc"
+    if name in ("cuda_async", "vmm"):
+        return name
+    release = release_of(jax_version)
+    if name not in ("platform", "address") or release is None or release[:2] > NEWEST_READ:
+        return None
+    if name == "address":
+        return PASSTHROUGH if release >= ADDRESS_ACCEPTED_FROM else REJECTED
+    return "bfc" if release in PLATFORM_IS_BFC else PASSTHROUGH
 
 
 def preallocates(s: PublishedSettings) -> bool | None:
-    """Whether JAX took its pool on a GPU when its backend started, by the settings; None when
-    they cannot say (JAX has not started, a setting is not known, or an allocator whose
-    behaviour is not known here: vmm, address).
+    """Whether JAX took its pool on a GPU, by the settings; None when they cannot say (JAX has
+    not started, a setting is not known, BFC has not taken its pool yet or the kernel did not
+    say, or an allocator whose behaviour is not known here: vmm, or platform and address on a
+    JAX release not read: ``allocator_kind``).
 
     The rules are docs/settings.md's: BFC (``default``) with preallocation on takes
-    fraction × total at start; ``cuda_async`` with preallocation on reserves its whole pool as
-    well (unverified on a GPU); ``platform`` keeps no pool, except on JAX 0.10.1 and 0.10.2
-    where it is BFC (jax#39145).
+    fraction × total at its first allocation, not when JAX starts (``BFCAllocator::Extend``,
+    openxla/xla xla/tsl/framework/bfc_allocator.cc at 80c095fc: the pool is empty until then),
+    so it counts only once the kernel saw its pool taken; ``cuda_async`` with preallocation on
+    reserves its whole pool when the client is created (``SetStreamAndPreallocateMemory``,
+    xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc; unverified on a GPU);
+    ``platform`` and ``address`` keep no pool, except ``platform`` on JAX 0.10.1 and 0.10.2,
+    where it is BFC (jax#39145); an ``address`` that JAX refuses leaves it on the CPU.
     """
     if not s.backend_started:
         return None
@@ -152,12 +200,14 @@ def preallocates(s: PublishedSettings) -> bool | None:
         return False  # JAX runs on the CPU (or elsewhere): no pool on a GPU
     if s.preallocate is None or s.allocator is None:
         return None
-    allocator = s.allocator.lower()
-    if allocator == "platform" and s.jax_version and _PLATFORM_IS_BFC.match(s.jax_version):
-        allocator = "bfc"
-    if allocator in ("default", "bfc", "cuda_async"):
+    kind = allocator_kind(s.allocator, s.jax_version)
+    if kind == "bfc":
+        if not s.preallocate:
+            return False
+        return True if s.pool_taken else None  # not yet: at the first allocation
+    if kind == "cuda_async":
         return s.preallocate
-    if allocator == "platform":
+    if kind in (PASSTHROUGH, REJECTED):
         return False
     return None
 

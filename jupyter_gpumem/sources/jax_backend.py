@@ -220,6 +220,23 @@ def pjrt_create_options(env: Mapping[str, str] | None = None) -> Any:
     return (os.environ if env is None else env).get(CREATE_OPTIONS_ENV)
 
 
+@lru_cache(maxsize=1)
+def _distribution_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jax")
+    except (PackageNotFoundError, ValueError):
+        return None
+
+
+def installed_jax_version() -> str | None:
+    """This process's JAX version: ``jax.__version__`` once jax is imported, else the installed
+    distribution's (read once, jax is not imported); None without JAX."""
+    version = getattr(sys.modules.get("jax"), "__version__", None)
+    return version if isinstance(version, str) else _distribution_version()
+
+
 def backend_started() -> bool:
     """Whether JAX's backend has started, found without starting it.
 
@@ -239,6 +256,50 @@ def backend_started() -> bool:
     if isinstance(backends, dict):
         return bool(backends)
     return getattr(bridge, "_default_backend", None) is not None
+
+
+# The settings the CUDA plugin reads from the environment, through the generator, when JAX
+# registers it; TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC is read later, by XLA's allocator.
+PLUGIN_READ_SETTINGS = ("preallocate", "fraction", "allocator")
+
+
+@dataclass(frozen=True)
+class FrozenPluginOptions:
+    """JAX registered its plugins but its backend has not started.
+
+    The CUDA plugin's ``initialize()`` calls ``generate_pjrt_gpu_plugin_options()`` once and
+    registers the plugin with that dict (jax_plugins/cuda/__init__.py at jax-v0.4.38, v0.7.2,
+    v0.10.2 and v0.11.0; jax_plugins/xla_cuda13/__init__.py in the jax-cuda13-pjrt 0.12.0.1
+    wheel); ``_discover_and_register_pjrt_plugins`` (jax/_src/xla_bridge.py, the same versions)
+    runs it once per process and sets ``_plugins_registered``. The environment is not read
+    again, so a setting made now cannot take effect.
+
+    ``cuda_options``: the options the CUDA plugin was registered with, or None when no CUDA
+    plugin registered (JAX will start on the CPU) or they cannot be read.
+    """
+
+    cuda_registered: bool
+    cuda_options: Mapping[str, Any] | None
+
+
+def frozen_plugin_options() -> FrozenPluginOptions | None:
+    """The plugins' options, fixed before JAX's backend started; None when they are not fixed
+    yet (discovery has not run) or the backend has started (``backend_started`` says that)."""
+    bridge = _bridge()
+    if bridge is None or not getattr(bridge, "_plugins_registered", False) or backend_started():
+        return None
+    registration = (getattr(bridge, "_backend_factories", {}) or {}).get("cuda")
+    if registration is None:
+        return FrozenPluginOptions(cuda_registered=False, cuda_options=None)
+    keywords = getattr(getattr(registration, "factory", None), "keywords", None)  # functools.partial
+    if not isinstance(keywords, dict) or "options" not in keywords:
+        # Not a plugin: jaxlib's own GPU client (``make_gpu_client``, registered at import up to
+        # 0.4.38 at least), which calls the generator when the backend starts; nothing is fixed.
+        return None
+    options = keywords["options"]
+    if callable(options):
+        return None  # a plugin that reads its options when the backend starts: nothing is fixed
+    return FrozenPluginOptions(cuda_registered=True, cuda_options=dict(options) if isinstance(options, Mapping) else None)
 
 
 def remat_option_problem() -> str | None:
@@ -366,8 +427,59 @@ def _cuda_plugin_installed() -> bool:
     return False
 
 
+def _nvidia_device_node_visible() -> bool | None:
+    """JAX's own test for a GPU before it tries the CUDA backend: one of ``/dev/nvidia0``,
+    ``/dev/nvidiactl`` or ``/dev/dxg`` exists (``has_visible_nvidia_gpu`` in
+    jax/_src/hardware_utils.py, 0.4.38 to 0.12.0.1). None when JAX's module is not loaded."""
+    hardware = sys.modules.get("jax._src.hardware_utils")
+    probe = getattr(hardware, "has_visible_nvidia_gpu", None)
+    if not callable(probe):
+        return None
+    try:
+        return bool(probe())  # os.path.exists on three paths
+    except OSError:
+        return None
+
+
+_START_ERROR_PREFIX = "Unable to initialize backend 'cuda'"
+
+
+def raised_start_error() -> str | None:
+    """The "Unable to initialize backend 'cuda': ..." error a cell raised, if it is still the
+    last error IPython (or the interpreter) kept in ``sys.last_value``/``sys.last_exc``."""
+    for name in ("last_exc", "last_value"):
+        err = getattr(sys, name, None)
+        seen = 0
+        while isinstance(err, BaseException) and seen < 8:
+            if isinstance(err, RuntimeError) and str(err).startswith(_START_ERROR_PREFIX):
+                return str(err)
+            err = err.__cause__ or err.__context__
+            seen += 1
+    return None
+
+
+def _failed_start_reason() -> str:
+    """Why JAX runs on the CPU when the CUDA plugin registered, a GPU device node exists, and
+    still no CUDA backend started.
+
+    JAX's ``backends()`` (jax/_src/xla_bridge.py, 0.4.38, 0.7.2, 0.10.2, 0.11.2, 0.12.0.1) tries
+    every registered platform. The CUDA plugin registers with ``fail_quietly=False``
+    (``register_plugin``), so its failure is raised as "Unable to initialize backend 'cuda'" by
+    the first operation, and is not kept in ``_backend_errors``; the CPU backend, created before
+    it, stays in ``_backends``, and every later operation runs there.
+    """
+    raised = raised_start_error()
+    said = f' The first operation raised: "{raised}".' if raised else (
+        " JAX kept no record of why: it was raised once, by the first operation.")
+    return ("the CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible), "
+            "so every operation after the first runs on the CPU." + said +
+            " Common causes: another process holds the GPU, or bad client create options. "
+            "Fix the cause, then restart the kernel")
+
+
 def _fallback_reason(platform: str | None) -> str | None:
-    """Why JAX runs on the CPU although a GPU backend was expected, or None."""
+    """Why JAX runs on the CPU although a GPU backend was expected, or None (no GPU backend
+    was expected, or the user chose the CPU through ``jax_platforms``)."""
     if platform != "cpu":
         return None
     bridge = _bridge()
@@ -383,9 +495,18 @@ def _fallback_reason(platform: str | None) -> str | None:
         if rejection:
             return f"the CUDA plugin did not register because JAX rejected the environment: {rejection}"
         return "the CUDA plugin is installed but did not register (run with TF_CPP_MIN_LOG_LEVEL=0 to see why)"
-    if os.environ.get("JAX_PLATFORMS", "").strip().lower() == "cpu":
+    requested = platforms_requested()
+    if requested is not None and not {"cuda", "gpu"} & set(requested.split(",")):
+        return None  # the user chose the platforms, and CUDA is not among them
+    if "cuda" in (getattr(bridge, "_backends", {}) or {}):
         return None
-    return "the CUDA plugin is installed but JAX chose the CPU (no visible NVIDIA GPU?)"
+    visible = _nvidia_device_node_visible()
+    if visible is False:
+        return ("the CUDA plugin is installed but JAX did not try it: none of /dev/nvidia0, /dev/nvidiactl "
+                "or /dev/dxg exists in this process (is the GPU passed into the container?)")
+    if visible is None:
+        return "the CUDA plugin is installed but JAX runs on the CPU (no visible NVIDIA GPU?)"
+    return _failed_start_reason()
 
 
 @dataclass(frozen=True)
@@ -452,6 +573,46 @@ def backend_info() -> BackendInfo:
     )
 
 
+_pool_seen_for: list[int] = []  # id() of the client whose GPU pool was seen taken
+
+
+def gpu_pool_taken() -> bool | None:
+    """Whether JAX's allocator has taken memory from a GPU yet, on any local GPU device; None
+    before JAX starts, on a backend with no GPU device, or where no device reports stats.
+
+    BFC takes nothing when it is created: its pool is empty until the first allocation calls
+    ``Extend``, which takes ``memory_limit_`` whole when preallocating (``allow_growth`` false)
+    (``BFCAllocator::BFCAllocator`` and ``BFCAllocator::Extend`` in openxla/xla
+    xla/tsl/framework/bfc_allocator.cc at 80c095fc; ``opts.allow_growth = !preallocate`` in
+    ``CreateBFCAllocator``, xla/pjrt/gpu/gpu_helpers.cc). So ``jax.devices()`` alone leaves
+    ``pool_bytes`` at 0. Read from ``memory_stats()`` (no JAX work, no buffer touched); once seen
+    taken it is not read again for the same client, as BFC keeps its regions (JAX's GPU client
+    sets no ``garbage_collection``).
+    """
+    if not backend_started():
+        return None
+    try:
+        client = _default_client()
+        devices = [d for d in client.local_devices() if _platform_family(d.platform) == "gpu"]
+    except RuntimeError:
+        return None
+    if id(client) in _pool_seen_for:
+        return True
+    answered = False
+    for device in devices:
+        try:
+            raw = device.memory_stats()
+        except RuntimeError:
+            continue
+        if not isinstance(raw, dict):
+            continue
+        answered = True
+        if any(isinstance(raw.get(key), int) and raw[key] > 0 for key in ("pool_bytes", "peak_pool_bytes", "num_allocs")):
+            _pool_seen_for[:] = [id(client)]
+            return True
+    return False if answered else None
+
+
 _NVML_RETRY_S = 30.0
 
 
@@ -510,11 +671,7 @@ def _jax_cuda_visible_devices() -> list[int] | None:
     jax/_src/xla_bridge.py, v0.10.2 and v0.11.0); XLA then builds devices only for those
     ordinals, so JAX's device ids no longer equal them (``local_hardware_id`` does).
     """
-    config = getattr(sys.modules.get("jax"), "config", None)
-    try:
-        value = config.read("jax_cuda_visible_devices") if config is not None else "all"
-    except (AttributeError, KeyError):
-        return None
+    value = config_value("jax_cuda_visible_devices")
     if not isinstance(value, str) or value.strip() in ("", "all"):
         return None
     try:
@@ -523,19 +680,47 @@ def _jax_cuda_visible_devices() -> list[int] | None:
         return None  # JAX's own parse fails on this too, and the plugin does not start
 
 
-def platforms_requested() -> str | None:
-    """``jax_platforms`` as the user set it (``JAX_PLATFORMS`` before JAX is imported), lower
-    case, e.g. "cpu"; None when unset, which lets JAX pick the best backend it can start."""
+def config_value(name: str) -> Any:
+    """``jax.config``'s value of option ``name``; None when jax is not imported or has no such
+    option.
+
+    Read as an attribute first: ``Config.read`` raises AttributeError for every option that has
+    a context manager, ``jax_platforms`` among them (jax/_src/config.py, 0.4.38 to 0.12.0.1),
+    while each option is a property of ``Config``. ``read`` serves options defined otherwise
+    (``jax_cuda_visible_devices``, a flag the CUDA plugin's import defines).
+    """
     config = getattr(sys.modules.get("jax"), "config", None)
-    value = None
-    if config is not None:
-        try:
-            value = config.read("jax_platforms")
-        except (AttributeError, KeyError):
-            value = None
-    if value is None:
+    if config is None:
+        return None
+    try:
+        return getattr(config, name)
+    except AttributeError:
+        pass
+    try:
+        return config.read(name)
+    except (AttributeError, KeyError):
+        return None
+
+
+def platforms_requested() -> str | None:
+    """``jax_platforms`` as the user set it, lower case, e.g. "cpu"; None when unset, which
+    lets JAX pick the best backend it can start.
+
+    Once jax is imported its config holds it (``JAX_PLATFORMS`` read at import, or a later
+    ``jax.config.update("jax_platforms", ...)``); before, ``JAX_PLATFORMS`` is what it will read.
+    """
+    config = getattr(sys.modules.get("jax"), "config", None)
+    if config is not None and hasattr(config, "jax_platforms"):
+        value = config_value("jax_platforms")
+    else:
         value = os.environ.get("JAX_PLATFORMS")
     return (value.strip().lower() or None) if isinstance(value, str) else None
+
+
+def cpu_chosen() -> bool:
+    """Whether the user asked JAX for the CPU alone (``jax_platforms`` is "cpu")."""
+    requested = platforms_requested()
+    return requested is not None and set(requested.split(",")) == {"cpu"}
 
 
 def _nvml_match(platform: str, ordinal: int) -> NvmlMatch:
