@@ -13,7 +13,7 @@ import pytest
 
 from jupyter_gpumem import demo_traces, doctor
 from jupyter_gpumem.doctor.oom_rules import OomReadings, OtherProcess, advise, shortfall
-from jupyter_gpumem.doctor.oom_text import OomError, parse_request, recognise, recognise_text
+from jupyter_gpumem.doctor.oom_text import OomError, parse_request, recognise, recognise_text, xla_human_bytes
 from jupyter_gpumem.model import (
     CudaPoolReading,
     DeviceReading,
@@ -449,7 +449,8 @@ def test_report_from_cuda_async_trace_takes_the_pool_from_the_driver(monkeypatch
 #
 # Texts (tests/data/oom_texts/README.md): XLA's MemoryAllocationError
 # (xla/stream_executor/integrations/tf_allocator_adapter.cc) writes "Out of host memory while
-# trying to allocate N bytes." for the GPU client's pinned host pool, whose cap is
+# trying to allocate 14.16GiB." (tsl::strings::HumanReadableNumBytes, jax-cuda12-pjrt 0.10.2;
+# "N bytes." before openxla/xla#33504) for the GPU client's pinned host pool, whose cap is
 # XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB GiB, 64 by default (GetGpuHostAllocator,
 # xla/pjrt/gpu/gpu_helpers.cc); LoadCubin (xla/stream_executor/cuda/cuda_executor.cc) writes
 # "[0] Failed to load in-memory CUBIN (compiled for a different GPU?)." and cuda::ToStatus
@@ -457,8 +458,68 @@ def test_report_from_cuda_async_trace_takes_the_pool_from_the_driver(monkeypatch
 # format strings are in jax-cuda12-pjrt 0.10.2's xla_cuda_plugin.so.
 
 
-def test_host_memory_text_gives_exact_bytes_as_the_host_form():
-    assert parse_request(text("gpu_host_memory_0.10.2.txt")) == ("host", 15_200_000_000, True, None)
+def test_host_memory_text_before_xla_33504_gives_exact_bytes_as_the_host_form():
+    assert parse_request(text("gpu_host_memory_bytes.txt")) == ("host", 15_200_000_000, True, None)
+
+
+def test_host_memory_text_of_jax_0_10_2_in_human_units_is_the_host_form_with_its_size():
+    # 14.16 GiB = 14.16 * 1073741824 = 15204184227.84 bytes
+    assert parse_request(text("gpu_host_memory_0.10.2.txt")) == ("host", 15_204_184_228, False, None)
+
+
+def _xla_human_readable_num_bytes(n: int) -> str:
+    """tsl::strings::HumanReadableNumBytes for n >= 0, as xla/tsl/platform/numbers.cc writes it
+    (format "%s%.*f%ciB", in jaxlib 0.10.2's libjax_common.so): under 1024 "<n>B"; else integer
+    division by 1024 while n >= 1024 * 1024, one unit of "KMGTPE" per division, then n / 1024
+    with 1 decimal for K and 2 for the others."""
+    if n < 1024:
+        return f"{n}B"
+    unit = 0
+    while n >= 1024 * 1024:
+        n //= 1024
+        unit += 1
+    return format(n / 1024, ".1f" if unit == 0 else ".2f") + "KMGTPE"[unit] + "iB"
+
+
+@pytest.mark.parametrize("printed, low, high", [
+    ("1023B", 1023, 1023),
+    # KiB, one decimal: 1.45 * 1024 = 1484.8 .. 1.55 * 1024 = 1587.2 bytes
+    ("1.5KiB", 1485, 1587),
+    # GiB: MiB counts m with round(m / 1024, 2) == 14.16: 14.155 * 1024 = 14494.72 .. 14.165 * 1024
+    # = 14504.96, so m = 14495 .. 14504, times 1 MiB, plus up to 1 MiB - 1 of remainder
+    ("14.16GiB", 14495 * 2**20, 14505 * 2**20 - 1),
+    # 0.125 * 1024 = 128 is printed "0.12" (half to even), so 1.125 MiB of KiB counts rounds down
+    ("1.12MiB", 1142 * 1024, 1152 * 1024 + 1023),
+])
+def test_xla_human_units_give_the_interval_xla_rounds_into(printed, low, high):
+    assert xla_human_bytes(printed) == (low, high)
+
+
+@pytest.mark.parametrize("printed", ["14.16 GiB", "14.1GiB", "1024B", "0.50GiB", "12GiB", "3.00GB"])
+def test_sizes_xla_never_prints_are_not_taken_for_its_units(printed):
+    assert xla_human_bytes(printed) is None
+
+
+@pytest.mark.parametrize("n", [0, 1023, 1024, 1075, 1076, 1_048_575, 1_048_576, 15_200_000_000,
+                               2**42, 2**42 + 2**30 - 1, 17_592_186_044_416 * 3 + 12345, 2**62])
+def test_every_size_xla_prints_reads_back_to_an_interval_holding_it(n):
+    low, high = xla_human_bytes(_xla_human_readable_num_bytes(n))
+    assert low <= n <= high
+
+
+def test_report_of_a_host_memory_error_in_human_units_names_the_size_and_the_host_limit():
+    """Before: "14.16GiB" was not read, the text fell to the sizeless RESOURCE_EXHAUSTED form and
+    got device advice. The variable is read by xla::GetGpuHostAllocator (xla/pjrt/gpu/gpu_helpers.cc,
+    tsl::ReadInt64FromEnvVar, GiB) in jax-cuda12-pjrt 0.10.2."""
+    sample = last_sample("synthetic_two_kernels.jsonl")
+    report = doctor.oom_report(JaxRuntimeError(text("gpu_host_memory_0.10.2.txt")), sample=sample, live=[], synthetic=True)
+    assert (report.error.form, report.error.requested_range) == ("host", (14495 * 2**20, 14505 * 2**20 - 1))
+    assert report.requested_line() == ("Requested: 14.16 GiB (the error printed it rounded: "
+                                       "15,199,109,120 to 15,209,594,879 bytes).")
+    (fix,) = report.fixes
+    # 15204184228 * 1.25 = 17.70 GiB: the limit is at least 65
+    assert (fix.kind, fix.action) == ("host_memory", "%env XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB=65  "
+                                                     "(restart the kernel, then run it before JAX starts)")
 
 
 @pytest.mark.parametrize("name, ordinal", [("gpu_cubin_load_0.10.2.txt", 0), ("gpu_cubin_load_internal.txt", None)])

@@ -512,9 +512,10 @@ def kernel_load(r: OomReadings, need: int | None) -> Fix | None:
 
 def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
     """The GPU client's pinned host memory pool is full ("Out of host memory while trying to
-    allocate N bytes", xla/stream_executor/integrations/tf_allocator_adapter.cc): host RAM capped
-    by XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB, in GiB, 64 by default (GetGpuHostAllocator,
-    xla/pjrt/gpu/gpu_helpers.cc). No device fix applies to it.
+    allocate 14.16GiB.", xla/stream_executor/integrations/tf_allocator_adapter.cc): host RAM capped
+    by XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB, in GiB, 64 by default and 16 with
+    XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE=true (GetGpuHostAllocator, xla/pjrt/gpu/gpu_helpers.cc;
+    jax-cuda12-pjrt 0.10.2 reads both variables there). No device fix applies to it.
     """
     if r.error_form != "host":
         return None
@@ -530,7 +531,7 @@ def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
         action,
         "This is host RAM, not GPU memory: JAX's GPU client keeps arrays in the pinned_host memory kind, "
         "and host offloading, in a pinned host pool capped by XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB (GiB, "
-        "default 64). Pinned memory cannot be paged out: keep the limit below the machine's free RAM.",
+        "default 64; 16 with XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE=true). Pinned memory cannot be paged out: keep the limit below the machine's free RAM.",
         None,
         None,
         ("Or keep less in host memory: `del` pinned_host arrays you no longer need, or move them to the "

@@ -114,8 +114,13 @@ class OomReport(_TextReport):
         e = self.error
         if e.requested_bytes is None:
             return "Requested: the error does not say how much."
-        approx = "" if e.exact else "; the error printed it rounded"
-        return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes{approx})."
+        if e.exact:
+            return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes)."
+        low_high = e.requested_range
+        if low_high and low_high[0] != low_high[1]:
+            return (f"Requested: {_b(e.requested_bytes)} (the error printed it rounded: "
+                    f"{low_high[0]:,} to {low_high[1]:,} bytes).")
+        return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes; the error printed it rounded)."
 
     def program_line(self) -> str:
         p = self.readings.program
