@@ -583,3 +583,48 @@ def test_report_of_a_cubin_load_error_lists_the_kernel_load_fix():
     report = doctor.oom_report(JaxRuntimeError(text("gpu_cubin_load_0.10.2.txt")), sample=sample, live=[], synthetic=True)
     assert report.error.form == "cubin"
     assert "kernel_load" in [f.kind for f in report.fixes]
+
+
+# --- a CUDA graph the driver could not instantiate ---------------------------------------------
+#
+# Text (tests/data/oom_texts/README.md): GpuCommandBuffer::Finalize
+# (xla/stream_executor/gpu/gpu_command_buffer.cc, openxla/xla b1a49b1291459293c102f4b30dbb1b47f59ddac2;
+# the format string is in jax-cuda12-pjrt 0.10.2's xla_cuda_plugin.so) returns RESOURCE_EXHAUSTED
+# "Underlying backend ran out of memory trying to instantiate command buffer with N (total of M
+# alive graphs in the process) ...". --xla_gpu_enable_command_buffer is the list of command types
+# recorded into command buffers (xla/debug_options_flags.cc); an empty list records none.
+
+
+def test_command_buffer_text_is_recognised_as_its_own_form_with_no_size():
+    found = recognise(JaxRuntimeError(text("gpu_command_buffer_0.10.2.txt")))
+    assert found is not None
+    assert (found.form, found.requested_bytes, found.requested_range) == ("command_buffer", None, None)
+
+
+def test_command_buffer_error_advises_disabling_command_buffers_first():
+    # preallocated pool 60 of 80 GiB; NVML 150 MiB free
+    r = OomReadings(requested=None, device_total=80 * GiB, device_free=150 * MiB, bytes_in_use=40 * GiB,
+                    pool_bytes=60 * GiB, bytes_limit=60 * GiB, largest_free_block=20 * GiB, preallocate=True,
+                    fraction=0.75, error_form="command_buffer", synthetic=True)
+    fix = advise(r)[0]
+    assert fix.kind == "command_buffer"
+    assert fix.action.startswith("%env XLA_FLAGS=--xla_gpu_enable_command_buffer=  (restart the kernel")
+    assert fix.extra_actions[0] == "Leave the driver more room: %gpumem preallocate off  (restart the kernel, then run it first)"
+
+
+def test_command_buffer_error_without_preallocation_offers_a_lower_fraction():
+    r = OomReadings(requested=None, device_total=80 * GiB, device_free=100 * MiB, bytes_in_use=70 * GiB,
+                    pool_bytes=70 * GiB, bytes_limit=76 * GiB, largest_free_block=0, preallocate=False,
+                    fraction=0.95, error_form="command_buffer", synthetic=True)
+    fix = advise(r)[0]
+    assert fix.kind == "command_buffer"
+    assert fix.extra_actions[0] == "Leave the driver more room: %gpumem fraction 0.85  (restart the kernel, then run it first)"
+
+
+def test_report_of_a_command_buffer_error_names_its_fix_first():
+    """Before: the text was only RESOURCE_EXHAUSTED, and the report led with the other kernel."""
+    sample = last_sample("synthetic_two_kernels.jsonl")
+    report = doctor.oom_report(JaxRuntimeError(text("gpu_command_buffer_0.10.2.txt")), sample=sample, live=[], synthetic=True)
+    assert report.error.form == "command_buffer"
+    assert report.fixes[0].kind == "command_buffer"
+    assert "--xla_gpu_enable_command_buffer=" in str(report)

@@ -50,7 +50,8 @@ class OomReadings:
       known (JAX not started, or a replayed trace, which records the allocator, not the arrays)
     - ``history_bytes``: of those, bytes reachable only through Out/_ history
     - ``error_form``: the message form (``OomError.form``): "host" is the GPU client's pinned
-      host memory pool, "cubin" a compiled kernel that could not be loaded onto the device
+      host memory pool, "cubin" a compiled kernel that could not be loaded onto the device,
+      "command_buffer" a CUDA graph the driver could not instantiate
     - ``host_array_bytes``: bytes of live arrays in a host memory kind (``pinned_host``)
     - ``program``: the failing jitted call's own budget (``program_budget``), where found
 
@@ -152,6 +153,7 @@ FIX_KINDS = (
     "compiled_programs",
     "remat",
     "kernel_load",
+    "command_buffer",
     "host_memory",
     "program",
     "donation",
@@ -466,6 +468,17 @@ def rematerialisation(r: OomReadings, need: int | None) -> Fix | None:
     return None
 
 
+def _lower_fraction_line(r: OomReadings) -> str | None:
+    """``%gpumem fraction`` ten points below the one in effect (at least 0.1), to leave the
+    driver room outside the pool; None when no fraction is known."""
+    total = r.device_total
+    fraction = r.fraction if r.fraction is not None else (r.bytes_limit / total if r.bytes_limit and total else None)
+    if fraction is None:
+        return None
+    lower = max(0.1, math.floor(fraction * 100 - 10) / 100)
+    return f"%gpumem fraction {lower:g}  (restart the kernel, then run it first)"
+
+
 def kernel_load(r: OomReadings, need: int | None) -> Fix | None:
     """A compiled kernel could not be loaded ("Failed to load in-memory CUBIN ...
     CUDA_ERROR_OUT_OF_MEMORY", xla/stream_executor/cuda/cuda_executor.cc LoadCubin): the CUDA
@@ -482,9 +495,7 @@ def kernel_load(r: OomReadings, need: int | None) -> Fix | None:
     if r.others_bytes:
         seen.append(f"other processes hold {_b(r.others_bytes)}")
     numbers = ("; ".join(seen) + ".") if seen else "no device numbers were readable."
-    fraction = r.fraction if r.fraction is not None else (r.bytes_limit / total if r.bytes_limit and total else None)
-    lower = max(0.1, math.floor(fraction * 100 - 10) / 100) if fraction is not None else None
-    lower_line = f"%gpumem fraction {lower:g}  (restart the kernel, then run it first)" if lower is not None else None
+    lower_line = _lower_fraction_line(r)
     why = ("Loading a compiled kernel's code (CUBIN) takes device memory outside JAX's pool, and the device "
            f"was full: {numbers}")
     if r.preallocate is True and not r.driver_pool:
@@ -507,6 +518,36 @@ def kernel_load(r: OomReadings, need: int | None) -> Fix | None:
         None,
         None,
         tuple(a for a in (lower_line if r.bytes_limit is not None and not r.driver_pool else None,) if a),
+    )
+
+
+def command_buffers(r: OomReadings, need: int | None) -> Fix | None:
+    """The driver had no memory to instantiate a CUDA graph ("Underlying backend ran out of memory
+    trying to instantiate command buffer", GpuCommandBuffer::Finalize,
+    xla/stream_executor/gpu/gpu_command_buffer.cc). XLA records a program's kernels into CUDA
+    graphs (command buffers); ``--xla_gpu_enable_command_buffer`` is the list of command types it
+    records, and an empty list records none (xla/debug_options_flags.cc; the flag is in
+    jax-cuda12-pjrt 0.10.2), which is the fix XLA's own message names.
+    """
+    if r.error_form != "command_buffer":
+        return None
+    room = None if r.driver_pool else (
+        "%gpumem preallocate off  (restart the kernel, then run it first)" if r.preallocate is True
+        else _lower_fraction_line(r) if r.bytes_limit is not None else None)
+    extra = ((f"Leave the driver more room: {room}",) if room else ()) + (
+        "%gpumem free --caches   (compiled programs hold their CUDA graphs until JAX's caches are cleared)",)
+    return Fix(
+        "command_buffer",
+        "The device had no memory left to instantiate a CUDA graph (one of XLA's command buffers)",
+        "%env XLA_FLAGS=--xla_gpu_enable_command_buffer=  (restart the kernel, then run it before JAX starts; "
+        "keep any flags XLA_FLAGS already has on the same line)",
+        "XLA records the kernels of a compiled program into CUDA graphs, and instantiating one takes device "
+        "memory from the driver, outside JAX's pool; each compiled program keeps its graphs alive. "
+        "--xla_gpu_enable_command_buffer is the list of command types XLA records; empty, it records none, "
+        "so no graph is instantiated and kernels are launched one by one (somewhat slower).",
+        None,
+        None,
+        extra,
     )
 
 
@@ -605,6 +646,7 @@ RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     compiled_programs,
     rematerialisation,
     kernel_load,
+    command_buffers,
     pinned_host_pool,
     program_itself,
     donate_arguments,
@@ -624,11 +666,12 @@ def advise(r: OomReadings) -> list[Fix]:
     if r.error_form == "host":  # host RAM, not the device: no device fix applies
         return [fix for fix in (pinned_host_pool(r, None),) if fix is not None]
     need = shortfall(r)
-    first = [fix for fix in (jax_on_cpu_beside_gpus(r, need),) if fix is not None]
+    # a CUDA graph that could not be instantiated has its own fix, named first
+    first = [fix for fix in (jax_on_cpu_beside_gpus(r, need), command_buffers(r, need)) if fix is not None]
     too_large = request_larger_than_device(r, need)
     if too_large is not None:  # only the program's own fix can add to it
         return first + [fix for fix in (program_itself(r, need),) if fix is not None] + [too_large]
-    fixes = [fix for rule in RULES[2:] if (fix := rule(r, need)) is not None]
+    fixes = [fix for rule in RULES[2:] if rule is not command_buffers and (fix := rule(r, need)) is not None]
     order = {kind: i for i, kind in enumerate(FIX_KINDS)}
     fixes.sort(
         key=lambda f: (

@@ -2,7 +2,8 @@
 
 ``recognise(exc)`` gives an ``OomError`` for JAX's out-of-memory errors in every message form
 known (GPU BFC with human units or bytes, the pinned host memory pool, a compiled kernel that
-could not be loaded, the platform/address allocator, the CPU), by class name and by text,
+could not be loaded, a CUDA graph that could not be instantiated, the platform/address
+allocator, the CPU), by class name and by text,
 whatever the JAX version; None for anything else. ``parse_request(text)`` gives the requested
 size in bytes, and the device ordinal where the text names one.
 
@@ -16,6 +17,12 @@ xla_cuda_plugin.so):
   openxla/xla#33504 (November 2025); since then it is ``tsl::strings::HumanReadableNumBytes(N)``
   ("14.16GiB"): jax-cuda12-pjrt 0.10.2's ``stream_executor::MemoryAllocationError`` calls it
   (read from the plugin's disassembly). ``xla_human_bytes`` reads that format back.
+- ``GpuCommandBuffer::Finalize`` (xla/stream_executor/gpu/gpu_command_buffer.cc, openxla/xla
+  b1a49b1291459293c102f4b30dbb1b47f59ddac2; the same format string is in jax-cuda12-pjrt 0.10.2):
+  ``"Underlying backend ran out of memory trying to instantiate command buffer with %d (total of
+  %d alive graphs in the process). You can try to ... Original error: %s"``, RESOURCE_EXHAUSTED,
+  when the driver cannot instantiate a CUDA graph (``cuGraphInstantiate``: "Failed to instantiate
+  CUDA graph: CUDA_ERROR_OUT_OF_MEMORY ...").
 - ``LoadCubin`` (xla/stream_executor/cuda/cuda_executor.cc): ``"[0] Failed to load in-memory
   CUBIN (compiled for a different GPU?)."``, to which ``cuda::ToStatus``
   (xla/stream_executor/cuda/cuda_status.cc) adds ``": CUDA_ERROR_OUT_OF_MEMORY: out of memory"``
@@ -81,6 +88,13 @@ _FORMS: tuple[tuple[str, re.Pattern], ...] = (
             re.IGNORECASE,
         ),
     ),
+    # GPU, a CUDA graph (XLA's command buffer) the driver had no memory to instantiate (no size):
+    # "Underlying backend ran out of memory trying to instantiate command buffer with 35 (total of 2
+    # alive graphs in the process). ..."
+    (
+        "command_buffer",
+        re.compile(r"ran out of memory trying to instantiate command buffer", re.IGNORECASE),
+    ),
     # GPU, pinned host memory (XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB): "Out of host memory while trying
     # to allocate 14.16GiB." (jax-cuda12-pjrt 0.10.2), "... 15200000000 bytes." before openxla/xla#33504
     (
@@ -123,8 +137,8 @@ class OomError:
     """A recognised out-of-memory error.
 
     ``form``: "gpu_human", "gpu_bytes", "host" (GPU's pinned host memory pool), "cubin" (loading a
-    compiled kernel onto a full device), "platform", "cpu", or "resource_exhausted" (the status
-    without a size we can read). ``requested_bytes`` is None where the text gives no size;
+    compiled kernel onto a full device), "command_buffer" (instantiating a CUDA graph on a full
+    device), "platform", "cpu", or "resource_exhausted" (the status without a size we can read). ``requested_bytes`` is None where the text gives no size;
     ``exact`` is False where the size was printed rounded (human units); ``requested_range`` is
     then the lowest and highest byte count XLA prints that way (``xla_human_bytes``), and for an
     exact size the size twice.
