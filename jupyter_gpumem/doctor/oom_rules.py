@@ -445,7 +445,7 @@ def rematerialisation(r: OomReadings, need: int | None) -> Fix | None:
         return Fix(
             "remat",
             "XLA's rematerialisation pass is off",
-            "%gpumem remat on   (then re-run: it applies to new compilations)",
+            "%gpumem remat on   (it clears JAX's compiled programs: the re-run compiles again with the pass)",
             "With remat off, XLA keeps every intermediate; turning it on lets it recompute some instead.",
             None,
             None,
