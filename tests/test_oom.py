@@ -272,6 +272,13 @@ def test_report_from_fragmenting_trace_says_fragmentation_and_preallocate_on(mon
     assert "<table>" in report._repr_html_()
 
 
+def test_the_html_report_puts_what_to_do_before_the_tables():
+    """The report shows under IPython's traceback: the fixes come first, the numbers after."""
+    sample = last_sample("synthetic_two_kernels.jsonl")
+    html = doctor.oom_report(JaxRuntimeError(text("gpu_bfc_human.txt")), sample=sample, live=[], synthetic=True)._repr_html_()
+    assert html.index("What to do, best first:") < html.index("Allocator settings in effect:") < html.index("<table>")
+
+
 # --- a replayed report: the trace has the allocator's readings, not the arrays -----------------
 
 

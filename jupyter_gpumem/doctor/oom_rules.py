@@ -441,6 +441,8 @@ def rematerialisation(r: OomReadings, need: int | None) -> Fix | None:
     req, total = r.requested, r.device_total
     if req is None:
         return None
+    if r.program is not None and r.program.temp_bytes < req:
+        return None  # the failing call's own budget shows the request is not its temporaries
     if r.remat is False:
         return Fix(
             "remat",
@@ -596,17 +598,24 @@ def _free_for_program(r: OomReadings) -> int | None:
 
 def program_itself(r: OomReadings, need: int | None) -> Fix | None:
     """The program needs more than is free even with its arguments donated: only a smaller
-    program helps (remat, a smaller batch), not a setting."""
+    program helps, not a setting. Remat (jax.checkpoint) recomputes instead of keeping, so it
+    shrinks temporaries only: where the outputs weigh at least as much, the fix is smaller
+    outputs."""
     p, free = r.program, _free_for_program(r)
     if p is None or free is None or p.needs - p.donation_gain <= free:
         return None
     alone = p.temp_bytes > free
     what = (f"its temporaries alone ({_b(p.temp_bytes)}) exceed" if alone
             else f"its outputs and temporaries ({_b(p.needs)}) exceed")
+    if not alone and p.output_bytes >= p.temp_bytes:
+        action = ("Make its outputs smaller: a smaller batch or array, a lower precision dtype, or outputs "
+                  "sharded across devices (jax.sharding); jax.checkpoint shrinks only temporaries")
+    else:
+        action = "Make the program need less: wrap the heavy layers in jax.checkpoint (remat), or use a smaller batch"
     return Fix(
         "program",
         f"{p.call}: {what} what is free ({_b(free)})",
-        "Make the program need less: wrap the heavy layers in jax.checkpoint (remat), or use a smaller batch",
+        action,
         f"The compiled program needs arguments {_b(p.argument_bytes)}, outputs {_b(p.output_bytes)}, temporaries "
         f"{_b(p.temp_bytes)}, code {_b(p.code_bytes)}, aliased {_b(p.alias_bytes)}; "
         + ("donating its arguments would not be enough; " if p.donation_gain else "")
