@@ -113,6 +113,7 @@ def test_cell_events_carry_each_cells_own_number(shell_run):
                                    ["cell_start", None], ["cell_end", None]]
 
 
+@pytest.mark.jax_versions
 def test_the_doctor_keeps_the_arrays_a_cell_made_for_its_allocation_sites(shell_run):
     """Before, on IPython 8: the cell began as the one before and ended as its own, so the
     arrays it made were not kept for the per-cell line's allocation sites."""

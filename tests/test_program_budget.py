@@ -77,6 +77,7 @@ def test_the_report_names_the_jitted_call_and_its_compiled_budget(cells):
                              "aliased 0 B; no argument donated.")
 
 
+@pytest.mark.jax_versions
 def test_a_program_no_setting_can_fit_is_sent_to_the_program_first(cells):
     lines = _report(cells[1]["out"])
     fixes = lines[lines.index("What to do, best first:") + 1:]
@@ -89,6 +90,7 @@ def test_a_program_no_setting_can_fit_is_sent_to_the_program_first(cells):
     assert fixes[3].startswith("  2. The request (16.00 TiB) is larger than host memory")
 
 
+@pytest.mark.jax_versions
 def test_an_eager_operation_is_named_as_the_line_calls_it_not_by_its_primitive(cells):
     """jnp.zeros outside jit runs as jit(prim_fun), prim_fun named broadcast_in_dim
     (xla_primitive_callable, jax/_src/dispatch.py, jax-v0.4.38 to jax-v0.11.0). Before, the
