@@ -50,7 +50,7 @@ from jupyter_gpumem.env_table import (
 )
 from jupyter_gpumem.errors import GpumemError, did_you_mean
 from jupyter_gpumem.model import AllocatorSettings, JaxDeviceReading, NotAvailable
-from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.sources import jax_arrays, jax_backend
 from jupyter_gpumem.sources.jax_backend import (
     PLUGIN_READ_SETTINGS,
     accepted_allocators,
@@ -511,10 +511,24 @@ def _write_env(writes: Mapping[str, str | None]) -> None:
             os.environ[var] = value
 
 
-def _remat_message(value: bool) -> str:
+def _set_remat(value: bool) -> str:
+    """Set the remat switch and, once JAX has started, drop its compiled programs; the words
+    that say so.
+
+    JAX reads the switch only when it builds XLA's compile options (``get_compile_options``,
+    jax/_src/compiler.py, jax-v0.4.38 to jax-v0.11.0) and it is not in the jit cache key
+    (``enable_remat_opt_pass`` is a ``bool_state`` without ``include_in_jit_key``,
+    jax/_src/config.py, the same versions): without clearing, a jitted function called again runs
+    the program it compiled before. ``jax.clear_caches()`` drops those programs, so each compiles
+    again, with the new value, at its next call.
+    """
+    jax_backend.set_remat(value)
+    if not backend_started():
+        return f"{REMAT_OPTION}={value}: every compilation uses it (JAX has compiled nothing yet)"
+    jax_arrays.clear_caches()
     return (
-        f"{REMAT_OPTION}={value} applies to compilations from now on; functions already "
-        "compiled keep the setting they were compiled with"
+        f"{REMAT_OPTION}={value}; JAX's compiled programs were cleared (jax.clear_caches()), so each "
+        "jitted function compiles again with it at its next call"
     )
 
 
@@ -529,7 +543,7 @@ def apply_settings(settings: AllocatorSettings, notes: tuple[str, ...] = (), sou
             global _original_remat
             if _original_remat is _UNSET:
                 _original_remat = jax_backend.remat_value(import_jax=True)
-            jax_backend.set_remat(plan.remat)
+            remat_words = _set_remat(plan.remat)
             config[REMAT_OPTION] = plan.remat
         for name, value in plan.settings.given().items():
             if name not in plan.noop:
@@ -543,7 +557,7 @@ def apply_settings(settings: AllocatorSettings, notes: tuple[str, ...] = (), sou
                 shown += f" (unset {', '.join(unset)})"
             parts.append(f"{shown}: takes effect when JAX's backend starts (its first operation)")
         if plan.remat is not None:
-            parts.append(_remat_message(plan.remat))
+            parts.append(remat_words)
             flags = remat_flags_problem(plan.remat, os.environ, jax_backend.remat_off_replaces_disabled_passes())
             if flags:
                 notes = (*notes, flags)
@@ -628,8 +642,9 @@ def reset() -> Applied:
             else:
                 os.environ[var] = value
         config = {}
+        remat_words = ""
         if _original_remat is not _UNSET:
-            jax_backend.set_remat(_original_remat)
+            remat_words = _set_remat(_original_remat)
             config[REMAT_OPTION] = _original_remat
         _original_env.clear()
         _ours.clear()
@@ -641,7 +656,7 @@ def reset() -> Applied:
                 ", ".join(f"{var}={value}" if value is not None else f"unset {var}" for var, value in writes.items())
             )
         if config:
-            parts.append(f"{REMAT_OPTION}={config[REMAT_OPTION]} for later compilations")
+            parts.append(remat_words)
         return Applied("gpumem: reset: " + "; ".join(parts), (), writes, config)
 
 

@@ -34,7 +34,8 @@ e.g. `%gpumem preallocate off fraction .4`):
                                   cuda_async (vmm, address where supported);
                                   cuda_malloc_async is taken as cuda_async
   %gpumem async-prealloc SIZE     bytes, 512MiB, 2GiB or all  (TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC)
-  %gpumem remat on|off            jax_compiler_enable_remat_pass; applies to later compilations
+  %gpumem remat on|off            jax_compiler_enable_remat_pass; once JAX has started, also
+                                  clears its compiled programs so they compile again with it
   %gpumem tensorflow [growth|cpu|default]
                                   TensorFlow in the same process, before it starts: growth
                                   (TF_FORCE_GPU_ALLOW_GROWTH=true), cpu (its GPUs hidden from it,

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from jupyter_gpumem import sites
 from jupyter_gpumem.cell_hooks import CellHooks
 from jupyter_gpumem.magic_args import check_interval
 from jupyter_gpumem.model import ERROR, DeviceReading, Event, NotAvailable, Sample, Timeline
@@ -292,37 +293,17 @@ def register_cell_events(shell: Any, sampler: Sampler | None = None) -> None:
         return
     target = sampler if sampler is not None else get_sampler()
 
-    # IPython 9 counts the cell before pre_run_cell fires, IPython 8 after the cell ran. The
-    # offset starts from the major version and is corrected by the first result's count.
-    state = {"offset": -1 if _ipython_major() >= 9 else 0, "start": None}
-
+    # IPython 9.8+ counts the cell before pre_run_cell fires, earlier ones after the cell ran
+    # (sites.counts_cells_first)
     def pre_run_cell(info: Any = None) -> None:
-        count = getattr(shell, "execution_count", None)
-        stored = getattr(info, "store_history", True)
-        if isinstance(count, int) and stored:
-            state["start"] = count
-            count += state["offset"]
-        else:
-            state["start"], count = None, None
+        count = sites.running_cell_number(shell, stored=getattr(info, "store_history", True))
         target.add_event("cell_start", execution_count=count)
 
     def post_run_cell(result: Any = None) -> None:
-        count = getattr(result, "execution_count", None)
-        if isinstance(count, int) and state["start"] is not None:
-            state["offset"] = count - state["start"]
+        count = sites.finished_cell_number(result)
         target.add_event("cell_end", execution_count=count, success=bool(getattr(result, "success", True)))
 
     _cell_hooks.add(shell, pre_run_cell, post_run_cell)
-
-
-def _ipython_major() -> int:
-    import sys
-
-    ipython = sys.modules.get("IPython")  # a shell exists, so IPython is already imported
-    try:
-        return int(ipython.version_info[0])  # type: ignore[union-attr]
-    except Exception:
-        return 9
 
 
 def unregister_cell_events(shell: Any) -> None:

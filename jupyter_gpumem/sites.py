@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -88,10 +89,54 @@ def kind_of(path: str) -> str:
 
 def cell_numbers(shell: Any) -> Mapping[str, int]:
     """The shell's map of cell file names to execution counts (IPython's CachingCompiler keeps
-    it as ``_filename_map``, for ipykernel's hashed file names too); empty without one."""
+    it as ``_filename_map``, for ipykernel's hashed file names too); empty without one. The
+    number is the cell's own on every IPython: ``run_cell_async`` passes the running cell's
+    count to ``compiler.cache`` (``self.execution_count`` before the count goes up in 8.39.0
+    line 3303 and 9.7.0 line 3361; the saved ``execution_count`` in 9.8.0 line 3367)."""
     compiler = getattr(shell, "compile", None)
     found = getattr(compiler, "_filename_map", None)
     return found if isinstance(found, Mapping) else {}
+
+
+def counts_cells_first(ipython_version: tuple[int, ...]) -> bool:
+    """Whether this IPython adds one to ``shell.execution_count`` before the cell runs.
+
+    ``InteractiveShell.run_cell_async`` (IPython/core/interactiveshell.py) adds it after the cell
+    in 8.x and 9.0 to 9.7 (``self.execution_count += 1`` at the end: 8.39.0 line 3352, 9.7.0 line
+    3417), and before ``pre_run_cell`` from 9.8.0 (``execution_count = result.execution_count =
+    self.execution_count`` then ``self.execution_count += 1``, 9.8.0 lines 3296-3299).
+    """
+    return tuple(ipython_version[:2]) >= (9, 8)
+
+
+def _ipython_version() -> tuple[int, ...]:
+    ipython = sys.modules.get("IPython")  # a shell exists, so IPython is imported
+    try:
+        return tuple(int(part) for part in ipython.version_info[:2])  # type: ignore[union-attr]
+    except (AttributeError, TypeError, ValueError):
+        return (9, 8)  # not IPython's own versioning: take today's order
+
+
+def running_cell_number(shell: Any, stored: bool = True) -> int | None:
+    """The number of the cell running now (from ``pre_run_cell`` or from code the cell runs),
+    on every IPython: ``execution_count`` less one where IPython counts the cell first
+    (``counts_cells_first``). None for a cell kept out of the history (``store_history`` false:
+    IPython gives it no number) or a shell without a count."""
+    count = getattr(shell, "execution_count", None)
+    if not stored or not isinstance(count, int) or isinstance(count, bool):
+        return None
+    return count - 1 if counts_cells_first(_ipython_version()) else count
+
+
+def finished_cell_number(result: Any) -> int | None:
+    """The number of the cell an ``ExecutionResult`` (``post_run_cell``) is for. IPython 9.8+ sets
+    ``result.execution_count`` for a cell kept out of the history too (9.8.0 line 3296), to the
+    next cell's number; such a cell has none, so None."""
+    count = getattr(result, "execution_count", None)
+    info = getattr(result, "info", None)
+    if info is not None and getattr(info, "store_history", True) is False:
+        return None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def _cell(path: str, cells: Mapping[str, int]) -> int | None:
@@ -197,5 +242,6 @@ def forget() -> None:
     _by_traceback.clear()
 
 
-__all__ = ["Site", "Origin", "kind_of", "cell_numbers", "origin_of", "site_labeller", "top_sites", "stack_origin",
+__all__ = ["Site", "Origin", "kind_of", "cell_numbers", "counts_cells_first", "running_cell_number",
+           "finished_cell_number", "origin_of", "site_labeller", "top_sites", "stack_origin",
            "forget"]

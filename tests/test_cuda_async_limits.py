@@ -6,7 +6,9 @@ What XLA does, read from openxla/xla (the allocator JAX 0.10 and 0.11 build):
   (``create_new_pool`` false) with ``reserve_memory_size = reserve_memory ? allocator_memory : 0``.
 - xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc: that size is the release threshold
   and ``bytes_limit``; the default pool gets no maximum size. ``SetStreamAndPreallocateMemory``:
-  ``TF_CHECK_OK(tsl::ReadInt64FromEnvVar("TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC", 0, ...))``;
+  ``TF_CHECK_OK(tsl::ReadInt64FromEnvVar("TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC", 0, ...))`` in
+  the source at openxla/xla 16569562; jax-cuda12-pjrt 0.10.2's plugin holds absl's CHECK_OK text
+  for it (``tsl::ReadInt64FromEnvVar("TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC", 0, &prealloc_size) is OK``);
   ``-1`` takes the release threshold; ``reserve_memory`` takes it whatever the value; then
   ``AllocateRaw`` and ``DeallocateRaw`` at once.
 - xla/tsl/util/env_var.cc, ``ReadInt64FromEnvVar``: ``strings::safe_strto64``, which is
@@ -91,7 +93,7 @@ def test_status_flags_an_async_prealloc_xla_cannot_read_before_jax_starts(monkey
     warnings = _warnings(monkeypatch, XLA_PYTHON_CLIENT_ALLOCATOR=allocator, **{PREALLOC: raw})
     assert jax_backend.backend_started() is False
     flagged = [w for w in warnings if w.startswith(f"{PREALLOC}={raw!r}")]
-    assert len(flagged) == 1 and "aborts the process" in flagged[0] and "TF_CHECK_OK" in flagged[0]
+    assert len(flagged) == 1 and "aborts the process" in flagged[0] and "inside a CHECK_OK" in flagged[0]
 
 
 def test_status_shows_an_unreadable_async_prealloc_as_it_was_written(monkeypatch):

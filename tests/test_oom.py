@@ -13,7 +13,7 @@ import pytest
 
 from jupyter_gpumem import demo_traces, doctor
 from jupyter_gpumem.doctor.oom_rules import OomReadings, OtherProcess, advise, shortfall
-from jupyter_gpumem.doctor.oom_text import OomError, parse_request, recognise, recognise_text
+from jupyter_gpumem.doctor.oom_text import OomError, parse_request, recognise, recognise_text, xla_human_bytes
 from jupyter_gpumem.model import (
     CudaPoolReading,
     DeviceReading,
@@ -272,6 +272,13 @@ def test_report_from_fragmenting_trace_says_fragmentation_and_preallocate_on(mon
     assert "<table>" in report._repr_html_()
 
 
+def test_the_html_report_puts_what_to_do_before_the_tables():
+    """The report shows under IPython's traceback: the fixes come first, the numbers after."""
+    sample = last_sample("synthetic_two_kernels.jsonl")
+    html = doctor.oom_report(JaxRuntimeError(text("gpu_bfc_human.txt")), sample=sample, live=[], synthetic=True)._repr_html_()
+    assert html.index("What to do, best first:") < html.index("Allocator settings in effect:") < html.index("<table>")
+
+
 # --- a replayed report: the trace has the allocator's readings, not the arrays -----------------
 
 
@@ -449,7 +456,8 @@ def test_report_from_cuda_async_trace_takes_the_pool_from_the_driver(monkeypatch
 #
 # Texts (tests/data/oom_texts/README.md): XLA's MemoryAllocationError
 # (xla/stream_executor/integrations/tf_allocator_adapter.cc) writes "Out of host memory while
-# trying to allocate N bytes." for the GPU client's pinned host pool, whose cap is
+# trying to allocate 14.16GiB." (tsl::strings::HumanReadableNumBytes, jax-cuda12-pjrt 0.10.2;
+# "N bytes." before openxla/xla#33504) for the GPU client's pinned host pool, whose cap is
 # XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB GiB, 64 by default (GetGpuHostAllocator,
 # xla/pjrt/gpu/gpu_helpers.cc); LoadCubin (xla/stream_executor/cuda/cuda_executor.cc) writes
 # "[0] Failed to load in-memory CUBIN (compiled for a different GPU?)." and cuda::ToStatus
@@ -457,8 +465,68 @@ def test_report_from_cuda_async_trace_takes_the_pool_from_the_driver(monkeypatch
 # format strings are in jax-cuda12-pjrt 0.10.2's xla_cuda_plugin.so.
 
 
-def test_host_memory_text_gives_exact_bytes_as_the_host_form():
-    assert parse_request(text("gpu_host_memory_0.10.2.txt")) == ("host", 15_200_000_000, True, None)
+def test_host_memory_text_before_xla_33504_gives_exact_bytes_as_the_host_form():
+    assert parse_request(text("gpu_host_memory_bytes.txt")) == ("host", 15_200_000_000, True, None)
+
+
+def test_host_memory_text_of_jax_0_10_2_in_human_units_is_the_host_form_with_its_size():
+    # 14.16 GiB = 14.16 * 1073741824 = 15204184227.84 bytes
+    assert parse_request(text("gpu_host_memory_0.10.2.txt")) == ("host", 15_204_184_228, False, None)
+
+
+def _xla_human_readable_num_bytes(n: int) -> str:
+    """tsl::strings::HumanReadableNumBytes for n >= 0, as xla/tsl/platform/numbers.cc writes it
+    (format "%s%.*f%ciB", in jaxlib 0.10.2's libjax_common.so): under 1024 "<n>B"; else integer
+    division by 1024 while n >= 1024 * 1024, one unit of "KMGTPE" per division, then n / 1024
+    with 1 decimal for K and 2 for the others."""
+    if n < 1024:
+        return f"{n}B"
+    unit = 0
+    while n >= 1024 * 1024:
+        n //= 1024
+        unit += 1
+    return format(n / 1024, ".1f" if unit == 0 else ".2f") + "KMGTPE"[unit] + "iB"
+
+
+@pytest.mark.parametrize("printed, low, high", [
+    ("1023B", 1023, 1023),
+    # KiB, one decimal: 1.45 * 1024 = 1484.8 .. 1.55 * 1024 = 1587.2 bytes
+    ("1.5KiB", 1485, 1587),
+    # GiB: MiB counts m with round(m / 1024, 2) == 14.16: 14.155 * 1024 = 14494.72 .. 14.165 * 1024
+    # = 14504.96, so m = 14495 .. 14504, times 1 MiB, plus up to 1 MiB - 1 of remainder
+    ("14.16GiB", 14495 * 2**20, 14505 * 2**20 - 1),
+    # 0.125 * 1024 = 128 is printed "0.12" (half to even), so 1.125 MiB of KiB counts rounds down
+    ("1.12MiB", 1142 * 1024, 1152 * 1024 + 1023),
+])
+def test_xla_human_units_give_the_interval_xla_rounds_into(printed, low, high):
+    assert xla_human_bytes(printed) == (low, high)
+
+
+@pytest.mark.parametrize("printed", ["14.16 GiB", "14.1GiB", "1024B", "0.50GiB", "12GiB", "3.00GB"])
+def test_sizes_xla_never_prints_are_not_taken_for_its_units(printed):
+    assert xla_human_bytes(printed) is None
+
+
+@pytest.mark.parametrize("n", [0, 1023, 1024, 1075, 1076, 1_048_575, 1_048_576, 15_200_000_000,
+                               2**42, 2**42 + 2**30 - 1, 17_592_186_044_416 * 3 + 12345, 2**62])
+def test_every_size_xla_prints_reads_back_to_an_interval_holding_it(n):
+    low, high = xla_human_bytes(_xla_human_readable_num_bytes(n))
+    assert low <= n <= high
+
+
+def test_report_of_a_host_memory_error_in_human_units_names_the_size_and_the_host_limit():
+    """Before: "14.16GiB" was not read, the text fell to the sizeless RESOURCE_EXHAUSTED form and
+    got device advice. The variable is read by xla::GetGpuHostAllocator (xla/pjrt/gpu/gpu_helpers.cc,
+    tsl::ReadInt64FromEnvVar, GiB) in jax-cuda12-pjrt 0.10.2."""
+    sample = last_sample("synthetic_two_kernels.jsonl")
+    report = doctor.oom_report(JaxRuntimeError(text("gpu_host_memory_0.10.2.txt")), sample=sample, live=[], synthetic=True)
+    assert (report.error.form, report.error.requested_range) == ("host", (14495 * 2**20, 14505 * 2**20 - 1))
+    assert report.requested_line() == ("Requested: 14.16 GiB (the error printed it rounded: "
+                                       "15,199,109,120 to 15,209,594,879 bytes).")
+    (fix,) = report.fixes
+    # 15204184228 * 1.25 = 17.70 GiB: the limit is at least 65
+    assert (fix.kind, fix.action) == ("host_memory", "%env XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB=65  "
+                                                     "(restart the kernel, then run it before JAX starts)")
 
 
 @pytest.mark.parametrize("name, ordinal", [("gpu_cubin_load_0.10.2.txt", 0), ("gpu_cubin_load_internal.txt", None)])
@@ -560,3 +628,48 @@ def test_another_process_s_name_cannot_clear_the_terminal_or_forge_lines_in_the_
     assert text.count("What to do, best first:") == 1 and "\n  1. " in text and "\n\t1." not in text
     assert f"pid {hostile_process} (\\x1b[2J\\x1b[Htrain\\n\\nWhat\\tto\\tdo,\\tbest\\tfirst:\\n\\t1.\\tcurl\\tevil|sh\\x1b[8m)" in text
     assert "What\tto\tdo" in report._repr_html_()  # HTML escapes its own way (html.escape), as before
+
+
+# --- a CUDA graph the driver could not instantiate ---------------------------------------------
+#
+# Text (tests/data/oom_texts/README.md): GpuCommandBuffer::Finalize
+# (xla/stream_executor/gpu/gpu_command_buffer.cc, openxla/xla b1a49b1291459293c102f4b30dbb1b47f59ddac2;
+# the format string is in jax-cuda12-pjrt 0.10.2's xla_cuda_plugin.so) returns RESOURCE_EXHAUSTED
+# "Underlying backend ran out of memory trying to instantiate command buffer with N (total of M
+# alive graphs in the process) ...". --xla_gpu_enable_command_buffer is the list of command types
+# recorded into command buffers (xla/debug_options_flags.cc); an empty list records none.
+
+
+def test_command_buffer_text_is_recognised_as_its_own_form_with_no_size():
+    found = recognise(JaxRuntimeError(text("gpu_command_buffer_0.10.2.txt")))
+    assert found is not None
+    assert (found.form, found.requested_bytes, found.requested_range) == ("command_buffer", None, None)
+
+
+def test_command_buffer_error_advises_disabling_command_buffers_first():
+    # preallocated pool 60 of 80 GiB; NVML 150 MiB free
+    r = OomReadings(requested=None, device_total=80 * GiB, device_free=150 * MiB, bytes_in_use=40 * GiB,
+                    pool_bytes=60 * GiB, bytes_limit=60 * GiB, largest_free_block=20 * GiB, preallocate=True,
+                    fraction=0.75, error_form="command_buffer", synthetic=True)
+    fix = advise(r)[0]
+    assert fix.kind == "command_buffer"
+    assert fix.action.startswith("%env XLA_FLAGS=--xla_gpu_enable_command_buffer=  (restart the kernel")
+    assert fix.extra_actions[0] == "Leave the driver more room: %gpumem preallocate off  (restart the kernel, then run it first)"
+
+
+def test_command_buffer_error_without_preallocation_offers_a_lower_fraction():
+    r = OomReadings(requested=None, device_total=80 * GiB, device_free=100 * MiB, bytes_in_use=70 * GiB,
+                    pool_bytes=70 * GiB, bytes_limit=76 * GiB, largest_free_block=0, preallocate=False,
+                    fraction=0.95, error_form="command_buffer", synthetic=True)
+    fix = advise(r)[0]
+    assert fix.kind == "command_buffer"
+    assert fix.extra_actions[0] == "Leave the driver more room: %gpumem fraction 0.85  (restart the kernel, then run it first)"
+
+
+def test_report_of_a_command_buffer_error_names_its_fix_first():
+    """Before: the text was only RESOURCE_EXHAUSTED, and the report led with the other kernel."""
+    sample = last_sample("synthetic_two_kernels.jsonl")
+    report = doctor.oom_report(JaxRuntimeError(text("gpu_command_buffer_0.10.2.txt")), sample=sample, live=[], synthetic=True)
+    assert report.error.form == "command_buffer"
+    assert report.fixes[0].kind == "command_buffer"
+    assert "--xla_gpu_enable_command_buffer=" in str(report)

@@ -56,10 +56,11 @@ print(budget.output_bytes, sum("XLA compilation of jit(blow)" in m for m in seen
 def cells(tmp_path_factory) -> list[dict]:
     tmp_path = tmp_path_factory.mktemp("program")
     (tmp_path / "cells.json").write_text(json.dumps([SETUP, "y = blow(x)", "def outer(v):\n    return blow(v)\nouter(x)",
-                                                    BUDGETS, COMPILES]))
+                                                    BUDGETS, COMPILES, "z = jnp.zeros((2**42,), jnp.float32)"]))
     proc = subprocess.run([sys.executable, str(SESSION), "cells.json", "--ext"], capture_output=True, text=True,
                           timeout=180, cwd=tmp_path,
-                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                               "PYTHONPATH": str(SESSION.parent.parent)})  # this checkout, not the installed one
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(line[4:])
@@ -76,13 +77,27 @@ def test_the_report_names_the_jitted_call_and_its_compiled_budget(cells):
                              "aliased 0 B; no argument donated.")
 
 
+@pytest.mark.jax_versions
 def test_a_program_no_setting_can_fit_is_sent_to_the_program_first(cells):
     lines = _report(cells[1]["out"])
     fixes = lines[lines.index("What to do, best first:") + 1:]
     assert fixes[0].startswith("  1. blow (cell [2] line 1): its outputs and temporaries (16.00 TiB) exceed what is free (")
-    assert fixes[1] == "     Do: Make the program need less: wrap the heavy layers in jax.checkpoint (remat), or use a smaller batch"
+    # all outputs (16.00 TiB) and 4 B of temporaries: checkpointing, which shrinks only
+    # temporaries, is not the fix (before, it was the one offered)
+    assert fixes[1] == ("     Do: Make its outputs smaller: a smaller batch or array, a lower precision dtype, or outputs "
+                        "sharded across devices (jax.sharding); jax.checkpoint shrinks only temporaries")
     assert "no allocator setting changes what the program itself needs" in fixes[2]
     assert fixes[3].startswith("  2. The request (16.00 TiB) is larger than host memory")
+
+
+@pytest.mark.jax_versions
+def test_an_eager_operation_is_named_as_the_line_calls_it_not_by_its_primitive(cells):
+    """jnp.zeros outside jit runs as jit(prim_fun), prim_fun named broadcast_in_dim
+    (xla_primitive_callable, jax/_src/dispatch.py, jax-v0.4.38 to jax-v0.11.0). Before, the
+    report named the call "broadcast_in_dim" alone."""
+    lines = _report(cells[5]["out"])
+    at = lines.index("The failing call's program (compiled again, not run):")
+    assert lines[at + 1].startswith("  jnp.zeros (run eagerly as broadcast_in_dim) (cell [6] line 1): arguments ")
 
 
 def test_a_call_inside_a_function_is_named_by_the_function_line(cells):
@@ -123,6 +138,16 @@ def test_an_already_donated_program_gets_no_donation_fix(budgets):
     _, donated = budgets
     kinds = [f.kind for f in advise(_gpu(donated))]
     assert "donation" not in kinds and "program" not in kinds
+
+
+def test_a_request_larger_than_the_programs_temporaries_is_not_called_temporaries():
+    """Synthetic: a 4 MiB output of a program with 1 KiB of temporaries, beyond all live arrays:
+    remat cannot shrink an output (before, the remat rule named it "a program's temporaries")."""
+    budget = ProgramBudget("make (cell [3] line 1)", 0, 4 * MiB, 1024, 0, 0)
+    readings = OomReadings(requested=4 * MiB, device_total=8 * MiB, device_free=0, bytes_in_use=1 * MiB,
+                           pool_bytes=8 * MiB, bytes_limit=8 * MiB, largest_free_block=1 * MiB, allocator="bfc",
+                           live_bytes=1 * MiB, remat=True, program=budget, synthetic=True)
+    assert "remat" not in [f.kind for f in advise(readings)]
 
 
 def test_temporaries_alone_over_what_is_free_point_at_the_program():

@@ -160,10 +160,45 @@ R["remat"] = jax.config.jax_compiler_enable_remat_pass
 """)
 
 
-def test_remat_off_updates_jax_config_and_says_it_affects_later_compilations():
+def test_remat_off_after_start_updates_jax_config_and_says_compiled_programs_were_cleared():
     r = run_in_fresh_kernel(REMAT_AFTER_START)
     assert r["cell"]["ok"] and r["remat"] is False
-    assert "compilations from now on" in r["cell"]["out"]
+    assert "JAX's compiled programs were cleared (jax.clear_caches())" in r["cell"]["out"]
+
+
+# Spies on jax._src.compiler.get_compile_options, where JAX reads the switch
+# (``if not config.enable_remat_opt_pass.value: debug_options.xla_disable_hlo_passes =
+# "rematerialization"``, jax/_src/compiler.py, jax-v0.4.38 to jax-v0.11.0; pxla calls it through
+# the module, ``compiler.get_compile_options(...)``). The switch is not in the jit cache key
+# (``bool_state`` without ``include_in_jit_key``, jax/_src/config.py, the same versions).
+REMAT_RERUN = scenario("""
+import jax, jax.numpy as jnp
+from jax._src import compiler
+passes = []
+_options = compiler.get_compile_options
+def _spy(*args, **kwargs):
+    options = _options(*args, **kwargs)
+    passes.append(str(options.executable_build_options.debug_options.xla_disable_hlo_passes))
+    return options
+compiler.get_compile_options = _spy
+shell.user_ns.update(jnp=jnp, f=jax.jit(lambda x: jnp.sin(x) * 2))
+R["run"] = cell("y = f(jnp.ones(8)); y.block_until_ready()")
+R["first"] = list(passes)
+R["magic"] = cell("%gpumem remat off")
+del passes[:]
+R["again"] = cell("y = f(jnp.ones(8)); y.block_until_ready()")
+R["rerun"] = list(passes)
+""")
+
+
+@pytest.mark.jax_versions
+def test_a_jitted_function_run_again_after_remat_off_compiles_again_without_the_pass():
+    """Before: the re-run took the program compiled with remat on from the jit cache, and
+    compiled nothing."""
+    r = run_in_fresh_kernel(REMAT_RERUN)
+    assert r["run"]["ok"] and r["magic"]["ok"] and r["again"]["ok"]
+    assert r["first"] and "rematerialization" not in r["first"]
+    assert r["rerun"] and all(p == "rematerialization" for p in r["rerun"])
 
 
 BAD_FRACTION = scenario("""

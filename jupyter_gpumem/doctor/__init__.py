@@ -5,7 +5,8 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``hooks``: the cell hooks (which cell made which array, the OOM report, the per-cell line)
 - ``array_cells``: which cell made each live array, and the live arrays' device bytes
 - ``oom_text``: is this exception an out-of-memory error, and how much did it ask for
-- ``oom_rules``: ranked fixes from the numbers read at failure, one function per rule
+- ``oom_rules``: ranked fixes from the numbers read at failure, one function per rule;
+  ``oom_readings``: those numbers, and a fix, as data
 - ``report``: the OOM report itself, text and HTML
 - ``names``, ``arrays``: ``%gpumem arrays``: live arrays, their names and cells
 - ``snapshot``: ``%gpumem snapshot PATH``, JAX's device memory profile for pprof

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jupyter_gpumem import sites
 from jupyter_gpumem.doctor.hooks import install
 from jupyter_gpumem.doctor import oom_text
 from jupyter_gpumem.doctor.hooks import state as _state
@@ -43,7 +44,7 @@ _said = {"cpu_caveat": False}
 def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
     """The doctor's work after a cell (called by ``doctor_hooks``, once the cell's arrays are
     noted): the per-cell line and the OOM report."""
-    count = getattr(result, "execution_count", None)
+    count = sites.finished_cell_number(result)
     if tracker is not None and _state["cells"]:
         tracker.stop()
         caveat = tracker.measure != "allocator" and not _said["cpu_caveat"]
@@ -54,7 +55,6 @@ def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
 
 def _sites_text(shell: Any) -> str:
     """Where the cell's new, still-live arrays were allocated: the top three lines by bytes."""
-    from jupyter_gpumem import sites
     from jupyter_gpumem.doctor import array_cells
 
     top = sites.top_sites(array_cells.made_by_last_cell(), sites.cell_numbers(shell))

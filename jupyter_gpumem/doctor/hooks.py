@@ -10,6 +10,7 @@ import logging
 import sys
 from typing import Any
 
+from jupyter_gpumem import sites
 from jupyter_gpumem.cell_hooks import CellHooks
 
 log = logging.getLogger(__name__)
@@ -45,16 +46,13 @@ def install(shell: Any) -> None:
             log.debug("jupyter-gpumem could not list the arrays made before loading", exc_info=True)
 
     def pre_run_cell(info: Any = None) -> None:
-        count = getattr(shell, "execution_count", None)
-        if isinstance(count, int) and getattr(info, "store_history", False):
-            # IPython counts the cell up before pre_run_cell: the running cell is the one before
-            # (InteractiveShell.run_cell_async, IPython/core/interactiveshell.py, 9.18).
-            count -= 1
+        # IPython 9.8+ counts the cell before pre_run_cell, earlier ones after it ran
+        count = sites.running_cell_number(shell, stored=getattr(info, "store_history", True))
         try:
             if "jax" in sys.modules:
                 from jupyter_gpumem.doctor import array_cells
 
-                array_cells.begin_cell(count if isinstance(count, int) else None)
+                array_cells.begin_cell(count)
             if state["cells"]:
                 from jupyter_gpumem.doctor.tracking import Track
 
@@ -68,12 +66,12 @@ def install(shell: Any) -> None:
 
     def post_run_cell(result: Any = None) -> None:
         tracker, running["track"] = running["track"], None
-        count = getattr(result, "execution_count", None)
+        count = sites.finished_cell_number(result)
         try:
             if "jax" in sys.modules:
                 from jupyter_gpumem.doctor import array_cells
 
-                array_cells.end_cell(count if isinstance(count, int) else None)
+                array_cells.end_cell(count)
             if tracker is None and getattr(result, "error_in_exec", None) is None:
                 return  # nothing for the doctor: no error, no line to print
             from jupyter_gpumem.doctor.after_cell import after_cell

@@ -6,180 +6,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Callable
 
 from jupyter_gpumem import model
-from jupyter_gpumem.doctor.program_budget import ProgramBudget
-from jupyter_gpumem.model import AllocatorStats, CudaPoolReading
+from jupyter_gpumem.doctor.oom_readings import FIX_KINDS, Fix, OomReadings, OtherProcess
 from jupyter_gpumem.units import format_bytes
 
-
-@dataclass(frozen=True)
-class OtherProcess:
-    """Another process holding memory on the failing device (from NVML).
-
-    ``here`` False: NVML's pid is not a process in this PID namespace (inside a container NVML
-    lists the host's pids, NVIDIA/nvidia-docker#1483; or the process ended), so no fix names it.
-    """
-
-    pid: int
-    used_bytes: int | None  # None: the driver hides it (MIG)
-    label: str = "process"  # "Jupyter kernel", "process", ...
-    here: bool = True
-
-
-@dataclass(frozen=True)
-class OomReadings:
-    """Numbers read at the failure, the input to ``advise``. Any may be None (not known).
-
-    - ``device_total``: the device's total memory (NVML, or host RAM for the CPU)
-    - ``device_free``: what the driver says is free now (NVML); on the CPU, the host's available
-      memory (``MemAvailable``)
-    - ``bytes_in_use``, ``pool_bytes``, ``bytes_limit``, ``largest_free_block``: the allocator's
-      stats for the failing device (None on CPU and allocators without stats)
-    - ``cuda_pool``: under cuda_async, the driver's reading of its default pool, which is JAX's
-      pool there
-    - ``own_process_bytes``: NVML's bytes for this process on the device
-    - ``others``: the other processes on the device
-    - ``host_pid_processes``: processes NVML lists by pids that are not processes here, when it
-      cannot tell which of them is this kernel (``attribution.CANNOT_TELL``: containers)
-    - ``preallocate``, ``fraction``, ``remat``: the settings in effect; ``allocator``: the
-      failing device's allocator ("bfc", "cuda_async", ...), else the setting
-    - ``live_bytes``: bytes of live JAX arrays on the device (deduplicated); None where not
-      known (JAX not started, or a replayed trace, which records the allocator, not the arrays)
-    - ``history_bytes``: of those, bytes reachable only through Out/_ history
-    - ``error_form``: the message form (``OomError.form``): "host" is the GPU client's pinned
-      host memory pool, "cubin" a compiled kernel that could not be loaded onto the device
-    - ``host_array_bytes``: bytes of live arrays in a host memory kind (``pinned_host``)
-    - ``program``: the failing jitted call's own budget (``program_budget``), where found
-
-    The derived numbers below are ``model``'s metrics of these readings.
-    """
-
-    requested: int | None
-    device_total: int | None = None
-    device_free: int | None = None
-    bytes_in_use: int | None = None
-    pool_bytes: int | None = None
-    bytes_limit: int | None = None
-    largest_free_block: int | None = None
-    own_process_bytes: int | None = None
-    others: tuple[OtherProcess, ...] = ()
-    host_pid_processes: tuple[OtherProcess, ...] = ()
-    preallocate: bool | None = None
-    fraction: float | None = None
-    allocator: str | None = None
-    remat: bool | None = None
-    live_bytes: int | None = None
-    history_bytes: int = 0
-    platform: str = "gpu"
-    synthetic: bool = False
-    cuda_pool: CudaPoolReading | None = None
-    # JAX on the CPU while NVML lists GPUs (cpu_fallback.py): how many, how many hold no
-    # process, and the line that puts JAX on them
-    visible_gpus: int = 0
-    idle_gpus: int | None = None
-    gpu_fix: str | None = None
-    error_form: str = ""
-    host_array_bytes: int | None = None
-    program: ProgramBudget | None = None  # the failing jitted call, where it was found
-
-    # derived, each from model.py --------------------------------------------------------------
-
-    @property
-    def stats(self) -> AllocatorStats:
-        """The allocator's statistics as ``model`` reads them."""
-        return AllocatorStats(
-            allocator=self.allocator or "unknown",
-            bytes_in_use=self.bytes_in_use,
-            bytes_limit=self.bytes_limit,
-            pool_bytes=self.pool_bytes,
-            largest_free_block_bytes=self.largest_free_block,
-        )
-
-    @property
-    def driver_pool(self) -> bool:
-        """True under cuda_async: the pool is the CUDA driver's default pool, and no fraction caps it."""
-        return model.uses_driver_pool(self.stats, self.cuda_pool)
-
-    @property
-    def pool(self) -> int | None:
-        return model.pool_bytes(self.stats, self.cuda_pool)
-
-    @property
-    def pool_free(self) -> int | None:
-        return model.unused_pool_bytes(self.stats, self.cuda_pool)
-
-    @property
-    def total_free(self) -> int | None:
-        """Free bytes in the pool plus what it may still grow by: the most that could be had."""
-        return model.available_bytes(self.stats, self.cuda_pool, device_free=self.device_free)
-
-    @property
-    def largest_request(self) -> int | None:
-        """The largest single allocation that could succeed: a free block, or growth."""
-        return model.largest_likely_request(self.stats, self.cuda_pool, device_free=self.device_free)
-
-    @property
-    def fragmentation(self) -> float | None:
-        return model.fragmentation(self.stats, self.cuda_pool)
-
-    @property
-    def outside_pool(self) -> int | None:
-        """This process's bytes outside JAX's pool (NVML's count minus the pool)."""
-        return model.outside_allocator_bytes(self.own_process_bytes, self.stats, self.cuda_pool)
-
-    @property
-    def others_bytes(self) -> int:
-        return sum(p.used_bytes or 0 for p in self.others)
-
-    @property
-    def host_pid_others_bytes(self) -> int:
-        """The most that processes other than this kernel hold among ``host_pid_processes``:
-        their bytes less this kernel's pool, which is one of them."""
-        held = sum(p.used_bytes or 0 for p in self.host_pid_processes)
-        return max(0, held - (model.held_bytes(self.stats, self.cuda_pool) or 0)) if held else 0
-
-
-FIX_KINDS = (
-    "cpu_beside_gpus",
-    "too_large",
-    "other_process",
-    "history",
-    "fragmentation",
-    "fraction_cap",
-    "compiled_programs",
-    "remat",
-    "kernel_load",
-    "host_memory",
-    "program",
-    "donation",
-)
-
-
-@dataclass(frozen=True)
-class Fix:
-    """One ranked fix: what to run or do, why (with the numbers), and the bytes it may win."""
-
-    kind: str
-    title: str
-    action: str  # the exact %gpumem line or Python to run, or the action to take
-    why: str
-    gain_bytes: int | None = None  # bytes it would make available, where it can be estimated
-    enough: bool | None = None  # whether that covers the shortfall (None: unknown)
-    extra_actions: tuple[str, ...] = field(default_factory=tuple)
-
-    def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "title": self.title,
-            "action": self.action,
-            "extra_actions": list(self.extra_actions),
-            "why": self.why,
-            "gain_bytes": self.gain_bytes,
-            "enough": self.enough,
-        }
+__all__ = ["FIX_KINDS", "Fix", "OomReadings", "OtherProcess", "RULES", "advise", "shortfall"]
 
 
 def _b(n: int | None) -> str:
@@ -439,11 +272,13 @@ def rematerialisation(r: OomReadings, need: int | None) -> Fix | None:
     req, total = r.requested, r.device_total
     if req is None:
         return None
+    if r.program is not None and r.program.temp_bytes < req:
+        return None  # the failing call's own budget shows the request is not its temporaries
     if r.remat is False:
         return Fix(
             "remat",
             "XLA's rematerialisation pass is off",
-            "%gpumem remat on   (then re-run: it applies to new compilations)",
+            "%gpumem remat on   (it clears JAX's compiled programs: the re-run compiles again with the pass)",
             "With remat off, XLA keeps every intermediate; turning it on lets it recompute some instead.",
             None,
             None,
@@ -466,6 +301,17 @@ def rematerialisation(r: OomReadings, need: int | None) -> Fix | None:
     return None
 
 
+def _lower_fraction_line(r: OomReadings) -> str | None:
+    """``%gpumem fraction`` ten points below the one in effect (at least 0.1), to leave the
+    driver room outside the pool; None when no fraction is known."""
+    total = r.device_total
+    fraction = r.fraction if r.fraction is not None else (r.bytes_limit / total if r.bytes_limit and total else None)
+    if fraction is None:
+        return None
+    lower = max(0.1, math.floor(fraction * 100 - 10) / 100)
+    return f"%gpumem fraction {lower:g}  (restart the kernel, then run it first)"
+
+
 def kernel_load(r: OomReadings, need: int | None) -> Fix | None:
     """A compiled kernel could not be loaded ("Failed to load in-memory CUBIN ...
     CUDA_ERROR_OUT_OF_MEMORY", xla/stream_executor/cuda/cuda_executor.cc LoadCubin): the CUDA
@@ -482,9 +328,7 @@ def kernel_load(r: OomReadings, need: int | None) -> Fix | None:
     if r.others_bytes:
         seen.append(f"other processes hold {_b(r.others_bytes)}")
     numbers = ("; ".join(seen) + ".") if seen else "no device numbers were readable."
-    fraction = r.fraction if r.fraction is not None else (r.bytes_limit / total if r.bytes_limit and total else None)
-    lower = max(0.1, math.floor(fraction * 100 - 10) / 100) if fraction is not None else None
-    lower_line = f"%gpumem fraction {lower:g}  (restart the kernel, then run it first)" if lower is not None else None
+    lower_line = _lower_fraction_line(r)
     why = ("Loading a compiled kernel's code (CUBIN) takes device memory outside JAX's pool, and the device "
            f"was full: {numbers}")
     if r.preallocate is True and not r.driver_pool:
@@ -510,11 +354,42 @@ def kernel_load(r: OomReadings, need: int | None) -> Fix | None:
     )
 
 
+def command_buffers(r: OomReadings, need: int | None) -> Fix | None:
+    """The driver had no memory to instantiate a CUDA graph ("Underlying backend ran out of memory
+    trying to instantiate command buffer", GpuCommandBuffer::Finalize,
+    xla/stream_executor/gpu/gpu_command_buffer.cc). XLA records a program's kernels into CUDA
+    graphs (command buffers); ``--xla_gpu_enable_command_buffer`` is the list of command types it
+    records, and an empty list records none (xla/debug_options_flags.cc; the flag is in
+    jax-cuda12-pjrt 0.10.2), which is the fix XLA's own message names.
+    """
+    if r.error_form != "command_buffer":
+        return None
+    room = None if r.driver_pool else (
+        "%gpumem preallocate off  (restart the kernel, then run it first)" if r.preallocate is True
+        else _lower_fraction_line(r) if r.bytes_limit is not None else None)
+    extra = ((f"Leave the driver more room: {room}",) if room else ()) + (
+        "%gpumem free --caches   (compiled programs hold their CUDA graphs until JAX's caches are cleared)",)
+    return Fix(
+        "command_buffer",
+        "The device had no memory left to instantiate a CUDA graph (one of XLA's command buffers)",
+        "%env XLA_FLAGS=--xla_gpu_enable_command_buffer=  (restart the kernel, then run it before JAX starts; "
+        "keep any flags XLA_FLAGS already has on the same line)",
+        "XLA records the kernels of a compiled program into CUDA graphs, and instantiating one takes device "
+        "memory from the driver, outside JAX's pool; each compiled program keeps its graphs alive. "
+        "--xla_gpu_enable_command_buffer is the list of command types XLA records; empty, it records none, "
+        "so no graph is instantiated and kernels are launched one by one (somewhat slower).",
+        None,
+        None,
+        extra,
+    )
+
+
 def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
     """The GPU client's pinned host memory pool is full ("Out of host memory while trying to
-    allocate N bytes", xla/stream_executor/integrations/tf_allocator_adapter.cc): host RAM capped
-    by XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB, in GiB, 64 by default (GetGpuHostAllocator,
-    xla/pjrt/gpu/gpu_helpers.cc). No device fix applies to it.
+    allocate 14.16GiB.", xla/stream_executor/integrations/tf_allocator_adapter.cc): host RAM capped
+    by XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB, in GiB, 64 by default and 16 with
+    XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE=true (GetGpuHostAllocator, xla/pjrt/gpu/gpu_helpers.cc;
+    jax-cuda12-pjrt 0.10.2 reads both variables there). No device fix applies to it.
     """
     if r.error_form != "host":
         return None
@@ -530,7 +405,7 @@ def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
         action,
         "This is host RAM, not GPU memory: JAX's GPU client keeps arrays in the pinned_host memory kind, "
         "and host offloading, in a pinned host pool capped by XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB (GiB, "
-        "default 64). Pinned memory cannot be paged out: keep the limit below the machine's free RAM.",
+        "default 64; 16 with XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE=true). Pinned memory cannot be paged out: keep the limit below the machine's free RAM.",
         None,
         None,
         ("Or keep less in host memory: `del` pinned_host arrays you no longer need, or move them to the "
@@ -554,17 +429,24 @@ def _free_for_program(r: OomReadings) -> int | None:
 
 def program_itself(r: OomReadings, need: int | None) -> Fix | None:
     """The program needs more than is free even with its arguments donated: only a smaller
-    program helps (remat, a smaller batch), not a setting."""
+    program helps, not a setting. Remat (jax.checkpoint) recomputes instead of keeping, so it
+    shrinks temporaries only: where the outputs weigh at least as much, the fix is smaller
+    outputs."""
     p, free = r.program, _free_for_program(r)
     if p is None or free is None or p.needs - p.donation_gain <= free:
         return None
     alone = p.temp_bytes > free
     what = (f"its temporaries alone ({_b(p.temp_bytes)}) exceed" if alone
             else f"its outputs and temporaries ({_b(p.needs)}) exceed")
+    if not alone and p.output_bytes >= p.temp_bytes:
+        action = ("Make its outputs smaller: a smaller batch or array, a lower precision dtype, or outputs "
+                  "sharded across devices (jax.sharding); jax.checkpoint shrinks only temporaries")
+    else:
+        action = "Make the program need less: wrap the heavy layers in jax.checkpoint (remat), or use a smaller batch"
     return Fix(
         "program",
         f"{p.call}: {what} what is free ({_b(free)})",
-        "Make the program need less: wrap the heavy layers in jax.checkpoint (remat), or use a smaller batch",
+        action,
         f"The compiled program needs arguments {_b(p.argument_bytes)}, outputs {_b(p.output_bytes)}, temporaries "
         f"{_b(p.temp_bytes)}, code {_b(p.code_bytes)}, aliased {_b(p.alias_bytes)}; "
         + ("donating its arguments would not be enough; " if p.donation_gain else "")
@@ -604,6 +486,7 @@ RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     compiled_programs,
     rematerialisation,
     kernel_load,
+    command_buffers,
     pinned_host_pool,
     program_itself,
     donate_arguments,
@@ -623,11 +506,12 @@ def advise(r: OomReadings) -> list[Fix]:
     if r.error_form == "host":  # host RAM, not the device: no device fix applies
         return [fix for fix in (pinned_host_pool(r, None),) if fix is not None]
     need = shortfall(r)
-    first = [fix for fix in (jax_on_cpu_beside_gpus(r, need),) if fix is not None]
+    # a CUDA graph that could not be instantiated has its own fix, named first
+    first = [fix for fix in (jax_on_cpu_beside_gpus(r, need), command_buffers(r, need)) if fix is not None]
     too_large = request_larger_than_device(r, need)
     if too_large is not None:  # only the program's own fix can add to it
         return first + [fix for fix in (program_itself(r, need),) if fix is not None] + [too_large]
-    fixes = [fix for rule in RULES[2:] if (fix := rule(r, need)) is not None]
+    fixes = [fix for rule in RULES[2:] if rule is not command_buffers and (fix := rule(r, need)) is not None]
     order = {kind: i for i, kind in enumerate(FIX_KINDS)}
     fixes.sort(
         key=lambda f: (

@@ -2,7 +2,8 @@
 
 ``recognise(exc)`` gives an ``OomError`` for JAX's out-of-memory errors in every message form
 known (GPU BFC with human units or bytes, the pinned host memory pool, a compiled kernel that
-could not be loaded, the platform/address allocator, the CPU), by class name and by text,
+could not be loaded, a CUDA graph that could not be instantiated, the platform/address
+allocator, the CPU), by class name and by text,
 whatever the JAX version; None for anything else. ``parse_request(text)`` gives the requested
 size in bytes, and the device ordinal where the text names one.
 
@@ -10,9 +11,18 @@ The GPU texts as XLA writes them (the format strings are in jax-cuda12-pjrt 0.10
 xla_cuda_plugin.so):
 
 - ``MemoryAllocationError`` (xla/stream_executor/integrations/tf_allocator_adapter.cc):
-  ``"Out of " + ("host " if host memory) + "memory while trying to allocate N bytes."``, the host
-  one followed by "Please set the environment variable XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB to
-  allocate larger host memory than the default 64 GB."
+  ``"Out of " + ("host " if host memory) + "memory while trying to allocate " + SIZE + "."``, the
+  host one followed by "Please set the environment variable XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB to
+  allocate larger host memory than the default 64 GB." SIZE was ``N + " bytes"`` until
+  openxla/xla#33504 (November 2025); since then it is ``tsl::strings::HumanReadableNumBytes(N)``
+  ("14.16GiB"): jax-cuda12-pjrt 0.10.2's ``stream_executor::MemoryAllocationError`` calls it
+  (read from the plugin's disassembly). ``xla_human_bytes`` reads that format back.
+- ``GpuCommandBuffer::Finalize`` (xla/stream_executor/gpu/gpu_command_buffer.cc, openxla/xla
+  b1a49b1291459293c102f4b30dbb1b47f59ddac2; the same format string is in jax-cuda12-pjrt 0.10.2):
+  ``"Underlying backend ran out of memory trying to instantiate command buffer with %d (total of
+  %d alive graphs in the process). You can try to ... Original error: %s"``, RESOURCE_EXHAUSTED,
+  when the driver cannot instantiate a CUDA graph (``cuGraphInstantiate``: "Failed to instantiate
+  CUDA graph: CUDA_ERROR_OUT_OF_MEMORY ...").
 - ``LoadCubin`` (xla/stream_executor/cuda/cuda_executor.cc): ``"[0] Failed to load in-memory
   CUBIN (compiled for a different GPU?)."``, to which ``cuda::ToStatus``
   (xla/stream_executor/cuda/cuda_status.cc) adds ``": CUDA_ERROR_OUT_OF_MEMORY: out of memory"``
@@ -23,7 +33,7 @@ xla_cuda_plugin.so):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jupyter_gpumem.units import parse_bytes
 
@@ -31,7 +41,43 @@ from jupyter_gpumem.units import parse_bytes
 _RUNTIME_CLASS_NAMES = ("JaxRuntimeError", "XlaRuntimeError")
 
 
-# (form, pattern). The size group is parsed with units.parse_bytes; "exact" wins over "size".
+# A size as tsl::strings::HumanReadableNumBytes prints it: "1023B", "1.5KiB", "14.16GiB".
+_HUMAN_SIZE = r"\d+B|\d+\.\d[KMGTPE]iB|\d+\.\d\d[KMGTPE]iB"
+_HUMAN_UNITS = "KMGTPE"
+
+
+def xla_human_bytes(text: str) -> tuple[int, int] | None:
+    """The byte counts XLA could have printed as ``text``, as ``(lowest, highest)``; None if
+    ``text`` is not in XLA's format.
+
+    ``tsl::strings::HumanReadableNumBytes`` (xla/tsl/platform/numbers.cc; the format string
+    ``"%s%.*f%ciB"`` is in jaxlib 0.10.2 and jax-cuda12-pjrt 0.10.2) prints a count under 1024
+    as ``"<n>B"``. Otherwise it divides by 1024, dropping the remainder, while the count is at
+    least 1024 * 1024, one unit of K, M, G, T, P, E per division, then prints count / 1024 with
+    one decimal for KiB and two for the others (printf rounds the exact binary value half to
+    even, as Python's format does). So "14.16GiB" is any count of MiB ``m`` with
+    ``format(m / 1024, ".2f") == "14.16"``, times 1 MiB, plus a remainder under 1 MiB.
+    """
+    match = re.fullmatch(r"(?P<whole>\d+)B|(?P<num>\d+\.(?P<dec>\d+))(?P<unit>[KMGTPE])iB", text.strip())
+    if not match:
+        return None
+    if match.group("whole") is not None:
+        count = int(match.group("whole"))
+        return (count, count) if count < 1024 else None
+    unit, printed, decimals = match.group("unit"), match.group("num"), len(match.group("dec"))
+    if decimals != (1 if unit == "K" else 2):
+        return None
+    step = 1024 ** _HUMAN_UNITS.index(unit)  # bytes per count left after the divisions
+    centre = round(float(printed) * 1024)
+    counts = [c for c in range(centre - 64, centre + 65)
+              if 1024 <= c < 1024 * 1024 and format(c / 1024, f".{decimals}f") == printed]
+    if not counts:
+        return None
+    return counts[0] * step, (counts[-1] + 1) * step - 1
+
+
+# (form, pattern). The size group is parsed with xla_human_bytes (else units.parse_bytes);
+# "exact" wins over "size".
 _FORMS: tuple[tuple[str, re.Pattern], ...] = (
     # platform / address allocator: "Failed to allocate request for 32.00MiB (33554432B) on device ordinal 0"
     (
@@ -42,9 +88,22 @@ _FORMS: tuple[tuple[str, re.Pattern], ...] = (
             re.IGNORECASE,
         ),
     ),
+    # GPU, a CUDA graph (XLA's command buffer) the driver had no memory to instantiate (no size):
+    # "Underlying backend ran out of memory trying to instantiate command buffer with 35 (total of 2
+    # alive graphs in the process). ..."
+    (
+        "command_buffer",
+        re.compile(r"ran out of memory trying to instantiate command buffer", re.IGNORECASE),
+    ),
     # GPU, pinned host memory (XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB): "Out of host memory while trying
-    # to allocate 15200000000 bytes."
-    ("host", re.compile(r"Out of host memory while trying to allocate\s+(?P<exact>\d+)\s*bytes", re.IGNORECASE)),
+    # to allocate 14.16GiB." (jax-cuda12-pjrt 0.10.2), "... 15200000000 bytes." before openxla/xla#33504
+    (
+        "host",
+        re.compile(
+            r"Out of host memory while trying to allocate\s+(?:(?P<exact>\d+)\s*bytes|(?P<size>" + _HUMAN_SIZE + r"))",
+            re.IGNORECASE,
+        ),
+    ),
     # GPU, a compiled kernel's code could not be loaded for want of device memory (no size):
     # "[0] Failed to load in-memory CUBIN (compiled for a different GPU?).: CUDA_ERROR_OUT_OF_MEMORY: out of memory"
     (
@@ -56,10 +115,11 @@ _FORMS: tuple[tuple[str, re.Pattern], ...] = (
     ),
     # GPU BFC, 0.4.30: "Out of memory while trying to allocate 7406166528 bytes."
     ("gpu_bytes", re.compile(r"Out of memory while trying to allocate\s+(?P<exact>\d+)\s*bytes", re.IGNORECASE)),
-    # GPU BFC, current: "Out of memory while trying to allocate 21.88GiB." (rounded, about ±0.5%)
+    # GPU BFC, current: "Out of memory while trying to allocate 21.88GiB." (rounded to 2 decimals)
     (
         "gpu_human",
-        re.compile(r"Out of memory while trying to allocate\s+(?P<size>[\d.]+\s*[KMGTP]?i?B)\b", re.IGNORECASE),
+        re.compile(r"Out of memory while trying to allocate\s+(?P<size>" + _HUMAN_SIZE + r"|[\d.]+\s*[KMGTP]?i?B)\b",
+                   re.IGNORECASE),
     ),
     # CPU: "RESOURCE_EXHAUSTED: Out of memory allocating 17592186044416 bytes."
     ("cpu", re.compile(r"Out of memory allocating\s+(?P<exact>\d+)\s*bytes", re.IGNORECASE)),
@@ -77,9 +137,11 @@ class OomError:
     """A recognised out-of-memory error.
 
     ``form``: "gpu_human", "gpu_bytes", "host" (GPU's pinned host memory pool), "cubin" (loading a
-    compiled kernel onto a full device), "platform", "cpu", or "resource_exhausted" (the status
-    without a size we can read). ``requested_bytes`` is None where the text gives no size;
-    ``exact`` is False where the size was printed rounded (human units).
+    compiled kernel onto a full device), "command_buffer" (instantiating a CUDA graph on a full
+    device), "platform", "cpu", or "resource_exhausted" (the status without a size we can read). ``requested_bytes`` is None where the text gives no size;
+    ``exact`` is False where the size was printed rounded (human units); ``requested_range`` is
+    then the lowest and highest byte count XLA prints that way (``xla_human_bytes``), and for an
+    exact size the size twice.
     """
 
     form: str
@@ -88,11 +150,13 @@ class OomError:
     ordinal: int | None
     class_name: str
     message: str
+    requested_range: tuple[int, int] | None = field(default=None)
 
     def to_json(self) -> dict:
         return {
             "form": self.form,
             "requested_bytes": self.requested_bytes,
+            "requested_range": list(self.requested_range) if self.requested_range else None,
             "exact": self.exact,
             "ordinal": self.ordinal,
             "class_name": self.class_name,
@@ -126,6 +190,24 @@ def parse_request(text: str) -> tuple[str, int | None, bool, int | None] | None:
     return None
 
 
+def requested_range(text: str) -> tuple[int, int] | None:
+    """The lowest and highest request an error text can stand for: an exact size twice, a size
+    in XLA's human units its rounding interval (``xla_human_bytes``); None without a size."""
+    if not isinstance(text, str):
+        return None
+    for _form, pattern in _FORMS:
+        match = pattern.search(text)
+        if not match:
+            continue
+        groups = match.groupdict()
+        if groups.get("exact"):
+            return int(groups["exact"]), int(groups["exact"])
+        if groups.get("size"):
+            return xla_human_bytes(groups["size"].replace(" ", ""))
+        return None
+    return None
+
+
 def _class_names(exc: BaseException) -> tuple[str, ...]:
     return tuple(cls.__name__ for cls in type(exc).__mro__)
 
@@ -135,7 +217,7 @@ def recognise_text(text: str, class_name: str = "") -> OomError | None:
     parsed = parse_request(text)
     if parsed is not None:
         form, size, exact, ordinal = parsed
-        return OomError(form, size, exact, ordinal, class_name, text)
+        return OomError(form, size, exact, ordinal, class_name, text, requested_range(text))
     if _RESOURCE_EXHAUSTED in text and (not class_name or class_name in _RUNTIME_CLASS_NAMES):
         ordinal = _ORDINAL.search(text)
         return OomError(
@@ -163,7 +245,7 @@ def recognise(exc: BaseException | None) -> OomError | None:
             parsed = parse_request(text)
             if parsed is not None:
                 form, size, exact, ordinal = parsed
-                return OomError(form, size, exact, ordinal, type(exc).__name__, text)
+                return OomError(form, size, exact, ordinal, type(exc).__name__, text, requested_range(text))
             if runtime_name and _RESOURCE_EXHAUSTED in text:
                 found = recognise_text(text, runtime_name)
                 if found is not None:

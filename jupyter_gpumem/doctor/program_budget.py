@@ -22,6 +22,9 @@ from jupyter_gpumem import sites
 from jupyter_gpumem.sources import jax_arrays
 
 _PJIT = ("jax", "_src", "pjit.py")
+# An eager operation (jnp.zeros outside jit) runs as ``jit(prim_fun)`` with ``prim_fun.__name__ =
+# prim.name`` (xla_primitive_callable, jax/_src/dispatch.py, jax-v0.4.38 to jax-v0.11.0).
+_DISPATCH = ("jax", "_src", "dispatch.py")
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,38 @@ def _call_on_line(frame: Any) -> tuple[Any, tuple, dict] | None:
     return None
 
 
-def find_call(error: BaseException, cells: Any = None) -> tuple[Any, tuple, dict, str] | None:
-    """``(callee, args, kwargs, where)`` of the jitted call that failed, or None."""
+def _is_eager_operation(fun: Any) -> bool:
+    """Whether ``fun`` is JAX's wrapper for one primitive run outside jit (``prim_fun``)."""
+    filename = getattr(getattr(fun, "__code__", None), "co_filename", "")
+    return isinstance(filename, str) and filename.replace("\\", "/").endswith("/".join(_DISPATCH))
+
+
+def _called_on_line(frame: Any) -> str | None:
+    """What the frame's current line calls first (outermost), as written: ``jnp.zeros``."""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno or 0).strip()
+    try:
+        tree = ast.parse(line.rstrip(":"), mode="exec")
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):  # breadth first: the outermost call comes first
+        if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            return ast.unparse(node.func)
+    return None
+
+
+def _call_name(fun: Any, caller: Any) -> str:
+    """The call as the user knows it: a jitted function's name; for an eager operation, what the
+    user's line calls (``jnp.zeros``), with the primitive JAX ran it as."""
+    name = getattr(getattr(fun, "__wrapped__", fun), "__name__", "the call")
+    if caller is not None and _is_eager_operation(getattr(fun, "__wrapped__", fun)):
+        written = _called_on_line(caller)
+        if written:
+            return f"{written} (run eagerly as {name})"
+    return name
+
+
+def find_call(error: BaseException, cells: Any = None) -> tuple[Any, tuple, dict, str, str] | None:
+    """``(callee, args, kwargs, where, name)`` of the jitted call that failed, or None."""
     caller = None
     tb = error.__traceback__
     while tb is not None:
@@ -97,14 +130,15 @@ def find_call(error: BaseException, cells: Any = None) -> tuple[Any, tuple, dict
         if _is_pjit_cache_miss(frame):
             fun, args, kwargs = frame.f_locals.get("fun"), frame.f_locals.get("args"), frame.f_locals.get("kwargs")
             if fun is not None and isinstance(args, tuple):
-                return _jitted_for(fun, caller), args, dict(kwargs or {}), _where(caller, cells)
+                callee = _jitted_for(fun, caller)
+                return callee, args, dict(kwargs or {}), _where(caller, cells), _call_name(callee, caller)
         if sites.kind_of(frame.f_code.co_filename) == "user":
             caller = frame
         tb = tb.tb_next
     if caller is not None:
         found = _call_on_line(caller)
         if found is not None:
-            return (*found, _where(caller, cells))
+            return (*found, _where(caller, cells), _call_name(found[0], caller))
     return None
 
 
@@ -142,11 +176,10 @@ def program_budget(error: BaseException, shell: Any = None) -> ProgramBudget | N
         found = find_call(error, cells)
         if found is None:
             return None
-        callee, args, kwargs, where = found
+        callee, args, kwargs, where, name = found
         memory = jax_arrays.compile_memory(callee, jax_arrays.abstract_arrays(args), jax_arrays.abstract_arrays(kwargs))
     except Exception:  # tracing the user's function again may raise anything; the report must still show
         return None
-    name = getattr(getattr(callee, "__wrapped__", callee), "__name__", "the call")
     return ProgramBudget(
         call=f"{name} ({where})",
         argument_bytes=memory.argument_bytes,

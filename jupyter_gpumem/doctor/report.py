@@ -114,8 +114,13 @@ class OomReport(_TextReport):
         e = self.error
         if e.requested_bytes is None:
             return "Requested: the error does not say how much."
-        approx = "" if e.exact else "; the error printed it rounded"
-        return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes{approx})."
+        if e.exact:
+            return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes)."
+        low_high = e.requested_range
+        if low_high and low_high[0] != low_high[1]:
+            return (f"Requested: {_b(e.requested_bytes)} (the error printed it rounded: "
+                    f"{low_high[0]:,} to {low_high[1]:,} bytes).")
+        return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes; the error printed it rounded)."
 
     def program_line(self) -> str:
         p = self.readings.program
@@ -199,15 +204,16 @@ class OomReport(_TextReport):
         return (
             "<div class='jupyter-gpumem-oom' style='border-left:4px solid var(--jp-error-color1, #d32f2f);padding-left:8px'>"
             f"<p><b>JAX ran out of memory</b>{synthetic}. {_esc(self.requested_line())}</p>"
-            f"<p>Allocator settings in effect:</p><table>{settings}</table>"
+            # the fixes first: the traceback above is already long, the numbers behind them follow
+            f"<p>What to do, best first:</p><ol>{fixes}</ol>"
+            + (f"<p>The failing call's program (compiled again, not run): {_esc(self.program_line())}</p>"
+               if self.readings.program is not None else "")
+            + f"<p>Allocator settings in effect:</p><table>{settings}</table>"
             "<p>Device state at failure:</p><table><thead><tr><th>device</th><th>in use</th><th>pool</th><th>limit</th>"
             f"<th>largest free block</th><th>fragmentation</th><th>headroom</th></tr></thead><tbody>{''.join(devs)}</tbody></table>"
             f"<p>Other processes on the device:</p><ul>{others}</ul>"
             "<p>Largest live arrays:</p><table><thead><tr><th>bytes</th><th>array</th><th>held by</th><th>cell</th></tr></thead>"
             f"<tbody>{arrays}</tbody></table>"
-            + (f"<p>The failing call's program (compiled again, not run): {_esc(self.program_line())}</p>"
-               if self.readings.program is not None else "")
-            + f"<p>What to do, best first:</p><ol>{fixes}</ol>"
             "<p><small>The error above is unchanged and still stops the run.</small></p></div>"
         )
 

@@ -9,8 +9,10 @@ From openxla/xla, the allocator JAX 0.10 and 0.11 build (unverified on a GPU):
 - xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc: that size is the pool's release
   threshold and ``bytes_limit``; nothing sets a maximum size on the default pool, so the
   fraction limits nothing, with preallocation on or off. ``SetStreamAndPreallocateMemory`` reads
-  ``TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC`` with ``tsl::ReadInt64FromEnvVar`` inside
-  ``TF_CHECK_OK`` (a value it cannot read aborts the process); ``-1`` means the release
+  ``TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC`` with ``tsl::ReadInt64FromEnvVar`` inside a fatal
+  status check (absl's ``CHECK_OK`` in jax-cuda12-pjrt 0.10.2, whose plugin holds its
+  "... &prealloc_size) is OK" text; ``TF_CHECK_OK`` in the source at openxla/xla 16569562): a
+  value it cannot read aborts the process; ``-1`` means the release
   threshold, preallocation on takes the threshold whatever the value, and the bytes are
   allocated and freed at once. With a release threshold of 0 the driver takes them back at the
   next synchronisation.
@@ -45,7 +47,7 @@ def async_prealloc_problem(raw: str) -> str | None:
     if value is None:
         return (
             f"{ASYNC_PREALLOC_VAR}={raw!r} is not a whole number of bytes. XLA's cuda_async allocator "
-            "reads it inside TF_CHECK_OK when JAX's backend starts, and a value it cannot read aborts "
+            "reads it inside a CHECK_OK when JAX's backend starts, and a value it cannot read aborts "
             "the process: the kernel dies. Use `%gpumem async-prealloc SIZE` (bytes, 512MiB, all) "
             "or unset it."
         )
