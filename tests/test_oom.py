@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import time
+
 import pytest
 
 from jupyter_gpumem import demo_traces, doctor
@@ -607,6 +609,14 @@ def hostile_process():
     import sys
 
     proc = subprocess.Popen([HOSTILE_ARGV0, "-c", "import time; time.sleep(60)"], executable=sys.executable)
+    # Until the child has exec'd, /proc/PID/cmdline is still the parent's: wait for the new one.
+    cmdline = f"/proc/{proc.pid}/cmdline"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with open(cmdline, "rb") as f:
+            if f.read().startswith(HOSTILE_ARGV0.encode()):
+                break
+        time.sleep(0.01)
     try:
         yield proc.pid
     finally:
