@@ -7,9 +7,8 @@ recording (see that folder's README).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import time
+from pathlib import Path
 
 import pytest
 
