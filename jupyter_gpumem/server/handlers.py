@@ -1,4 +1,8 @@
-"""REST handlers under ``/jupyter-gpumem/api/``. All need a valid token (403 without one).
+"""REST handlers under ``/jupyter-gpumem/api/``. All need a valid token (403 without one) and
+the Authorizer's consent: ``read`` on ``kernels`` for the routes that name kernels (/devices,
+/kernels), ``read`` on ``api`` for /config, as jupyter_server's own handlers ask it
+(``@authorized`` with ``auth_resource``: jupyter_server/services/kernels/handlers.py and
+services/api/handlers.py, 2.21.1). A request the Authorizer refuses is a 403.
 
 A bad parameter is a 400 with ``{"error": ...}`` naming the valid values; anything unexpected
 is logged and answered with a 500 carrying JSON, never a crashed server. ``?token=`` is how
@@ -12,6 +16,7 @@ import logging
 import posixpath
 from typing import Any
 
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
@@ -19,6 +24,10 @@ from tornado import web
 log = logging.getLogger(__name__)
 
 API_PREFIX = "jupyter-gpumem/api"
+# jupyter_server's resource names (each handler module's AUTH_RESOURCE, 2.21.1): what
+# names kernels, their pids and notebooks is "kernels"; the server's own description is "api".
+KERNELS_RESOURCE = "kernels"
+SERVER_RESOURCE = "api"
 MAX_PATH = 4096
 
 # Read by jupyter_server's authentication before any handler runs: IdentityProvider.get_token
@@ -99,8 +108,10 @@ class DevicesHandler(_GpuMemHandler):
     shared caches (it names users' processes)."""
 
     allowed_params = ("notebook",)
+    auth_resource = KERNELS_RESOURCE
 
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         async def produce(params: dict) -> Any:
             notebook = params.get("notebook")
@@ -127,7 +138,10 @@ class DevicesHandler(_GpuMemHandler):
 
 
 class KernelsHandler(_GpuMemHandler):
+    auth_resource = KERNELS_RESOURCE
+
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         async def produce(params: dict) -> dict:
             kernels = await self.service.kernels()
@@ -137,7 +151,10 @@ class KernelsHandler(_GpuMemHandler):
 
 
 class ConfigHandler(_GpuMemHandler):
+    auth_resource = SERVER_RESOURCE
+
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         async def produce(params: dict) -> dict:
             return self.service.config_json()

@@ -5,8 +5,11 @@ connecting, then after each reading whose values differ from the last one sent (
 ETag). Nothing is sent while nothing changes, and no request is made per client: the answer is
 built once per reading and the same bytes go to every socket. An open socket keeps the shared
 sampler reading. Authentication is jupyter_server's own for websockets (``ws_authenticated``,
-jupyter_server 2.13+, as its kernel websocket uses it); a bad ``notebook`` closes the socket
-with code 1008 (policy) and the reason, before anything is sent.
+jupyter_server 2.13+, as its kernel websocket uses it), then the Authorizer must allow ``read``
+on ``kernels`` (the kernel websocket asks it for ``execute`` in ``pre_get``,
+jupyter_server/services/kernels/websocket.py, 2.21.1): a refusal is a 403 before the upgrade.
+A bad ``notebook`` closes the socket with code 1008 (policy) and the reason, before anything
+is sent.
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from jupyter_server.auth.decorator import ws_authenticated
+from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from jupyter_server.utils import url_path_join
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from jupyter_gpumem.server.handlers import API_PREFIX, AUTH_PARAMS, BadRequest, check_notebook_path
+from jupyter_gpumem.server.handlers import API_PREFIX, AUTH_PARAMS, KERNELS_RESOURCE, BadRequest, check_notebook_path
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,7 @@ class Watchers:
 
 class DevicesSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
     notebook: str | None = None
+    auth_resource = KERNELS_RESOURCE
 
     def set_default_headers(self) -> None:
         """No page headers (CSP and the like) on a websocket upgrade, as jupyter_server's own."""
@@ -77,6 +81,7 @@ class DevicesSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
         return self.settings["jupyter_gpumem"]
 
     @ws_authenticated
+    @authorized
     async def get(self, *args: Any, **kwargs: Any) -> None:
         await super().get(*args, **kwargs)
 
