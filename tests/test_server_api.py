@@ -467,6 +467,29 @@ async def test_a_socket_with_a_bad_notebook_is_closed_with_the_reason(jp_ws_fetc
     assert ws.close_code == 1008 and "normalised path" in ws.close_reason
 
 
+async def test_a_close_reason_of_multibyte_characters_is_cut_to_123_bytes_and_still_1008(jp_ws_fetch, world):
+    """100 emoji (400 bytes of UTF-8) in a parameter name: the reason is cut by bytes, not
+    characters; tornado refuses a close frame over 125 bytes (tornado/websocket.py,
+    WebSocketProtocol13._write_frame, "control frame payloads may not exceed 125 bytes", 6.5)."""
+    ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws", params={"\U0001F600" * 100: "1"})
+    assert await asyncio.wait_for(ws.read_message(), 5) is None
+    assert ws.close_code == 1008
+    assert ws.close_reason.startswith("unknown query parameter(s) \U0001F600")
+    assert len(ws.close_reason.encode("utf-8")) <= 123
+
+
+async def test_control_characters_in_a_parameter_name_are_escaped_in_the_reason_and_the_log(jp_ws_fetch, world, caplog):
+    caplog.set_level("INFO", logger="jupyter_gpumem")
+    name = "x\x1b[2J\r\nFix: run rm"
+    ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws", params={name: "1"})
+    assert await asyncio.wait_for(ws.read_message(), 5) is None
+    assert ws.close_code == 1008
+    assert "x\\x1b[2J\\r\\nFix: run rm" in ws.close_reason
+    assert not any(c in ws.close_reason for c in "\x1b\r\n")
+    logged = [r.getMessage() for r in caplog.records if "socket" in r.getMessage()]
+    assert logged and not any(c in line for line in logged for c in "\x1b\r\n")
+
+
 async def test_a_socket_without_a_token_is_refused(jp_ws_fetch, world):
     with pytest.raises(HTTPClientError) as err:
         await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws", headers={"Authorization": ""})

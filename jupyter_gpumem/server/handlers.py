@@ -40,6 +40,25 @@ class BadRequest(Exception):
     """A malformed parameter; the message names the valid values."""
 
 
+def escaped(text: str) -> str:
+    """``text`` with control and other unprintable characters written as Python escapes
+    (``\\x1b``, ``\\u2028``): what a client sent, safe to put in an answer, a close reason or a log line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def param_name(key: str) -> str:
+    """A query parameter's name as the client wrote it: tornado keeps names as latin-1 text
+    (tornado/escape.py, parse_qs_bytes, 6.5); UTF-8 names are read back as UTF-8."""
+    return key.encode("latin-1").decode("utf-8", "replace")
+
+
+def unknown_params_message(unknown: list[str], valid: str) -> str:
+    names = ", ".join(escaped(param_name(k)) for k in unknown)
+    return f"unknown query parameter(s) {names}; valid parameters: {valid}"
+
+
 class _GpuMemHandler(APIHandler):
     allowed_params: tuple[str, ...] = ()
 
@@ -55,7 +74,7 @@ class _GpuMemHandler(APIHandler):
         unknown = sorted(set(args) - set(self.allowed_params))
         if unknown:
             valid = ", ".join(self.allowed_params) if self.allowed_params else "none"
-            raise BadRequest(f"unknown query parameter(s) {', '.join(unknown)}; valid parameters: {valid}")
+            raise BadRequest(unknown_params_message(unknown, valid))
         out = {}
         for name, values in args.items():
             if len(values) != 1:

@@ -23,12 +23,26 @@ from jupyter_server.base.websocket import WebSocketMixin
 from jupyter_server.utils import url_path_join
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from jupyter_gpumem.server.handlers import API_PREFIX, AUTH_PARAMS, KERNELS_RESOURCE, BadRequest, check_notebook_path
+from jupyter_gpumem.server.handlers import (
+    API_PREFIX, AUTH_PARAMS, KERNELS_RESOURCE, BadRequest, check_notebook_path, escaped, unknown_params_message,
+)
 
 log = logging.getLogger(__name__)
 
 POLICY_VIOLATION = 1008  # RFC 6455, 7.4.1
 GOING_AWAY = 1001
+# A close frame's payload is at most 125 bytes: 2 for the code, 123 for the reason (RFC 6455,
+# 5.5 and 5.5.1); tornado raises on more (tornado/websocket.py, _write_frame).
+MAX_CLOSE_REASON_BYTES = 123
+
+
+def close_reason(text: str) -> str:
+    """``text`` as a close reason: control characters escaped, then cut to at most
+    MAX_CLOSE_REASON_BYTES of UTF-8 without splitting a character."""
+    data = escaped(text).encode("utf-8")
+    if len(data) <= MAX_CLOSE_REASON_BYTES:
+        return data.decode("utf-8")
+    return data[: MAX_CLOSE_REASON_BYTES - 3].decode("utf-8", "ignore") + "..."
 
 
 class Watchers:
@@ -90,7 +104,9 @@ class DevicesSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
         try:
             self.notebook = self._notebook()
         except BadRequest as exc:
-            self.close(POLICY_VIOLATION, str(exc)[:120])  # a close reason is at most 123 bytes
+            reason = close_reason(str(exc))
+            log.info("jupyter-gpumem: refused a /devices socket: %s", reason)
+            self.close(POLICY_VIOLATION, reason)
             return
         watchers = self.service.watchers
         watchers.add(self)
@@ -102,7 +118,7 @@ class DevicesSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
         args = {k: v for k, v in self.request.query_arguments.items() if k not in AUTH_PARAMS}
         unknown = sorted(set(args) - {"notebook"})
         if unknown:
-            raise BadRequest(f"unknown query parameter(s) {', '.join(unknown)}; valid parameters: notebook")
+            raise BadRequest(unknown_params_message(unknown, "notebook"))
         values = args.get("notebook")
         if values is None:
             return None
