@@ -1,5 +1,6 @@
 """The jupyter_server extension: REST endpoints under ``/jupyter-gpumem/api/`` and gauges on
-``/metrics``. Configured through ``c.GpuMem.*`` (see ``config.GpuMem`` and docs/server.md).
+``/metrics``, and on a listener of their own where ``GpuMem.metrics_port`` asks for one.
+Configured through ``c.GpuMem.*`` (see ``config.GpuMem`` and docs/server.md).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from jupyter_gpumem.server.handlers import handlers
+    from jupyter_gpumem.server.metrics import MetricsListener, gauges
     from jupyter_gpumem.server.push import route
     from jupyter_gpumem.server.service import GpuMemService
 
@@ -27,6 +29,18 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app = serverapp.web_app
     web_app.settings[_SETTINGS_KEY] = service
     web_app.add_handlers(".*$", [*handlers(web_app.settings["base_url"]), route(web_app.settings["base_url"])])
+    # jupyter_server's /metrics names kernels and notebooks only to a scrape that logged in.
+    gauges().kernel_names = bool(web_app.settings.get("authenticate_prometheus", True))
+    if config.metrics_port:
+        try:
+            service.metrics_listener = MetricsListener(config.metrics_ip, config.metrics_port, config.metrics_kernel_names)
+        except OSError as exc:
+            serverapp.log.error("jupyter-gpumem: cannot serve metrics on %s:%d (GpuMem.metrics_ip, metrics_port): %s",
+                                config.metrics_ip or "*", config.metrics_port, exc)
+        else:
+            serverapp.log.info("jupyter-gpumem: metrics on http://%s:%d/metrics (no authentication%s)",
+                               config.metrics_ip or "*", config.metrics_port,
+                               ", with kernel ids and notebook paths" if config.metrics_kernel_names else "")
     serverapp.log.info(
         "jupyter-gpumem: serving %s every %gs at %sjupyter-gpumem/api/",
         f"replay of {config.replay}" if config.replay else "NVML",
