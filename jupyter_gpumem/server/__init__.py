@@ -5,6 +5,7 @@ Configured through ``c.GpuMem.*`` (see ``config.GpuMem`` and docs/server.md).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from jupyter_gpumem.server.config import GpuMem
@@ -41,12 +42,32 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
             serverapp.log.info("jupyter-gpumem: metrics on http://%s:%d/metrics (no authentication%s)",
                                config.metrics_ip or "*", config.metrics_port,
                                ", with kernel ids and notebook paths" if config.metrics_kernel_names else "")
+    _stop_with(serverapp)
     serverapp.log.info(
         "jupyter-gpumem: serving %s every %gs at %sjupyter-gpumem/api/",
         f"replay of {config.replay}" if config.replay else "NVML",
         config.poll_interval,
         web_app.settings["base_url"],
     )
+
+
+def _stop_with(serverapp: Any) -> None:
+    """Stop the extension when the server shuts down: its sockets get 1001 (going away) while
+    the IOLoop still runs to send it, and the reader stops. jupyter_server calls no hook of a
+    module extension at shutdown (ExtensionManager.stop_all_extensions stops ExtensionApps
+    only, jupyter_server/extension/manager.py, 2.21.1), so the extension joins the
+    ``cleanup_extensions`` step that ``ServerApp._cleanup`` awaits first (serverapp.py)."""
+    if getattr(serverapp, "_jupyter_gpumem_stops", False):
+        return
+    cleanup_extensions = serverapp.cleanup_extensions
+
+    async def stop_then_cleanup_extensions() -> None:
+        _unload_jupyter_server_extension(serverapp)
+        await asyncio.sleep(0.1)  # the close frames leave while the IOLoop runs
+        await cleanup_extensions()
+
+    serverapp.cleanup_extensions = stop_then_cleanup_extensions
+    serverapp._jupyter_gpumem_stops = True
 
 
 def _unload_jupyter_server_extension(serverapp: Any) -> None:

@@ -130,7 +130,9 @@ class DevicesSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
         """The socket only speaks; what a client says is ignored."""
 
     def on_close(self) -> None:
-        self.service.watchers.discard(self)
+        service = self.settings.get("jupyter_gpumem")  # gone when the server is shutting down
+        if service is not None:
+            service.watchers.discard(self)
 
 
 
