@@ -169,7 +169,7 @@ async def test_an_unanswered_first_read_is_kept_and_answered_at_once_until_nvml_
         await asyncio.sleep(0.1)  # past the interval: the kept reading is older than a fresh one would be
         started = time.monotonic()
         later = [await sampler.latest() for _ in range(5)]
-        assert time.monotonic() - started < 0.1  # before: 0.3 s each
+        assert time.monotonic() - started < 0.25  # before: 0.3 s each, 1.5 s in all
         assert all(r is first for r in later)
         assert seen and seen[0] is first  # the gauges say NVML is not answering
         gate.set()
