@@ -6,6 +6,7 @@
 - ``Clock``: a monotonic clock that moves only when the test moves it
 - ``FakeCudaDriver``: libcuda, for one device's default memory pool, and (over a fake world)
   which GPU each CUDA ordinal is
+- ``extension_paths``: the URL paths of this package's handlers, read from a server's routes
 - sample builders: ``bfc_sample``, ``cuda_async_sample``, and ``PID``, the process they read as
 
 Tests import them from here (``from doubles import StubSampler``). Test modules do not import
@@ -15,6 +16,7 @@ conftest.py serves it as fixtures.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -261,3 +263,23 @@ class FakeCudaDriver:
         nvml = self.world.pci_bus_id(self.order[device - 100])
         buffer.value = nvml[4:].lower().encode()[: length - 1]
         return 0
+
+
+def extension_paths(web_app: Any, websockets: bool = False) -> list[str]:
+    """URL paths of every handler this package added to the server, read from tornado's rules:
+    the plain HTTP ones, or with ``websockets`` the websocket ones."""
+    from tornado.websocket import WebSocketHandler
+
+    paths = set()
+
+    def walk(router: Any) -> None:
+        for rule in router.rules:
+            target = rule.target
+            if hasattr(target, "rules"):
+                walk(target)
+            elif (isinstance(target, type) and target.__module__.startswith("jupyter_gpumem")
+                  and issubclass(target, WebSocketHandler) == websockets):
+                paths.add(re.sub(r"/\?\$$|\$$", "", rule.matcher.regex.pattern))
+
+    walk(web_app.default_router)
+    return sorted(paths)

@@ -1,9 +1,10 @@
 """Whether deploy/'s Prometheus rules, scrape config and Grafana dashboard work with the real thing.
 
 Debian's prometheus (2.42, with promtool) checks and unit-tests the rules, and a real Prometheus
-scrapes a jupyter_server on the fake three-GPU world (the drop-in pynvml: synthetic readings),
-through the example scrape job's token authentication, at a JupyterHub-style base URL, with a
-kernel holding fake GPU memory. Every dashboard query must then return data from it. No
+scrapes a jupyter_server on the fake three-GPU world (the drop-in pynvml: synthetic readings)
+the way the example scrape job says: on the server's metrics listener (``GpuMem.metrics_port``,
+no Jupyter token anywhere in Prometheus's config), with the hub user and server name taken from
+discovery's target labels, at a JupyterHub-style base URL, with a kernel holding fake GPU memory. Every dashboard query must then return data from it. No
 /devices request is made: the scrapes alone must start the server's NVML reader. ``make test``
 installs prometheus when missing (Makefile target ``prometheus``); without it these tests skip.
 """
@@ -33,8 +34,9 @@ RULES = DEPLOY / "prometheus" / "jupyter-gpumem.rules.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "jupyter-gpumem.rules.test.yml"
 SCRAPE_EXAMPLE = DEPLOY / "prometheus" / "prometheus.yml"
 DASHBOARD = DEPLOY / "grafana" / "jupyter-gpumem.json"
-SERVER_PORT, PROMETHEUS_PORT = 9140, 9141  # this project's test ports for the Prometheus stack
+SERVER_PORT, PROMETHEUS_PORT, METRICS_PORT = 9140, 9141, 9142  # this project's test ports for the Prometheus stack
 HUB_USER = "alice"
+SERVER_ENV_USER = "mallory"  # what the server's own environment claims: never a label
 BASE_URL = f"/user/{HUB_USER}/"
 KERNEL_GPU, KERNEL_BYTES = 2, 29 * GiB  # GPU 2 is idle in three_gpus
 
@@ -81,17 +83,16 @@ def test_rule_unit_tests_pass_and_cover_every_alert():
         "JupyterGpumemIdleKernelHoldsGpuMemory", "JupyterGpumemGpuOvercommitted", "JupyterGpumemNvmlUnreadable"}
 
 
-def scrape_config(tmp: Path, token: str, interval: str = "1s") -> Path:
-    """The example scrape config, pointed at files in ``tmp`` and at the test server over http."""
+def scrape_config(tmp: Path, interval: str = "1s") -> Path:
+    """The example scrape config, pointed at a targets file in ``tmp`` naming the test server's
+    metrics listener, as a discovery service would write it."""
     config = yaml.safe_load(SCRAPE_EXAMPLE.read_text())
     config["global"] = {"scrape_interval": interval, "evaluation_interval": interval}
     config["rule_files"] = [str(RULES)]
     (job,) = config["scrape_configs"]
-    job.update(scheme="http", scrape_interval=interval, scrape_timeout=interval)
-    (tmp / "token").write_text(token)
-    job["authorization"]["credentials_file"] = str(tmp / "token")
-    targets = [{"targets": [f"127.0.0.1:{SERVER_PORT}"],
-                "labels": {"__metrics_path__": f"{BASE_URL}metrics", "hub_user": HUB_USER}}]
+    job.update(scrape_interval=interval, scrape_timeout=interval)
+    targets = [{"targets": [f"127.0.0.1:{METRICS_PORT}"],
+                "labels": {"__meta_jupyterhub_user": HUB_USER, "__meta_jupyterhub_server_name": "gpu"}}]
     (tmp / "targets.json").write_text(json.dumps(targets))
     job["file_sd_configs"] = [{"files": [str(tmp / "targets.json")], "refresh_interval": interval}]
     path = tmp / "prometheus.yml"
@@ -101,8 +102,15 @@ def scrape_config(tmp: Path, token: str, interval: str = "1s") -> Path:
 
 @needs_promtool
 def test_the_example_scrape_config_is_valid(tmp_path):
-    result = promtool("check", "config", str(scrape_config(tmp_path, "t", interval="15s")))
+    result = promtool("check", "config", str(scrape_config(tmp_path, interval="15s")))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_example_scrape_config_holds_no_credential():
+    """Nothing in the job can authenticate to a Jupyter server (docs/server.md, "Many servers")."""
+    (job,) = yaml.safe_load(SCRAPE_EXAMPLE.read_text())["scrape_configs"]
+    assert not {"authorization", "basic_auth", "oauth2", "bearer_token", "bearer_token_file"} & set(job)
+    assert job["honor_labels"] is False  # discovery's user and server_name win over the server's
 
 
 class Http:
@@ -140,10 +148,10 @@ def start_server(tmp: Path, world_file: Path, token: str) -> tuple[subprocess.Po
                       "jpserver_extensions": {"jupyter_gpumem": True, "jupyterlab": False, "notebook_shim": False,
                                               "jupyter_lsp": False, "jupyter_server_terminals": False}},
         "IdentityProvider": {"token": token},
-        "GpuMem": {"poll_interval": 0.5, "idle_after": 0},
+        "GpuMem": {"poll_interval": 0.5, "idle_after": 0, "metrics_port": METRICS_PORT, "metrics_ip": "127.0.0.1"},
     }
     (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), str(ROOT)]), JUPYTERHUB_USER=HUB_USER,
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), str(ROOT)]), JUPYTERHUB_USER=SERVER_ENV_USER,
                JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
     env[ENV_VAR] = str(world_file)
     log = tmp / "server.log"
@@ -182,7 +190,7 @@ def test_a_real_prometheus_scrapes_a_server_and_every_dashboard_query_has_data(t
         (tmp_path / "tsdb").mkdir()
         prom_log = tmp_path / "prometheus.log"
         prom = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={scrape_config(tmp_path, token)}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            [PROMETHEUS, f"--config.file={scrape_config(tmp_path)}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"],
             stdout=prom_log.open("w"), stderr=subprocess.STDOUT)
         api = Http(f"http://127.0.0.1:{PROMETHEUS_PORT}/")
@@ -201,11 +209,14 @@ def test_a_real_prometheus_scrapes_a_server_and_every_dashboard_query_has_data(t
         assert not empty, f"no data for {empty}; targets: {api('api/v1/targets')['data']['activeTargets']}"
 
         (up,) = query('up{job="jupyterhub-singleuser"}')
-        assert up["value"][1] == "1" and up["metric"]["instance"] == f"127.0.0.1:{SERVER_PORT}{BASE_URL}metrics"
+        assert up["value"][1] == "1" and up["metric"]["instance"] == f"127.0.0.1:{METRICS_PORT}"
         (held,) = query("jupyter_gpumem_kernel_gpu_bytes")
         assert float(held["value"][1]) == KERNEL_BYTES
-        assert (held["metric"]["kernel_id"], held["metric"]["user"], held["metric"]["notebook_path"],
-                held["metric"]["index"]) == (kernel_id, HUB_USER, "idle.ipynb", str(KERNEL_GPU))
+        assert (held["metric"]["user"], held["metric"]["server_name"], held["metric"]["index"]) == (
+            HUB_USER, "gpu", str(KERNEL_GPU))
+        assert held["metric"]["kernel"] and not {"kernel_id", "notebook_path"} & set(held["metric"])
+        assert kernel_id not in json.dumps(query('{job="jupyterhub-singleuser"}'))
+        assert not query(f'{{user="{SERVER_ENV_USER}"}}') and not query('{exported_user!=""}')
         (synthetic,) = query("max(jupyter_gpumem_readings_synthetic)")
         assert synthetic["value"][1] == "1"  # the fake world says so
     finally:

@@ -262,3 +262,76 @@ async def test_a_restarted_extension_answers_the_panels_next_request(jp_fetch, j
     after = await devices(jp_fetch)
     assert after["state"] == "ok" and fresh.sampler.reads >= 1
     assert [d["uuid"] for d in after["devices"]] == [d["uuid"] for d in before["devices"]]
+
+
+# --- a hung NVML at shutdown --------------------------------------------------------------------
+
+
+async def test_a_server_with_nvml_hung_exits_promptly_and_its_sockets_get_1001(tmp_path):
+    """A real jupyter_server process on the fake world (synthetic), with an open /devices socket,
+    and NVML hung for 60 s in the read that is running when SIGTERM comes. jupyter_server stops
+    on SIGTERM through ServerApp._signal_stop then _cleanup (serverapp.py, 2.21.1); Python then
+    joins non-daemon and executor threads (threading._shutdown, concurrent.futures' _python_exit,
+    CPython 3.11). The server must exit well before NVML returns, and the socket must be closed
+    with 1001 (going away), as docs/server.md says."""
+    import secrets
+    import socket
+    import urllib.request
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR, scenario
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_hex(16)
+    world, world_file = scenario("three_gpus"), tmp_path / "world.json"
+    world.save(world_file)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "jupyter_server_config.json").write_text(json.dumps({
+        "ServerApp": {"ip": "127.0.0.1", "port": port, "port_retries": 0, "open_browser": False, "allow_root": True,
+                      "root_dir": str(tmp_path), "jpserver_extensions": {"jupyter_gpumem": True}},
+        "IdentityProvider": {"token": token},
+        "GpuMem": {"poll_interval": 0.2},
+    }))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), root]), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    env[ENV_VAR] = str(world_file)
+    log = tmp_path / "server.log"
+    server = subprocess.Popen([sys.executable, "-m", "jupyter_server"], env=env, cwd=tmp_path,
+                              stdout=log.open("w"), stderr=subprocess.STDOUT)
+    base = f"127.0.0.1:{port}/jupyter-gpumem/api/devices"
+    try:
+        for _ in range(300):
+            try:
+                request = urllib.request.Request(f"http://{base}", headers={"Authorization": f"token {token}"})
+                await asyncio.get_running_loop().run_in_executor(None, lambda: urllib.request.urlopen(request, timeout=5).read())
+                break
+            except OSError:
+                assert server.poll() is None, log.read_text()[-3000:]
+                await asyncio.sleep(0.2)
+        ws = await websocket_connect(HTTPRequest(f"ws://{base}/ws", headers={"Authorization": f"token {token}"}))
+        assert json.loads(await asyncio.wait_for(ws.read_message(), 10))["state"] == "ok"
+
+        world.slow_down(60.0, times=1000, function="nvmlDeviceGetMemoryInfo")
+        world.save(world_file)
+        await asyncio.sleep(1.5)  # the open socket keeps the reader going: its next read hangs
+        started = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        closing = asyncio.ensure_future(ws.read_message())
+        while server.poll() is None and time.monotonic() - started < 30:
+            await asyncio.sleep(0.05)
+        shutdown_seconds = time.monotonic() - started
+        print(f"shutdown with NVML hung: {shutdown_seconds:.2f} s")
+        assert "Uncaught exception" not in log.read_text()
+        assert server.poll() is not None, f"still running after 30 s:\n{log.read_text()[-3000:]}"
+        assert shutdown_seconds < 10, log.read_text()[-3000:]
+        assert await asyncio.wait_for(closing, 5) is None
+        assert ws.close_code == 1001, (ws.close_code, ws.close_reason)
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait(10)

@@ -1,5 +1,6 @@
 """Bad input, fuzzed with hypothesis: the %gpumem grammar, the trace reader, every REST route's
-query string, jupyter_gpumem.configure, and nonsense in a notebook's metadata.
+query string, the /devices socket's query string, jupyter_gpumem.configure, and nonsense in a
+notebook's metadata.
 
 Every input either works or fails with the documented error type, and changes nothing.
 """
@@ -204,6 +205,54 @@ async def test_random_query_strings_on_every_route_get_200_or_a_json_400(jp_fetc
         code, _, body = await asyncio.get_running_loop().run_in_executor(None, get, "config", "")
     assert code == 200 and json.loads(body)["version"]  # still serving
     assert seen == {200, 400}
+
+
+# --- the /devices socket: random query strings ------------------------------------------------
+
+# Long names of many-byte and control characters: a close reason is at most 123 bytes.
+long_names = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=20, max_size=80)
+ws_query_strings = st.one_of(
+    query_strings,
+    st.lists(st.tuples(st.one_of(long_names, query_keys), query_values), min_size=1, max_size=3).map(
+        lambda pairs: "&".join(f"{urllib.parse.quote(k, safe='')}={urllib.parse.quote(v, safe='')}"
+                               for k, v in pairs if k != "token")
+    ),
+)
+
+
+async def test_random_query_strings_on_the_socket_get_the_answer_or_a_1008_close(jp_fetch, jp_http_port, jp_base_url, jp_auth_header):
+    """Each client either gets the /devices JSON or a 1008 close with a reason of at most 123
+    UTF-8 bytes and no control characters; never an abnormal close (no code)."""
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    loop = asyncio.get_running_loop()
+    url = f"ws://127.0.0.1:{jp_http_port}{jp_base_url}jupyter-gpumem/api/devices/ws"
+    outcomes = {"answer": 0, "1008": 0}
+
+    async def client(query):
+        ws = await websocket_connect(HTTPRequest(f"{url}?{query}", headers=dict(jp_auth_header)))
+        message = await asyncio.wait_for(ws.read_message(), 20)
+        ws.close()
+        return message, ws.close_code, ws.close_reason
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(ws_query_strings)
+    def fuzz(query):
+        message, code, reason = asyncio.run_coroutine_threadsafe(client(query), loop).result(30)
+        if message is not None:
+            assert json.loads(message)["devices"], query
+            outcomes["answer"] += 1
+            return
+        assert code == 1008, (query, code, reason)
+        assert reason and len(reason.encode("utf-8")) <= 123, (query, reason)
+        assert reason.isprintable(), (query, reason)
+        outcomes["1008"] += 1
+
+    with fake_nvml("three_gpus"):
+        await loop.run_in_executor(None, fuzz)
+    print(f"socket clients: {outcomes}")
+    assert outcomes["answer"] and outcomes["1008"]
 
 
 # --- notebook metadata ------------------------------------------------------------------------

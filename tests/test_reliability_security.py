@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import subprocess
 import urllib.parse
 
 import pytest
 from tornado.httpclient import HTTPClientError
-from tornado.websocket import WebSocketHandler
 
+from doubles import extension_paths
 from jupyter_gpumem.testing import fake_nvml
 
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
@@ -31,24 +30,6 @@ def jp_server_config():
 def world():
     with fake_nvml("three_gpus") as w:
         yield w
-
-
-def extension_paths(web_app, websockets=False):
-    """URL paths of every handler this package added to the server, read from tornado's rules:
-    the plain HTTP ones, or with ``websockets`` the websocket ones."""
-    paths = set()
-
-    def walk(router):
-        for rule in router.rules:
-            target = rule.target
-            if hasattr(target, "rules"):
-                walk(target)
-            elif (isinstance(target, type) and target.__module__.startswith("jupyter_gpumem")
-                  and issubclass(target, WebSocketHandler) == websockets):
-                paths.add(re.sub(r"/\?\$$|\$$", "", rule.matcher.regex.pattern))
-
-    walk(web_app.default_router)
-    return sorted(paths)
 
 
 async def test_every_extension_websocket_refuses_a_wrong_token_and_opens_with_the_right_one(

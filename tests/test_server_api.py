@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import threading
 from datetime import datetime, timezone
 
@@ -15,6 +16,7 @@ from tornado.httpclient import HTTPClientError
 from jupyter_gpumem.server import readings as sources_module
 from jupyter_gpumem.server import service as service_module
 from jupyter_gpumem.testing.demo_trace import write_demo_trace
+from jupyter_gpumem.server.metrics import kernel_key
 from jupyter_gpumem.server.readings import ProcessFacts
 from jupyter_gpumem.testing import fake_nvml
 
@@ -38,11 +40,24 @@ def replay_file(kind, tmp_path):
 
 
 @pytest.fixture
-def jp_server_config(gpumem_config, tmp_path):
+def serverapp_config():
+    return {}
+
+
+@pytest.fixture
+def jp_server_config(gpumem_config, serverapp_config, tmp_path):
     config = dict(gpumem_config)
     if "replay" in config:
         config["replay"] = replay_file(config["replay"], tmp_path)
-    return {**EXT, "GpuMem": config}
+    if config.get("metrics_port") == "free":
+        config["metrics_port"] = free_port()
+    return {"ServerApp": {**EXT["ServerApp"], **serverapp_config}, "GpuMem": config}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -396,7 +411,7 @@ async def test_a_scrape_alone_starts_the_reader_and_the_next_scrape_has_readings
 
 @pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.2, "idle_after": 0}])
 async def test_a_kernel_on_a_gpu_is_exported_and_its_series_go_when_it_shuts_down(jp_fetch, service, world, monkeypatch):
-    monkeypatch.setattr(service, "user", "alice")  # what JUPYTERHUB_USER names in a single-user server
+    monkeypatch.setenv("JUPYTERHUB_USER", "mallory")  # the server's own environment names nobody
     kernel_id = await start_session(jp_fetch, "m.ipynb")
     pid = await kernel_pid(jp_fetch, kernel_id)
     world.add_process(2, pid, 29 * GiB)
@@ -410,7 +425,8 @@ async def test_a_kernel_on_a_gpu_is_exported_and_its_series_go_when_it_shuts_dow
         raise AssertionError(f"kernel series {'never appeared' if found else 'stayed'}:\n{text}")
 
     text = await scrape_until(True)
-    mine = dict(kernel_id=kernel_id, notebook_path="m.ipynb", user="alice", index="2", uuid=world.gpu(2).uuid)
+    mine = dict(kernel=kernel_key(kernel_id), kernel_id=kernel_id, notebook_path="m.ipynb", index="2", uuid=world.gpu(2).uuid)
+    assert "mallory" not in text and "user=" not in text
     assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", mine) == [29 * GiB]
     (idle,) = sample(text, "jupyter_gpumem_kernel_idle_seconds", mine)
     assert 0 <= idle < 60
@@ -420,6 +436,79 @@ async def test_a_kernel_on_a_gpu_is_exported_and_its_series_go_when_it_shuts_dow
     world.remove_process(2, pid)
     text = await scrape_until(False)
     assert "jupyter_gpumem_device_used_bytes{" in text
+
+
+async def kernel_series(read, kernel_id: str) -> str:
+    """The first exposition ``read()`` gives that has the kernel's series (by its ``kernel`` key)."""
+    text = ""
+    for _ in range(100):
+        text = await read()
+        if f'kernel="{kernel_key(kernel_id)}"' in text:
+            return text
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the kernel's series never appeared:\n{text}")
+
+
+@pytest.mark.parametrize("serverapp_config", [{"authenticate_prometheus": False}])
+@pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.2, "idle_after": 0}])
+async def test_without_prometheus_authentication_metrics_carry_no_kernel_id_or_notebook_path(jp_fetch, service, world):
+    kernel_id = await start_session(jp_fetch, "private/plan.ipynb")
+    world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 29 * GiB)
+
+    async def anonymous_scrape() -> str:
+        return (await jp_fetch("metrics", headers={"Authorization": ""})).body.decode()
+
+    text = await kernel_series(anonymous_scrape, kernel_id)
+    assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", {"kernel": kernel_key(kernel_id), "index": "2"}) == [29 * GiB]
+    assert kernel_id not in text and "plan.ipynb" not in text
+    assert "kernel_id=" not in text and "notebook_path=" not in text
+
+
+def test_the_metrics_listener_is_off_by_default(service):
+    assert service.config.metrics_port == 0 and service.metrics_listener is None
+
+
+async def listener_get(service, path: str, method: str = "GET"):
+    from tornado.httpclient import AsyncHTTPClient
+
+    url = f"http://127.0.0.1:{service.metrics_listener.port}{path}"
+    return await AsyncHTTPClient().fetch(url, method=method, raise_error=False,
+                                         body=b"" if method == "POST" else None)
+
+
+@pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.2, "idle_after": 0, "metrics_port": "free"}])
+async def test_the_metrics_listener_serves_the_gauges_without_a_token_and_without_kernel_names(jp_fetch, service, world):
+    kernel_id = await start_session(jp_fetch, "private/plan.ipynb")
+    world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 29 * GiB)
+
+    async def listener_scrape() -> str:
+        return (await listener_get(service, "/metrics")).body.decode()
+
+    text = await kernel_series(listener_scrape, kernel_id)
+    assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", {"kernel": kernel_key(kernel_id), "index": "2"}) == [29 * GiB]
+    assert kernel_id not in text and "plan.ipynb" not in text
+    assert all(line.startswith(("# HELP jupyter_gpumem_", "# TYPE jupyter_gpumem_", "jupyter_gpumem_"))
+               for line in text.splitlines() if line)  # only this extension's gauges
+
+
+@pytest.mark.parametrize("gpumem_config", [{"metrics_port": "free"}])
+async def test_the_metrics_listener_answers_nothing_but_get_metrics(jp_fetch, service, world):
+    for path in ("/", "/api/kernels", "/api/status", "/jupyter-gpumem/api/devices", "/metrics/x", "/login"):
+        assert (await listener_get(service, path)).code == 404, path
+    assert (await listener_get(service, "/metrics", method="POST")).code == 405
+
+
+@pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.2, "idle_after": 0, "metrics_port": "free",
+                                            "metrics_kernel_names": True}])
+async def test_the_metrics_listener_names_kernels_where_the_operator_asks(jp_fetch, service, world):
+    kernel_id = await start_session(jp_fetch, "shared.ipynb")
+    world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 29 * GiB)
+
+    async def listener_scrape() -> str:
+        return (await listener_get(service, "/metrics")).body.decode()
+
+    text = await kernel_series(listener_scrape, kernel_id)
+    assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", {"kernel_id": kernel_id, "notebook_path": "shared.ipynb"}) == [29 * GiB]
 
 
 async def test_an_unchanged_answer_is_a_304_and_a_changed_one_a_200(jp_fetch, service, world):
@@ -465,6 +554,29 @@ async def test_a_socket_with_a_bad_notebook_is_closed_with_the_reason(jp_ws_fetc
     ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws", params={"notebook": "../x.ipynb"})
     assert await asyncio.wait_for(ws.read_message(), 5) is None
     assert ws.close_code == 1008 and "normalised path" in ws.close_reason
+
+
+async def test_a_close_reason_of_multibyte_characters_is_cut_to_123_bytes_and_still_1008(jp_ws_fetch, world):
+    """100 emoji (400 bytes of UTF-8) in a parameter name: the reason is cut by bytes, not
+    characters; tornado refuses a close frame over 125 bytes (tornado/websocket.py,
+    WebSocketProtocol13._write_frame, "control frame payloads may not exceed 125 bytes", 6.5)."""
+    ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws", params={"\U0001F600" * 100: "1"})
+    assert await asyncio.wait_for(ws.read_message(), 5) is None
+    assert ws.close_code == 1008
+    assert ws.close_reason.startswith("unknown query parameter(s) \U0001F600")
+    assert len(ws.close_reason.encode("utf-8")) <= 123
+
+
+async def test_control_characters_in_a_parameter_name_are_escaped_in_the_reason_and_the_log(jp_ws_fetch, world, caplog):
+    caplog.set_level("INFO", logger="jupyter_gpumem")
+    name = "x\x1b[2J\r\nFix: run rm"
+    ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws", params={name: "1"})
+    assert await asyncio.wait_for(ws.read_message(), 5) is None
+    assert ws.close_code == 1008
+    assert "x\\x1b[2J\\r\\nFix: run rm" in ws.close_reason
+    assert not any(c in ws.close_reason for c in "\x1b\r\n")
+    logged = [r.getMessage() for r in caplog.records if "socket" in r.getMessage()]
+    assert logged and not any(c in line for line in logged for c in "\x1b\r\n")
 
 
 async def test_a_socket_without_a_token_is_refused(jp_ws_fetch, world):

@@ -21,6 +21,8 @@ from jupyter_gpumem.server.config import GpuMem
         ("kernel_pid_timeout", math.nan, "GpuMem.kernel_pid_timeout must be above 0 and at most 60 seconds, got nan"),
         ("idle_after", -1, "GpuMem.idle_after must be between 0 and 604800 seconds, got -1.0"),
         ("idle_after", math.inf, "GpuMem.idle_after must be between 0 and 604800 seconds, got inf"),
+        ("metrics_port", 65536, "GpuMem.metrics_port must be between 0 and 65535, got 65536"),
+        ("metrics_port", -1, "GpuMem.metrics_port must be between 0 and 65535, got -1"),
     ],
 )
 def test_out_of_range_setting_is_refused_naming_its_range(name, value, message):

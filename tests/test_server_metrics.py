@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from jupyter_gpumem.model import NO_DRIVER, DeviceReading, DeviceUnreadable, NotAvailable, ProcessReading
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelInfo, launch_env, launch_preallocates
-from jupyter_gpumem.server.metrics import Snapshot, families, snapshot_from
+from jupyter_gpumem.server.metrics import MAX_LABEL_CHARS, Snapshot, capped, families, kernel_key, snapshot_from
 from jupyter_gpumem.server.readings import Reading
 
 GiB = 1024**3
@@ -37,17 +37,17 @@ def snapshot(devices, kernels, source="nvml", **kw):
 
 
 class _Registry:
-    def __init__(self, snap: Snapshot, now: float):
-        self.snap, self.now = snap, now
+    def __init__(self, snap: Snapshot, now: float, kernel_names: bool):
+        self.snap, self.now, self.kernel_names = snap, now, kernel_names
 
     def collect(self):
-        return families(self.snap, self.now)
+        return families(self.snap, self.now, kernel_names=self.kernel_names)
 
 
-def exposition(snap: Snapshot, now: float = NOW) -> dict[str, float]:
+def exposition(snap: Snapshot, now: float = NOW, kernel_names: bool = True) -> dict[str, float]:
     """Prometheus text format (prometheus_client's own writer) as {'name{labels}': value}."""
     registry = CollectorRegistry()
-    registry.register(_Registry(snap, now))
+    registry.register(_Registry(snap, now, kernel_names))
     out = {}
     for line in generate_latest(registry).decode().splitlines():
         if line and not line.startswith("#"):
@@ -61,9 +61,9 @@ def series(expo: dict, name: str, **labels) -> list[float]:
 
 
 def test_an_idle_kernel_holding_memory_has_every_per_kernel_series():
-    snap = snapshot((gpu(ProcessReading(11, 30 * GiB)),), [kernel("k1", 11, idle_for=3600)], user="alice")
+    snap = snapshot((gpu(ProcessReading(11, 30 * GiB)),), [kernel("k1", 11, idle_for=3600)])
     expo = exposition(snap, now=NOW + 5)
-    labels = dict(kernel_id="k1", notebook_path="k1.ipynb", user="alice", index="0", uuid="GPU-0")
+    labels = dict(kernel=kernel_key("k1"), kernel_id="k1", notebook_path="k1.ipynb", index="0", uuid="GPU-0")
     assert series(expo, "jupyter_gpumem_kernel_gpu_bytes", **labels) == [30 * GiB]
     assert series(expo, "jupyter_gpumem_kernel_idle_seconds", **labels) == [3605.0]  # at scrape time
     assert series(expo, "jupyter_gpumem_kernel_execution_state", state="idle", **labels) == [1.0]
@@ -183,3 +183,29 @@ def test_launch_env_is_the_session_env_then_the_kernelspec_env():
     km = SimpleNamespace(_launch_args={"env": {"A": "1", "B": "1"}}, _kernel_spec=SimpleNamespace(env={"B": "2"}))
     assert launch_env(km) == {"A": "1", "B": "2"}
     assert launch_env(SimpleNamespace()) == {}
+
+
+def test_without_kernel_names_no_kernel_id_or_notebook_path_is_exported_and_kernels_stay_apart():
+    snap = snapshot((gpu(ProcessReading(11, 5 * GiB), ProcessReading(12, 6 * GiB)),),
+                    [kernel("k1", 11, path="secret/plan.ipynb"), kernel("k2", 12)])
+    text = "\n".join(exposition(snap, kernel_names=False))
+    assert "k1" not in text.replace(kernel_key("k1"), "") and "secret" not in text
+    assert "kernel_id=" not in text and "notebook_path=" not in text
+    held = sorted(series(exposition(snap, kernel_names=False), "jupyter_gpumem_kernel_gpu_bytes"))
+    assert held == [5 * GiB, 6 * GiB]  # two kernels, two series
+
+
+def test_the_kernel_label_is_the_same_for_one_kernel_and_differs_between_kernels():
+    assert kernel_key("k1") == kernel_key("k1") != kernel_key("k2")
+    assert len(kernel_key("k1")) == 12 and "k1" not in kernel_key("k1")
+
+
+def test_a_200000_character_notebook_path_is_a_label_of_at_most_the_cap_and_two_stay_distinct():
+    long_a, long_b = "a" * 200_000 + ".ipynb", "a" * 200_000 + "b.ipynb"
+    snap = snapshot((gpu(ProcessReading(11, 5 * GiB), ProcessReading(12, 6 * GiB)),),
+                    [kernel("k1", 11, path=long_a), kernel("k2", 12, path=long_b)])
+    expo = exposition(snap)
+    paths = {k.split('notebook_path="')[1].split('"')[0] for k in expo if "notebook_path=" in k}
+    assert len(paths) == 2 and all(len(p) == MAX_LABEL_CHARS and "…" in p for p in paths)
+    assert max(len(k) for k in expo) < 1000
+    assert capped("short.ipynb") == "short.ipynb"

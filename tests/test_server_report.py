@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY, generate_latest
 from jupyter_gpumem.model import NO_DRIVER, DeviceReading, NotAvailable, PIDS_HIDDEN, ProcessReading
 from jupyter_gpumem.server.device_report import build_devices_report, suggested_fraction
 from jupyter_gpumem.server.kernels import KernelInfo, last_activity, provisioner_pid
-from jupyter_gpumem.server.metrics import gauges, snapshot_from
+from jupyter_gpumem.server.metrics import gauges, kernel_key, snapshot_from
 from jupyter_gpumem.server.readings import ProcessFacts, Reading, process_facts
 
 GiB = 1024**3
@@ -166,10 +166,10 @@ def test_kernel_gauge_follows_readings_and_drops_kernels_that_left():
     kernels = [kernel("kgauge", 11, "g.ipynb")]
     g.update(snapshot_from(report(live(gpu(ProcessReading(11, 5 * GiB))), kernels), kernels))
     text = generate_latest(REGISTRY).decode()
-    assert metric(text, "jupyter_gpumem_kernel_gpu_bytes", kernel_id="kgauge", notebook_path="g.ipynb") == 5 * GiB
+    assert metric(text, "jupyter_gpumem_kernel_gpu_bytes", kernel=kernel_key("kgauge")) == 5 * GiB
     g.update(snapshot_from(report(live(gpu()), []), []))
     text = generate_latest(REGISTRY).decode()
-    assert metric(text, "jupyter_gpumem_kernel_gpu_bytes", kernel_id="kgauge") is None
+    assert metric(text, "jupyter_gpumem_kernel_gpu_bytes", kernel=kernel_key("kgauge")) is None
     assert re.search(r'jupyter_gpumem_device_used_bytes\{index="0"', text)
     g.clear()
 

@@ -152,3 +152,50 @@ async def test_a_request_after_the_idle_stop_reads_on_a_fresh_thread():
         assert source.calls > calls and source.thread_objects - first
     finally:
         sampler.stop()
+
+
+async def test_an_unanswered_first_read_is_kept_and_answered_at_once_until_nvml_answers():
+    """A hung NVML: the first request waits first_read_timeout, the ones after it do not."""
+    gate = threading.Event()
+    seen = []
+
+    async def on_reading(reading):
+        seen.append(reading)
+
+    sampler = SharedSampler(CountingSource(gate), interval=0.05, first_read_timeout=0.3, on_reading=on_reading)
+    try:
+        first = await sampler.latest()
+        assert first.devices.code == "error" and "did not answer within 0.3 s" in first.devices.reason
+        await asyncio.sleep(0.1)  # past the interval: the kept reading is older than a fresh one would be
+        started = time.monotonic()
+        later = [await sampler.latest() for _ in range(5)]
+        assert time.monotonic() - started < 0.25  # before: 0.3 s each, 1.5 s in all
+        assert all(r is first for r in later)
+        assert seen and seen[0] is first  # the gauges say NVML is not answering
+        gate.set()
+        for _ in range(100):
+            reading = await sampler.latest()
+            if reading is not first:
+                break
+            await asyncio.sleep(0.02)
+        assert reading.devices == ()  # NVML answered: its reading replaces the kept one
+    finally:
+        gate.set()
+        sampler.stop()
+
+
+async def test_the_reader_thread_is_a_daemon_so_a_hung_read_never_holds_up_exit():
+    """Python joins executor threads at exit (concurrent/futures/thread.py, _python_exit,
+    CPython 3.11); a daemon thread it does not."""
+    gate = threading.Event()
+    source = CountingSource(gate)
+    sampler = SharedSampler(source, interval=60, first_read_timeout=0.05)
+    try:
+        await sampler.latest()
+        (reader,) = source.thread_objects
+        assert reader.daemon
+        started = time.monotonic()
+        sampler.stop()
+        assert time.monotonic() - started < 1.0 and reader.is_alive()  # left to end by itself
+    finally:
+        gate.set()

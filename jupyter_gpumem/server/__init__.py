@@ -1,9 +1,11 @@
 """The jupyter_server extension: REST endpoints under ``/jupyter-gpumem/api/`` and gauges on
-``/metrics``. Configured through ``c.GpuMem.*`` (see ``config.GpuMem`` and docs/server.md).
+``/metrics``, and on a listener of their own where ``GpuMem.metrics_port`` asks for one.
+Configured through ``c.GpuMem.*`` (see ``config.GpuMem`` and docs/server.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from jupyter_gpumem.server.config import GpuMem
@@ -19,6 +21,7 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from jupyter_gpumem.server.handlers import handlers
+    from jupyter_gpumem.server.metrics import MetricsListener, gauges
     from jupyter_gpumem.server.push import route
     from jupyter_gpumem.server.service import GpuMemService
 
@@ -27,12 +30,44 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app = serverapp.web_app
     web_app.settings[_SETTINGS_KEY] = service
     web_app.add_handlers(".*$", [*handlers(web_app.settings["base_url"]), route(web_app.settings["base_url"])])
+    # jupyter_server's /metrics names kernels and notebooks only to a scrape that logged in.
+    gauges().kernel_names = bool(web_app.settings.get("authenticate_prometheus", True))
+    if config.metrics_port:
+        try:
+            service.metrics_listener = MetricsListener(config.metrics_ip, config.metrics_port, config.metrics_kernel_names)
+        except OSError as exc:
+            serverapp.log.error("jupyter-gpumem: cannot serve metrics on %s:%d (GpuMem.metrics_ip, metrics_port): %s",
+                                config.metrics_ip or "*", config.metrics_port, exc)
+        else:
+            serverapp.log.info("jupyter-gpumem: metrics on http://%s:%d/metrics (no authentication%s)",
+                               config.metrics_ip or "*", config.metrics_port,
+                               ", with kernel ids and notebook paths" if config.metrics_kernel_names else "")
+    _stop_with(serverapp)
     serverapp.log.info(
         "jupyter-gpumem: serving %s every %gs at %sjupyter-gpumem/api/",
         f"replay of {config.replay}" if config.replay else "NVML",
         config.poll_interval,
         web_app.settings["base_url"],
     )
+
+
+def _stop_with(serverapp: Any) -> None:
+    """Stop the extension when the server shuts down: its sockets get 1001 (going away) while
+    the IOLoop still runs to send it, and the reader stops. jupyter_server calls no hook of a
+    module extension at shutdown (ExtensionManager.stop_all_extensions stops ExtensionApps
+    only, jupyter_server/extension/manager.py, 2.21.1), so the extension joins the
+    ``cleanup_extensions`` step that ``ServerApp._cleanup`` awaits first (serverapp.py)."""
+    if getattr(serverapp, "_jupyter_gpumem_stops", False):
+        return
+    cleanup_extensions = serverapp.cleanup_extensions
+
+    async def stop_then_cleanup_extensions() -> None:
+        _unload_jupyter_server_extension(serverapp)
+        await asyncio.sleep(0.1)  # the close frames leave while the IOLoop runs
+        await cleanup_extensions()
+
+    serverapp.cleanup_extensions = stop_then_cleanup_extensions
+    serverapp._jupyter_gpumem_stops = True
 
 
 def _unload_jupyter_server_extension(serverapp: Any) -> None:

@@ -14,6 +14,7 @@ _RANGES = {
     "preallocated_fraction": (0, 1, False, ""),
     "kernel_pid_timeout": (0, 60, False, " seconds"),
     "idle_after": (0, 7 * 86400, True, " seconds"),
+    "metrics_port": (0, 65535, True, ""),
 }
 
 
@@ -72,6 +73,28 @@ class GpuMem(Configurable):
         help=(
             "On /metrics, a kernel counts towards its GPU's idle-kernel bytes when jupyter_server "
             "says it is idle and it has had no activity for this many seconds (0 to 604800)."
+        ),
+    ).tag(config=True)
+
+    metrics_port = Int(
+        0,
+        help=(
+            "Serve the GPU gauges on a listener of their own at this port (0, the default: no "
+            "listener). It answers GET /metrics only, with no authentication: no token, no kernel "
+            "or file access. Make it reachable from Prometheus alone (metrics_ip, a network policy)."
+        ),
+    ).tag(config=True)
+
+    metrics_ip = Unicode(
+        "127.0.0.1",
+        help="The address the metrics listener binds to; '' or 0.0.0.0 for every interface.",
+    ).tag(config=True)
+
+    metrics_kernel_names = Bool(
+        False,
+        help=(
+            "On the metrics listener, also label each kernel with its kernel_id and notebook_path. "
+            "Off: anyone who reaches the listener would read them."
         ),
     ).tag(config=True)
 

@@ -1,4 +1,8 @@
-"""REST handlers under ``/jupyter-gpumem/api/``. All need a valid token (403 without one).
+"""REST handlers under ``/jupyter-gpumem/api/``. All need a valid token (403 without one) and
+the Authorizer's consent: ``read`` on ``kernels`` for the routes that name kernels (/devices,
+/kernels), ``read`` on ``api`` for /config, as jupyter_server's own handlers ask it
+(``@authorized`` with ``auth_resource``: jupyter_server/services/kernels/handlers.py and
+services/api/handlers.py, 2.21.1). A request the Authorizer refuses is a 403.
 
 A bad parameter is a 400 with ``{"error": ...}`` naming the valid values; anything unexpected
 is logged and answered with a 500 carrying JSON, never a crashed server. ``?token=`` is how
@@ -12,6 +16,7 @@ import logging
 import posixpath
 from typing import Any
 
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
@@ -19,6 +24,10 @@ from tornado import web
 log = logging.getLogger(__name__)
 
 API_PREFIX = "jupyter-gpumem/api"
+# jupyter_server's resource names (each handler module's AUTH_RESOURCE, 2.21.1): what
+# names kernels, their pids and notebooks is "kernels"; the server's own description is "api".
+KERNELS_RESOURCE = "kernels"
+SERVER_RESOURCE = "api"
 MAX_PATH = 4096
 
 # Read by jupyter_server's authentication before any handler runs: IdentityProvider.get_token
@@ -29,6 +38,25 @@ AUTH_PARAMS = ("token",)
 
 class BadRequest(Exception):
     """A malformed parameter; the message names the valid values."""
+
+
+def escaped(text: str) -> str:
+    """``text`` with control and other unprintable characters written as Python escapes
+    (``\\x1b``, ``\\u2028``): what a client sent, safe to put in an answer, a close reason or a log line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def param_name(key: str) -> str:
+    """A query parameter's name as the client wrote it: tornado keeps names as latin-1 text
+    (tornado/escape.py, parse_qs_bytes, 6.5); UTF-8 names are read back as UTF-8."""
+    return key.encode("latin-1").decode("utf-8", "replace")
+
+
+def unknown_params_message(unknown: list[str], valid: str) -> str:
+    names = ", ".join(escaped(param_name(k)) for k in unknown)
+    return f"unknown query parameter(s) {names}; valid parameters: {valid}"
 
 
 class _GpuMemHandler(APIHandler):
@@ -46,7 +74,7 @@ class _GpuMemHandler(APIHandler):
         unknown = sorted(set(args) - set(self.allowed_params))
         if unknown:
             valid = ", ".join(self.allowed_params) if self.allowed_params else "none"
-            raise BadRequest(f"unknown query parameter(s) {', '.join(unknown)}; valid parameters: {valid}")
+            raise BadRequest(unknown_params_message(unknown, valid))
         out = {}
         for name, values in args.items():
             if len(values) != 1:
@@ -99,8 +127,10 @@ class DevicesHandler(_GpuMemHandler):
     shared caches (it names users' processes)."""
 
     allowed_params = ("notebook",)
+    auth_resource = KERNELS_RESOURCE
 
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         async def produce(params: dict) -> Any:
             notebook = params.get("notebook")
@@ -127,7 +157,10 @@ class DevicesHandler(_GpuMemHandler):
 
 
 class KernelsHandler(_GpuMemHandler):
+    auth_resource = KERNELS_RESOURCE
+
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         async def produce(params: dict) -> dict:
             kernels = await self.service.kernels()
@@ -137,7 +170,10 @@ class KernelsHandler(_GpuMemHandler):
 
 
 class ConfigHandler(_GpuMemHandler):
+    auth_resource = SERVER_RESOURCE
+
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         async def produce(params: dict) -> dict:
             return self.service.config_json()

@@ -8,17 +8,31 @@ Seconds since a kernel's last activity are computed at scrape time. A scrape als
 shared sampler that someone is watching: it starts the reader when none runs and keeps it alive.
 A snapshot older than its ``max_age`` (the reader went idle) is not exported. Replayed traces
 are never exported: they are not this machine's state. Metric names and labels: docs/server.md.
+
+Labels carry no identity: which hub user and server a series belongs to is added by the scrape
+(Prometheus's discovery, from the hub), never taken from the server's own environment, which
+its user controls. A kernel is named by ``kernel``, a key that keeps its series apart but says
+nothing (an HMAC of the kernel id under a secret of this process); its id and notebook path
+are exported only to a scrape that authenticated (``kernel_names``), or where the operator
+asked for them on the metrics listener (``GpuMem.metrics_kernel_names``). Every label value is
+at most MAX_LABEL_CHARS characters (``capped``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from prometheus_client import REGISTRY
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
 
 from jupyter_gpumem.server.kernels import KernelInfo
 
@@ -26,7 +40,27 @@ _lock = threading.Lock()
 _gauges: "GpuMemGauges | None" = None
 
 DEVICE_LABELS = ("index", "uuid", "name")
-KERNEL_LABELS = ("kernel_id", "notebook_path", "user", "index", "uuid")
+KERNEL_LABELS = ("kernel", "index", "uuid")
+KERNEL_NAME_LABELS = ("kernel_id", "notebook_path")  # only where the scrape may see them
+# A label value longer than this is cut, and ends with "…" and 16 hex digits of its SHA-256,
+# so two long values stay two series (a notebook path can be as long as its user likes).
+MAX_LABEL_CHARS = 256
+_HASH_CHARS = 16
+_KERNEL_KEY_SECRET = secrets.token_bytes(32)
+
+
+def capped(value: str, limit: int = MAX_LABEL_CHARS) -> str:
+    """``value`` if at most ``limit`` characters, else its start, "…" and a hash of the whole,
+    ``limit`` characters in all."""
+    if len(value) <= limit:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
+    return value[: limit - _HASH_CHARS - 1] + "…" + digest
+
+
+def kernel_key(kernel_id: str) -> str:
+    """The ``kernel`` label: the same for one kernel while this server runs, unrelated to its id."""
+    return hmac.new(_KERNEL_KEY_SECRET, kernel_id.encode(), hashlib.sha256).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -34,6 +68,7 @@ class KernelOnGpu:
     """One kernel's memory on one GPU, with what the alerts need to know about the kernel."""
 
     labels: tuple[str, ...]  # KERNEL_LABELS
+    names: tuple[str, ...]  # KERNEL_NAME_LABELS: kernel id, notebook path
     used: float
     state: str  # jupyter_server's execution_state, "unknown" when it has none
     last_activity: float | None  # POSIX seconds
@@ -68,7 +103,6 @@ def snapshot_from(
     report: dict,
     kernels: Iterable[KernelInfo],
     *,
-    user: str = "",
     idle_after: float = 600.0,
     now: float | None = None,
     max_age: float = float("inf"),
@@ -86,7 +120,7 @@ def snapshot_from(
         return snap
     by_id = {k.kernel_id: k for k in kernels}
     for dev in report["devices"]:
-        labels = (str(dev["index"]), dev["uuid"] or "", dev["name"] or "")
+        labels = (str(dev["index"]), capped(dev["uuid"] or ""), capped(dev["name"] or ""))
         if not dev["readable"]:
             snap.devices.append(DeviceRow(labels, readable=False))
             continue
@@ -105,7 +139,8 @@ def snapshot_from(
             if state == "idle" and active is not None and now - active >= idle_after:
                 idle_bytes += used
             snap.kernels.append(KernelOnGpu(
-                labels=(kid, kernel.notebook_path or "", user, labels[0], labels[1]),
+                labels=(kernel_key(kid), labels[0], labels[1]),
+                names=(capped(kid), capped(kernel.notebook_path or "")),
                 used=used, state=state, last_activity=active, preallocated=row["preallocated"],
                 preallocated_source=row.get("preallocated_source"), reserved=row.get("reserved_bytes"),
             ))
@@ -115,6 +150,9 @@ def snapshot_from(
 
 class GpuMemGauges:
     """The collector; ``update`` swaps in a new snapshot, ``collect`` exports it."""
+
+    # On jupyter_server's /metrics: True only while ServerApp.authenticate_prometheus is on.
+    kernel_names = False
 
     def __init__(self) -> None:
         self.touch: Callable[[], None] | None = None
@@ -131,17 +169,22 @@ class GpuMemGauges:
         return []  # collected on every scrape, never at registration
 
     def collect(self) -> list:
+        return self.collect_for(self.kernel_names)
+
+    def collect_for(self, kernel_names: bool) -> list:
         touch = self.touch
         if touch is not None:
             touch()  # SharedSampler.touch: never raises, even once the IOLoop has closed
         snap = self._snapshot
         if snap is None or time.monotonic() - snap.made_at > snap.max_age:
             return []
-        return families(snap, time.time())
+        return families(snap, time.time(), kernel_names=kernel_names)
 
 
-def families(snap: Snapshot, now: float) -> list[GaugeMetricFamily]:
-    """Every metric family of a snapshot, seconds since last activity taken at ``now``."""
+def families(snap: Snapshot, now: float, kernel_names: bool = True) -> list[GaugeMetricFamily]:
+    """Every metric family of a snapshot, seconds since last activity taken at ``now``; kernels
+    with their id and notebook path only with ``kernel_names``."""
+    kernel_labels = (*KERNEL_LABELS, *KERNEL_NAME_LABELS) if kernel_names else KERNEL_LABELS
     up = GaugeMetricFamily("jupyter_gpumem_nvml_up", "1 when NVML answered the last reading, else 0 (state says why)",
                            labels=["state"])
     up.add_metric([snap.state], 1.0 if snap.state == "ok" else 0.0)
@@ -174,32 +217,33 @@ def families(snap: Snapshot, now: float) -> list[GaugeMetricFamily]:
             idle.add_metric(dev.labels, dev.idle_kernel_bytes)
 
     k_bytes = gauge("jupyter_gpumem_kernel_gpu_bytes", "GPU memory NVML attributes to a kernel of this server, per GPU",
-                    KERNEL_LABELS)
+                    kernel_labels)
     k_idle = gauge("jupyter_gpumem_kernel_idle_seconds",
                    "Seconds since jupyter_server last saw a message from the kernel (its last_activity)",
-                   KERNEL_LABELS)
+                   kernel_labels)
     k_state = GaugeMetricFamily("jupyter_gpumem_kernel_execution_state",
                                 "1 for the kernel's execution state as jupyter_server knows it (idle, busy, starting, ...)",
-                                labels=[*KERNEL_LABELS, "state"])
+                                labels=[*kernel_labels, "state"])
     out.append(k_state)
     k_pre = GaugeMetricFamily("jupyter_gpumem_kernel_preallocated",
                               "1 when the kernel's JAX preallocated its pool on the GPU, 0 when it did not; absent when "
                               "not known. source: kernel_settings (the settings the kernel published), reading (it holds "
                               "GpuMem.preallocated_fraction of the GPU or more) or launch_environment",
-                              labels=[*KERNEL_LABELS, "source"])
+                              labels=[*kernel_labels, "source"])
     out.append(k_pre)
     k_reserved = gauge("jupyter_gpumem_kernel_reserved_bytes",
                        "GPU memory the kernel's published settings reserved when JAX started (fraction x total); "
-                       "absent where they do not say it preallocated", KERNEL_LABELS)
+                       "absent where they do not say it preallocated", kernel_labels)
     for k in snap.kernels:
-        k_bytes.add_metric(k.labels, k.used)
+        labels = (*k.labels, *k.names) if kernel_names else k.labels
+        k_bytes.add_metric(labels, k.used)
         if k.last_activity is not None:
-            k_idle.add_metric(k.labels, max(0.0, now - k.last_activity))
-        k_state.add_metric([*k.labels, k.state], 1.0)
+            k_idle.add_metric(labels, max(0.0, now - k.last_activity))
+        k_state.add_metric([*labels, k.state], 1.0)
         if k.preallocated is not None:
-            k_pre.add_metric([*k.labels, k.preallocated_source or ""], 1.0 if k.preallocated else 0.0)
+            k_pre.add_metric([*labels, k.preallocated_source or ""], 1.0 if k.preallocated else 0.0)
         if k.reserved is not None:
-            k_reserved.add_metric(k.labels, k.reserved)
+            k_reserved.add_metric(labels, k.reserved)
     return out
 
 
@@ -214,3 +258,54 @@ def gauges() -> GpuMemGauges:
 
 def set_touch(touch: Callable[[], None] | None) -> None:
     gauges().touch = touch
+
+
+class _ListenerView:
+    """The process's gauges as the metrics listener exports them."""
+
+    def __init__(self, kernel_names: bool) -> None:
+        self.kernel_names = kernel_names
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> list:
+        return gauges().collect_for(self.kernel_names)
+
+
+def listener_exposition(kernel_names: bool) -> bytes:
+    """What the metrics listener answers: only this extension's gauges, in Prometheus's text format."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_ListenerView(kernel_names))
+    return generate_latest(registry)
+
+
+class _ListenerHandler(web.RequestHandler):
+    """``GET /metrics`` on the metrics listener; nothing else is served there."""
+
+    def initialize(self, kernel_names: bool) -> None:
+        self.kernel_names = kernel_names
+
+    def get(self) -> None:
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.set_header("Cache-Control", "no-store")
+        self.finish(listener_exposition(self.kernel_names))
+
+
+class MetricsListener:
+    """A listener of its own for the gauges (``GpuMem.metrics_port``): one read-only route,
+    ``/metrics``, with no token, no cookie, no kernel or file access behind it. What it can
+    tell is what ``listener_exposition`` says, so Prometheus needs no Jupyter credential."""
+
+    def __init__(self, address: str, port: int, kernel_names: bool) -> None:
+        app = web.Application([(r"/metrics", _ListenerHandler, {"kernel_names": kernel_names})])
+        self._server = HTTPServer(app, xheaders=False)
+        self._sockets = bind_sockets(port, address or None)
+        self._server.add_sockets(self._sockets)
+
+    @property
+    def port(self) -> int:
+        return self._sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        self._server.stop()

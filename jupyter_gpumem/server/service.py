@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,8 +79,7 @@ class GpuMemService:
         self._answers: _Answers | None = None
         self.watchers = Watchers()  # open /devices/ws sockets
         self.answers_sent = {"full": 0, "not_modified": 0}  # /devices answers: 200s and 304s
-        # JupyterHub names the user of a single-user server in its environment (Spawner.get_env).
-        self.user = os.environ.get("JUPYTERHUB_USER", "")
+        self.metrics_listener: Any = None  # metrics.MetricsListener, where GpuMem.metrics_port asks
 
     async def kernels(self) -> list[KernelInfo]:
         """This server's kernels; one listing shared by the requests of a short window."""
@@ -140,7 +138,7 @@ class GpuMemService:
         c = self.config
         # Exported while the reader may still be alive: one interval past its idle stop.
         max_age = c.poll_interval * (c.idle_intervals + 1)
-        gauges().update(snapshot_from(report, kernels, user=self.user, idle_after=c.idle_after, max_age=max_age))
+        gauges().update(snapshot_from(report, kernels, idle_after=c.idle_after, max_age=max_age))
 
     def config_json(self) -> dict:
         c = self.config
@@ -166,6 +164,8 @@ class GpuMemService:
         }
 
     def stop(self) -> None:
+        if self.metrics_listener is not None:
+            self.metrics_listener.stop()
         self.watchers.close_all()
         self.sampler.stop()
         if self.export_metrics:

@@ -6,6 +6,13 @@ IOLoop keeps the cache fresh; it stops after ``idle_intervals`` intervals with n
 Reads run on one worker thread, so a slow NVML call never stalls the IOLoop and there is never
 more than one NVML read at a time, however many clients poll. The thread exists only while the
 loop runs: it ends when the loop goes idle (a later request starts a fresh one) and on ``stop()``.
+It is a daemon thread of our own, not an executor's: Python joins executor threads at exit
+(concurrent/futures/thread.py, ``_python_exit``), so a read hung in the driver would hold the
+server's exit until NVML returned, or for ever.
+
+A first read that NVML does not answer within ``first_read_timeout`` becomes a kept "did not
+answer" reading: every request after it is answered with it at once, not after another wait,
+until NVML answers.
 
 The sources answer NVML's and the trace's failures as ``NotAvailable`` readings themselves;
 ``_read_safely`` is the one place that catches the unexpected, so a bug in a source is a
@@ -17,17 +24,60 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Callable, Coroutine
 
 from jupyter_gpumem.model import ERROR, NotAvailable
 from jupyter_gpumem.server.readings import DeviceSource, Reading
 
 log = logging.getLogger(__name__)
-# How long stop() waits for a read in progress before leaving its thread to end by itself.
-READER_JOIN_TIMEOUT = 2.0
+# How long stop() waits for a read in progress before leaving its thread to end by itself (a
+# read takes milliseconds; one still running is hung in the driver, and its thread is a daemon).
+READER_JOIN_TIMEOUT = 0.5
+
+
+class _Reader:
+    """One daemon thread that runs the functions given to ``submit``, one at a time, in order."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: set[Future] = set()
+        self.thread = threading.Thread(target=self._work, name="jupyter-gpumem-nvml", daemon=True)
+        self.thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        future: Future = Future()
+        self._pending.add(future)
+        self._jobs.put((fn, future))
+        return future
+
+    def shutdown(self, cancel_pending: bool = False) -> None:
+        """No more jobs: the thread ends after the one it runs (and, unless cancelled, the queued ones)."""
+        if cancel_pending:
+            for future in list(self._pending):
+                future.cancel()  # a running one is not cancelled
+        self._jobs.put(None)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, future = job
+            if not future.set_running_or_notify_cancel():
+                self._pending.discard(future)
+                continue
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the waiting coroutine, as an executor does
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            finally:
+                self._pending.discard(future)
 
 
 class SharedSampler:
@@ -48,7 +98,8 @@ class SharedSampler:
         self.on_reading = on_reading
         self.first_read_timeout = first_read_timeout
         self._clock = clock
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: _Reader | None = None
+        self._unanswered: Reading | None = None  # the kept "did not answer" reading
         self._reader_threads: set[threading.Thread] = set()
         self._latest: Reading | None = None
         self._latest_at = -math.inf
@@ -66,11 +117,13 @@ class SharedSampler:
         self._note_request()
         if self._latest is not None and self._clock() - self._latest_at <= self.interval:
             return self._latest
+        if self._latest is not None and self._latest is self._unanswered:
+            return self._latest  # NVML has still not answered: say so now, not after another wait
         if self._latest is None:
             try:
                 return await asyncio.wait_for(asyncio.shield(self._refresh()), self.first_read_timeout)
             except asyncio.TimeoutError:
-                return self._error_reading(f"NVML did not answer within {self.first_read_timeout:g} s")
+                return self._keep_unanswered()
         # A stale reading beats a hung request: wait one interval for the fresh one at most.
         try:
             return await asyncio.wait_for(asyncio.shield(self._refresh()), self.interval)
@@ -134,16 +187,26 @@ class SharedSampler:
             self._inflight = asyncio.ensure_future(self._read_once())
         return self._inflight
 
-    def _reader(self) -> ThreadPoolExecutor:
+    def _reader(self) -> _Reader:
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-gpumem-nvml")
+            self._executor = _Reader()
         return self._executor
+
+    def _keep_unanswered(self) -> Reading:
+        """The first read has not answered: keep a reading that says so, until one does."""
+        if self._latest is None:
+            reading = self._error_reading(f"NVML did not answer within {self.first_read_timeout:g} s")
+            self._latest, self._latest_at, self._unanswered = reading, self._clock(), reading
+            if self.on_reading is not None:
+                task = asyncio.get_running_loop().create_task(self.on_reading(reading))
+                task.add_done_callback(_log_failure)
+        return self._latest
 
     def _retire_reader(self, cancel_pending: bool = False) -> None:
         """Shut the reader down; a read in progress finishes, then its thread ends."""
         executor, self._executor = self._executor, None
         if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=cancel_pending)
+            executor.shutdown(cancel_pending=cancel_pending)
         for thread in list(self._reader_threads):
             if not thread.is_alive():
                 self._reader_threads.discard(thread)
@@ -158,8 +221,8 @@ class SharedSampler:
 
     async def _read_once(self) -> Reading:
         loop = asyncio.get_running_loop()
-        reading = await loop.run_in_executor(self._reader(), self._read_safely)
-        self._latest, self._latest_at = reading, self._clock()
+        reading = await asyncio.wrap_future(self._reader().submit(self._read_safely))
+        self._latest, self._latest_at, self._unanswered = reading, self._clock(), None
         self.reads += 1
         if self.on_reading is not None:
             # A coroutine function (the service's gauges update): its failures are logged by

@@ -1,0 +1,85 @@
+"""Every route and the socket of the extension ask jupyter_server's Authorizer, as its own
+kernel handlers do (``@authorized`` with ``auth_resource = "kernels"``,
+jupyter_server/services/kernels/handlers.py; the kernel websocket asks in ``pre_get``,
+services/kernels/websocket.py; 2.21.1). A custom Authorizer here refuses some resources and the
+extension must refuse what names kernels with it.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import pytest
+from jupyter_server.auth.authorizer import Authorizer
+from tornado.httpclient import HTTPClientError
+
+from doubles import extension_paths
+from jupyter_gpumem.testing import fake_nvml
+
+
+class DeniesKernels(Authorizer):
+    """Allows everything but reading or touching kernels (``GET /api/kernels`` is a 403)."""
+
+    def is_authorized(self, handler, user, action, resource):
+        return resource != "kernels"
+
+
+class DeniesEverything(Authorizer):
+    def is_authorized(self, handler, user, action, resource):
+        return False
+
+
+@pytest.fixture
+def authorizer():
+    return DeniesKernels
+
+
+@pytest.fixture
+def jp_server_config(authorizer):
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}, "authorizer_class": authorizer},
+            "GpuMem": {"poll_interval": 0.1}}
+
+
+@pytest.fixture
+def world():
+    with fake_nvml("three_gpus") as w:
+        yield w
+
+
+def parts_of(path, base_url):
+    return [urllib.parse.unquote(p) for p in path[len(base_url):].split("/")]
+
+
+async def test_routes_that_name_kernels_are_refused_when_the_authorizer_denies_kernels(
+        jp_serverapp, jp_fetch, jp_base_url, world):
+    with pytest.raises(HTTPClientError) as own:
+        await jp_fetch("api", "kernels")
+    assert own.value.code == 403  # jupyter_server's own kernel list, for comparison
+    served = {}
+    for path in extension_paths(jp_serverapp.web_app):
+        try:
+            served[path.rsplit("/", 1)[-1]] = (await jp_fetch(*parts_of(path, jp_base_url))).code
+        except HTTPClientError as exc:
+            served[path.rsplit("/", 1)[-1]] = exc.code
+    assert served == {"devices": 403, "kernels": 403, "config": 200}
+
+
+async def test_the_socket_is_refused_before_the_upgrade_when_the_authorizer_denies_kernels(
+        jp_serverapp, jp_ws_fetch, jp_base_url, world):
+    paths = extension_paths(jp_serverapp.web_app, websockets=True)
+    assert paths
+    for path in paths:
+        with pytest.raises(HTTPClientError) as denied:
+            await jp_ws_fetch(*parts_of(path, jp_base_url))
+        assert denied.value.code == 403, path
+    assert len(jp_serverapp.web_app.settings["jupyter_gpumem"].watchers) == 0
+
+
+@pytest.mark.parametrize("authorizer", [DeniesEverything])
+async def test_every_route_is_refused_when_the_authorizer_denies_everything(jp_serverapp, jp_fetch, jp_base_url, world):
+    paths = extension_paths(jp_serverapp.web_app)
+    assert len(paths) >= 3
+    for path in paths:
+        with pytest.raises(HTTPClientError) as denied:
+            await jp_fetch(*parts_of(path, jp_base_url))
+        assert denied.value.code == 403, path
