@@ -200,7 +200,7 @@ def test_a_kernel_that_only_started_jax_fires_no_reservation():
     row = rows(body)["devices_only"]
     assert (row["preallocated"], row["preallocated_source"], row["reserved_bytes"]) == (None, None, None)
     assert metric(body, kernels, "jupyter_gpumem_kernel_reserved_bytes") == {
-        ("other", "b.ipynb", "", "0", "GPU-0"): float(int(0.75 * 40 * GiB))}
+        ("0", "GPU-0", "other", "b.ipynb"): float(int(0.75 * 40 * GiB))}
 
 
 def test_without_published_settings_the_reading_then_the_launch_environment_decide():
