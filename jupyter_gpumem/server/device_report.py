@@ -12,7 +12,7 @@ import math
 import os
 from typing import Any, Callable, Iterable, Mapping
 
-from jupyter_gpumem.attribution import CANNOT_TELL, attribute
+from jupyter_gpumem.attribution import CANNOT_TELL, attribute, shares_pid_namespace
 from jupyter_gpumem.model import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.server.kernels import KernelInfo, iso_utc
 from jupyter_gpumem.server.readings import ProcessFacts, Reading
@@ -85,16 +85,17 @@ def _pids_visibility(dev: DeviceReading) -> tuple[bool, str | None]:
 
 
 def _host_pids(
-    dev: DeviceReading, kernels: list[KernelInfo], pids_not_here: set[int] | None
+    dev: DeviceReading, kernels: list[KernelInfo], pids_not_here: set[int] | None, shared_namespace: bool = False
 ) -> tuple[set[int], str | None]:
     """The pids on ``dev`` that may be kernels of this server although no kernel has that pid
     (the host's pids, seen from a container), and what to say about them; none when every
-    kernel is matched or the evidence is missing."""
+    kernel is matched, the evidence is missing, or ``shared_namespace`` (a kernel's pid listed
+    on some GPU) shows NVML's pids are this server's: those not here have ended."""
     unknown: set[int] = set()
     for kernel in kernels:
         if kernel.pid is None:
             continue
-        who = attribute(dev, kernel.pid, pids_not_here)  # the server never knows a kernel's JAX
+        who = attribute(dev, kernel.pid, pids_not_here, shared_namespace=shared_namespace)  # no kernel's JAX is known here
         if who.how == CANNOT_TELL:
             unknown.update(p.pid for p in who.unknown)
     if not unknown:
@@ -141,6 +142,8 @@ def build_devices_report(
     by_pid = {k.pid: k for k in kernels if k.pid is not None}
     this_kernel_ids = {k.kernel_id for k in kernels if notebook is not None and k.notebook_path == notebook}
     facts = dict(reading.processes)
+    # One kernel's pid listed on any GPU: NVML's pids are this server's namespace, not a host's.
+    shared_namespace = shares_pid_namespace(reading.devices, by_pid) if live else False
 
     def facts_of(pid: int) -> ProcessFacts:
         if pid not in facts:
@@ -155,7 +158,7 @@ def build_devices_report(
         host_pids: set[int] = set()
         if pids_visible and live:  # evidence read here, now: a replay's pids are the recording's
             not_here = {p.pid for p in dev.processes if not facts_of(p.pid).exists}  # type: ignore[union-attr]
-            host_pids, host_reason = _host_pids(dev, kernels, not_here)
+            host_pids, host_reason = _host_pids(dev, kernels, not_here, shared_namespace)
             if host_pids:
                 pids_visible, pids_reason = False, host_reason
         entry = _device_json(dev, pids_visible, pids_reason)
