@@ -174,9 +174,7 @@ def build_devices_report(
                 if placeholder is not None:
                     item["replay_placeholder_pid"] = placeholder
                 if live or placeholder is not None:
-                    f = facts_of(pid)
-                    if f.exists and (show_other_users or (f.uid is not None and f.uid == my_uid)):
-                        item["name"], item["user"] = f.cmdline, f.user
+                    item.update(_who_runs(facts_of(pid), show_other_users, my_uid))
                 else:  # replay: what the recording kept
                     item["name"], item["user"] = proc.name, proc.user
                 entry["processes"].append(item)
@@ -195,6 +193,18 @@ def build_devices_report(
     return report
 
 
+def _who_runs(facts: ProcessFacts, show_other_users: bool, my_uid: int | None) -> dict:
+    """A process's ``user`` and ``name`` (command line) for /devices. The owner is shown as
+    ``ps`` shows it to anyone; another user's command line (it may carry paths, tokens,
+    arguments) only with ``show_other_users``, else ``name_hidden`` says it was withheld."""
+    if not facts.exists:
+        return {}
+    mine = facts.uid is not None and facts.uid == my_uid
+    if show_other_users or mine:
+        return {"user": facts.user, "name": facts.cmdline}
+    return {"user": facts.user, "name_hidden": facts.uid is not None}
+
+
 def _device_json(dev: DeviceReading, pids_visible: bool, pids_reason: str | None) -> dict:
     return {
         "index": dev.index,
@@ -203,6 +213,7 @@ def _device_json(dev: DeviceReading, pids_visible: bool, pids_reason: str | None
         "total": dev.total_bytes,
         "used": dev.used_bytes,
         "free": dev.free_bytes,
+        "reserved": _maybe(dev.reserved_bytes),
         "utilization": _maybe(dev.utilization_percent),
         "display_active": _maybe(dev.display_active),
         "mig": _maybe(dev.mig_mode),
@@ -226,6 +237,7 @@ def _unreadable_json(dev: DeviceUnreadable) -> dict:
         "total": None,
         "used": None,
         "free": None,
+        "reserved": None,
         "utilization": None,
         "display_active": None,
         "mig": None,
@@ -286,6 +298,7 @@ def _process_json(
         "reserved_bytes": reserved,
         "settings": kernel.settings.settings_json() if live and kernel is not None and kernel.settings is not None else None,
         "name": None,
+        "name_hidden": False,
         "user": None,
     }
 
