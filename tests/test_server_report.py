@@ -156,6 +156,13 @@ def test_two_kernels_filling_a_gpu_after_one_preallocated_is_an_overcommit_warni
     assert "a.ipynb" in warning["message"]
 
 
+def test_the_overcommit_warning_names_notebooks_by_file_name_not_folder():
+    reading = live(gpu(ProcessReading(11, 30 * GiB), ProcessReading(12, 8 * GiB)))
+    body = report(reading, [kernel("k1", 11, "runs/2026/a.ipynb"), kernel("k2", 12, "b.ipynb")])
+    (warning,) = body["warnings"]
+    assert "preallocated: a.ipynb (75%)" in warning["message"] and "runs/2026" not in warning["message"]
+
+
 def test_two_kernels_with_room_left_give_no_warning():
     reading = live(gpu(ProcessReading(11, 30 * GiB), ProcessReading(12, GiB)))
     assert report(reading, [kernel("k1", 11), kernel("k2", 12)])["warnings"] == []

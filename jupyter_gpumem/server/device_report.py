@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import posixpath
 from typing import Any, Callable, Iterable, Mapping
 
 from jupyter_gpumem.attribution import CANNOT_TELL, attribute, shares_pid_namespace
@@ -319,8 +320,10 @@ def overcommit_warning(device: Mapping[str, Any]) -> dict | None:
         return None
     n = len(kernels)
     fraction = suggested_fraction(n)
+    # The notebook's file name: its folder is in the kernels table, and a long path fills a sidebar.
     names = ", ".join(
-        f"{p['notebook_path'] or p['kernel_id']} ({(p['used'] or 0) / total:.0%})" for p in pre
+        f"{posixpath.basename(p['notebook_path']) if p['notebook_path'] else p['kernel_id']} ({(p['used'] or 0) / total:.0%})"
+        for p in pre
     )
     return {
         "kind": "overcommit",
