@@ -4,8 +4,12 @@ it cannot tell (and why).
 NVML ignores PID namespaces: inside a container it lists the host's pids, each with its memory
 (NVIDIA/nvidia-docker#1483: "you will always get the host pids, not the container pids"). A
 process there finds no entry with its own pid. The evidence for that case is read by the caller:
-pids NVML lists that are not processes here (``psutil.pid_exists``). Outside a container such a
-pid is a process that has just ended; either way nobody here can be named by it.
+pids NVML lists that are not processes here (``sampler.pid_in_namespace``). Outside a container
+such a pid is a process that has just ended; either way nobody here can be named by it.
+
+One pid NVML lists that is a known process here (this process's, a kernel's), on any GPU of the
+machine, proves NVML and this process share a PID namespace: then every listed pid that is not a
+process here has ended, and none of them can be this process (``shares_pid_namespace``).
 
 Pure: no I/O. The monitor (``series.py``), the OOM report (``doctor/report.py``) and the
 server's ``/devices`` (``server/device_report.py``) all decide with ``attribute``.
@@ -14,7 +18,7 @@ server's ``/devices`` (``server/device_report.py``) all decide with ``attribute`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection
+from typing import Any, Collection
 
 from jupyter_gpumem.model import (
     NO_STATS,
@@ -38,6 +42,8 @@ __all__ = [
     "attribute",
     "attribute_in_sample",
     "jax_pool_on",
+    "listed_pids",
+    "shares_pid_namespace",
 ]
 
 # How this process was found among NVML's processes on one GPU.
@@ -94,11 +100,32 @@ def _pid_list(pids: list[int]) -> str:
     return ", ".join(str(p) for p in pids[:5]) + (f" and {len(pids) - 5} more" if len(pids) > 5 else "")
 
 
+def listed_pids(devices: Any) -> set[int]:
+    """Every pid NVML lists on any readable device of ``devices`` (a reading's tuple, or a
+    NotAvailable: none)."""
+    if isinstance(devices, NotAvailable):
+        return set()
+    return {
+        proc.pid
+        for dev in devices
+        if isinstance(dev, DeviceReading) and not isinstance(dev.processes, NotAvailable)
+        for proc in dev.processes
+    }
+
+
+def shares_pid_namespace(devices: Any, known_pids: Collection[int]) -> bool:
+    """Whether NVML lists, on any GPU of ``devices``, one of ``known_pids`` (processes known to
+    run here: this process, this server's kernels). NVML reports pids of the namespace it runs
+    in (NVIDIA/nvidia-docker#1483), so such a match shows that namespace is this one."""
+    return not listed_pids(devices).isdisjoint(set(known_pids))
+
+
 def attribute(
     device: DeviceReading,
     pid: int,
     pids_not_here: Collection[int] | None,
     jax_pool: int | None = None,
+    shared_namespace: bool = False,
 ) -> Attribution:
     """Which of ``device``'s NVML processes is process ``pid``.
 
@@ -106,6 +133,8 @@ def attribute(
     it was read; None when nobody looked (an old trace, a replay), which keeps to matching pids.
     ``jax_pool``: bytes JAX's allocator holds on this GPU in process ``pid``, 0 where it runs
     there with no pool reading; None when JAX is not known to run on this GPU.
+    ``shared_namespace``: a pid match on some GPU showed NVML's pids are this namespace's
+    (``shares_pid_namespace``): the pids not here then ended, and are never this process.
 
     By elimination only when that is unambiguous: this pid is not listed, exactly one listed pid
     is not a process here, and JAX runs on this GPU (so this process holds a CUDA context there
@@ -120,6 +149,8 @@ def attribute(
     here = tuple(p for p in procs if p.pid != pid and p.pid not in not_here)
     if own:
         return Attribution(BY_PID, own=own, others=here, gone=elsewhere)
+    if shared_namespace:
+        return Attribution(NOT_LISTED, others=here, gone=elsewhere)
     if not elsewhere:
         return Attribution(NOT_LISTED, others=here)
 
@@ -162,4 +193,5 @@ def attribute_in_sample(sample: Sample, index: int) -> Attribution | None:
     dev = sample.device(index)
     if not isinstance(dev, DeviceReading):
         return None
-    return attribute(dev, sample.pid, sample.pids_not_here, jax_pool_on(sample, index))
+    shared = shares_pid_namespace(sample.devices, (sample.pid,))
+    return attribute(dev, sample.pid, sample.pids_not_here, jax_pool_on(sample, index), shared)

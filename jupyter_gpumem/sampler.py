@@ -221,10 +221,25 @@ class Sampler:
             next_due = started + interval * max(1, math.ceil(elapsed / interval))
 
 
-def _pid_exists(pid: int) -> bool:
-    import psutil
+def pid_in_namespace(pid: int) -> bool:
+    """Whether ``pid`` is a process in this PID namespace, asked of the kernel (``kill(pid, 0)``),
+    not of /proc: with /proc mounted ``hidepid=2`` another user's process has no /proc entry
+    (psutil.pid_exists then says False) but ``kill`` answers EPERM for it, ESRCH only for a pid
+    no process here has (kill(2); Linux Documentation/filesystems/proc.rst, "hidepid")."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    except OSError:
+        return False
+    return True
 
-    return psutil.pid_exists(pid)
+
+_pid_exists = pid_in_namespace
 
 
 def pids_not_here(devices: Any, pid_exists: Callable[[int], bool]) -> frozenset[int]:

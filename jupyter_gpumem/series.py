@@ -239,6 +239,12 @@ def _jax_placement_notes(sample: Sample, key: int) -> list[str]:
             for j in sample.jax if j.platform == "gpu" and j.nvml_index is None and j.nvml_unmatched]
 
 
+CANNOT_TELL_NOTE = (
+    "NVML lists pids that are not processes here (a container sees the host's pids) and cannot tell "
+    "which of them, if any, is this process: their memory is drawn as host pids, not as other processes."
+)
+
+
 def notes_for(sample: Sample | None, key: int) -> list[str]:
     """Short notes for a device that is drawn but partly unknown (JAX not started or elsewhere,
     pids hidden)."""
@@ -259,7 +265,9 @@ def notes_for(sample: Sample | None, key: int) -> list[str]:
         notes.append(f"Per-process memory is hidden ({dev.processes.reason}); used bytes are shown unattributed.")
     who = attribute_in_sample(sample, key)
     if who is not None and who.how == CANNOT_TELL:
-        notes.append(f"{_sentence(who.reason)} Their memory is drawn as processes with host pids, not as other processes.")
+        # The same words on every GPU it applies to, so the header says it once for all of them
+        # (monitor_header.grouped_notes); the pids are in the OOM report and the hover.
+        notes.append(CANNOT_TELL_NOTE)
     elif who is not None and who.how == BY_ELIMINATION:
         notes.append(_sentence(who.reason))
     return notes

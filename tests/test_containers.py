@@ -74,7 +74,17 @@ def test_monitor_shows_host_pids_apart_when_it_cannot_tell_which_is_this_kernel(
     v = series_values(sample, 1)
     assert v["host_pids"] == 8 * GiB  # 18 GiB listed - 10 GiB JAX's pool
     assert (v["other_processes"], v["outside_jax"]) == (0, None)
-    assert "cannot tell which of them is this process" in notes_for(sample, 1)[-1]
+    assert "cannot tell which of them, if any, is this process" in notes_for(sample, 1)[-1]
+
+
+def test_monitor_says_it_cannot_tell_once_for_every_gpu_it_applies_to():
+    # Without JAX on any GPU, both GPUs list pids that are not processes here: one line, not two.
+    from jupyter_gpumem.monitor_header import grouped_notes
+
+    with fake_nvml("containerized"):
+        sample = Sampler(NvmlSource().read, lambda: ()).sample_once()
+    lines = [line for line in grouped_notes({0: notes_for(sample, 0), 1: notes_for(sample, 1)}) if "cannot tell" in line]
+    assert len(lines) == 1 and lines[0].startswith("GPUs 0, 1: ")
 
 
 # --- the OOM report ----------------------------------------------------------------------------

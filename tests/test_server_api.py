@@ -190,13 +190,13 @@ async def test_kernel_pid_comes_from_the_kernels_usage_reply(jp_fetch, service, 
     assert entry.pid == service.kernels_dir.kernel_pid(kernel_id, service.kernels_dir.kernel_manager.get_kernel(kernel_id))
 
 
-async def test_other_users_process_details_are_hidden(jp_fetch, world, monkeypatch):
+async def test_other_users_command_lines_are_hidden_and_their_users_shown(jp_fetch, world, monkeypatch):
     other = ProcessFacts(exists=True, uid=os.getuid() + 1, user="bob", cmdline="python train.py")
     monkeypatch.setattr(sources_module, "process_facts", lambda pid: other)
     monkeypatch.setattr(service_module, "process_facts", lambda pid: other)
     body = await get_json(jp_fetch, "devices")
     procs = body["devices"][0]["processes"]
-    assert procs and all((p["name"], p["user"]) == (None, None) for p in procs)
+    assert procs and all((p["name"], p["user"], p["name_hidden"]) == (None, "bob", True) for p in procs)
 
 
 @pytest.mark.parametrize("gpumem_config", [{"show_other_users": True}])

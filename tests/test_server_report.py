@@ -78,11 +78,31 @@ def test_this_kernel_bytes_counts_only_the_asked_notebooks_kernel():
     assert (dev["this_kernel_bytes"], dev["kernels_bytes"], dev["other_bytes"]) == (3 * GiB, 8 * GiB, GiB)
 
 
-def test_other_users_process_shows_no_command_or_user():
+def test_other_users_process_shows_its_user_and_withholds_its_command_line():
+    """Who holds a GPU is the first question on a shared machine (nvidia-smi and nvitop name the
+    user); the command line may carry paths and tokens, so it stays with show_other_users."""
     facts = {99: ProcessFacts(True, uid=ME + 1, user="bob", cmdline="python train.py")}
     body = report(live(gpu(ProcessReading(99, GiB)), facts=facts))
     proc = body["devices"][0]["processes"][0]
-    assert (proc["kind"], proc["name"], proc["user"]) == ("other", None, None)
+    assert (proc["kind"], proc["name"], proc["user"], proc["name_hidden"]) == ("other", None, "bob", True)
+
+
+def test_other_users_command_line_is_shown_with_show_other_users():
+    facts = {99: ProcessFacts(True, uid=ME + 1, user="bob", cmdline="python train.py")}
+    body = report(live(gpu(ProcessReading(99, GiB)), facts=facts), show_other_users=True)
+    proc = body["devices"][0]["processes"][0]
+    assert (proc["name"], proc["user"], proc["name_hidden"]) == ("python train.py", "bob", False)
+
+
+def test_a_process_that_is_not_here_has_no_user_and_nothing_withheld():
+    body = report(live(gpu(ProcessReading(4_200_999, GiB)), facts={4_200_999: ProcessFacts(False)}))
+    proc = body["devices"][0]["processes"][0]
+    assert (proc["name"], proc["user"], proc["name_hidden"]) == (None, None, False)
+
+
+def test_a_device_reports_the_memory_its_driver_reserves():
+    dev = report(live(gpu(ProcessReading(99, GiB))))["devices"][0]
+    assert dev["reserved"] == GiB // 2
 
 
 def test_same_users_process_shows_command_and_user():
@@ -134,6 +154,13 @@ def test_two_kernels_filling_a_gpu_after_one_preallocated_is_an_overcommit_warni
     assert (warning["kind"], warning["device"], warning["kernels"], warning["suggested_fraction"]) == (
         "overcommit", 0, ["k1", "k2"], 0.45)
     assert "a.ipynb" in warning["message"]
+
+
+def test_the_overcommit_warning_names_notebooks_by_file_name_not_folder():
+    reading = live(gpu(ProcessReading(11, 30 * GiB), ProcessReading(12, 8 * GiB)))
+    body = report(reading, [kernel("k1", 11, "runs/2026/a.ipynb"), kernel("k2", 12, "b.ipynb")])
+    (warning,) = body["warnings"]
+    assert "preallocated: a.ipynb (75%)" in warning["message"] and "runs/2026" not in warning["message"]
 
 
 def test_two_kernels_with_room_left_give_no_warning():

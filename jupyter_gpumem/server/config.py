@@ -52,7 +52,7 @@ class GpuMem(Configurable):
 
     show_other_users = Bool(
         False,
-        help="Show the command line and user of GPU processes owned by other users.",
+        help="Show the command line of GPU processes owned by other users (their user is always shown).",
     ).tag(config=True)
 
     preallocated_fraction = Float(

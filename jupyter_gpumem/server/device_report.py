@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import os
+import posixpath
 from typing import Any, Callable, Iterable, Mapping
 
-from jupyter_gpumem.attribution import CANNOT_TELL, attribute
+from jupyter_gpumem.attribution import CANNOT_TELL, attribute, shares_pid_namespace
 from jupyter_gpumem.model import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.server.kernels import KernelInfo, iso_utc
 from jupyter_gpumem.server.readings import ProcessFacts, Reading
@@ -85,16 +86,17 @@ def _pids_visibility(dev: DeviceReading) -> tuple[bool, str | None]:
 
 
 def _host_pids(
-    dev: DeviceReading, kernels: list[KernelInfo], pids_not_here: set[int] | None
+    dev: DeviceReading, kernels: list[KernelInfo], pids_not_here: set[int] | None, shared_namespace: bool = False
 ) -> tuple[set[int], str | None]:
     """The pids on ``dev`` that may be kernels of this server although no kernel has that pid
     (the host's pids, seen from a container), and what to say about them; none when every
-    kernel is matched or the evidence is missing."""
+    kernel is matched, the evidence is missing, or ``shared_namespace`` (a kernel's pid listed
+    on some GPU) shows NVML's pids are this server's: those not here have ended."""
     unknown: set[int] = set()
     for kernel in kernels:
         if kernel.pid is None:
             continue
-        who = attribute(dev, kernel.pid, pids_not_here)  # the server never knows a kernel's JAX
+        who = attribute(dev, kernel.pid, pids_not_here, shared_namespace=shared_namespace)  # no kernel's JAX is known here
         if who.how == CANNOT_TELL:
             unknown.update(p.pid for p in who.unknown)
     if not unknown:
@@ -141,6 +143,8 @@ def build_devices_report(
     by_pid = {k.pid: k for k in kernels if k.pid is not None}
     this_kernel_ids = {k.kernel_id for k in kernels if notebook is not None and k.notebook_path == notebook}
     facts = dict(reading.processes)
+    # One kernel's pid listed on any GPU: NVML's pids are this server's namespace, not a host's.
+    shared_namespace = shares_pid_namespace(reading.devices, by_pid) if live else False
 
     def facts_of(pid: int) -> ProcessFacts:
         if pid not in facts:
@@ -155,7 +159,7 @@ def build_devices_report(
         host_pids: set[int] = set()
         if pids_visible and live:  # evidence read here, now: a replay's pids are the recording's
             not_here = {p.pid for p in dev.processes if not facts_of(p.pid).exists}  # type: ignore[union-attr]
-            host_pids, host_reason = _host_pids(dev, kernels, not_here)
+            host_pids, host_reason = _host_pids(dev, kernels, not_here, shared_namespace)
             if host_pids:
                 pids_visible, pids_reason = False, host_reason
         entry = _device_json(dev, pids_visible, pids_reason)
@@ -171,9 +175,7 @@ def build_devices_report(
                 if placeholder is not None:
                     item["replay_placeholder_pid"] = placeholder
                 if live or placeholder is not None:
-                    f = facts_of(pid)
-                    if f.exists and (show_other_users or (f.uid is not None and f.uid == my_uid)):
-                        item["name"], item["user"] = f.cmdline, f.user
+                    item.update(_who_runs(facts_of(pid), show_other_users, my_uid))
                 else:  # replay: what the recording kept
                     item["name"], item["user"] = proc.name, proc.user
                 entry["processes"].append(item)
@@ -192,6 +194,18 @@ def build_devices_report(
     return report
 
 
+def _who_runs(facts: ProcessFacts, show_other_users: bool, my_uid: int | None) -> dict:
+    """A process's ``user`` and ``name`` (command line) for /devices. The owner is shown as
+    ``ps`` shows it to anyone; another user's command line (it may carry paths, tokens,
+    arguments) only with ``show_other_users``, else ``name_hidden`` says it was withheld."""
+    if not facts.exists:
+        return {}
+    mine = facts.uid is not None and facts.uid == my_uid
+    if show_other_users or mine:
+        return {"user": facts.user, "name": facts.cmdline}
+    return {"user": facts.user, "name_hidden": facts.uid is not None}
+
+
 def _device_json(dev: DeviceReading, pids_visible: bool, pids_reason: str | None) -> dict:
     return {
         "index": dev.index,
@@ -200,6 +214,7 @@ def _device_json(dev: DeviceReading, pids_visible: bool, pids_reason: str | None
         "total": dev.total_bytes,
         "used": dev.used_bytes,
         "free": dev.free_bytes,
+        "reserved": _maybe(dev.reserved_bytes),
         "utilization": _maybe(dev.utilization_percent),
         "display_active": _maybe(dev.display_active),
         "mig": _maybe(dev.mig_mode),
@@ -223,6 +238,7 @@ def _unreadable_json(dev: DeviceUnreadable) -> dict:
         "total": None,
         "used": None,
         "free": None,
+        "reserved": None,
         "utilization": None,
         "display_active": None,
         "mig": None,
@@ -285,6 +301,7 @@ def _process_json(
         "reserved_bytes": reserved,
         "settings": kernel.settings.settings_json() if live and kernel is not None and kernel.settings is not None else None,
         "name": None,
+        "name_hidden": False,
         "user": None,
     }
 
@@ -305,8 +322,10 @@ def overcommit_warning(device: Mapping[str, Any]) -> dict | None:
         return None
     n = len(kernels)
     fraction = suggested_fraction(n)
+    # The notebook's file name: its folder is in the kernels table, and a long path fills a sidebar.
     names = ", ".join(
-        f"{p['notebook_path'] or p['kernel_id']} ({(p['used'] or 0) / total:.0%})" for p in pre
+        f"{posixpath.basename(p['notebook_path']) if p['notebook_path'] else p['kernel_id']} ({(p['used'] or 0) / total:.0%})"
+        for p in pre
     )
     return {
         "kind": "overcommit",

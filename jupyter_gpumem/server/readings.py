@@ -15,6 +15,7 @@ from typing import Any, Mapping, Protocol
 import psutil
 
 from jupyter_gpumem.model import ERROR, DeviceReading, NotAvailable
+from jupyter_gpumem.sampler import pid_in_namespace
 from jupyter_gpumem.sources.nvml import NvmlSource, is_fake
 from jupyter_gpumem.sources.replay import ReplaySource
 from jupyter_gpumem.tracefile import read_trace
@@ -63,7 +64,8 @@ def process_facts(pid: int) -> ProcessFacts:
     """Owner and command line of ``pid`` as seen from this PID namespace.
 
     ``exists`` False is the evidence of a container: NVML lists the host's pids
-    (NVIDIA/nvidia-docker#1483), and a container with its own /proc shows no such process.
+    (NVIDIA/nvidia-docker#1483), and a container with its own /proc shows no such process. A
+    process /proc hides (``hidepid``) exists, with nothing more known about it.
     (Its ``NSpid`` line shows one pid there, so it cannot tell a container from the host.)
     """
     try:
@@ -80,7 +82,8 @@ def process_facts(pid: int) -> ProcessFacts:
                 cmdline = None
         return ProcessFacts(exists=True, uid=uid, user=user, cmdline=cmdline)
     except psutil.NoSuchProcess:
-        return ProcessFacts(exists=False)
+        # /proc mounted hidepid hides other users' processes from psutil; kill(pid, 0) still sees them.
+        return ProcessFacts(exists=pid_in_namespace(pid))
     except psutil.Error:  # AccessDenied: it is there, and says nothing more
         return ProcessFacts(exists=True)
 

@@ -26,3 +26,12 @@ export const SOCKET_ANSWER_TIMEOUT_MS = 15000;
 export const SNAPSHOT_TIMEOUT_MS = 3000;
 
 export const LOAD_EXTENSION_CODE = '%load_ext jupyter_gpumem';
+
+/** After a snapshot request goes unanswered, the panel asks again after these waits, then every last one. */
+export const SNAPSHOT_RETRY_MS = [2000, 5000, 10000, 30000];
+
+/** How long to wait before asking again after `failures` unanswered requests in a row (1 or more). */
+export function snapshotRetryDelayMs(failures: number): number {
+  const i = Math.min(Math.max(failures, 1), SNAPSHOT_RETRY_MS.length) - 1;
+  return SNAPSHOT_RETRY_MS[i];
+}

@@ -2,24 +2,38 @@
 
 import { DeviceInfo, ProcessInfo, ReadableDevice } from './types';
 
-/** A readable GPU's memory split five ways; the parts add up to `used + free`. */
+/** A readable GPU's memory split six ways; the parts add up to `total`. */
 export interface MemoryShares {
-  thisNotebook: number;
+  /** Null when no notebook is open: there is no "this notebook" to speak of. */
+  thisNotebook: number | null;
   otherKernels: number;
   /** Processes NVML lists by host pids (a container): kernels of this server or not, it cannot tell. */
   hostPids: number;
   /** Memory NVML counts as used that no kernel holds: other processes, the driver, the display. */
   otherProcesses: number;
   free: number;
+  /** What the driver keeps for itself, neither used nor free (NVML's memory_v2 `reserved`). */
+  reserved: number;
 }
 
-/** The five shares of a readable GPU. None is negative, even when the counts disagree. */
-export function memoryShares(d: ReadableDevice): MemoryShares {
-  const thisNotebook = Math.max(d.this_kernel_bytes, 0);
-  const otherKernels = Math.max(d.kernels_bytes - thisNotebook, 0);
+/**
+ * The shares of a readable GPU; `notebookOpen` false leaves out "this notebook". None is
+ * negative, even when the counts disagree. `reserved` is what is left of `total` after used and
+ * free (the server's `reserved` where it adds up, else the difference), so the legend adds up.
+ */
+export function memoryShares(d: ReadableDevice, notebookOpen = true): MemoryShares {
+  const mine = Math.max(d.this_kernel_bytes, 0);
+  const otherKernels = Math.max(d.kernels_bytes - mine, 0);
   const hostPids = Math.max(d.host_pid_bytes ?? 0, 0);
-  const otherProcesses = Math.max(d.used - thisNotebook - otherKernels - hostPids, 0);
-  return { thisNotebook, otherKernels, hostPids, otherProcesses, free: Math.max(d.free, 0) };
+  const otherProcesses = Math.max(d.used - mine - otherKernels - hostPids, 0);
+  const free = Math.max(d.free, 0);
+  const reserved = Math.max(d.total - Math.max(d.used, 0) - free, 0);
+  return { thisNotebook: notebookOpen ? mine : null, otherKernels, hostPids, otherProcesses, free, reserved };
+}
+
+/** A GPU's processes, most memory first (unknown memory last), then by pid. */
+export function processesByMemory(d: DeviceInfo): ProcessInfo[] {
+  return [...d.processes].sort((a, b) => (b.used ?? -1) - (a.used ?? -1) || a.pid - b.pid);
 }
 
 /** One kernel on one GPU. */

@@ -77,11 +77,3 @@ export function elapsedSince(iso: string | null | undefined, nowMs: number): str
   }
   return `${Math.floor(h / 24)} d ${h % 24} h`;
 }
-
-/**
- * A file name cut into the pieces a narrow column may break it between: after each `_`, `-`
- * or `.`, so "world_kernel.ipynb" wraps as "world_ / kernel. / ipynb", never mid-word.
- */
-export function namePieces(name: string): string[] {
-  return name.match(/[^_.-]*[_.-]|[^_.-]+$/g) ?? [name];
-}

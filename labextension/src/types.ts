@@ -24,7 +24,10 @@ export interface ProcessInfo {
   /** jupyter_server's last message to or from the kernel, ISO 8601 UTC; null or absent when unknown. */
   last_activity?: string | null;
   preallocated: boolean | null;
+  /** The command line; null when unknown or withheld (`name_hidden`). */
   name: string | null;
+  /** True when another user's command line is withheld (the server's `show_other_users` is off). */
+  name_hidden?: boolean;
   user: string | null;
   /** In replay: the trace's placeholder pid this live kernel stands in for. */
   replay_placeholder_pid?: number;
@@ -50,6 +53,8 @@ export interface ReadableDevice extends DeviceCommon {
   total: number;
   used: number;
   free: number;
+  /** What the driver keeps for itself (NVML memory_v2); null or absent where not reported. */
+  reserved?: number | null;
   utilization: number | null;
   display_active: boolean | null;
   mig: boolean | null;
@@ -64,6 +69,7 @@ export interface UnreadableDevice extends DeviceCommon {
   total: null;
   used: null;
   free: null;
+  reserved?: null;
   utilization: null;
   display_active: null;
   mig: null;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
-import { canShutDown, kernelRows, memoryShares } from '../src/deviceInfo';
+import { canShutDown, kernelRows, memoryShares, processesByMemory } from '../src/deviceInfo';
 import { ProcessInfo, ReadableDevice, UnreadableDevice } from '../src/types';
 
 const GiB = 1024 ** 3;
@@ -72,6 +72,20 @@ const lost: UnreadableDevice = {
 };
 
 describe('memoryShares', () => {
+  test('what the driver reserves is a share of its own, so the legend adds up to the card', () => {
+    // The fake world's GPU 0: 32 GiB used, 7.5 GiB free of 40 GiB; the driver keeps 0.5 GiB.
+    const d = a100(0, { used: 32 * GiB, free: 7.5 * GiB, reserved: 0.5 * GiB });
+    const shares = memoryShares(d);
+    assert.equal(shares.reserved, 0.5 * GiB);
+    const parts = [shares.thisNotebook ?? 0, shares.otherKernels, shares.hostPids, shares.otherProcesses, shares.free, shares.reserved];
+    assert.equal(parts.reduce((a, b) => a + b, 0), 40 * GiB);
+  });
+
+  test('with no notebook open there is no "this notebook" share', () => {
+    const d = a100(0, { used: 1 * GiB, free: 39 * GiB });
+    assert.equal(memoryShares(d, false).thisNotebook, null);
+  });
+
   test('this notebook, other kernels, other processes and free add up to the card', () => {
     // 30 GiB used: this notebook 20, another kernel 8, the rest (2) is other processes.
     const d = a100(0, { used: 30 * GiB, free: 10 * GiB, this_kernel_bytes: 20 * GiB, kernels_bytes: 28 * GiB });
@@ -80,7 +94,8 @@ describe('memoryShares', () => {
       otherKernels: 8 * GiB,
       hostPids: 0,
       otherProcesses: 2 * GiB,
-      free: 10 * GiB
+      free: 10 * GiB,
+      reserved: 0
     });
   });
 
@@ -91,7 +106,8 @@ describe('memoryShares', () => {
       otherKernels: 0,
       hostPids: 0,
       otherProcesses: 1 * GiB,
-      free: 39 * GiB
+      free: 39 * GiB,
+      reserved: 0
     });
   });
 
@@ -102,7 +118,8 @@ describe('memoryShares', () => {
       otherKernels: 12 * GiB,
       hostPids: 0,
       otherProcesses: 0,
-      free: 30 * GiB
+      free: 30 * GiB,
+      reserved: 0
     });
   });
 
@@ -114,7 +131,8 @@ describe('memoryShares', () => {
       otherKernels: 0,
       hostPids: 18 * GiB,
       otherProcesses: 0.5 * GiB,
-      free: 21.5 * GiB
+      free: 21.5 * GiB,
+      reserved: 0
     });
   });
 });
@@ -151,5 +169,14 @@ describe('canShutDown', () => {
     assert.equal(canShutDown(kernelProcess(1, 0, 'a.ipynb')), false);
     assert.equal(canShutDown({ ...kernelProcess(1, null as unknown as number, 'a.ipynb') }), false);
     assert.equal(canShutDown(otherProcess(2, GiB)), false);
+  });
+});
+
+describe('processesByMemory', () => {
+  test('lists a GPU\'s processes most memory first, unknown memory last', () => {
+    const d = a100(0, {
+      processes: [otherProcess(7, 1 * GiB), { ...otherProcess(5, 0), used: null }, kernelProcess(9, 30 * GiB, 'a.ipynb'), otherProcess(3, 1 * GiB)]
+    });
+    assert.deepEqual(processesByMemory(d).map(p => p.pid), [9, 3, 7, 5]);
   });
 });

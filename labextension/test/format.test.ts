@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
-import { clockTime, elapsedSince, formatBytes, formatBytesOf, formatPercent, namePieces } from '../src/format';
+import { clockTime, elapsedSince, formatBytes, formatBytesOf, formatPercent } from '../src/format';
 
 const GiB = 1024 ** 3;
 
@@ -90,24 +90,5 @@ describe('formatBytesOf', () => {
     assert.equal(formatBytesOf(12.3 * GiB, 40 * GiB, 'binary'), '12.3/40.0 GiB');
     assert.equal(formatBytesOf(512 * 1024 ** 2, 80 * GiB, 'binary'), '0.5/80.0 GiB');
     assert.equal(formatBytesOf(0, 640 * GiB, 'binary'), '0/640 GiB');
-  });
-});
-
-describe('namePieces: where a notebook name may wrap in a narrow column', () => {
-  test('after each underscore, hyphen and dot, keeping them', () => {
-    assert.deepEqual(namePieces('world_kernel.ipynb'), ['world_', 'kernel.', 'ipynb']);
-    assert.deepEqual(namePieces('02-preallocation-and-processes.ipynb'), [
-      '02-',
-      'preallocation-',
-      'and-',
-      'processes.',
-      'ipynb'
-    ]);
-  });
-  test('a name with nowhere to break is one piece, and the pieces join back to the name', () => {
-    assert.deepEqual(namePieces('Untitled'), ['Untitled']);
-    for (const name of ['a__b..c', '_lead.ipynb', 'trail_', 'x']) {
-      assert.equal(namePieces(name).join(''), name);
-    }
   });
 });

@@ -38,6 +38,8 @@ test('the kernel row of the open notebook is matched to it', async ({ page, tmpP
   await expect(row.getByRole('button', { name: 'Shut down' })).toHaveCount(0);
   // Every column of the kernels table is in view at the sidebar's default width.
   expect(await panel.locator('.jp-GpuMem-scrollX').evaluate(el => el.scrollWidth <= el.clientWidth)).toBe(true);
+  // The README shows this picture: no test folder in it.
+  expect(await panel.innerText()).not.toContain(tmpPath);
   await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-replay.png') });
 });
 
@@ -47,6 +49,7 @@ test('two kernels over-committing a GPU get a warning whose fix sets fraction 1/
   const panel = await openPanel(page);
   const fix = panel.locator('.jp-GpuMem-fix');
   await expect(panel.locator('.jp-GpuMem-warning').first()).toContainText('kernels share GPU 0');
+  expect(await panel.innerText()).not.toContain(tmpPath);
   await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-overcommit.png') });
   const label = (await fix.first().textContent()) ?? '';
   const suggested = Number(/fraction ([0-9.]+)/.exec(label)?.[1]);

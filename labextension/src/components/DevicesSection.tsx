@@ -116,7 +116,13 @@ function DevicesView(
             trans={trans}
           />
           {reply.devices.map(d => (
-            <DeviceCard key={d.index} device={d} units={props.units} trans={trans} />
+            <DeviceCard
+              key={d.index}
+              device={d}
+              units={props.units}
+              trans={trans}
+              notebookOpen={props.activePath !== null}
+            />
           ))}
           <h3 className="jp-GpuMem-h">{trans.__('Kernels on the GPU')}</h3>
           <KernelTable

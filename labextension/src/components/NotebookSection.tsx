@@ -29,7 +29,10 @@ export function NotebookSection(props: {
     <div className="jp-GpuMem-notebook">
       <h3 className="jp-GpuMem-h">
         {trans.__('This notebook’s JAX allocator')}{' '}
-        <span className="jp-GpuMem-muted jp-GpuMem-path">{props.panel.context.path}</span>
+        {/* The name, whole; its folder in the tooltip (a long path broke mid-word here). */}
+        <span className="jp-GpuMem-muted jp-GpuMem-path" title={props.panel.context.path}>
+          {props.panel.context.path.split('/').pop()}
+        </span>
       </h3>
       <UseSignal signal={kernel.changed} initialSender={kernel}>
         {() => (

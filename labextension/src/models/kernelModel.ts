@@ -12,7 +12,7 @@ import { NotebookPanel } from '@jupyterlab/notebook';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { SNAPSHOT_TIMEOUT_MS } from '../constants';
+import { SNAPSHOT_TIMEOUT_MS, snapshotRetryDelayMs } from '../constants';
 import { ChannelMessage, loadExtension, NoAnswerError, SnapshotChannel } from '../kernelComm';
 import { asExecutionError } from '../silentExecution';
 import { ExecutionError, KernelSnapshot } from '../types';
@@ -47,6 +47,9 @@ export class KernelModel {
   /** The execute requests the kernel is running (from its status messages on iopub). */
   private _running = new Set<string>();
   private _timer: number | null = null;
+  /** Asks again after an unanswered request, while someone looks. */
+  private _retryTimer: number | null = null;
+  private _unanswered = 0;
   private _changed = new Signal<this, void>(this);
   private _disposed = false;
 
@@ -154,6 +157,7 @@ export class KernelModel {
     this._channel?.dispose();
     this._channel = null;
     this._clearTimer();
+    this._unanswered = 0;
     this._kernel = kernel;
     this._last = null;
     this._running.clear();
@@ -236,6 +240,7 @@ export class KernelModel {
     switch (message.kind) {
       case 'snapshot':
         this._clearTimer();
+        this._unanswered = 0;
         this._last = { snapshot: message.snapshot, at: new Date() };
         this._set({ kind: 'snapshot', snapshot: message.snapshot });
         break;
@@ -282,13 +287,34 @@ export class KernelModel {
       }
       this._channel.giveUp();
       this._set({ kind: 'failed', error: new NoAnswerError('The kernel did not answer in time.') });
+      this._scheduleRetry();
     }, SNAPSHOT_TIMEOUT_MS);
+  }
+
+  /** A slow kernel (a long import, a busy machine) answers later: ask again, waiting longer each time. */
+  private _scheduleRetry(): void {
+    this._unanswered += 1;
+    if (this._retryTimer !== null) {
+      window.clearTimeout(this._retryTimer);
+    }
+    this._retryTimer = window.setTimeout(() => {
+      this._retryTimer = null;
+      if (this._base.kind === 'failed' && this._options.isWatched()) {
+        this._ask();
+      } else if (this._base.kind === 'failed') {
+        this._scheduleRetry(); // nobody looks now: try later, or at refresh()
+      }
+    }, snapshotRetryDelayMs(this._unanswered));
   }
 
   private _clearTimer(): void {
     if (this._timer !== null) {
       window.clearTimeout(this._timer);
       this._timer = null;
+    }
+    if (this._retryTimer !== null) {
+      window.clearTimeout(this._retryTimer);
+      this._retryTimer = null;
     }
   }
 
