@@ -207,7 +207,10 @@ def _oom_buffer(block: str) -> PeakBuffer:
 # ---- the dump of a compiled program ----------------------------------------------------------
 
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+), (.*):$")
-_VALUE = re.compile(r"<(\d+) ([^\s{>]+)(\{[0-9,]*\})? @\d+>")
+_VALUE = re.compile(r"<(\d+) ([^\s{>]+)(\{[0-9,]*\})?(?: \(phi\))? @\d+>")
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) \((.*)\) -> .*\{\s*$")
+_PARAMETER_NAME = re.compile(r"(?:^|, )%?([\w.\-]+): ")
+_LOOP = re.compile(r"=.*? while\(.*?condition=%?([\w.\-]+), body=%?([\w.\-]+)")
 _ASSIGNED = re.compile(r"^ value: <(\d+) [^>]*> \(size=(\d+),offset=\d+\): (.*)$")
 _INSTRUCTION = re.compile(r"from instruction: %?(\S+) = (.+?) ([a-z][\w-]*)\(")
 _PEAK_AT = re.compile(r"^\s*Live ranges at \d+ \(peak\):\s*$")
@@ -264,6 +267,24 @@ def stack_frames(hlo_text: str) -> dict[int, tuple[str, int, str]]:
     return frames
 
 
+def loop_states(hlo_text: str) -> dict[str, str]:
+    """``parameter name -> the metadata text of its while loop``, for the parameters of loop
+    bodies and conditions (a loop's state: a scan's carry and the per-step values it stacks),
+    which carry no metadata of their own."""
+    params_of: dict[str, list[str]] = {}
+    loops: dict[str, str] = {}
+    for raw in hlo_text.splitlines():
+        header = _COMPUTATION.match(raw)
+        if header:
+            params_of[header.group(1)] = _PARAMETER_NAME.findall(header.group(2))
+            continue
+        loop = _LOOP.search(raw)
+        if loop:
+            meta = raw.split("metadata={", 1)[1] if "metadata={" in raw else ""
+            loops[loop.group(1)] = loops[loop.group(2)] = meta
+    return {name: meta for computation, meta in loops.items() for name in params_of.get(computation, ())}
+
+
 def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
     """The program's peak from its buffer-assignment dump (the text of
     ``*buffer-assignment.txt``, with ``*buffer-assignment-values.txt`` and ``*-live-range.txt``
@@ -296,6 +317,7 @@ def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
             shape_of[value_id] = assigned.group(3).split("{", 1)[0].strip()
 
     frames = stack_frames(hlo_text)
+    loops = loop_states(hlo_text)
     key_of: dict[str, int] = {}
     made_by: dict[int, PeakBuffer] = {}
     value_id = None
@@ -308,13 +330,16 @@ def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
         instruction = _INSTRUCTION.search(raw) if value_id is not None else None
         if instruction and value_id in role_of:
             meta_text = raw.split("metadata={", 1)[1] if "metadata={" in raw else ""
+            label = instruction.group(3)
+            if not meta_text and label == "parameter" and instruction.group(1) in loops:
+                meta_text, label = loops[instruction.group(1)], "while"  # a loop's state: its loop's source
             meta = metadata_fields(meta_text)
             file, line, function = meta.get("source_file"), _line_number(meta.get("source_line")), ""
             frame = frames.get(int(meta.get("stack_frame_id", "0") or 0)) if "stack_frame_id" in meta else None
             if frame is not None:
                 file, line, function = frame
             made_by[value_id] = PeakBuffer(size_of[value_id], role_of[value_id], meta.get("op_name", ""), file, line,
-                                           function, instruction.group(3), shape_of.get(value_id, ""))
+                                           function, label, shape_of.get(value_id, ""))
             value_id = None
 
     live = _peak_listing(buffer_assignment) or _peak_from_ranges(buffer_assignment, key_of, size_of)
@@ -414,5 +439,119 @@ def totals_text(peak: ProgramPeak) -> str:
     return text
 
 
-__all__ = ["PeakBuffer", "ProgramPeak", "PeakLine", "parse_oom_text", "parse_dump", "stack_frames", "peak_by_line",
+# ---- fixes, from the numbers -----------------------------------------------------------------
+
+DOMINANT_SHARE = 0.25  # a line or kind of value this much of the peak is worth a fix
+
+
+@dataclass(frozen=True)
+class PeakFix:
+    """One change that would lower the peak: ``kind`` (checkpoint, dtype, donate, outputs),
+    ``saves`` (bytes it could take off the peak, at most; 0 where it lowers nothing) and what to
+    do, in words with the code to type."""
+
+    kind: str
+    saves: int
+    text: str
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if whole else "n/a"
+
+
+def peak_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None = None,
+               arguments: tuple = (), outputs: tuple = ()) -> list[PeakFix]:
+    """What would lower ``peak``, largest saving first, from its numbers alone:
+
+    - a function whose values saved for the backward pass (forward values of a gradient, live at
+      the peak) are a quarter of it or more: ``jax.checkpoint`` of that function, naming it and
+      the bytes it would stop keeping;
+    - a float32 upcast (``convert_element_type`` to f32) that is a quarter or more: the dtype;
+    - arguments not donated whose shape and dtype an output has (``arguments``: per argument
+      ``(position or keyword, bytes, donated, ((shape, dtype), ...))``, ``outputs``: ``(shape,
+      dtype, bytes)``): ``donate_argnums``;
+    - outputs a half of the peak or more: they are the result, so remat would not lower them.
+    """
+    from jupyter_gpumem.units import format_bytes
+
+    whole = peak.peak_bytes or 1
+    fixes: list[PeakFix] = []
+    saved: dict[str, list[PeakBuffer]] = {}
+    for b in peak.buffers:
+        if b.role == TEMPORARY and b.saved_for_backward:
+            saved.setdefault(b.function or where_made(b, cells or {}), []).append(b)
+    for function, buffers in saved.items():
+        size = sum(b.size for b in buffers)
+        if size >= DOMINANT_SHARE * whole:
+            kept = f"({format_bytes(size)}, {_share(size, whole)} of the peak)"
+            loop = next((b for b in buffers if b.label == "while"), None)
+            if loop is not None:
+                fixes.append(PeakFix("checkpoint", size, (
+                    f"the loop (scan) at {where_made(loop, cells or {})} stacks its steps' values for the backward "
+                    f"pass {kept}: wrap the function it scans in jax.checkpoint "
+                    "(jax.lax.scan(jax.checkpoint(body), ...)), so each step's values are recomputed, not kept")))
+                continue
+            name = function if buffers[0].function else f"the function around {function}"
+            fixes.append(PeakFix("checkpoint", size, (
+                f"wrap {name} in jax.checkpoint (jax.checkpoint({buffers[0].function or 'fn'}), or "
+                f"@jax.checkpoint on its def): its {len(buffers)} values kept for the backward pass "
+                f"{kept} would be recomputed instead of kept")))
+    upcasts: dict[str, list[PeakBuffer]] = {}
+    for b in peak.buffers:
+        if b.upcast_to_float32 and b.role != ARGUMENT:
+            upcasts.setdefault(where_made(b, cells or {}), []).append(b)
+    for where, buffers in upcasts.items():
+        size = sum(b.size for b in buffers)
+        if size >= DOMINANT_SHARE * whole:
+            fixes.append(PeakFix("dtype", size // 2, (
+                f"keep {where} in its input's dtype: its float32 copies ({buffers[0].shape}, {format_bytes(size)}, "
+                f"{_share(size, whole)} of the peak) are made by an upcast (astype / convert_element_type); "
+                "in bfloat16 they would take half, or pass preferred_element_type to the op that needs float32")))
+    gain, positions = _donation(arguments, outputs)
+    if gain and positions:
+        listed = ", ".join(str(p) for p in positions if isinstance(p, int))
+        keywords = [str(p) for p in positions if not isinstance(p, int)]
+        how = (f"donate_argnums=({listed},)" if listed else "") + (
+            (" and " if listed else "") + f"donate_argnames={tuple(keywords)!r}" if keywords else "")
+        fixes.append(PeakFix("donate", gain, (
+            f"jax.jit(..., {how}): outputs of the same shape and dtype would reuse these arguments' buffers, "
+            f"{format_bytes(gain)} ({_share(gain, whole)} of the peak) less; the caller must not use them afterwards")))
+    if peak.output_bytes >= 2 * DOMINANT_SHARE * whole and peak.output_bytes:
+        fixes.append(PeakFix("outputs", 0, (
+            f"the outputs are {format_bytes(peak.output_bytes)} ({_share(peak.output_bytes, whole)} of the peak): they "
+            "are the result, so jax.checkpoint (remat) would not lower them; return less (reduce inside the "
+            "function), a lower precision, or fewer at a time")))
+    return sorted(fixes, key=lambda f: -f.saves)
+
+
+def _donation(arguments: tuple, outputs: tuple) -> tuple[int, list]:
+    """Bytes of outputs that could take over a non-donated argument's buffers (same shape and
+    dtype, one to one, after those a donated argument already takes), and those arguments."""
+    taken: dict[tuple, int] = {}
+    for _, _, donated, arrays in arguments:
+        if donated:
+            for key in arrays:
+                taken[key] = taken.get(key, 0) + 1
+    wanted: dict[tuple, list[int]] = {}
+    for shape, dtype, size in outputs:
+        key = (tuple(shape), str(dtype))
+        if taken.get(key, 0) > 0:
+            taken[key] -= 1
+        else:
+            wanted.setdefault(key, []).append(size)
+    gain, positions = 0, []
+    for position, _, donated, arrays in arguments:
+        if donated:
+            continue
+        matched = 0
+        for key in arrays:
+            if wanted.get(key):
+                matched += wanted[key].pop()
+        if matched:
+            gain += matched
+            positions.append(position)
+    return gain, positions
+
+
+__all__ = ["PeakFix", "peak_fixes", "loop_states", "PeakBuffer", "ProgramPeak", "PeakLine", "parse_oom_text", "parse_dump", "stack_frames", "peak_by_line",
            "peak_lines_text", "totals_text", "where_made", "human_bytes", "metadata_fields", "OOM_SECTION"]
