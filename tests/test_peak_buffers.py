@@ -33,24 +33,8 @@ DATA = Path(__file__).parent / "data" / "peak_buffers"
 MiB = 1 << 20
 CELL_FILE = "/tmp/ipykernel_4242/1234567890.py"  # ipykernel's hashed cell file name
 
-# synthetic: written in XLA's exact layout (tabs), for a notebook cell's file
-SYNTHETIC_CELL_OOM = (
-    "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes.\n"
-    "BufferAssignment OOM Debugging.\n"
-    "BufferAssignment stats:\n"
-    "             parameter allocation:  512.00MiB\n"
-    "              constant allocation:         0B\n"
-    "        maybe_live_out allocation:  512.00MiB\n"
-    "     preallocated temp allocation:    3.00GiB\n"
-    "                 total allocation:    4.00GiB\n"
-    "Peak buffers:"
-    "\n\tBuffer 1:\n\t\tSize: 2.00GiB\n\t\tOperator: op_name=\"jit(step)/jvp(scan)/while/body/tanh\" "
-    f"source_file=\"{CELL_FILE}\" source_line=4\n\t\tXLA Label: fusion\n\t\tShape: f32[64,4096,2048]\n\t\t==========================\n"
-    "\n\tBuffer 2:\n\t\tSize: 1.00GiB\n\t\tOperator: op_name=\"jit(step)/jvp(scan)/while/body/dot_general\" "
-    f"source_file=\"{CELL_FILE}\" source_line=4\n\t\tXLA Label: custom-call\n\t\tShape: f32[32,4096,2048]\n\t\t==========================\n"
-    "\n\tBuffer 3:\n\t\tSize: 512.00MiB\n\t\tEntry Parameter Subshape: f32[8192,16384]\n\t\t==========================\n"
-    "\n\tBuffer 4:\n\t\tSize: 256.00MiB\n\t\tXLA Label: fusion\n\t\tShape: bf16[8192,16384]\n\t\t==========================\n"
-)
+# synthetic: written in XLA's exact layout (tabs), for a notebook cell's file (CELL_FILE)
+SYNTHETIC_CELL_OOM = (DATA / "synthetic_cell_oom.txt").read_text()
 
 
 def test_human_readable_sizes_read_as_xla_prints_them():
@@ -141,3 +125,33 @@ def test_oom_report_of_a_text_without_peak_buffers_has_no_peak_section():
 def test_program_peak_total_counts_an_aliased_buffer_once():
     peak = ProgramPeak(4, 4, 8, 0, 4, 12, (), "compiled")
     assert peak.total_bytes == 12
+
+
+def test_saved_values_of_a_scan_in_an_oom_text_are_sent_to_jax_checkpoint():
+    # synthetic text above: the forward scan's (jvp, no transpose) values are 3 GiB of 4 GiB
+    peak = parse_oom_text(SYNTHETIC_CELL_OOM)
+    fixes = peak_buffers.peak_fixes(peak, {CELL_FILE: 7})
+    assert [(f.kind, f.saves) for f in fixes] == [("checkpoint", 3 << 30)]
+    assert fixes[0].text.startswith("wrap the function around cell [7] line 4 in jax.checkpoint")
+
+
+def test_the_peak_section_names_the_failing_call_when_it_is_known():
+    from jupyter_gpumem.doctor.program_budget import ProgramBudget
+    from jupyter_gpumem.doctor.report import _peak_section
+
+    program = ProgramBudget("step (cell [7] line 9)", 512 * MiB, 512 * MiB, 3 << 30, 0, 0)  # synthetic
+    error = OomError("gpu_bytes", 1 << 30, True, None, "JaxRuntimeError", SYNTHETIC_CELL_OOM)
+    title, rows = _peak_section(error, program, SimpleNamespace(compile=SimpleNamespace(_filename_map={CELL_FILE: 7})))
+    assert title.startswith("Live at the peak of step (cell [7] line 9), by source line")
+    assert rows[-1].startswith("  to lower it: wrap the function around cell [7] line 4 in jax.checkpoint")
+
+
+def test_without_peak_buffers_a_known_call_is_pointed_to_gpumem_peak():
+    from jupyter_gpumem.doctor.program_budget import ProgramBudget
+    from jupyter_gpumem.doctor.report import _peak_section
+
+    program = ProgramBudget("blow (cell [2] line 1)", 32, 1 << 44, 4, 0, 0)  # synthetic
+    error = OomError("cpu", 1 << 44, True, None, "JaxRuntimeError", "RESOURCE_EXHAUSTED: synthetic, no peak buffers")
+    title, rows = _peak_section(error, program, None)
+    assert title == "Live at the peak of blow (cell [2] line 1):"
+    assert "`%gpumem peak blow(...)`" in rows[0]

@@ -181,3 +181,29 @@ def test_dump_parser_reads_the_while_state_as_its_loops_line():
            'metadata={op_name="jit(loss)/jvp()/while" source_file="/x/cell.py" source_line=5}\n}\n')  # synthetic
     assert peak_buffers.loop_states(hlo) == {
         "arg_tuple.3": 'op_name="jit(loss)/jvp()/while" source_file="/x/cell.py" source_line=5}'}
+
+
+SESSION = os.path.join(os.path.dirname(__file__), "kernel_session.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_a_real_cpu_oom_of_a_known_call_points_its_report_to_gpumem_peak(tmp_path):
+    """A jitted call that really fails on the CPU (16 TiB): the CPU's text has no peak buffers,
+    so the report names the call and the command, and compiles nothing more for it."""
+    import json
+    import subprocess
+    import sys
+
+    setup = ("import jax, jax.numpy as jnp\n@jax.jit\ndef blow(x):\n"
+             "    return jnp.zeros((2**42,), jnp.float32) + x.sum()\nx = jnp.ones(8)")
+    (tmp_path / "cells.json").write_text(json.dumps([setup, "y = blow(x)"]))
+    proc = subprocess.run([sys.executable, SESSION, "cells.json", "--ext"], capture_output=True, text=True, timeout=180,
+                          cwd=tmp_path, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                                             "PYTHONPATH": ROOT})
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("JSON")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(line[4:])[1]["out"]
+    lines = out[out.index("JAX ran out of memory (jupyter-gpumem doctor)"):].splitlines()
+    at = lines.index("Live at the peak of blow (cell [2] line 1):")
+    assert "`%gpumem peak blow(...)`" in lines[at + 1]
+    assert at < lines.index("Allocator settings in effect:")

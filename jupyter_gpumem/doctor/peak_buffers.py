@@ -464,7 +464,8 @@ def peak_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None = None,
     """What would lower ``peak``, largest saving first, from its numbers alone:
 
     - a function whose values saved for the backward pass (forward values of a gradient, live at
-      the peak) are a quarter of it or more: ``jax.checkpoint`` of that function, naming it and
+      the peak; in an OOM text, where outputs and temporaries are not told apart, either) are a
+      quarter of it or more: ``jax.checkpoint`` of that function, naming it and
       the bytes it would stop keeping;
     - a float32 upcast (``convert_element_type`` to f32) that is a quarter or more: the dtype;
     - arguments not donated whose shape and dtype an output has (``arguments``: per argument
@@ -478,7 +479,7 @@ def peak_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None = None,
     fixes: list[PeakFix] = []
     saved: dict[str, list[PeakBuffer]] = {}
     for b in peak.buffers:
-        if b.role == TEMPORARY and b.saved_for_backward:
+        if b.role in (TEMPORARY, OUTPUT_OR_TEMPORARY) and b.saved_for_backward:
             saved.setdefault(b.function or where_made(b, cells or {}), []).append(b)
     for function, buffers in saved.items():
         size = sum(b.size for b in buffers)

@@ -391,16 +391,25 @@ def oom_report(
 
 
 def _peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple[str, ...]]:
-    """``(title, rows)``: what was live at the failing program's peak, by source line, from XLA's
-    "Peak buffers" in the error text (nothing is compiled for it); empty where the text has none."""
+    """``(title, rows)``: what was live at the failing program's peak, by source line, and what
+    would lower it, from XLA's "Peak buffers" in the error text; nothing is compiled for it.
+    Where the text has none but the failing call is known (``program``), a row says how to see
+    it by line. Empty otherwise."""
     peak = peak_buffers.parse_oom_text(error.message)
+    call = f" of {program.call}" if program is not None else ""
     if peak is None or not peak.buffers:
-        return "", ()
+        if program is None:
+            return "", ()
+        name = program.call.split(" (", 1)[0]
+        return (f"Live at the peak{call}:", (
+            f"  the error text carries no XLA peak buffers; `%gpumem peak {name}(...)`, with the call's arguments, "
+            "compiles it again with XLA's buffer assignment, without running it, and shows it by source line",))
     from jupyter_gpumem import sites
     from jupyter_gpumem.doctor.names import _current_shell
 
     cells = sites.cell_numbers(shell if shell is not None else _current_shell())
-    call = f" of {program.call}" if program is not None else ""
     title = (f"Live at the peak{call}, by source line (XLA's {len(peak.buffers)} largest values; "
              f"{peak_buffers.totals_text(peak)}, total {_b(peak.peak_bytes)}):")
-    return title, tuple(peak_buffers.peak_lines_text(peak, cells))
+    rows = peak_buffers.peak_lines_text(peak, cells)
+    rows += [f"  to lower it: {fix.text}" for fix in peak_buffers.peak_fixes(peak, cells)]
+    return title, tuple(rows)
