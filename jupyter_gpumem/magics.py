@@ -58,6 +58,7 @@ Watching and diagnosing:
   %gpumem free [--history] [--caches] [--gc]
   %gpumem cells [on|off]          memory per cell
   %gpumem estimate EXPR           memory a jitted call would need, before running it
+  %gpumem peak CALL               what is live at a call's peak, by source line, with fixes (compiled, not run)
   %gpumem snapshot PATH           JAX's device memory profile (pprof, gzip), with allocating stacks
 
   %gpumem --help, %gpumem?        this text
@@ -74,6 +75,7 @@ DELEGATES = {
     "free": ("jupyter_gpumem.doctor.release", "magic_free"),
     "cells": ("jupyter_gpumem.doctor.after_cell", "magic_cells"),
     "estimate": ("jupyter_gpumem.doctor.estimates", "magic_estimate"),
+    "peak": ("jupyter_gpumem.doctor.peak_report", "magic_peak"),
     "snapshot": ("jupyter_gpumem.doctor.snapshot", "magic_snapshot"),
     "tensorflow": ("jupyter_gpumem.tensorflow_settings", "magic_tensorflow"),
 }
@@ -115,7 +117,7 @@ class Command:
 
     ``action`` is "status", "reset", "help", "settings", or a delegated subcommand ("monitor",
     "record", ...). ``settings`` and ``notes`` are filled for "settings"; ``argv`` holds a
-    delegated subcommand's arguments (for ``estimate``, the expression as one string).
+    delegated subcommand's arguments (for ``estimate`` and ``peak``, the expression as one string).
     """
 
     action: str
@@ -135,9 +137,9 @@ def parse_line(line: str) -> Command:
     if head_l in _HELP_WORDS:
         return Command("help")
     if head_l in DELEGATES:
-        if head_l == "estimate":  # the expression is Python: kept whole, never split
+        if head_l in ("estimate", "peak"):  # the expression is Python: kept whole, never split
             expr = rest.strip()
-            return Command("estimate", argv=(expr,) if expr else ())
+            return Command(head_l, argv=(expr,) if expr else ())
         try:
             argv = tuple(shlex.split(rest))
         except ValueError as err:

@@ -228,6 +228,13 @@ def top_sites(made: Iterable[tuple[Any, int]], cells: Mapping[str, int], top: in
     return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
 
 
+def frame_site(path: str, line: int, function: str, cells: Mapping[str, int]) -> Site:
+    """One frame as a :class:`Site`, its cell number read from ``cells`` (or its
+    ``<ipython-input-N-...>`` name) whatever kind of file it is."""
+    kind = kind_of(path)
+    return Site(path, line, function, _cell(path, cells), kind == "library")
+
+
 def stack_origin(frame: Any, cells: Mapping[str, int]) -> Origin:
     """The :class:`Origin` of a live Python stack, from ``frame`` outwards."""
     frames = []
@@ -244,4 +251,5 @@ def forget() -> None:
 
 __all__ = ["Site", "Origin", "kind_of", "cell_numbers", "counts_cells_first", "running_cell_number",
            "finished_cell_number", "origin_of", "site_labeller", "top_sites", "stack_origin",
+           "frame_site",
            "forget"]

@@ -322,3 +322,24 @@ def test_the_walk_counts_what_it_skips():
     walk = doctor.names_by_array({"a": Raises(), "b": [Raises(), 1]})
     assert (walk.skipped, walk.unfinished) == (2, False)
     assert walk.note() == "Names: 2 objects in your variables could not be read and were skipped."
+
+
+def test_the_oom_reports_peak_section_compiles_nothing(monkeypatch):
+    """The peak by line in the OOM report comes from the error's text only: with every compile of
+    ours made to fail, a text with XLA's peak buffers (synthetic, XLA's layout) still gives it."""
+    from jupyter_gpumem import doctor
+    from jupyter_gpumem.model import NotAvailable, Sample
+    from jupyter_gpumem.sources import jax_arrays
+
+    class JaxRuntimeError(RuntimeError):
+        """The name JAX's runtime errors carry (jaxlib 0.10.2)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the OOM report compiled a program")
+
+    monkeypatch.setattr(jax_arrays, "compile_with_dump", refuse)
+    monkeypatch.setattr(jax_arrays, "_compiled", refuse)
+    sample = Sample(t=0.0, pid=1, devices=NotAvailable("no_nvml", "synthetic"), jax=NotAvailable("not_started", "synthetic"))
+    text = (HERE / "data" / "peak_buffers" / "synthetic_cell_oom.txt").read_text()
+    report = doctor.oom_report(JaxRuntimeError(text), sample=sample, live=[], synthetic=True)
+    assert report.peak_rows and report.peak_rows[0].split()[:3] == ["3.00", "GiB", "75%"]

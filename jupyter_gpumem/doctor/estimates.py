@@ -119,25 +119,33 @@ ESTIMATE_ARGS = Grammar("%gpumem estimate", positionals=(Option("expression", "E
 def magic_estimate(argv: list[str], shell: Any) -> EstimateReport:
     """``%gpumem estimate f(x, y)``: the call is compiled for its arguments, never run."""
     text = ESTIMATE_ARGS.parse(argv)["expression"].strip()
+    callee, args, kwargs = evaluate_call(text, shell, "estimate")
+    return estimate(callee, *args, _expression=text, **kwargs)
+
+
+def evaluate_call(text: str, shell: Any, command: str) -> tuple[Any, list, dict]:
+    """``(callee, args, kwargs)`` of the call written in ``text``, each part evaluated in the
+    user's namespace; the call itself is not made. Raises ValueError naming what was wrong
+    (not an expression, not a call, a part that failed, a callee that is not callable)."""
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as err:
-        raise ValueError(f"estimate: {text!r} is not a Python expression ({err.msg})") from None
+        raise ValueError(f"{command}: {text!r} is not a Python expression ({err.msg})") from None
     call = tree.body
     if not isinstance(call, ast.Call):
-        raise ValueError(f"estimate takes a call such as train_step(params, batch), got {text!r}")
+        raise ValueError(f"{command} takes a call such as train_step(params, batch), got {text!r}")
     ns = _user_namespace(shell)
 
     def value(node: ast.AST) -> Any:
-        code = compile(ast.Expression(node), "<gpumem estimate>", "eval")
+        code = compile(ast.Expression(node), f"<gpumem {command}>", "eval")
         try:
             return eval(code, ns)  # the user's own expression, in the user's namespace
         except Exception as err:
-            raise ValueError(f"estimate: evaluating {ast.unparse(node)!r} failed: {type(err).__name__}: {err}") from None
+            raise ValueError(f"{command}: evaluating {ast.unparse(node)!r} failed: {type(err).__name__}: {err}") from None
 
     callee = value(call.func)
     if not callable(callee):
-        raise ValueError(f"estimate: {ast.unparse(call.func)!r} is not callable")
+        raise ValueError(f"{command}: {ast.unparse(call.func)!r} is not callable")
     args: list[Any] = []
     for a in call.args:
         if isinstance(a, ast.Starred):
@@ -150,4 +158,4 @@ def magic_estimate(argv: list[str], shell: Any) -> EstimateReport:
             kwargs.update(value(k.value))
         else:
             kwargs[k.arg] = value(k.value)
-    return estimate(callee, *args, _expression=text, **kwargs)
+    return callee, args, kwargs

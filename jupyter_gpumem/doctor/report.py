@@ -13,7 +13,7 @@ from typing import Any
 from jupyter_gpumem import allocator_shim, model
 from jupyter_gpumem.cpu_fallback import read_cpu_fallback
 from jupyter_gpumem.attribution import attribute, jax_pool_on
-from jupyter_gpumem.doctor import oom_rules, oom_text
+from jupyter_gpumem.doctor import oom_rules, oom_text, peak_buffers
 from jupyter_gpumem.doctor.arrays import ArrayRecord, _not_started_note, census
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
 from jupyter_gpumem.doctor.oom_rules import Fix, OomReadings, OtherProcess
@@ -109,6 +109,9 @@ class OomReport(_TextReport):
     arrays_note: str
     readings: OomReadings
     fixes: tuple[Fix, ...]
+    # XLA's peak buffers from the error text, by source line (rows), and the totals they sit in
+    peak_rows: tuple[str, ...] = ()
+    peak_title: str = ""
 
     def requested_line(self) -> str:
         e = self.error
@@ -132,7 +135,10 @@ class OomReport(_TextReport):
 
     def lines(self) -> list[str]:
         out = ["JAX ran out of memory (jupyter-gpumem doctor)" + (" [synthetic readings]" if self.readings.synthetic else ""),
-               self.requested_line(), "", "Allocator settings in effect:"]
+               self.requested_line()]
+        if self.peak_rows:
+            out += ["", self.peak_title, *self.peak_rows]
+        out += ["", "Allocator settings in effect:"]
         # each setting as the magic spells it (async-prealloc), as %gpumem status shows it
         out += [f"  {name.replace('_', '-'):<15} {shown:<16} ({source})" for name, shown, source in self.settings]
         out += ["", "Device state at failure:"]
@@ -206,6 +212,7 @@ class OomReport(_TextReport):
             f"<p><b>JAX ran out of memory</b>{synthetic}. {_esc(self.requested_line())}</p>"
             # the fixes first: the traceback above is already long, the numbers behind them follow
             f"<p>What to do, best first:</p><ol>{fixes}</ol>"
+            + (f"<p>{_esc(self.peak_title)}</p><pre>{_esc(chr(10).join(self.peak_rows))}</pre>" if self.peak_rows else "")
             + (f"<p>The failing call's program (compiled again, not run): {_esc(self.program_line())}</p>"
                if self.readings.program is not None else "")
             + f"<p>Allocator settings in effect:</p><table>{settings}</table>"
@@ -226,6 +233,7 @@ class OomReport(_TextReport):
             "arrays": [r.to_json() for r in self.arrays],
             "live_bytes": self.readings.live_bytes,  # None: not known (a replay, or JAX not started)
             "fixes": [f.to_json() for f in self.fixes],
+            "peak": [self.peak_title, *self.peak_rows] if self.peak_rows else [],
             "synthetic": self.readings.synthetic,
         }
 
@@ -382,5 +390,31 @@ def oom_report(
         program=program,
     )
     devices = tuple(_device_state(r, not replayed) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
+    title, rows = _peak_section(error, program, shell)
     return OomReport(error, settings, devices, others, others_note, tuple(records[:5]), arrays_note, readings,
-                     tuple(oom_rules.advise(readings)))
+                     tuple(oom_rules.advise(readings)), rows, title)
+
+
+def _peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple[str, ...]]:
+    """``(title, rows)``: what was live at the failing program's peak, by source line, and what
+    would lower it, from XLA's "Peak buffers" in the error text; nothing is compiled for it.
+    Where the text has none but the failing call is known (``program``), a row says how to see
+    it by line. Empty otherwise."""
+    peak = peak_buffers.parse_oom_text(error.message)
+    call = f" of {program.call}" if program is not None else ""
+    if peak is None or not peak.buffers:
+        if program is None:
+            return "", ()
+        name = program.call.split(" (", 1)[0]
+        return (f"Live at the peak{call}:", (
+            f"  the error text carries no XLA peak buffers; `%gpumem peak {name}(...)`, with the call's arguments, "
+            "compiles it again with XLA's buffer assignment, without running it, and shows it by source line",))
+    from jupyter_gpumem import sites
+    from jupyter_gpumem.doctor.names import _current_shell
+
+    cells = sites.cell_numbers(shell if shell is not None else _current_shell())
+    title = (f"Live at the peak{call}, by source line (XLA's {len(peak.buffers)} largest values; "
+             f"{peak_buffers.totals_text(peak)}, total {_b(peak.peak_bytes)}):")
+    rows = peak_buffers.peak_lines_text(peak, cells)
+    rows += [f"  to lower it: {fix.text}" for fix in peak_buffers.peak_fixes(peak, cells)]
+    return title, tuple(rows)

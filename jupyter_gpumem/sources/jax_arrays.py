@@ -8,6 +8,7 @@ the host (``defragment``).
 from __future__ import annotations
 
 import math
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -179,16 +180,25 @@ def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Compi
     OverflowError while tracing, and jaxlib's XlaRuntimeError, a RuntimeError, while
     compiling); anything else the callee raises while traced reaches the caller as it is.
     """
+    return _compiled(callee, args, kwargs, None)[0]
+
+
+def _compiled(callee: Any, args: tuple, kwargs: Mapping[str, Any],
+              compiler_options: dict | None) -> tuple[CompiledMemory, Any, tuple[Any, ...]]:
+    """``(memory, lowered, positions)``: ``positions[i]`` is the callee's own position (or
+    keyword) of the i-th traced argument."""
     import jax
 
     jitted = hasattr(callee, "lower")
     if jitted:
         fn, args, kwargs = callee, tuple(args), dict(kwargs)
+        positions: tuple[Any, ...] = tuple(range(len(args))) + tuple(kwargs)
     else:
-        fn, args, kwargs = _jit_traced_only(jax, callee, tuple(args), dict(kwargs))
+        fn, args, kwargs, positions = _jit_traced_only(jax, callee, tuple(args), dict(kwargs))
     try:
         lowered = fn.lower(*args, **kwargs)
-        analysis = lowered.compile().memory_analysis()
+        compiled = lowered.compile() if compiler_options is None else lowered.compile(compiler_options=compiler_options)
+        analysis = compiled.memory_analysis()
     except (TypeError, ValueError, OverflowError, RuntimeError) as err:
         raise ValueError(f"could not compile it for these arguments: {type(err).__name__}: {err}") from None
     if analysis is None:
@@ -201,7 +211,7 @@ def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Compi
         return int(value) if isinstance(value, int) and value >= 0 else 0
 
     peak = getattr(analysis, "peak_memory_in_bytes", None)
-    return CompiledMemory(
+    memory = CompiledMemory(
         argument_bytes=get("argument_size_in_bytes"),
         output_bytes=get("output_size_in_bytes"),
         temp_bytes=get("temp_size_in_bytes"),
@@ -215,6 +225,88 @@ def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Compi
         outputs=tuple((tuple(o.shape), str(o.dtype), _aval_bytes(o))
                       for o in jax.tree_util.tree_leaves(getattr(lowered, "out_info", ())) if hasattr(o, "shape")),
     )
+    return memory, lowered, positions
+
+
+@dataclass(frozen=True)
+class CompiledDump:
+    """A call compiled with XLA's dump on, not run: its ``memory`` (``memory_analysis()``), the
+    texts XLA wrote (``buffer_assignment``: ``*buffer-assignment.txt`` with, where this XLA
+    writes them apart, ``*buffer-assignment-values.txt`` and ``*-live-range.txt``; ``hlo``: the
+    optimised module, ``*after_optimizations.txt``), the names of the files it wrote,
+    ``seconds`` to lower and compile, and per argument of the callee ``(position or keyword,
+    bytes, donated, (shape, dtype) of each array)``."""
+
+    memory: CompiledMemory
+    buffer_assignment: str
+    hlo: str
+    files: tuple[str, ...]
+    seconds: float
+    arguments: tuple[tuple[Any, int, bool, tuple[tuple[tuple, str], ...]], ...] = ()
+
+
+_DUMP_PARTS = ("buffer-assignment.txt", "buffer-assignment-values.txt", "live-range.txt")
+
+
+def compile_with_dump(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> CompiledDump:
+    """Lower and compile ``callee(*args, **kwargs)`` without running it, with
+    ``compiler_options={"xla_dump_to": DIR}`` in a temporary folder removed before returning.
+
+    The options are part of JAX's key for compiled programs (``_cached_compilation`` in
+    jax/_src/interpreters/pxla.py keys on ``compiler_options_kvs``, 0.10.2), and the folder is new
+    each time, so this compile neither reuses nor replaces the program a call of ``callee``
+    compiles, and a jitted callee's own cache of programs is not added to. Raises ValueError as
+    :func:`compile_memory` does, and where this JAX's ``Lowered.compile`` takes no compiler
+    options or XLA wrote no buffer assignment."""
+    import inspect
+    import tempfile
+    import time
+
+    import jax
+
+    probe = getattr(jax.stages.Lowered, "compile", None)
+    if probe is None or "compiler_options" not in inspect.signature(probe).parameters:
+        raise ValueError("this JAX's Lowered.compile takes no compiler options, so XLA cannot be asked for its buffer assignment")
+    with tempfile.TemporaryDirectory(prefix="gpumem-peak-") as folder:
+        start = time.perf_counter()
+        memory, lowered, positions = _compiled(callee, args, kwargs, {"xla_dump_to": folder})
+        seconds = time.perf_counter() - start
+        names = sorted(os.listdir(folder))
+        modules = sorted({n.split(".", 1)[0] for n in names if n.endswith("buffer-assignment.txt")})
+        if not modules:
+            raise ValueError(f"XLA wrote no buffer assignment for this program (files: {', '.join(names) or 'none'})")
+        module = modules[-1]
+
+        def read(suffixes: tuple[str, ...]) -> str:
+            return "\n".join(_read_text(os.path.join(folder, n)) for n in names
+                             if n.startswith(module + ".") and n.endswith(suffixes))
+
+        buffer_assignment = read(_DUMP_PARTS)
+        hlo = read(("after_optimizations.txt",))
+    return CompiledDump(memory, buffer_assignment, hlo, tuple(names), seconds, _arguments(jax, lowered, positions))
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
+def _arguments(jax: Any, lowered: Any, positions: tuple[Any, ...]) -> tuple:
+    """Per traced argument: ``(position or keyword, bytes, all donated, ((shape, dtype), ...))``
+    from ``Lowered.args_info`` (``(args, kwargs)`` of ``stages.ArgInfo``)."""
+    info = getattr(lowered, "args_info", None)
+    if not isinstance(info, tuple) or len(info) != 2:
+        return ()
+    given, keywords = info
+    trees = list(given) + [keywords[k] for k in sorted(keywords)] if isinstance(keywords, dict) else list(given)
+    names = list(positions[:len(given)]) + (sorted(keywords) if isinstance(keywords, dict) else [])
+    found = []
+    for name, tree in zip(names, trees):
+        leaves = [a for a in jax.tree_util.tree_leaves(tree) if hasattr(getattr(a, "_aval", None), "shape")]
+        if leaves:
+            found.append((name, sum(_aval_bytes(a) for a in leaves), all(bool(a.donated) for a in leaves),
+                          tuple((tuple(a.shape), str(a.dtype)) for a in leaves)))
+    return tuple(found)
 
 
 def _aval_bytes(aval: Any) -> int:
@@ -248,9 +340,10 @@ def _holds_arrays(value: Any) -> bool:
     return any(isinstance(leaf, kinds) for leaf in jax.tree_util.tree_leaves(value))
 
 
-def _jit_traced_only(jax: Any, callee: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
-    """``jax.jit`` of ``callee`` over the arguments that hold arrays; the others are bound as
-    they are (closed over, so they need not be hashable as ``static_argnums`` would require)."""
+def _jit_traced_only(jax: Any, callee: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict, tuple]:
+    """``jax.jit`` of ``callee`` over the arguments that hold arrays, with those arguments and
+    their positions (and keywords) in the call; the others are bound as they are (closed over, so
+    they need not be hashable as ``static_argnums`` would require)."""
     traced = [i for i, a in enumerate(args) if _holds_arrays(a)]
     traced_kw = [k for k, v in kwargs.items() if _holds_arrays(v)]
 
@@ -260,7 +353,7 @@ def _jit_traced_only(jax: Any, callee: Any, args: tuple, kwargs: dict) -> tuple[
             full[i] = a
         return callee(*full, **{**kwargs, **arrays_kw})
 
-    return jax.jit(bound), tuple(args[i] for i in traced), {k: kwargs[k] for k in traced_kw}
+    return jax.jit(bound), tuple(args[i] for i in traced), {k: kwargs[k] for k in traced_kw}, (*traced, *traced_kw)
 
 
 def host_round_trip(tree: Any) -> tuple[Any, int, int]:
