@@ -63,7 +63,7 @@ chromium:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
-# Debian's prometheus ships promtool: tests/test_prometheus_deploy.py checks deploy/ with both.
+# Debian's prometheus ships promtool: tests/server/test_prometheus_deploy.py checks deploy/ with both.
 prometheus:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
 		echo "installing Debian's prometheus"; \

@@ -29,15 +29,15 @@ import os
 from jupyter_gpumem import doctor
 from jupyter_gpumem.doctor.oom_rules import OomReadings, OtherProcess, advise
 from jupyter_gpumem.doctor.oom_text import OomError
-from jupyter_gpumem.model import JaxDeviceReading, normalise_stats
-from jupyter_gpumem.sampler import Sampler
-from jupyter_gpumem.series import notes_for, series_values
+from jupyter_gpumem.core.readings import JaxDeviceReading, normalise_stats
+from jupyter_gpumem.sampling.sampler import Sampler
+from jupyter_gpumem.monitor.series import notes_for, series_values
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelInfo
 from jupyter_gpumem.server.readings import NvmlDevices
 from jupyter_gpumem.sources.nvml import NvmlSource
 from jupyter_gpumem.testing import fake_nvml
-from jupyter_gpumem.tracefile import sample_from_json, sample_to_json
+from jupyter_gpumem.core.tracefile import sample_from_json, sample_to_json
 
 GiB = 1024**3
 

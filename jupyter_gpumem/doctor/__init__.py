@@ -11,8 +11,8 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``snapshot``: ``%gpumem snapshot PATH``, JAX's device memory profile for pprof
 - ``program_budget``: the failing jitted call in an OOM's traceback, and its compiled budget
 - ``usage``, ``tracking``: memory now, and the change and peak of a block or a cell
-- ``release``: ``%gpumem free``; ``last_error``: what keeps a failed cell's arrays alive, and
-  letting go of it; ``estimates``: ``%gpumem estimate``; ``repack``: ``defragment``
+- ``freeing``: ``%gpumem free``; ``last_error``: what keeps a failed cell's arrays alive, and
+  letting go of it; ``estimating``: ``%gpumem estimate``; ``defragmenting``: ``defragment``
 - ``text``: how the reports read, as text and as HTML
 - ``after_cell``: the work after a cell, and ``%gpumem doctor|cells on|off``
 """
@@ -30,20 +30,20 @@ _PUBLIC = {
     "magic_arrays": "arrays",
     "names_by_array": "names",
     "memory_now": "usage",
-    "FreeReport": "release",
-    "free": "release",
-    "magic_free": "release",
+    "FreeReport": "freeing",
+    "free": "freeing",
+    "magic_free": "freeing",
     "Track": "tracking",
     "track": "tracking",
     "OomReport": "report",
     "oom_report": "report",
     "magic_doctor": "after_cell",
     "magic_cells": "after_cell",
-    "EstimateReport": "estimates",
-    "estimate": "estimates",
-    "magic_estimate": "estimates",
-    "DefragSummary": "repack",
-    "defragment": "repack",
+    "EstimateReport": "estimating",
+    "estimate": "estimating",
+    "magic_estimate": "estimating",
+    "DefragSummary": "defragmenting",
+    "defragment": "defragmenting",
 }
 __all__ = sorted(_PUBLIC)
 

@@ -12,7 +12,7 @@ from jupyter_gpumem.doctor.hooks import state as _state
 from jupyter_gpumem.doctor.report import oom_report
 from jupyter_gpumem.doctor.text import _b, _pretty_as_text
 from jupyter_gpumem.doctor.tracking import Track
-from jupyter_gpumem.magic_args import Grammar, Option
+from jupyter_gpumem.core.magic_args import Grammar, Option
 
 
 def _display(obj: Any) -> None:
@@ -27,7 +27,7 @@ def _on_error(error: BaseException | None, shell: Any) -> None:
     found = oom_text.recognise(error)
     if found is None:
         return
-    from jupyter_gpumem.sampler import get_sampler
+    from jupyter_gpumem.sampling.sampler import get_sampler
 
     get_sampler().add_event("oom", requested_bytes=found.requested_bytes, form=found.form)
     if _state["doctor"]:
@@ -54,7 +54,7 @@ def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
 
 def _sites_text(shell: Any) -> str:
     """Where the cell's new, still-live arrays were allocated: the top three lines by bytes."""
-    from jupyter_gpumem import sites
+    from jupyter_gpumem.core import sites
     from jupyter_gpumem.doctor import array_cells
 
     top = sites.top_sites(array_cells.made_by_last_cell(), sites.cell_numbers(shell))

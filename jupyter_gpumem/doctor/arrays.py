@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from jupyter_gpumem import allocator_shim
-from jupyter_gpumem import sites
+from jupyter_gpumem.settings import apply as allocator_shim
+from jupyter_gpumem.core import sites
 from jupyter_gpumem.doctor import array_cells
 from jupyter_gpumem.doctor.names import (
     WALK_SECONDS_COMMAND,
@@ -23,7 +23,7 @@ from jupyter_gpumem.doctor.names import (
     names_by_array,
 )
 from jupyter_gpumem.doctor.text import _b, _esc, _pretty_as_text
-from jupyter_gpumem.magic_args import Grammar, Option
+from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
 

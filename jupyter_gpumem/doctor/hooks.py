@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any
 
-from jupyter_gpumem.cell_hooks import CellHooks
+from jupyter_gpumem.sampling.cell_hooks import CellHooks
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from jupyter_gpumem import model
+from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.doctor.program_budget import ProgramBudget
-from jupyter_gpumem.model import AllocatorStats, CudaPoolReading
-from jupyter_gpumem.units import format_bytes
+from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading
+from jupyter_gpumem.core.units import format_bytes
 
 
 @dataclass(frozen=True)

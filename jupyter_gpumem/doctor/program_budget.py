@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem import sites
+from jupyter_gpumem.core import sites
 from jupyter_gpumem.sources import jax_arrays
 
 _PJIT = ("jax", "_src", "pjit.py")

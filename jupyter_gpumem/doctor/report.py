@@ -10,9 +10,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem import allocator_shim, model
-from jupyter_gpumem.cpu_fallback import read_cpu_fallback
-from jupyter_gpumem.attribution import attribute, jax_pool_on
+from jupyter_gpumem.settings import apply as allocator_shim
+from jupyter_gpumem.core import readings as model
+from jupyter_gpumem.settings.cpu_fallback import read_cpu_fallback
+from jupyter_gpumem.core.attribution import attribute, jax_pool_on
 from jupyter_gpumem.doctor import oom_rules, oom_text
 from jupyter_gpumem.doctor.arrays import ArrayRecord, _not_started_note, census
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
@@ -26,7 +27,7 @@ from jupyter_gpumem.doctor.text import (
     _pretty_as_text,
     _TextReport,
 )
-from jupyter_gpumem.model import (
+from jupyter_gpumem.core.readings import (
     AllocatorStats,
     CudaPoolReading,
     DeviceReading,
@@ -285,7 +286,7 @@ def oom_report(
         return None
     replayed = sample is not None and live is None  # that moment's arrays are not this process's
     if sample is None:
-        from jupyter_gpumem.sampler import get_sampler
+        from jupyter_gpumem.sampling.sampler import get_sampler
 
         sample = get_sampler().sample_once()
     jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)

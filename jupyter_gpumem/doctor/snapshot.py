@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.doctor.text import _b, _pretty_as_text
-from jupyter_gpumem.files import replaced_on_success
-from jupyter_gpumem.magic_args import Grammar, Option
+from jupyter_gpumem.core.files import replaced_on_success
+from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
 

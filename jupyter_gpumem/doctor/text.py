@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from jupyter_gpumem.units import format_bytes
+from jupyter_gpumem.core.units import format_bytes
 
 
 def _b(n: int | None) -> str:

@@ -8,11 +8,11 @@ from typing import Any
 
 from jupyter_gpumem.doctor.usage import MemoryNow, _sum, _with_stats, memory_now
 from jupyter_gpumem.doctor.text import _b
-from jupyter_gpumem.model import (
+from jupyter_gpumem.core.readings import (
     NotAvailable,
     Sample,
 )
-from jupyter_gpumem.units import format_bytes
+from jupyter_gpumem.core.units import format_bytes
 
 
 class Track:
@@ -51,7 +51,7 @@ class Track:
         self._start = memory_now()
         self._t0 = time.perf_counter()
         if self._start.measure == "allocator" and self.sample_interval:
-            from jupyter_gpumem.sampler import get_sampler
+            from jupyter_gpumem.sampling.sampler import get_sampler
 
             def on_sample(sample: Sample) -> None:
                 if not isinstance(sample.jax, NotAvailable):

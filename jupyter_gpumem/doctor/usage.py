@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from jupyter_gpumem import allocator_shim
+from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.doctor import array_cells
-from jupyter_gpumem.model import (
+from jupyter_gpumem.core.readings import (
     AllocatorStats,
     NotAvailable,
     pool_bytes,

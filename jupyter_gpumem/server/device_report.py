@@ -12,8 +12,8 @@ import math
 import os
 from typing import Any, Callable, Iterable, Mapping
 
-from jupyter_gpumem.attribution import CANNOT_TELL, attribute
-from jupyter_gpumem.model import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
+from jupyter_gpumem.core.attribution import CANNOT_TELL, attribute
+from jupyter_gpumem.core.readings import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.server.kernels import KernelInfo, iso_utc
 from jupyter_gpumem.server.readings import ProcessFacts, Reading
 from jupyter_gpumem.settings.published import preallocates, reserved_bytes

@@ -1,4 +1,4 @@
-"""The allocator settings this server's kernels published (``jupyter_gpumem/settings_file.py``
+"""The allocator settings this server's kernels published (``jupyter_gpumem/settings/publish.py``
 writes them beside each kernel's connection file), read for the kernels' pids.
 
 A file is read again only when its size or modification time changed. Anything that is not a

@@ -21,7 +21,7 @@ from typing import Any
 
 import zmq
 
-from jupyter_gpumem.env_table import ALLOCATOR_VAR, PREALLOCATE_VAR
+from jupyter_gpumem.core.env_table import ALLOCATOR_VAR, PREALLOCATE_VAR
 from jupyter_gpumem.server.kernel_settings import PublishedSettingsReader, connection_dir
 from jupyter_gpumem.settings.published import PublishedSettings
 

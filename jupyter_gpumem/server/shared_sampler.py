@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Coroutine
 
-from jupyter_gpumem.model import ERROR, NotAvailable
+from jupyter_gpumem.core.readings import ERROR, NotAvailable
 from jupyter_gpumem.server.readings import DeviceSource, Reading
 
 log = logging.getLogger(__name__)

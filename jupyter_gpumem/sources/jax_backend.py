@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
-from jupyter_gpumem import model
-from jupyter_gpumem.env_table import (
+from jupyter_gpumem.core import readings as model
+from jupyter_gpumem.core.env_table import (
     _ALLOCATOR_CANDIDATES,
     ALLOCATOR_VAR,
     CREATE_OPTIONS_ENV,
@@ -28,7 +28,7 @@ from jupyter_gpumem.env_table import (
     OLD_FRACTION_VAR,
     REMAT_OPTION,
 )
-from jupyter_gpumem.model import NotAvailable
+from jupyter_gpumem.core.readings import NotAvailable
 from jupyter_gpumem.sources.device_identity import (
     CudaDeviceIdentity,
     GpuIdentity,

@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from jupyter_gpumem.model import (
+from jupyter_gpumem.core.readings import (
     ERROR,
     GPU_LOST,
     NO_DRIVER,
