@@ -28,7 +28,7 @@ def configure(**settings: Any):
 
     Same rules as ``%gpumem``: everything is validated before anything is applied.
     """
-    from jupyter_gpumem.settings.apply import configure as _configure
+    from jupyter_gpumem.settings.configure import configure as _configure
 
     return _configure(**settings)
 

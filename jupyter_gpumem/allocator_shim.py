@@ -14,12 +14,11 @@ from jupyter_gpumem.settings.apply import (
     Applied,
     validate,
     apply_settings,
-    configure,
-    configure_from_notebook,
     reset,
     allocator_in_effect,
     read_jax_devices,
 )
+from jupyter_gpumem.settings.configure import configure, configure_from_notebook
 
 __all__ = [
     "SettingsError",

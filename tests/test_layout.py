@@ -27,6 +27,44 @@ def _catch_alls(tree: ast.AST) -> int:
     return count
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(dotted: str) -> bool:
+    where = PACKAGE.parent / dotted.replace(".", "/")
+    return where.with_suffix(".py").exists() or (where / "__init__.py").exists()
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_names_taken(tree: ast.AST, importer: str) -> list[str]:
+    """``module.name`` for each private name of another jupyter_gpumem module that ``tree`` imports
+    (``from m import _x``) or reads from an imported module (``m._x``)."""
+    modules: dict[str, str] = {}
+    taken = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("jupyter_gpumem"):
+            for alias in node.names:
+                if _is_module(f"{node.module}.{alias.name}"):
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                elif _private(alias.name) and node.module != importer:
+                    taken.append(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("jupyter_gpumem") and alias.asname:
+                    modules[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr):
+            module = modules.get(node.value.id)
+            if module is not None and module != importer:
+                taken.append(f"{module}.{node.attr}")
+    return taken
+
+
 def test_the_package_has_modules_to_check():
     assert len(MODULES) > 30
 
@@ -51,3 +89,25 @@ def test_at_most_30_catch_alls_in_the_package():
 def test_the_catch_all_counter_sees_every_form():
     code = "try: pass\nexcept: pass\ntry: pass\nexcept (ValueError, Exception): pass\ntry: pass\nexcept BaseException: pass\ntry: pass\nexcept ValueError: pass\n"
     assert _catch_alls(ast.parse(code)) == 3
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_takes_a_private_name_of_another(path):
+    """What a module shares is public: a name with a leading underscore stays in its module."""
+    assert private_names_taken(ast.parse(path.read_text()), _module_name(path)) == []
+
+
+def test_the_private_name_check_sees_imports_and_attribute_reads():
+    code = (
+        "from jupyter_gpumem.doctor.text import _hidden, shown\n"
+        "from jupyter_gpumem.doctor import names\n"
+        "import jupyter_gpumem.core.units as units\n"
+        "names._walk(); units._scale; names.public(); self._own\n"
+    )
+    taken = private_names_taken(ast.parse(code), "jupyter_gpumem.doctor.report")
+    assert sorted(taken) == ["jupyter_gpumem.core.units._scale", "jupyter_gpumem.doctor.names._walk", "jupyter_gpumem.doctor.text._hidden"]
+
+
+def test_a_module_may_use_its_own_private_names():
+    code = "from jupyter_gpumem.doctor.text import _hidden\n"
+    assert private_names_taken(ast.parse(code), "jupyter_gpumem.doctor.text") == []

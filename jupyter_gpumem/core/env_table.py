@@ -69,10 +69,10 @@ DEFAULT_FRACTION = 0.75
 
 
 # Allocator names to probe the installed JAX with; the accepted set is whatever it takes.
-_ALLOCATOR_CANDIDATES = ("default", "bfc", "platform", "cuda_async", "vmm", "address")
+ALLOCATOR_CANDIDATES = ("default", "bfc", "platform", "cuda_async", "vmm", "address")
 
 
-_ALLOCATOR_ALIASES = {
+ALLOCATOR_ALIASES = {
     "cuda_malloc_async": (
         "cuda_async",
         "cuda_malloc_async is TensorFlow's name: JAX calls it cuda_async and no longer reads "

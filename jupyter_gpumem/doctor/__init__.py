@@ -3,6 +3,7 @@
 One module per job; importing this package imports none of them, so the cell hooks stay cheap.
 
 - ``hooks``: the cell hooks (which cell made which array, the OOM report, the per-cell line)
+  and their switches, ``%gpumem doctor|cells on|off``
 - ``array_cells``: which cell made each live array, and the live arrays' device bytes
 - ``oom_text``: is this exception an out-of-memory error, and how much did it ask for
 - ``oom_rules``: ranked fixes from the numbers read at failure, one function per rule
@@ -14,7 +15,8 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``freeing``: ``%gpumem free``; ``last_error``: what keeps a failed cell's arrays alive, and
   letting go of it; ``estimating``: ``%gpumem estimate``; ``defragmenting``: ``defragment``
 - ``text``: how the reports read, as text and as HTML
-- ``after_cell``: the work after a cell, and ``%gpumem doctor|cells on|off``
+- ``after_cell``: the work after a cell; ``session``: the switches ``%gpumem doctor|cells on|off``
+  set, and the shell the hooks serve
 """
 
 from typing import Any
@@ -37,8 +39,8 @@ _PUBLIC = {
     "track": "tracking",
     "OomReport": "report",
     "oom_report": "report",
-    "magic_doctor": "after_cell",
-    "magic_cells": "after_cell",
+    "magic_doctor": "hooks",
+    "magic_cells": "hooks",
     "EstimateReport": "estimating",
     "estimate": "estimating",
     "magic_estimate": "estimating",

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.settings import apply as allocator_shim
-from jupyter_gpumem.doctor.usage import _jax_readings
-from jupyter_gpumem.doctor.names import _user_namespace, names_by_array
-from jupyter_gpumem.doctor.report import DeviceState, _device_state
-from jupyter_gpumem.doctor.text import _b, _pretty_as_text, _TextReport
+from jupyter_gpumem.doctor.usage import jax_device_readings
+from jupyter_gpumem.doctor.names import user_namespace, names_by_array
+from jupyter_gpumem.doctor.report import DeviceState, device_state
+from jupyter_gpumem.doctor.text import bytes_or_na, pretty_as_text, TextReport
 from jupyter_gpumem.core.readings import (
     AllocatorStats,
 )
@@ -18,10 +18,10 @@ from jupyter_gpumem.sources import jax_arrays
 
 
 @dataclass(frozen=True)
-class DefragSummary(_TextReport):
+class DefragSummary(TextReport):
     """Before and after moving a pytree through the host."""
 
-    _repr_pretty_ = _pretty_as_text
+    _repr_pretty_ = pretty_as_text
 
     arrays_moved: int
     bytes_moved: int
@@ -31,18 +31,18 @@ class DefragSummary(_TextReport):
     note: str
 
     def lines(self) -> list[str]:
-        out = [f"defragment: moved {self.arrays_moved} arrays ({_b(self.bytes_moved)}) through the host."]
+        out = [f"defragment: moved {self.arrays_moved} arrays ({bytes_or_na(self.bytes_moved)}) through the host."]
         for b, a in zip(self.before, self.after):
             if b.note:
                 out.append(f"  {b.label}: {b.note}")
                 continue
             if b.driver_pool:
-                out.append(f"  {b.label}: pool {_b(b.pool)} -> {_b(a.pool)}; cuda_async's driver pool reports no "
+                out.append(f"  {b.label}: pool {bytes_or_na(b.pool)} -> {bytes_or_na(a.pool)}; cuda_async's driver pool reports no "
                            "largest free block, so fragmentation is not measured")
                 continue
             fb = "n/a" if b.fragmentation is None else f"{b.fragmentation:.0%}"
             fa = "n/a" if a.fragmentation is None else f"{a.fragmentation:.0%}"
-            out.append(f"  {b.label}: fragmentation {fb} -> {fa}; largest free block {_b(b.largest_free)} -> {_b(a.largest_free)}")
+            out.append(f"  {b.label}: fragmentation {fb} -> {fa}; largest free block {bytes_or_na(b.largest_free)} -> {bytes_or_na(a.largest_free)}")
         if self.other_names:
             out.append("  These names held the moved arrays and now hold deleted ones: " + ", ".join(self.other_names)
                        + ". Rebind any that is not the tree you rebound to the result.")
@@ -64,13 +64,13 @@ def defragment(tree: Any, shell: Any = None) -> tuple[Any, DefragSummary]:
     if not allocator_shim.backend_started():
         raise ValueError("defragment: JAX's backend has not started, so nothing is on a device yet")
     keys = set(names_by_array({"tree": tree}).names)
-    namespace = _user_namespace(shell)
+    namespace = user_namespace(shell)
     holders = names_by_array(namespace).names if namespace else {}
     other = sorted({n for k in keys for n in holders.get(k, ())})
-    before = tuple(_device_state(r) for r in _jax_readings())
+    before = tuple(device_state(r) for r in jax_device_readings())
     new_tree, moved, nbytes = jax_arrays.host_round_trip(tree)
-    after = tuple(_device_state(r) for r in _jax_readings())
+    after = tuple(device_state(r) for r in jax_device_readings())
     note = ""
-    if not any(isinstance(r.stats, AllocatorStats) for r in _jax_readings()):
+    if not any(isinstance(r.stats, AllocatorStats) for r in jax_device_readings()):
         note = "No allocator statistics here (CPU): fragmentation cannot be measured; the arrays were moved all the same."
     return new_tree, DefragSummary(moved, nbytes, before, after, tuple(other), note)

@@ -9,19 +9,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.core import readings as model
-from jupyter_gpumem.doctor.names import _user_namespace
-from jupyter_gpumem.doctor.text import _b, _PreReport, _pretty_as_text
+from jupyter_gpumem.doctor.names import user_namespace
+from jupyter_gpumem.doctor.text import bytes_or_na, PreReport, pretty_as_text
 from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.core.readings import AllocatorStats, DeviceReading, NotAvailable, Sample
 from jupyter_gpumem.sources import host_memory, jax_arrays
 
 
 @dataclass(frozen=True)
-class EstimateReport(_PreReport):
+class EstimateReport(PreReport):
     """A compiled call's memory against what is free now."""
 
     _html_class = "jupyter-gpumem-estimate"
-    _repr_pretty_ = _pretty_as_text
+    _repr_pretty_ = pretty_as_text
 
     expression: str
     memory: jax_arrays.CompiledMemory
@@ -35,22 +35,22 @@ class EstimateReport(_PreReport):
         m = self.memory
         out = [f"{self.expression}: {self.verdict}: {self.why()}"
                + ("" if m.jitted else " (not jitted: estimated as jax.jit of it, its array arguments traced)"),
-               f"  arguments {_b(m.argument_bytes)}, outputs {_b(m.output_bytes)}, temporaries {_b(m.temp_bytes)}, "
-               f"aliased {_b(m.alias_bytes)}, code {_b(m.code_bytes)}" + (f", XLA peak {_b(m.peak_bytes)}" if m.peak_bytes else ""),
-               f"  needs {_b(self.needed)} beyond its arguments; largest free block {_b(self.largest_block)}, "
-               f"free in total {_b(self.total_free)}; from {self.measure}"]
+               f"  arguments {bytes_or_na(m.argument_bytes)}, outputs {bytes_or_na(m.output_bytes)}, temporaries {bytes_or_na(m.temp_bytes)}, "
+               f"aliased {bytes_or_na(m.alias_bytes)}, code {bytes_or_na(m.code_bytes)}" + (f", XLA peak {bytes_or_na(m.peak_bytes)}" if m.peak_bytes else ""),
+               f"  needs {bytes_or_na(self.needed)} beyond its arguments; largest free block {bytes_or_na(self.largest_block)}, "
+               f"free in total {bytes_or_na(self.total_free)}; from {self.measure}"]
         return out
 
     def why(self) -> str:
         """The numbers behind the verdict: what the call needs against what is free."""
         if self.verdict == "unknown":
-            return f"needs {_b(self.needed)}; how much is free cannot be read here"
+            return f"needs {bytes_or_na(self.needed)}; how much is free cannot be read here"
         if self.verdict == "fits only after defragmenting":
-            return (f"needs {_b(self.needed)} of {_b(self.total_free)} free, but its largest piece "
-                    f"({_b(self.largest_piece)}) is larger than the largest free block ({_b(self.largest_block)})")
+            return (f"needs {bytes_or_na(self.needed)} of {bytes_or_na(self.total_free)} free, but its largest piece "
+                    f"({bytes_or_na(self.largest_piece)}) is larger than the largest free block ({bytes_or_na(self.largest_block)})")
         if self.verdict == "does not fit":
-            return f"needs {_b(self.needed)}, only {_b(self.total_free)} free"
-        return f"needs {_b(self.needed)}, {_b(self.total_free)} free"
+            return f"needs {bytes_or_na(self.needed)}, only {bytes_or_na(self.total_free)} free"
+        return f"needs {bytes_or_na(self.needed)}, {bytes_or_na(self.total_free)} free"
 
     @property
     def largest_piece(self) -> int:
@@ -126,7 +126,7 @@ def magic_estimate(argv: list[str], shell: Any) -> EstimateReport:
     call = tree.body
     if not isinstance(call, ast.Call):
         raise ValueError(f"estimate takes a call such as train_step(params, batch), got {text!r}")
-    ns = _user_namespace(shell)
+    ns = user_namespace(shell)
 
     def value(node: ast.AST) -> Any:
         code = compile(ast.Expression(node), "<gpumem estimate>", "eval")

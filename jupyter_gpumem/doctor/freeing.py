@@ -12,22 +12,22 @@ from typing import Any
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.doctor import last_error
 from jupyter_gpumem.doctor.arrays import ArrayRecord, census
-from jupyter_gpumem.doctor.hooks import state as _state
+from jupyter_gpumem.doctor.session import SESSION
 from jupyter_gpumem.doctor.names import (
-    _HISTORY_SINGLE,
+    HISTORY_SINGLE,
     WALK_SECONDS_REPORT,
-    _current_shell,
-    _user_namespace,
+    current_shell,
+    user_namespace,
     names_by_array,
 )
-from jupyter_gpumem.doctor.text import _b, _PreReport, _pretty_as_text
+from jupyter_gpumem.doctor.text import bytes_or_na, PreReport, pretty_as_text
 from jupyter_gpumem.doctor.usage import memory_now
 from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
 
 @dataclass(frozen=True)
-class FreeReport(_PreReport):
+class FreeReport(PreReport):
     """What ``%gpumem free`` released, measured before and after.
 
     ``actions`` are the steps that ran, ``failed`` the steps that raised (with why) and
@@ -35,7 +35,7 @@ class FreeReport(_PreReport):
     """
 
     _html_class = "jupyter-gpumem-free"
-    _repr_pretty_ = _pretty_as_text
+    _repr_pretty_ = pretty_as_text
 
     actions: tuple[str, ...]
     measure: str
@@ -51,7 +51,7 @@ class FreeReport(_PreReport):
         return max(0, self.before - self.after)
 
     def lines(self) -> list[str]:
-        out = [f"Freed {_b(self.freed)}: {_b(self.before)} -> {_b(self.after)}, counted as {self.measure}."]
+        out = [f"Freed {bytes_or_na(self.freed)}: {bytes_or_na(self.before)} -> {bytes_or_na(self.after)}, counted as {self.measure}."]
         out += [f"  - {a}" for a in self.actions]
         out += [f"  - FAILED {a}" for a in self.failed]
         if self.not_done:
@@ -59,7 +59,7 @@ class FreeReport(_PreReport):
         if self.still_held:
             out.append("Still held (largest):")
             for r in self.still_held:
-                out.append(f"  {_b(r.nbytes):>11}  {r.dtype}{list(r.shape)}  {', '.join(r.names) or '(no name: held elsewhere)'}")
+                out.append(f"  {bytes_or_na(r.nbytes):>11}  {r.dtype}{list(r.shape)}  {', '.join(r.names) or '(no name: held elsewhere)'}")
         if self.note:
             out.append(self.note)
         return out
@@ -71,7 +71,7 @@ def _holds_array(value: Any) -> bool:
 
 def _clear_history(shell: Any) -> tuple[int, list[str]]:
     """Drop Out/_N/_ references to values that hold jax arrays. ``(count, names)``."""
-    ns = _user_namespace(shell)
+    ns = user_namespace(shell)
     # displayhook pushes _, __, ___ and _N into user_ns_hidden as well as user_ns.
     hidden = getattr(shell, "user_ns_hidden", None)
     hidden = hidden if isinstance(hidden, dict) else {}
@@ -88,7 +88,7 @@ def _clear_history(shell: Any) -> tuple[int, list[str]]:
     if last is not None and _holds_array(getattr(last, "result", None)):
         last.result = None
     hook = getattr(shell, "displayhook", None)
-    for name in _HISTORY_SINGLE:
+    for name in HISTORY_SINGLE:
         if name in ns and _holds_array(ns[name]):
             ns[name] = ""
             dropped.append(name)
@@ -125,7 +125,7 @@ def free(history: bool = True, caches: bool = True, gc: bool = True, shell: Any 
     Never raises part-way: a step that fails is reported as failed and the others still run;
     an interrupt stops it, and the report says which steps were done and which were not.
     """
-    shell = shell if shell is not None else (_state.get("shell") or _current_shell())
+    shell = shell if shell is not None else (SESSION.shell or current_shell())
     t0 = time.perf_counter()
     before = memory_now()
     steps = [(name, run) for name, wanted, run in (

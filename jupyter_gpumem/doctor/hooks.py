@@ -1,4 +1,5 @@
-"""The doctor's cell hooks, kept apart from ``doctor.py`` so that loading the extension is cheap.
+"""The doctor's cell hooks and their switches (``%gpumem doctor|cells on|off``), kept apart from
+the doctor's other modules so that loading the extension is cheap.
 
 A cell imports the doctor only when it has work for it: an error to diagnose, or ``%gpumem
 cells on``. Noting which cell made which array (``array_cells``) costs the new arrays only.
@@ -10,12 +11,13 @@ import logging
 import sys
 from typing import Any
 
+from jupyter_gpumem.core.magic_args import Grammar, Option
+from jupyter_gpumem.doctor.session import SESSION, Switch
+from jupyter_gpumem.doctor.text import pretty_as_text
 from jupyter_gpumem.sampling.cell_hooks import CellHooks
 
 log = logging.getLogger(__name__)
 
-# %gpumem doctor on|off and %gpumem cells on|off; the doctor reads and writes this same dict.
-state: dict[str, Any] = {"doctor": True, "cells": False, "shell": None}
 _hooks = CellHooks()
 
 
@@ -34,7 +36,7 @@ def install(shell: Any) -> None:
     """
     if shell in _hooks:
         return
-    state["shell"] = shell
+    SESSION.shell = shell
     running: dict[str, Any] = {"track": None}
     if "jax" in sys.modules:
         from jupyter_gpumem.doctor import array_cells
@@ -55,7 +57,7 @@ def install(shell: Any) -> None:
                 from jupyter_gpumem.doctor import array_cells
 
                 array_cells.begin_cell(count if isinstance(count, int) else None)
-            if state["cells"]:
+            if SESSION.cells:
                 from jupyter_gpumem.doctor.tracking import Track
 
                 running["track"] = Track().start()
@@ -94,3 +96,34 @@ def uninstall(shell: Any) -> None:
         from jupyter_gpumem.doctor import array_cells
 
         array_cells.forget_all()
+
+
+# What %gpumem doctor and %gpumem cells take: on, off, or nothing to ask.
+SWITCH_ARGS = {key: Grammar(f"%gpumem {key}", positionals=(Option(key, choices=("on", "off")),)) for key in ("doctor", "cells")}
+
+
+def _switch(argv: list[str], key: Switch, shell: Any, on_text: str) -> str:
+    """Set the switch ``key`` from ``on|off``; with no word, say where it is."""
+    word = SWITCH_ARGS[key].parse(argv)[key]
+    if word is None:
+        return f"gpumem: {key} is {'on' if SESSION.is_on(key) else 'off'}"
+    SESSION.turn(key, word == "on")
+    if shell is not None:
+        install(shell)
+    return f"gpumem: {key} {'on: ' + on_text if SESSION.is_on(key) else 'off'}"
+
+
+class _Line(str):
+    """A one-line answer shown as plain text."""
+
+    _repr_pretty_ = pretty_as_text
+
+
+def magic_doctor(argv: list[str], shell: Any) -> _Line:
+    """``%gpumem doctor on|off``: the OOM report after a failing cell (on by default)."""
+    return _Line(_switch(argv, "doctor", shell, "an out-of-memory error in a cell is followed by a report"))
+
+
+def magic_cells(argv: list[str], shell: Any) -> _Line:
+    """``%gpumem cells on|off``: one line of memory use after each cell."""
+    return _Line(_switch(argv, "cells", shell, "one line of memory use after each cell"))

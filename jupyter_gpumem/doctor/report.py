@@ -15,17 +15,17 @@ from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.settings.cpu_fallback import read_cpu_fallback
 from jupyter_gpumem.core.attribution import attribute, jax_pool_on
 from jupyter_gpumem.doctor import oom_rules, oom_text
-from jupyter_gpumem.doctor.arrays import ArrayRecord, _not_started_note, census
+from jupyter_gpumem.doctor.arrays import ArrayRecord, not_started_note, census
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
 from jupyter_gpumem.doctor.oom_rules import Fix, OomReadings, OtherProcess
 from jupyter_gpumem.doctor.oom_text import OomError
 from jupyter_gpumem.sources import host_memory
 from jupyter_gpumem.doctor.text import (
-    _action_label,
-    _b,
-    _esc,
-    _pretty_as_text,
-    _TextReport,
+    action_label,
+    bytes_or_na,
+    escape_html,
+    pretty_as_text,
+    TextReport,
 )
 from jupyter_gpumem.core.readings import (
     AllocatorStats,
@@ -62,7 +62,7 @@ def _unlisted_note(dev: DeviceReading, own: int | None, listed: tuple[OtherProce
     unlisted = max(0, dev.used_bytes - own)
     if not unlisted:
         return ""
-    return (f"none listed by NVML, yet {_b(unlisted)} of the device's used memory is not this kernel's: "
+    return (f"none listed by NVML, yet {bytes_or_na(unlisted)} of the device's used memory is not this kernel's: "
             "the driver's own, or processes NVML does not list here (another container's)")
 
 
@@ -90,16 +90,16 @@ class DeviceState:
             threshold = ("with preallocation off its release threshold is 0, so unused pool memory goes back "
                          "to the device at each synchronisation")
         else:
-            threshold = f"the fraction sets only its release threshold ({_b(self.limit)}), below which it keeps unused memory"
+            threshold = f"the fraction sets only its release threshold ({bytes_or_na(self.limit)}), below which it keeps unused memory"
         return f"the pool is the CUDA driver's default pool (cuda_async), and no fraction caps it: {threshold}"
 
 
 @dataclass(frozen=True)
-class OomReport(_TextReport):
+class OomReport(TextReport):
     """The report shown when a cell fails for want of memory. Text in a terminal, HTML in a
     notebook, ``to_json()`` for tools."""
 
-    _repr_pretty_ = _pretty_as_text
+    _repr_pretty_ = pretty_as_text
 
     error: OomError
     settings: tuple[tuple[str, str, str], ...]
@@ -116,15 +116,15 @@ class OomReport(_TextReport):
         if e.requested_bytes is None:
             return "Requested: the error does not say how much."
         approx = "" if e.exact else "; the error printed it rounded"
-        return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes{approx})."
+        return f"Requested: {bytes_or_na(e.requested_bytes)} ({e.requested_bytes:,} bytes{approx})."
 
     def program_line(self) -> str:
         p = self.readings.program
         if p is None:
             return ""
         donated = "some arguments donated" if p.donated else "no argument donated"
-        return (f"{p.call}: arguments {_b(p.argument_bytes)}, outputs {_b(p.output_bytes)}, temporaries "
-                f"{_b(p.temp_bytes)}, code {_b(p.code_bytes)}, aliased {_b(p.alias_bytes)}; {donated}.")
+        return (f"{p.call}: arguments {bytes_or_na(p.argument_bytes)}, outputs {bytes_or_na(p.output_bytes)}, temporaries "
+                f"{bytes_or_na(p.temp_bytes)}, code {bytes_or_na(p.code_bytes)}, aliased {bytes_or_na(p.alias_bytes)}; {donated}.")
 
     def lines(self) -> list[str]:
         out = ["JAX ran out of memory (jupyter-gpumem doctor)" + (" [synthetic readings]" if self.readings.synthetic else ""),
@@ -137,19 +137,19 @@ class OomReport(_TextReport):
                 out.append(f"  {d.label}: {d.note}")
                 continue
             if d.driver_pool:
-                out.append(f"  {d.label}: in use {_b(d.in_use)}, pool {_b(d.pool)}; {d.driver_pool_words()}")
+                out.append(f"  {d.label}: in use {bytes_or_na(d.in_use)}, pool {bytes_or_na(d.pool)}; {d.driver_pool_words()}")
                 continue
             frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
-            out.append(f"  {d.label}: in use {_b(d.in_use)}, pool {_b(d.pool)}, limit {_b(d.limit)}, "
-                       f"largest free block {_b(d.largest_free)}, fragmentation {frag}, headroom {_b(d.headroom)}")
+            out.append(f"  {d.label}: in use {bytes_or_na(d.in_use)}, pool {bytes_or_na(d.pool)}, limit {bytes_or_na(d.limit)}, "
+                       f"largest free block {bytes_or_na(d.largest_free)}, fragmentation {frag}, headroom {bytes_or_na(d.headroom)}")
         out += ["", "Other processes on the device:"]
         listed = self.others + self.readings.host_pid_processes
-        out += [f"  pid {p.pid} ({p.label}): {_b(p.used_bytes)}" for p in listed]
+        out += [f"  pid {p.pid} ({p.label}): {bytes_or_na(p.used_bytes)}" for p in listed]
         if self.others_note or not listed:
             out.append(f"  {self.others_note or 'none'}")
         out += ["", "Largest live arrays:"]
         if self.arrays:
-            out += [f"  {_b(r.nbytes):>11}  {r.dtype}{list(r.shape)}  held by {', '.join(r.names) or '(no name: held elsewhere)'}"
+            out += [f"  {bytes_or_na(r.nbytes):>11}  {r.dtype}{list(r.shape)}  held by {', '.join(r.names) or '(no name: held elsewhere)'}"
                     + (f"  (cell {r.cell})" if r.cell is not None else "") for r in self.arrays]
             if self.arrays_note:
                 out.append(f"  {self.arrays_note}")
@@ -163,50 +163,50 @@ class OomReport(_TextReport):
                        "lower precision), or run `%gpumem arrays` to see what holds memory.")
         for i, f in enumerate(self.fixes, 1):
             out.append(f"  {i}. {f.title}.")
-            out.append(f"     {_action_label(f.action)}: {f.action}")
+            out.append(f"     {action_label(f.action)}: {f.action}")
             out += [f"     Or:  {a}" for a in f.extra_actions]
             out.append(f"     Why: {f.why}")
         out.append("(The error above is unchanged and still stops the run.)")
         return out
 
     def _repr_html_(self) -> str:
-        settings = "".join(f"<tr><td>{_esc(n.replace('_', '-'))}</td><td><b>{_esc(s)}</b></td><td>{_esc(src)}</td></tr>" for n, s, src in self.settings)
+        settings = "".join(f"<tr><td>{escape_html(n.replace('_', '-'))}</td><td><b>{escape_html(s)}</b></td><td>{escape_html(src)}</td></tr>" for n, s, src in self.settings)
         devs = []
         for d in self.devices:
             if d.note:
-                devs.append(f"<tr><td>{_esc(d.label)}</td><td colspan='6'>{_esc(d.note)}</td></tr>")
+                devs.append(f"<tr><td>{escape_html(d.label)}</td><td colspan='6'>{escape_html(d.note)}</td></tr>")
             elif d.driver_pool:
-                cells = "".join(f"<td>{_esc(c)}</td>" for c in (d.label, _b(d.in_use), _b(d.pool)))
-                devs.append(f"<tr>{cells}<td colspan='4'>{_esc(d.driver_pool_words())}</td></tr>")
+                cells = "".join(f"<td>{escape_html(c)}</td>" for c in (d.label, bytes_or_na(d.in_use), bytes_or_na(d.pool)))
+                devs.append(f"<tr>{cells}<td colspan='4'>{escape_html(d.driver_pool_words())}</td></tr>")
             else:
                 frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
-                cells = [d.label, _b(d.in_use), _b(d.pool), _b(d.limit), _b(d.largest_free), frag, _b(d.headroom)]
-                devs.append("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
+                cells = [d.label, bytes_or_na(d.in_use), bytes_or_na(d.pool), bytes_or_na(d.limit), bytes_or_na(d.largest_free), frag, bytes_or_na(d.headroom)]
+                devs.append("<tr>" + "".join(f"<td>{escape_html(c)}</td>" for c in cells) + "</tr>")
         listed = self.others + self.readings.host_pid_processes
-        others = ("".join(f"<li>pid {p.pid} ({_esc(p.label)}): {_esc(_b(p.used_bytes))}</li>" for p in listed)
-                  + (f"<li>{_esc(self.others_note or 'none')}</li>" if self.others_note or not listed else ""))
-        arrays = ("".join(f"<tr><td>{_esc(_b(r.nbytes))}</td><td>{_esc(r.dtype)}{_esc(list(r.shape))}</td>"
-                          f"<td>{_esc(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
+        others = ("".join(f"<li>pid {p.pid} ({escape_html(p.label)}): {escape_html(bytes_or_na(p.used_bytes))}</li>" for p in listed)
+                  + (f"<li>{escape_html(self.others_note or 'none')}</li>" if self.others_note or not listed else ""))
+        arrays = ("".join(f"<tr><td>{escape_html(bytes_or_na(r.nbytes))}</td><td>{escape_html(r.dtype)}{escape_html(list(r.shape))}</td>"
+                          f"<td>{escape_html(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
                           for r in self.arrays)
-                  + (f"<tr><td colspan='4'>{_esc(self.arrays_note)}</td></tr>" if self.arrays and self.arrays_note else "")
-                  or f"<tr><td colspan='4'>{_esc(self.arrays_note or 'none')}</td></tr>")
+                  + (f"<tr><td colspan='4'>{escape_html(self.arrays_note)}</td></tr>" if self.arrays and self.arrays_note else "")
+                  or f"<tr><td colspan='4'>{escape_html(self.arrays_note or 'none')}</td></tr>")
         fixes = "".join(
-            f"<li><b>{_esc(f.title)}</b><br>{_action_label(f.action)}: <code>{_esc(f.action)}</code>"
-            + "".join(f"<br>Or: <code>{_esc(a)}</code>" for a in f.extra_actions)
-            + f"<br><small>{_esc(f.why)}</small></li>"
+            f"<li><b>{escape_html(f.title)}</b><br>{action_label(f.action)}: <code>{escape_html(f.action)}</code>"
+            + "".join(f"<br>Or: <code>{escape_html(a)}</code>" for a in f.extra_actions)
+            + f"<br><small>{escape_html(f.why)}</small></li>"
             for f in self.fixes
         ) or "<li>No fix stands out from these numbers: make the program need less, or run <code>%gpumem arrays</code>.</li>"
         synthetic = " <i>(synthetic readings)</i>" if self.readings.synthetic else ""
         return (
             "<div class='jupyter-gpumem-oom' style='border-left:4px solid var(--jp-error-color1, #d32f2f);padding-left:8px'>"
-            f"<p><b>JAX ran out of memory</b>{synthetic}. {_esc(self.requested_line())}</p>"
+            f"<p><b>JAX ran out of memory</b>{synthetic}. {escape_html(self.requested_line())}</p>"
             f"<p>Allocator settings in effect:</p><table>{settings}</table>"
             "<p>Device state at failure:</p><table><thead><tr><th>device</th><th>in use</th><th>pool</th><th>limit</th>"
             f"<th>largest free block</th><th>fragmentation</th><th>headroom</th></tr></thead><tbody>{''.join(devs)}</tbody></table>"
             f"<p>Other processes on the device:</p><ul>{others}</ul>"
             "<p>Largest live arrays:</p><table><thead><tr><th>bytes</th><th>array</th><th>held by</th><th>cell</th></tr></thead>"
             f"<tbody>{arrays}</tbody></table>"
-            + (f"<p>The failing call's program (compiled again, not run): {_esc(self.program_line())}</p>"
+            + (f"<p>The failing call's program (compiled again, not run): {escape_html(self.program_line())}</p>"
                if self.readings.program is not None else "")
             + f"<p>What to do, best first:</p><ol>{fixes}</ol>"
             "<p><small>The error above is unchanged and still stops the run.</small></p></div>"
@@ -247,7 +247,7 @@ def _failing_device(error: OomError, jax_readings: tuple[JaxDeviceReading, ...])
     return jax_readings[0]
 
 
-def _device_state(r: JaxDeviceReading, arrays_known: bool = True) -> DeviceState:
+def device_state(r: JaxDeviceReading, arrays_known: bool = True) -> DeviceState:
     label = f"{r.platform} {r.jax_id}" + (f" ({r.kind})" if r.kind else "")
     s = r.stats
     if not isinstance(s, AllocatorStats):
@@ -260,7 +260,7 @@ def _device_state(r: JaxDeviceReading, arrays_known: bool = True) -> DeviceState
 
 def _replay_note(stats: AllocatorStats | None) -> str:
     """Why a replayed report lists no arrays, and what the reading says they came to."""
-    held = f": together at most the {_b(stats.bytes_in_use)} in use" if stats is not None and stats.bytes_in_use is not None else ""
+    held = f": together at most the {bytes_or_na(stats.bytes_in_use)} in use" if stats is not None and stats.bytes_in_use is not None else ""
     return f"not known for a replayed trace, which records the allocator's readings, not the arrays{held}"
 
 
@@ -337,7 +337,7 @@ def oom_report(
     live_bytes = sum(r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device)
     history = sum(r.device_bytes for r in on_device if r.history_only)
     arrays_note = walk_note if records else ("no live JAX arrays" if arrays_known else
-                                             _replay_note(stats) if replayed else _not_started_note())
+                                             _replay_note(stats) if replayed else not_started_note())
 
     total = nvml_dev.total_bytes if nvml_dev is not None else (host_memory.total_bytes() if platform == "cpu" else None)
     gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
@@ -376,6 +376,6 @@ def oom_report(
         gpu_fix=(beside.fix if beside.is_command else f"JAX says: {beside.fix}") if beside is not None else None,
         program=program,
     )
-    devices = tuple(_device_state(r, not replayed) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
+    devices = tuple(device_state(r, not replayed) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
     return OomReport(error, settings, devices, others, others_note, tuple(records[:5]), arrays_note, readings,
                      tuple(oom_rules.advise(readings)))

@@ -68,10 +68,10 @@ From Python: jupyter_gpumem.configure(preallocate=False, fraction=0.4), jupyter_
 DELEGATES = {
     "monitor": ("jupyter_gpumem.monitor.widget", "magic_monitor"),
     "record": ("jupyter_gpumem.record", "magic_record"),
-    "doctor": ("jupyter_gpumem.doctor.after_cell", "magic_doctor"),
+    "doctor": ("jupyter_gpumem.doctor.hooks", "magic_doctor"),
     "arrays": ("jupyter_gpumem.doctor.arrays", "magic_arrays"),
     "free": ("jupyter_gpumem.doctor.freeing", "magic_free"),
-    "cells": ("jupyter_gpumem.doctor.after_cell", "magic_cells"),
+    "cells": ("jupyter_gpumem.doctor.hooks", "magic_cells"),
     "estimate": ("jupyter_gpumem.doctor.estimating", "magic_estimate"),
     "snapshot": ("jupyter_gpumem.doctor.snapshot", "magic_snapshot"),
     "tensorflow": ("jupyter_gpumem.settings.tensorflow", "magic_tensorflow"),

@@ -48,7 +48,7 @@ _LOWER = ("fragmentation", "largest_free_block", "headroom", "pool_reserved", "p
 _GIB = float(1 << 30)
 
 
-def _fmt(n: float | None) -> str:
+def bytes_or_na(n: float | None) -> str:
     if n is None:
         return "n/a"
     from jupyter_gpumem.core.units import format_bytes
@@ -127,7 +127,7 @@ def plot_widget_class() -> Any:
     return MonitorPlot
 
 
-class _DeviceView:
+class DeviceView:
     """One device's series, and the plot widget that draws them."""
 
     def __init__(self, key: int, title: str, window_s: float, max_points: int, labels: list[str],

@@ -26,7 +26,7 @@ from typing import Any
 from jupyter_gpumem.core.files import replaced_on_success
 from jupyter_gpumem.core.magic_args import Grammar, MagicUsageError, Option, as_number, check_interval
 from jupyter_gpumem.core.readings import Event, Sample, Timeline
-from jupyter_gpumem.monitor.figure import _DeviceView, _fmt
+from jupyter_gpumem.monitor.figure import DeviceView, bytes_or_na
 from jupyter_gpumem.monitor.header import grouped_notes, recording_block, status_block
 from jupyter_gpumem.monitor.series import (
     MAX_POINTS,
@@ -201,7 +201,7 @@ class Monitor:
         self._closed = False
         self._paused = False
         self._since: float | None = None  # "clear" hides what came before
-        self._views: dict[int, _DeviceView] = {}
+        self._views: dict[int, DeviceView] = {}
         self._latest: Sample | None = None
         self._first_t: float | None = None  # the first sample drawn: the x axis starts there
         self._events: list[Event] = []
@@ -340,7 +340,7 @@ class Monitor:
             if view is None:
                 dev = sample.device(key)
                 name = (dev.name if dev is not None else "") or "JAX device"
-                view = _DeviceView(key, f"GPU {key}: {name}", self.window_s, self.max_points, self.labels, self._lock)
+                view = DeviceView(key, f"GPU {key}: {name}", self.window_s, self.max_points, self.labels, self._lock)
                 self._views[key] = view
                 new_device = True
             row = row_for(sample, key)
@@ -477,13 +477,13 @@ class Monitor:
             f"<div>{x}</div>" if not x.startswith("<div") else x for x in lines if x
         ) + "</div>"
 
-    def _numbers_line(self, view: _DeviceView) -> str:
+    def _numbers_line(self, view: DeviceView) -> str:
         v = view.series.latest or {}
         parts = []
 
         def add(label: str, name: str) -> None:
             if v.get(name) is not None:
-                parts.append(f"{label} <b>{_fmt(v[name])}</b>")
+                parts.append(f"{label} <b>{bytes_or_na(v[name])}</b>")
 
         add("JAX arrays", "jax_in_use")
         add("pool unused", "pool_unused")

@@ -30,7 +30,7 @@ from jupyter_gpumem.settings.effective import (
     show,
 )
 from jupyter_gpumem.core.env_table import (
-    _ALLOCATOR_ALIASES,
+    ALLOCATOR_ALIASES,
     ALLOCATOR_VAR,
     ASYNC_PREALLOC_VAR,
     CREATE_OPTIONS_OPTION,
@@ -39,7 +39,6 @@ from jupyter_gpumem.core.env_table import (
     FROM_CONFIG,
     FROM_ENVIRONMENT,
     FROM_MAGIC,
-    FROM_NOTEBOOK,
     JAX_DEFAULT,
     OLD_FRACTION_VAR,
     PREALLOCATE_VAR,
@@ -72,8 +71,6 @@ __all__ = [
     "settings_from_kwargs",
     "validate",
     "apply_settings",
-    "configure",
-    "configure_from_notebook",
     "reset",
     "settings_in_effect",
     "environment_problems",
@@ -152,8 +149,8 @@ def coerce_setting(name: str, value: Any) -> tuple[Any, str | None]:
         if not isinstance(value, str) or not value.strip():
             raise SettingsError(f"allocator takes a name such as bfc or cuda_async, got {value!r}")
         word = value.strip().lower()
-        if word in _ALLOCATOR_ALIASES:
-            return _ALLOCATOR_ALIASES[word]
+        if word in ALLOCATOR_ALIASES:
+            return ALLOCATOR_ALIASES[word]
         return word, None
     if name == "async_prealloc":
         if isinstance(value, str) and value.strip().lower() in ("all", "-1"):
@@ -487,33 +484,6 @@ def apply_settings(settings: AllocatorSettings, notes: tuple[str, ...] = (), sou
                 notes = (*notes, flags)
         message = ("gpumem: " + "; ".join(parts)) if parts else ""
         return Applied(message, tuple(notes) + plan.notes, dict(plan.env), config)
-
-
-def configure(**settings: Any) -> None:
-    """Set JAX's allocator before it starts: ``configure(preallocate=False, fraction=0.4)``.
-
-    Keywords: preallocate (bool), fraction (0 < F <= 1, or ".5" / "50%"), allocator (a name the
-    installed JAX accepts), async_prealloc (bytes, "2GiB", or "all"), remat (bool). Prints one
-    line saying what takes effect. Raises SettingsError / BackendStartedError, changing nothing.
-    """
-    _configure(settings, FROM_MAGIC)
-
-
-def configure_from_notebook(**settings: Any) -> None:
-    """``configure`` as the JupyterLab panel calls it at kernel start, with the notebook's
-    settings (metadata.jupyter_gpumem): ``%gpumem status`` names their source "notebook settings"."""
-    _configure(settings, FROM_NOTEBOOK)
-
-
-def _configure(settings: dict[str, Any], source: str) -> None:
-    parsed, notes = settings_from_kwargs(**settings)
-    text = str(apply_settings(parsed, notes, source=source))
-    # The panel applies a notebook's settings in a silent execution, which runs no cell hooks.
-    from jupyter_gpumem.settings.publish import publish_quietly
-
-    publish_quietly()
-    if text:
-        print(text)
 
 
 def reset() -> Applied:

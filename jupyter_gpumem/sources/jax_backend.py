@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core.env_table import (
-    _ALLOCATOR_CANDIDATES,
+    ALLOCATOR_CANDIDATES,
     ALLOCATOR_VAR,
     CREATE_OPTIONS_ENV,
     CREATE_OPTIONS_OPTION,
@@ -179,7 +179,7 @@ def accepted_allocators() -> tuple[str, ...]:
     """
     if _option_generator() is None:
         return ()
-    candidates = list(_ALLOCATOR_CANDIDATES)
+    candidates = list(ALLOCATOR_CANDIDATES)
     message = jax_rejection({ALLOCATOR_VAR: "no_such_allocator"}) or ""
     for name in re.findall(r'"([a-z][a-z0-9_]*)"', message):
         if name not in candidates and name != "no_such_allocator":

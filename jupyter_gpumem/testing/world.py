@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jupyter_gpumem.testing.nvml_errors import (
-    _ERROR_NAMES,
+    ERROR_NAMES,
     ERROR_CODES,
     NVMLError,
     error_value,
@@ -138,7 +138,7 @@ class _Fault:
     def to_json(self) -> dict:
         return {
             "device": self.device,
-            "error": None if self.error is None else _ERROR_NAMES[self.error],
+            "error": None if self.error is None else ERROR_NAMES[self.error],
             "times": self.times,
             "function": self.function,
             "delay_s": self.delay_s,
@@ -340,7 +340,7 @@ class FakeWorld:
                 "name": self.name,
                 "driver_version": self.driver_version,
                 "cuda_driver_version": self.cuda_driver_version,
-                "system_error": None if self.system_error is None else _ERROR_NAMES[self.system_error],
+                "system_error": None if self.system_error is None else ERROR_NAMES[self.system_error],
                 "cuda_order": self.cuda_order,
                 "gpus": [gpu.to_json() for gpu in self.gpus],
                 "faults": [f.to_json() for f in self._faults],

@@ -43,7 +43,7 @@ cell("import jax, jax.numpy as jnp\nimport jupyter_gpumem")
 cell("a = jnp.ones((256, 256))\nb = a\nparams = {'w': jnp.zeros((100,), jnp.int8)}")
 cell("jnp.arange(1000.0)")
 from jupyter_gpumem import doctor
-from jupyter_gpumem.doctor import hooks
+from jupyter_gpumem.doctor.session import SESSION
 recs = doctor.live_arrays(ip)
 out["records"] = [r.to_json() | {"history_only": r.history_only} for r in recs]
 out["arrays_by_dtype"] = str(doctor.magic_arrays(["--by", "dtype"], ip))
@@ -85,7 +85,7 @@ out["defrag"] = {"moved": ns["summary"].arrays_moved, "bytes": ns["summary"].byt
                  "old_deleted": ns["old"].is_deleted(), "new_sum": float(ns["tree"]["p"].sum()),
                  "other_names": list(ns["summary"].other_names), "text": str(ns["summary"])}
 
-before = {k: v for k, v in hooks.state.items() if k != "shell"}
+before = (SESSION.doctor, SESSION.cells)
 out["usage"] = {
     "by": usage("arrays --by colour"),
     "top": usage("arrays --top 0"),
@@ -95,7 +95,7 @@ out["usage"] = {
     "doctor": usage("doctor maybe"),
     "allocator": usage("allocator cuda-async"),
 }
-out["state_unchanged"] = before == {k: v for k, v in hooks.state.items() if k != "shell"}
+out["state_unchanged"] = before == (SESSION.doctor, SESSION.cells)
 print("JSON" + json.dumps(out))
 '''
 
@@ -265,11 +265,11 @@ def test_arrays_before_jax_starts_say_so_without_starting_it():
 
 
 def test_fix_lines_say_run_for_code_and_do_for_actions_in_words():
-    from jupyter_gpumem.doctor.text import _action_label
+    from jupyter_gpumem.doctor.text import action_label
 
-    assert _action_label("%gpumem fraction 0.45") == "Run"
-    assert _action_label("jax.clear_caches()") == "Run"
-    assert _action_label("Restart the kernel, then run the settings cell first") == "Do"
+    assert action_label("%gpumem fraction 0.45") == "Run"
+    assert action_label("jax.clear_caches()") == "Run"
+    assert action_label("Restart the kernel, then run the settings cell first") == "Do"
 
 
 # --- %gpumem free and a failed cell: a fresh IPython shell (tests/kernel_session.py) ----------

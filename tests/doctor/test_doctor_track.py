@@ -11,7 +11,7 @@ import pytest
 from jupyter_gpumem import doctor
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.sampling import sampler
-from jupyter_gpumem.doctor import hooks
+from jupyter_gpumem.doctor.session import SESSION
 from jupyter_gpumem.core.readings import JaxDeviceReading, normalise_stats
 
 from doubles import FakeShell, StubSampler
@@ -89,8 +89,8 @@ def test_track_reports_change_peak_rise_sampled_max_and_pool_growth(monkeypatch,
 def test_cells_on_prints_the_hand_worked_line_after_a_cell(monkeypatch, stub, capsys):
     script(monkeypatch, NEW_PEAK_START, NEW_PEAK_END)
     shell = FakeShell()
-    monkeypatch.setitem(hooks.state, "cells", True)
-    monkeypatch.setitem(hooks.state, "shell", None)
+    monkeypatch.setattr(SESSION, "cells", True)
+    monkeypatch.setattr(SESSION, "shell", None)
     doctor.install(shell)
     try:
         shell.run_cell(7, lambda: [stub.push_jax(*jax) for jax in NEW_PEAK_DURING])
