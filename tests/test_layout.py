@@ -6,6 +6,10 @@ The layers themselves are import-linter contracts in pyproject.toml (``make lint
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +115,16 @@ def test_the_private_name_check_sees_imports_and_attribute_reads():
 def test_a_module_may_use_its_own_private_names():
     code = "from jupyter_gpumem.doctor.text import _hidden\n"
     assert private_names_taken(ast.parse(code), "jupyter_gpumem.doctor.text") == []
+
+
+def test_import_contracts_hold_in_a_checkout_that_was_never_built(tmp_path):
+    """``lint-imports`` before any build: no ``_version.py``, no built lab extension. The layers and
+    single-entry contracts in pyproject.toml are checked on the source alone."""
+    shutil.copy(PACKAGE.parent / "pyproject.toml", tmp_path)
+    shutil.copytree(PACKAGE, tmp_path / "jupyter_gpumem",
+                    ignore=shutil.ignore_patterns("labextension", "_version.py", "__pycache__"))
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint), "--no-cache"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert 'type = "layers"' in (tmp_path / "pyproject.toml").read_text() and ", 0 broken." in result.stdout
