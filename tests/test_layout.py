@@ -17,6 +17,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_gpumem"
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "labextension" not in p.parts and p.name != "_version.py")
 MAX_LINES = 650
+MAX_FUNCTION_LINES = 60
 MAX_CATCH_ALLS = 30
 
 
@@ -76,6 +77,14 @@ def test_the_package_has_modules_to_check():
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_is_over_650_lines(path):
     assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_function_is_over_60_lines(path):
+    """From ``def`` to its last line, docstring included: a longer one reads and computes at once."""
+    long = {node.name: node.end_lineno - node.lineno + 1 for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= MAX_FUNCTION_LINES}
+    assert long == {}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -26,6 +26,17 @@ def _interrupted(what: str) -> None:
     print(f"gpumem: interrupted while {what}; the cell's own result stands", file=sys.stderr)
 
 
+def _note_arrays_from_before_loading() -> None:
+    """The arrays that live when the hooks are added are "before tracking", no cell's."""
+    if "jax" in sys.modules:
+        from jupyter_gpumem.doctor import array_cells
+
+        try:
+            array_cells.note_new_arrays(None)
+        except RuntimeError:  # jaxlib's XlaRuntimeError from listing the live arrays
+            log.debug("jupyter-gpumem could not list the arrays made before loading", exc_info=True)
+
+
 def install(shell: Any) -> None:
     """Add the doctor's cell hooks to ``shell`` (idempotent).
 
@@ -38,13 +49,7 @@ def install(shell: Any) -> None:
         return
     SESSION.shell = shell
     running: dict[str, Any] = {"track": None}
-    if "jax" in sys.modules:
-        from jupyter_gpumem.doctor import array_cells
-
-        try:
-            array_cells.note_new_arrays(None)  # arrays from before loading: "before tracking"
-        except RuntimeError:  # jaxlib's XlaRuntimeError from listing the live arrays
-            log.debug("jupyter-gpumem could not list the arrays made before loading", exc_info=True)
+    _note_arrays_from_before_loading()
 
     def pre_run_cell(info: Any = None) -> None:
         count = getattr(shell, "execution_count", None)

@@ -264,6 +264,116 @@ def _replay_note(stats: AllocatorStats | None) -> str:
     return f"not known for a replayed trace, which records the allocator's readings, not the arrays{held}"
 
 
+@dataclass(frozen=True)
+class _Failing:
+    """The device that ran out, as the sample shows it."""
+
+    jax: JaxDeviceReading | None
+    stats: AllocatorStats | None
+    cuda_pool: CudaPoolReading | None
+    platform: str
+    nvml: DeviceReading | None
+
+
+@dataclass(frozen=True)
+class _WhoElse:
+    """Who else holds the failing device's memory: other processes, host pids that may be this
+    kernel, this process's own bytes, and what NVML could not say."""
+
+    others: tuple[OtherProcess, ...] = ()
+    host_pids: tuple[OtherProcess, ...] = ()
+    own: int | None = None
+    note: str = ""
+
+
+def _failing(error: OomError, sample: Sample) -> _Failing:
+    """Pure: the failing JAX device in ``sample``, its allocator readings and its NVML device."""
+    jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
+    failing = _failing_device(error, jax_readings)
+    if failing is None:
+        return _Failing(None, None, None, "cpu" if error.form == "cpu" else "gpu", None)
+    nvml = sample.device(failing.nvml_index) if failing.nvml_index is not None else None
+    return _Failing(
+        failing,
+        failing.stats if isinstance(failing.stats, AllocatorStats) else None,
+        failing.cuda_pool if isinstance(failing.cuda_pool, CudaPoolReading) else None,
+        failing.platform,
+        nvml if isinstance(nvml, DeviceReading) else None,
+    )
+
+
+def _who_else(sample: Sample, failing: _Failing, label_of: Any = _process_label) -> _WhoElse:
+    """Which of NVML's processes on the failing device are this one (by pid, by elimination in a
+    container, or it cannot tell), and the others; pure but for ``label_of(pid)``."""
+    dev = failing.nvml
+    if dev is None:
+        if isinstance(sample.devices, NotAvailable):
+            return _WhoElse(note=f"NVML: {sample.devices.reason}")
+        why = (failing.jax.nvml_unmatched if failing.jax is not None else None) or "it was not found in NVML"
+        return _WhoElse(note=f"no NVIDIA device matches the failing JAX device: {why}" if failing.platform == "gpu"
+                        else "the CPU is not a GPU: NVML does not list its users")
+    if isinstance(dev.processes, NotAvailable):
+        return _WhoElse(note=dev.processes.reason)
+    who = attribute(dev, sample.pid, sample.pids_not_here, jax_pool_on(sample, dev.index))
+    others = (tuple(_other_process(p, label_of(p.pid)) for p in who.others)
+              + tuple(_other_process(p, "not a process here", here=False) for p in who.gone))
+    host_pids = tuple(_other_process(p, "host pid, not a process here; may be this kernel", here=False) for p in who.unknown)
+    own = who.own_bytes if isinstance(who.own_bytes, int) else None
+    return _WhoElse(others, host_pids, own, who.reason or _unlisted_note(dev, own, others + host_pids))
+
+
+def _read_arrays(shell: Any, live: list[ArrayRecord] | None, arrays_known: bool) -> tuple[list[ArrayRecord], str]:
+    """The live arrays (``live`` where given, else a time-boxed census) and the walk's note."""
+    if live is not None:
+        return list(live), ""
+    if not arrays_known:
+        return [], ""
+    found = census(shell, seconds=WALK_SECONDS_REPORT)
+    return list(found.records), found.walk.note()
+
+
+def _typed(values: dict[str, Any], name: str, kind: type) -> Any:
+    value = values.get(name)
+    return value if isinstance(value, kind) else None
+
+
+def _oom_readings(error: OomError, failing: _Failing, who: _WhoElse, values: dict[str, Any], records: list[ArrayRecord],
+                  arrays_known: bool, host: tuple[int | None, int | None], gpus: tuple, beside: Any, program: Any,
+                  synthetic: bool) -> OomReadings:
+    """Pure: the numbers the rules read, from what was read at failure. ``host``: the host's total
+    and available bytes (read only when the CPU ran out); ``beside``: JAX on the CPU beside GPUs."""
+    stats, nvml_dev, device_id = failing.stats, failing.nvml, failing.jax.jax_id if failing.jax is not None else None
+    on_device = [r for r in records if device_id is None or device_id in r.bytes_per_device]
+    live_bytes = sum(r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device)
+    return OomReadings(
+        requested=error.requested_bytes,
+        device_total=nvml_dev.total_bytes if nvml_dev is not None else host[0],
+        device_free=nvml_dev.free_bytes if nvml_dev is not None else host[1],
+        bytes_in_use=stats.bytes_in_use if stats else None,
+        pool_bytes=stats.pool_bytes if stats else None,
+        bytes_limit=stats.bytes_limit if stats else None,
+        largest_free_block=stats.largest_free_block_bytes if stats else None,
+        own_process_bytes=who.own,
+        others=who.others,
+        host_pid_processes=who.host_pids,
+        preallocate=_typed(values, "preallocate", bool),
+        fraction=_typed(values, "fraction", float),
+        allocator=stats.allocator if stats else str(values.get("allocator")),
+        remat=_typed(values, "remat", bool),
+        live_bytes=live_bytes if arrays_known else None,
+        history_bytes=sum(r.device_bytes for r in on_device if r.history_only),
+        error_form=error.form,
+        host_array_bytes=sum(r.host_bytes for r in records) if arrays_known else None,
+        platform=failing.platform,
+        synthetic=synthetic,
+        cuda_pool=failing.cuda_pool,
+        visible_gpus=beside.gpus if beside is not None else 0,
+        idle_gpus=sum(1 for d in gpus if isinstance(d, DeviceReading) and d.processes == ()),
+        gpu_fix=(beside.fix if beside.is_command else f"JAX says: {beside.fix}") if beside is not None else None,
+        program=program,
+    )
+
+
 def oom_report(
     exc: BaseException | OomError,
     shell: Any = None,
@@ -289,93 +399,27 @@ def oom_report(
         from jupyter_gpumem.sampling.sampler import get_sampler
 
         sample = get_sampler().sample_once()
-    jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
-    failing = _failing_device(error, jax_readings)
-    stats = failing.stats if failing is not None and isinstance(failing.stats, AllocatorStats) else None
-    cuda_pool = failing.cuda_pool if failing is not None and isinstance(failing.cuda_pool, CudaPoolReading) else None
-    platform = failing.platform if failing is not None else ("cpu" if error.form == "cpu" else "gpu")
-
-    nvml_dev = None
-    if failing is not None and failing.nvml_index is not None:
-        dev = sample.device(failing.nvml_index)
-        nvml_dev = dev if isinstance(dev, DeviceReading) else None
-    others: tuple[OtherProcess, ...] = ()
-    host_pids: tuple[OtherProcess, ...] = ()
-    others_note = ""
-    own = None
-    if nvml_dev is not None:
-        if isinstance(nvml_dev.processes, NotAvailable):
-            others_note = nvml_dev.processes.reason
-        else:  # which entry is this process: by pid, by elimination (containers), or cannot tell
-            who = attribute(nvml_dev, sample.pid, sample.pids_not_here, jax_pool_on(sample, nvml_dev.index))
-            others = (tuple(_other_process(p, _process_label(p.pid)) for p in who.others)
-                      + tuple(_other_process(p, "not a process here", here=False) for p in who.gone))
-            host_pids = tuple(_other_process(p, "host pid, not a process here; may be this kernel", here=False) for p in who.unknown)
-            own = who.own_bytes if isinstance(who.own_bytes, int) else None
-            others_note = who.reason or _unlisted_note(nvml_dev, own, others + host_pids)
-    elif isinstance(sample.devices, NotAvailable):
-        others_note = f"NVML: {sample.devices.reason}"
-    else:
-        why = (failing.nvml_unmatched if failing is not None else None) or "it was not found in NVML"
-        others_note = (f"no NVIDIA device matches the failing JAX device: {why}" if platform == "gpu"
-                       else "the CPU is not a GPU: NVML does not list its users")
-
-    settings = tuple((s.name, s.shown, s.source) for s in allocator_shim.settings_in_effect())
-    values = {s.name: s.value for s in allocator_shim.settings_in_effect()}
-
+    failing = _failing(error, sample)
+    who = _who_else(sample, failing)
+    states = tuple(allocator_shim.settings_in_effect())
     arrays_known = live is not None or (not replayed and allocator_shim.backend_started())
-    walk_note = ""
-    if live is not None:
-        records = list(live)
-    elif arrays_known:
-        found = census(shell, seconds=WALK_SECONDS_REPORT)
-        records, walk_note = list(found.records), found.walk.note()
-    else:
-        records = []
-    device_id = failing.jax_id if failing is not None else None
-    on_device = [r for r in records if device_id is None or device_id in r.bytes_per_device]
-    live_bytes = sum(r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device)
-    history = sum(r.device_bytes for r in on_device if r.history_only)
-    arrays_note = walk_note if records else ("no live JAX arrays" if arrays_known else
-                                             _replay_note(stats) if replayed else not_started_note())
-
-    total = nvml_dev.total_bytes if nvml_dev is not None else (host_memory.total_bytes() if platform == "cpu" else None)
+    records, walk_note = _read_arrays(shell, live, arrays_known)
+    on_cpu = failing.platform == "cpu" and failing.nvml is None
+    host = (host_memory.total_bytes(), host_memory.available_bytes()) if on_cpu else (None, None)
     gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
-    beside = read_cpu_fallback(gpu_count=len(gpus)) if platform == "cpu" and gpus else None
+    beside = read_cpu_fallback(gpu_count=len(gpus)) if failing.platform == "cpu" and gpus else None
     program = None
     raised = exc if isinstance(exc, BaseException) else raised
     if arrays_known and live is None and raised is not None:
         from jupyter_gpumem.doctor.program_budget import program_budget
 
         program = program_budget(raised, shell)
-    readings = OomReadings(
-        requested=error.requested_bytes,
-        device_total=total,
-        device_free=(nvml_dev.free_bytes if nvml_dev is not None
-                     else host_memory.available_bytes() if platform == "cpu" else None),
-        bytes_in_use=stats.bytes_in_use if stats else None,
-        pool_bytes=stats.pool_bytes if stats else None,
-        bytes_limit=stats.bytes_limit if stats else None,
-        largest_free_block=stats.largest_free_block_bytes if stats else None,
-        own_process_bytes=own,
-        others=others,
-        host_pid_processes=host_pids,
-        preallocate=values.get("preallocate") if isinstance(values.get("preallocate"), bool) else None,
-        fraction=values.get("fraction") if isinstance(values.get("fraction"), float) else None,
-        allocator=stats.allocator if stats else str(values.get("allocator")),
-        remat=values.get("remat") if isinstance(values.get("remat"), bool) else None,
-        live_bytes=live_bytes if arrays_known else None,
-        history_bytes=history,
-        error_form=error.form,
-        host_array_bytes=sum(r.host_bytes for r in records) if arrays_known else None,
-        platform=platform,
-        synthetic=synthetic,
-        cuda_pool=cuda_pool,
-        visible_gpus=beside.gpus if beside is not None else 0,
-        idle_gpus=sum(1 for d in gpus if isinstance(d, DeviceReading) and d.processes == ()),
-        gpu_fix=(beside.fix if beside.is_command else f"JAX says: {beside.fix}") if beside is not None else None,
-        program=program,
-    )
+    readings = _oom_readings(error, failing, who, {s.name: s.value for s in states}, records, arrays_known, host, gpus,
+                             beside, program, synthetic)
+    arrays_note = walk_note if records else ("no live JAX arrays" if arrays_known else
+                                             _replay_note(failing.stats) if replayed else not_started_note())
+    jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
     devices = tuple(device_state(r, not replayed) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
-    return OomReport(error, settings, devices, others, others_note, tuple(records[:5]), arrays_note, readings,
+    settings = tuple((s.name, s.shown, s.source) for s in states)
+    return OomReport(error, settings, devices, who.others, who.note, tuple(records[:5]), arrays_note, readings,
                      tuple(oom_rules.advise(readings)))

@@ -150,47 +150,49 @@ def families(snap: Snapshot, now: float) -> list[GaugeMetricFamily]:
     synthetic = GaugeMetricFamily("jupyter_gpumem_readings_synthetic",
                                   "1 when the readings come from a fake NVML world (synthetic data), else 0")
     synthetic.add_metric([], 1.0 if snap.synthetic else 0.0)
-    out = [up, when, synthetic]
     if snap.state != "ok":
-        return out
+        return [up, when, synthetic]
+    return [up, when, synthetic, *_device_families(snap), *_kernel_families(snap, now)]
 
-    def gauge(name: str, doc: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
-        family = GaugeMetricFamily(name, doc, labels=list(labels))
-        out.append(family)
-        return family
 
-    readable = gauge("jupyter_gpumem_device_readable", "1 when NVML can read the GPU, 0 when it lists it but cannot",
-                     DEVICE_LABELS)
-    used = gauge("jupyter_gpumem_device_used_bytes", "GPU memory in use, as NVML reports it", DEVICE_LABELS)
-    total = gauge("jupyter_gpumem_device_total_bytes", "GPU memory in total, as NVML reports it", DEVICE_LABELS)
-    idle = gauge("jupyter_gpumem_device_idle_kernel_bytes",
-                 "GPU memory held by this server's kernels that are idle and have had no activity for "
-                 "GpuMem.idle_after seconds", DEVICE_LABELS)
+def _device_families(snap: Snapshot) -> list[GaugeMetricFamily]:
+    """Per GPU: readable, used, total, and what idle kernels hold."""
+    readable = GaugeMetricFamily("jupyter_gpumem_device_readable",
+                                 "1 when NVML can read the GPU, 0 when it lists it but cannot", labels=list(DEVICE_LABELS))
+    used = GaugeMetricFamily("jupyter_gpumem_device_used_bytes", "GPU memory in use, as NVML reports it",
+                             labels=list(DEVICE_LABELS))
+    total = GaugeMetricFamily("jupyter_gpumem_device_total_bytes", "GPU memory in total, as NVML reports it",
+                              labels=list(DEVICE_LABELS))
+    idle = GaugeMetricFamily("jupyter_gpumem_device_idle_kernel_bytes",
+                             "GPU memory held by this server's kernels that are idle and have had no activity for "
+                             "GpuMem.idle_after seconds", labels=list(DEVICE_LABELS))
     for dev in snap.devices:
         readable.add_metric(dev.labels, 1.0 if dev.readable else 0.0)
         if dev.readable:
             used.add_metric(dev.labels, dev.used)
             total.add_metric(dev.labels, dev.total)
             idle.add_metric(dev.labels, dev.idle_kernel_bytes)
+    return [readable, used, total, idle]
 
-    k_bytes = gauge("jupyter_gpumem_kernel_gpu_bytes", "GPU memory NVML attributes to a kernel of this server, per GPU",
-                    KERNEL_LABELS)
-    k_idle = gauge("jupyter_gpumem_kernel_idle_seconds",
-                   "Seconds since jupyter_server last saw a message from the kernel (its last_activity)",
-                   KERNEL_LABELS)
+
+def _kernel_families(snap: Snapshot, now: float) -> list[GaugeMetricFamily]:
+    """Per kernel on a GPU: its bytes, idle seconds, execution state, preallocation and reservation."""
+    k_bytes = GaugeMetricFamily("jupyter_gpumem_kernel_gpu_bytes",
+                                "GPU memory NVML attributes to a kernel of this server, per GPU", labels=list(KERNEL_LABELS))
+    k_idle = GaugeMetricFamily("jupyter_gpumem_kernel_idle_seconds",
+                               "Seconds since jupyter_server last saw a message from the kernel (its last_activity)",
+                               labels=list(KERNEL_LABELS))
     k_state = GaugeMetricFamily("jupyter_gpumem_kernel_execution_state",
                                 "1 for the kernel's execution state as jupyter_server knows it (idle, busy, starting, ...)",
                                 labels=[*KERNEL_LABELS, "state"])
-    out.append(k_state)
     k_pre = GaugeMetricFamily("jupyter_gpumem_kernel_preallocated",
                               "1 when the kernel's JAX preallocated its pool on the GPU, 0 when it did not; absent when "
                               "not known. source: kernel_settings (the settings the kernel published), reading (it holds "
                               "GpuMem.preallocated_fraction of the GPU or more) or launch_environment",
                               labels=[*KERNEL_LABELS, "source"])
-    out.append(k_pre)
-    k_reserved = gauge("jupyter_gpumem_kernel_reserved_bytes",
-                       "GPU memory the kernel's published settings reserved when JAX started (fraction x total); "
-                       "absent where they do not say it preallocated", KERNEL_LABELS)
+    k_reserved = GaugeMetricFamily("jupyter_gpumem_kernel_reserved_bytes",
+                                   "GPU memory the kernel's published settings reserved when JAX started (fraction x total); "
+                                   "absent where they do not say it preallocated", labels=list(KERNEL_LABELS))
     for k in snap.kernels:
         k_bytes.add_metric(k.labels, k.used)
         if k.last_activity is not None:
@@ -200,7 +202,7 @@ def families(snap: Snapshot, now: float) -> list[GaugeMetricFamily]:
             k_pre.add_metric([*k.labels, k.preallocated_source or ""], 1.0 if k.preallocated else 0.0)
         if k.reserved is not None:
             k_reserved.add_metric(k.labels, k.reserved)
-    return out
+    return [k_bytes, k_idle, k_state, k_pre, k_reserved]
 
 
 def gauges() -> GpuMemGauges:

@@ -343,10 +343,33 @@ def validate(settings: AllocatorSettings) -> _Plan:
     that can no longer take effect). Returns the plan ``apply_settings`` carries out.
     """
     settings = _normalised(settings)
-    given = settings.given()
-    env_given = {k: v for k, v in given.items() if k in ENV_SETTINGS}
-    notes: list[str] = []
+    env_given = {k: v for k, v in settings.given().items() if k in ENV_SETTINGS}
     env = dict(os.environ)
+    _check_installed_jax_takes(settings, env_given)
+    create = create_options(env)
+    if backend_started():
+        _refuse_changes_after_start(env_given, env, create)
+        return _Plan(env={}, remat=settings.remat, notes=(), noop=tuple(env_given), settings=settings)
+    _refuse_hidden_by_create_options(env_given, create.overrides())
+    writes = _env_writes(settings, env)
+    candidate = _with_writes(env, writes)
+    if writes:
+        try:
+            options = jax_gpu_options(candidate)
+        except ValueError as err:
+            raise SettingsError(
+                f"JAX would reject the environment these settings leave ({err}), and fall back to "
+                "the CPU; nothing was changed. Fix the variable it names (`%gpumem status` shows them)."
+            ) from None
+        _check_read_back(settings, options or {})
+    effect = effective(candidate, create)
+    _check_async_prealloc(candidate, effect)
+    notes = _plan_notes(env_given, candidate, create, effect)
+    return _Plan(env=writes, remat=settings.remat, notes=notes, noop=(), settings=settings)
+
+
+def _check_installed_jax_takes(settings: AllocatorSettings, env_given: Mapping[str, Any]) -> None:
+    """Raise SettingsError where the installed JAX cannot check the settings, or names no such allocator."""
     if env_given and not can_check_gpu_options():
         raise SettingsError(
             "JAX is not installed in this environment (no jaxlib with JAX's GPU option generator), so these "
@@ -362,25 +385,28 @@ def validate(settings: AllocatorSettings) -> _Plan:
     if settings.remat is not None:
         _check_remat_exists()
 
-    create = create_options(env)
+
+def _refuse_changes_after_start(env_given: Mapping[str, Any], env: Mapping[str, str], create: Any) -> None:
+    """Raise BackendStartedError for any given value that differs from the one JAX started with."""
+    in_effect = effective(env, create)
+    conflicts = [(k, v) for k, v in env_given.items() if not same(k, v, in_effect[k])]
+    if not conflicts:
+        return
     overridden = create.overrides()
-    if backend_started():
-        in_effect = effective(env, create)
-        conflicts = [(k, v) for k, v in env_given.items() if not same(k, v, in_effect[k])]
-        if conflicts:
-            now = "; ".join(
-                f"{k.replace('_', '-')} is {show(k, in_effect[k])} ({_held_in(k, env, overridden)})" for k, _ in conflicts
-            )
-            asked = AllocatorSettings(**dict(conflicts))
-            words = _settings_words(asked)
-            from jupyter_gpumem.settings import started_by
+    now = "; ".join(
+        f"{k.replace('_', '-')} is {show(k, in_effect[k])} ({_held_in(k, env, overridden)})" for k, _ in conflicts
+    )
+    words = _settings_words(AllocatorSettings(**dict(conflicts)))
+    from jupyter_gpumem.settings import started_by
 
-            raise BackendStartedError(
-                f"JAX's backend has already started, so {words} cannot take effect. In effect now: "
-                f"{now}. " + _RESTART.format(what="it", words=words) + started_by.suffix()
-            )
-        return _Plan(env={}, remat=settings.remat, notes=tuple(notes), noop=tuple(env_given), settings=settings)
+    raise BackendStartedError(
+        f"JAX's backend has already started, so {words} cannot take effect. In effect now: "
+        f"{now}. " + _RESTART.format(what="it", words=words) + started_by.suffix()
+    )
 
+
+def _refuse_hidden_by_create_options(env_given: Mapping[str, Any], overridden: Mapping[str, Any]) -> None:
+    """Pure: raise SettingsError for a variable jax.config's create options would override."""
     hidden = [name for name in env_given if name in overridden]
     if hidden:
         words = _settings_words(AllocatorSettings(**{k: env_given[k] for k in hidden}))
@@ -389,30 +415,28 @@ def validate(settings: AllocatorSettings) -> _Plan:
             f"and JAX applies it after the environment, so `{words}` would not take effect; nothing was "
             f"changed. Change it there instead: jax.config.update({CREATE_OPTIONS_OPTION!r}, {{...}})."
         )
-    writes = _env_writes(settings, env)
+
+
+def _with_writes(env: Mapping[str, str], writes: Mapping[str, str | None]) -> dict[str, str]:
+    """Pure: ``env`` as it will be once ``writes`` are made (None unsets)."""
     candidate = dict(env)
     for var, value in writes.items():
         if value is None:
             candidate.pop(var, None)
         else:
             candidate[var] = value
-    if writes:
-        try:
-            options = jax_gpu_options(candidate)
-        except ValueError as err:
-            raise SettingsError(
-                f"JAX would reject the environment these settings leave ({err}), and fall back to "
-                "the CPU; nothing was changed. Fix the variable it names (`%gpumem status` shows them)."
-            ) from None
-        _check_read_back(settings, options or {})
-    effect = effective(candidate, create)
-    _check_async_prealloc(candidate, effect)
+    return candidate
+
+
+def _plan_notes(env_given: Mapping[str, Any], candidate: Mapping[str, str], create: Any, effect: Any) -> tuple[str, ...]:
+    """Pure: what the given settings do under cuda_async, said where they touch it."""
+    notes = []
     for topic, note in cuda_async_notes(effect, fraction_is_set(candidate, create)).items():
         if NOTE_TRIGGERS[topic] & set(env_given):
             notes.append("note: " + note)
     if "async_prealloc" in env_given and not is_cuda_async(effect):
         notes.append(f"note: {ASYNC_PREALLOC_VAR} is read only by the cuda_async allocator (`%gpumem allocator cuda_async`)")
-    return _Plan(env=writes, remat=settings.remat, notes=tuple(notes), noop=(), settings=settings)
+    return tuple(notes)
 
 
 def _check_async_prealloc(candidate: Mapping[str, str], effect: Mapping[str, Any]) -> None:
