@@ -16,17 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection
 
-from jupyter_gpumem.core.readings import (
-    NO_STATS,
-    PIDS_HIDDEN,
-    AllocatorStats,
-    DeviceReading,
-    Maybe,
-    NotAvailable,
-    ProcessReading,
-    Sample,
-    held_bytes,
-)
+from jupyter_gpumem.core.readings import NO_STATS, PIDS_HIDDEN, AllocatorStats, DeviceReading, Maybe, NotAvailable, ProcessReading, Sample
+from jupyter_gpumem.core.metrics import held_bytes
 
 __all__ = [
     "BY_PID",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.core import readings as model
+from jupyter_gpumem.core import metrics
 from jupyter_gpumem.doctor.names import user_namespace
 from jupyter_gpumem.doctor.text import bytes_or_na, PreReport, pretty_as_text
 from jupyter_gpumem.core.magic_args import Grammar, Option
@@ -84,9 +85,9 @@ def room_now(sample: Sample) -> tuple[int | None, int | None, str]:
     stats, pool = reading.stats, reading.cuda_pool
     device = sample.device(reading.nvml_index) if reading.nvml_index is not None else None
     device_free = device.free_bytes if isinstance(device, DeviceReading) else None
-    largest = model.largest_likely_request(stats, pool, device_free=device_free)
-    total = model.available_bytes(stats, pool, device_free=device_free)
-    if model.uses_driver_pool(stats, pool):
+    largest = metrics.largest_likely_request(stats, pool, device_free=device_free)
+    total = metrics.available_bytes(stats, pool, device_free=device_free)
+    if metrics.uses_driver_pool(stats, pool):
         measure = (f"cuda_async on device {reading.jax_id}: the driver pool's unused bytes and the device's free "
                    "memory; no fraction caps that pool")
         if device_free is None:

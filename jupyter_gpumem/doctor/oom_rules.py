@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from jupyter_gpumem.core import readings as model
+from jupyter_gpumem.core import metrics
 from jupyter_gpumem.doctor.program_budget import ProgramBudget
 from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading
 from jupyter_gpumem.core.units import format_bytes
@@ -101,34 +102,34 @@ class OomReadings:
     @property
     def driver_pool(self) -> bool:
         """True under cuda_async: the pool is the CUDA driver's default pool, and no fraction caps it."""
-        return model.uses_driver_pool(self.stats, self.cuda_pool)
+        return metrics.uses_driver_pool(self.stats, self.cuda_pool)
 
     @property
     def pool(self) -> int | None:
-        return model.pool_bytes(self.stats, self.cuda_pool)
+        return metrics.pool_bytes(self.stats, self.cuda_pool)
 
     @property
     def pool_free(self) -> int | None:
-        return model.unused_pool_bytes(self.stats, self.cuda_pool)
+        return metrics.unused_pool_bytes(self.stats, self.cuda_pool)
 
     @property
     def total_free(self) -> int | None:
         """Free bytes in the pool plus what it may still grow by: the most that could be had."""
-        return model.available_bytes(self.stats, self.cuda_pool, device_free=self.device_free)
+        return metrics.available_bytes(self.stats, self.cuda_pool, device_free=self.device_free)
 
     @property
     def largest_request(self) -> int | None:
         """The largest single allocation that could succeed: a free block, or growth."""
-        return model.largest_likely_request(self.stats, self.cuda_pool, device_free=self.device_free)
+        return metrics.largest_likely_request(self.stats, self.cuda_pool, device_free=self.device_free)
 
     @property
     def fragmentation(self) -> float | None:
-        return model.fragmentation(self.stats, self.cuda_pool)
+        return metrics.fragmentation(self.stats, self.cuda_pool)
 
     @property
     def outside_pool(self) -> int | None:
         """This process's bytes outside JAX's pool (NVML's count minus the pool)."""
-        return model.outside_allocator_bytes(self.own_process_bytes, self.stats, self.cuda_pool)
+        return metrics.outside_allocator_bytes(self.own_process_bytes, self.stats, self.cuda_pool)
 
     @property
     def others_bytes(self) -> int:
@@ -139,7 +140,7 @@ class OomReadings:
         """The most that processes other than this kernel hold among ``host_pid_processes``:
         their bytes less this kernel's pool, which is one of them."""
         held = sum(p.used_bytes or 0 for p in self.host_pid_processes)
-        return max(0, held - (model.held_bytes(self.stats, self.cuda_pool) or 0)) if held else 0
+        return max(0, held - (metrics.held_bytes(self.stats, self.cuda_pool) or 0)) if held else 0
 
 
 FIX_KINDS = (
@@ -300,7 +301,7 @@ def host_pid_processes(r: OomReadings, need: int | None) -> Fix | None:
     share = others / total
     if not (share >= 0.25 or (need is not None and need > 0 and others >= need)):
         return None
-    pool = model.held_bytes(r.stats, r.cuda_pool) or 0
+    pool = metrics.held_bytes(r.stats, r.cuda_pool) or 0
     return Fix(
         "other_process",
         f"Processes NVML lists by host pid may hold up to {_b(others)} ({share:.0%}) of this device",
@@ -357,7 +358,7 @@ def fragmented_pool(r: OomReadings, need: int | None) -> Fix | None:
         why_extra = ""
     frag_text = "" if frag is None else f"; fragmentation {frag:.0%}"
     # lr is the larger of the largest free block and what the pool can still grow by: name each
-    growth = model.growth_room(r.stats, r.cuda_pool, device_free=r.device_free)
+    growth = metrics.growth_room(r.stats, r.cuda_pool, device_free=r.device_free)
     growth_text = f" and the pool can grow by only {_b(growth)}" if growth else ""
     return Fix(
         "fragmentation",
@@ -411,7 +412,7 @@ def compiled_programs(r: OomReadings, need: int | None) -> Fix | None:
     so they are not in the gap. Under cuda_async the pool is the driver pool's reserved bytes, so
     reserved-but-unused memory is the pool's.
     """
-    outside, pool = r.outside_pool, model.held_bytes(r.stats, r.cuda_pool)
+    outside, pool = r.outside_pool, metrics.held_bytes(r.stats, r.cuda_pool)
     if outside is None or r.platform != "gpu":
         return None
     total = r.device_total

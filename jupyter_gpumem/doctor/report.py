@@ -12,6 +12,7 @@ from typing import Any
 
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.core import readings as model
+from jupyter_gpumem.core import metrics
 from jupyter_gpumem.settings.cpu_fallback import read_cpu_fallback
 from jupyter_gpumem.core.attribution import attribute, jax_pool_on
 from jupyter_gpumem.doctor import oom_rules, oom_text
@@ -243,7 +244,7 @@ def _failing_device(error: OomError, jax_readings: tuple[JaxDeviceReading, ...])
             return jax_readings[error.ordinal]
     with_stats = [r for r in jax_readings if isinstance(r.stats, AllocatorStats)]
     if with_stats:
-        return min(with_stats, key=lambda r: model.largest_likely_request(r.stats, r.cuda_pool) or 0)
+        return min(with_stats, key=lambda r: metrics.largest_likely_request(r.stats, r.cuda_pool) or 0)
     return jax_readings[0]
 
 
@@ -254,8 +255,8 @@ def device_state(r: JaxDeviceReading, arrays_known: bool = True) -> DeviceState:
         instead = "live-array bytes are used instead" if arrays_known else "a replay has no arrays to count instead"
         return DeviceState(label, note=f"{s.reason}; {instead}")
     pool = r.cuda_pool
-    return DeviceState(label, s.bytes_in_use, model.pool_bytes(s, pool), s.bytes_limit, s.largest_free_block_bytes,
-                       model.fragmentation(s, pool), model.headroom(s, pool), driver_pool=model.uses_driver_pool(s, pool))
+    return DeviceState(label, s.bytes_in_use, metrics.pool_bytes(s, pool), s.bytes_limit, s.largest_free_block_bytes,
+                       metrics.fragmentation(s, pool), metrics.headroom(s, pool), driver_pool=metrics.uses_driver_pool(s, pool))
 
 
 def _replay_note(stats: AllocatorStats | None) -> str:

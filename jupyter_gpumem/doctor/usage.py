@@ -9,11 +9,8 @@ from typing import Iterable
 
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.doctor import array_cells
-from jupyter_gpumem.core.readings import (
-    AllocatorStats,
-    NotAvailable,
-    pool_bytes,
-)
+from jupyter_gpumem.core.readings import AllocatorStats, NotAvailable
+from jupyter_gpumem.core.metrics import pool_bytes
 
 
 def jax_device_readings() -> tuple:

@@ -209,7 +209,8 @@ def snapshot() -> dict:
     """Settings in effect, backend state, warnings and per-device allocator statistics."""
     # Imported on the first request: registering the target at %load_ext stays cheap.
     from jupyter_gpumem.settings.apply import accepted_allocators, read_jax_devices, setting_variables
-    from jupyter_gpumem.core.readings import NotAvailable, fragmentation, pool_bytes, unused_pool_bytes
+    from jupyter_gpumem.core.readings import NotAvailable
+    from jupyter_gpumem.core.metrics import fragmentation, pool_bytes, unused_pool_bytes
     from jupyter_gpumem.settings.status import status
 
     # NVML is read by the server; reading it here too would only slow the kernel down. (status()

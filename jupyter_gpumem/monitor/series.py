@@ -31,21 +31,8 @@ from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
 from jupyter_gpumem.core.attribution import BY_ELIMINATION, CANNOT_TELL, attribute_in_sample
-from jupyter_gpumem.core.readings import (
-    AllocatorStats,
-    CudaPoolReading,
-    DeviceReading,
-    Event,
-    NotAvailable,
-    NOT_STARTED,
-    Sample,
-    TorchDeviceReading,
-    fragmentation,
-    headroom,
-    held_bytes,
-    outside_allocator_bytes,
-    unused_pool_bytes,
-)
+from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading, DeviceReading, Event, NotAvailable, NOT_STARTED, Sample, TorchDeviceReading
+from jupyter_gpumem.core.metrics import fragmentation, headroom, held_bytes, outside_allocator_bytes, unused_pool_bytes
 
 __all__ = [
     "SeriesSpec",

@@ -9,25 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jupyter_gpumem.core import readings as model
-from jupyter_gpumem.core.readings import (
-    AllocatorStats,
-    CudaPoolReading,
-    Event,
-    NotAvailable,
-    Sample,
-    Timeline,
-    available_bytes,
-    fragmentation,
-    growth_room,
-    headroom,
-    held_bytes,
-    largest_likely_request,
-    normalise_stats,
-    outside_allocator_bytes,
-    pool_bytes,
-    unused_pool_bytes,
-    uses_driver_pool,
-)
+from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading, Event, NotAvailable, Sample, Timeline, normalise_stats
+from jupyter_gpumem.core.metrics import available_bytes, fragmentation, growth_room, headroom, held_bytes, largest_likely_request, outside_allocator_bytes, pool_bytes, unused_pool_bytes, uses_driver_pool
 
 GiB = 1 << 30
 MiB = 1 << 20

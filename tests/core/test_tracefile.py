@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from jupyter_gpumem import demo_traces
 from jupyter_gpumem.core import readings as model
+from jupyter_gpumem.core import metrics
 from jupyter_gpumem.core.readings import (
     AllocatorStats,
     CudaPoolReading,
@@ -284,7 +285,7 @@ def test_synthetic_trace_numbers_obey_real_relationships(path):
 
 
 def test_fragmenting_trace_ends_more_fragmented_than_it_starts():
-    frags = [model.fragmentation(s.jax[0].stats) for s in read_trace(TRACES / "synthetic_bfc_growth_fragmenting.jsonl").samples if isinstance(s.jax[0].stats, AllocatorStats)]
+    frags = [metrics.fragmentation(s.jax[0].stats) for s in read_trace(TRACES / "synthetic_bfc_growth_fragmenting.jsonl").samples if isinstance(s.jax[0].stats, AllocatorStats)]
     assert frags[0] == 0.0 and max(frags[-10:]) > 0.8
 
 
@@ -298,7 +299,7 @@ def test_two_kernels_trace_has_an_oom_event_and_little_device_free():
     (oom,) = [e for e in trace.events if e.name == "oom"]
     last = trace.samples[-1]
     assert "RESOURCE_EXHAUSTED" in oom.data["message"]
-    assert model.largest_likely_request(last.jax[0].stats, device_free=last.devices[0].free_bytes) < oom.data["requested_bytes"]
+    assert metrics.largest_likely_request(last.jax[0].stats, device_free=last.devices[0].free_bytes) < oom.data["requested_bytes"]
 
 
 def _defragment_before_and_after(trace):
@@ -314,13 +315,13 @@ def test_defragment_trace_lowers_fragmentation_across_the_marker_with_the_same_b
     before, after = _defragment_before_and_after(read_trace(TRACES / "synthetic_bfc_defragment.jsonl"))
     assert after.bytes_in_use == before.bytes_in_use and after.pool_bytes == before.pool_bytes
     assert after.largest_free_block_bytes > before.largest_free_block_bytes
-    assert model.fragmentation(after) < model.fragmentation(before)
+    assert metrics.fragmentation(after) < metrics.fragmentation(before)
 
 
 def test_defragment_trace_leaves_a_hole_since_bfc_promises_no_adjacency():
     before, after = _defragment_before_and_after(read_trace(TRACES / "synthetic_bfc_defragment.jsonl"))
-    assert 0 < model.fragmentation(after) < model.fragmentation(before) / 2
-    assert after.largest_free_block_bytes < model.unused_pool_bytes(after)
+    assert 0 < metrics.fragmentation(after) < metrics.fragmentation(before) / 2
+    assert after.largest_free_block_bytes < metrics.unused_pool_bytes(after)
 
 
 def test_integer_too_long_to_parse_is_a_clear_error(tmp_path):
