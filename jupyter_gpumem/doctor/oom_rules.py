@@ -9,7 +9,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core import metrics
 from jupyter_gpumem.doctor.program_budget import ProgramBudget
 from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading
@@ -86,7 +85,7 @@ class OomReadings:
     host_array_bytes: int | None = None
     program: ProgramBudget | None = None  # the failing jitted call, where it was found
 
-    # derived, each from model.py --------------------------------------------------------------
+    # derived, each from core/metrics.py ---------------------------------------------------------
 
     @property
     def stats(self) -> AllocatorStats:
