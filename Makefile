@@ -15,13 +15,15 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts lint-imports test-browser test-notebooks notebooks test-python chromium prometheus clean
+.PHONY: help setup build lab test test-ts lint format lint-imports test-browser test-notebooks notebooks test-python chromium prometheus clean
 
 help:
 	@echo "make setup   .venv, editable install (builds the lab extension), ui-tests deps"
 	@echo "make build   rebuild the lab extension after editing labextension/src"
 	@echo "make lab     JupyterLab with the extension on notebooks/quickstart.ipynb"
-	@echo "make test    import layers, unit tests of the panel (node), browser tests (chromium), the notebooks"
+	@echo "make lint    ruff (format, rules, import order) on Python; prettier and eslint on the panel's TypeScript"
+	@echo "make format  what make lint checks, fixed in place"
+	@echo "make test    lint, import layers, unit tests of the panel (node), browser tests (chromium), the notebooks"
 	@echo "             from the built wheel, then pytest"
 	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
 
@@ -78,6 +80,18 @@ test-browser: setup chromium
 test-ts: setup
 	cd labextension && jlpm test
 
+# Format and lint: ruff for Python (pyproject's [tool.ruff]), prettier and eslint for the panel's TypeScript.
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	cd labextension && jlpm lint:check
+
+# What `make lint` checks, fixed in place.
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+	cd labextension && jlpm lint
+
 # The layers of docs/architecture.md, as import-linter contracts in pyproject.toml.
 lint-imports: setup
 	$(BIN)/lint-imports --no-cache
@@ -97,7 +111,7 @@ test-python: setup prometheus
 	GPUMEM_EXECUTED_NOTEBOOKS=$(abspath $(NB_RUN)) $(PY) -m pytest -q tests/
 
 # Unit and browser tests first, pytest last (its summary line ends the output); any failure fails.
-test: lint-imports test-ts test-browser test-notebooks test-python
+test: lint lint-imports test-ts test-browser test-notebooks test-python
 
 clean:
 	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \
