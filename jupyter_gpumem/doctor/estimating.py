@@ -8,7 +8,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core import metrics
 from jupyter_gpumem.doctor.names import user_namespace
 from jupyter_gpumem.doctor.text import bytes_or_na, PreReport, pretty_as_text

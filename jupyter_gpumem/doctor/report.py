@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.settings import apply as allocator_shim
-from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core import metrics
 from jupyter_gpumem.settings.cpu_fallback import read_cpu_fallback
 from jupyter_gpumem.core.attribution import attribute, jax_pool_on
