@@ -27,7 +27,8 @@ from __future__ import annotations
 import os
 
 from jupyter_gpumem import doctor
-from jupyter_gpumem.doctor.oom_rules import OomReadings, OtherProcess, advise
+from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
+from jupyter_gpumem.doctor.oom_rules import advise
 from jupyter_gpumem.doctor.oom_text import OomError
 from jupyter_gpumem.core.readings import JaxDeviceReading, normalise_stats
 from jupyter_gpumem.sampling.sampler import Sampler

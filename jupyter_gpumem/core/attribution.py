@@ -114,6 +114,13 @@ def attribute(
     if not elsewhere:
         return Attribution(NOT_LISTED, others=here)
 
+    return _by_elimination(elsewhere, here, jax_pool)
+
+
+def _by_elimination(elsewhere: tuple[ProcessReading, ...], here: tuple[ProcessReading, ...],
+                    jax_pool: int | None) -> Attribution:
+    """This process is the one listed pid that is not a process here, where that is unambiguous:
+    one such pid, JAX runs on the GPU, in no more memory than that entry holds."""
     foreign = sorted({p.pid for p in elsewhere})
     listed = _pid_list(foreign)
     if jax_pool is None:

@@ -17,7 +17,8 @@ from jupyter_gpumem.core.attribution import attribute, jax_pool_on
 from jupyter_gpumem.doctor import oom_rules, oom_text
 from jupyter_gpumem.doctor.arrays import ArrayRecord, not_started_note, census
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
-from jupyter_gpumem.doctor.oom_rules import Fix, OomReadings, OtherProcess
+from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
+from jupyter_gpumem.doctor.oom_rules import Fix
 from jupyter_gpumem.doctor.oom_text import OomError
 from jupyter_gpumem.sources import host_memory
 from jupyter_gpumem.doctor.text import (
@@ -169,8 +170,8 @@ class OomReport(TextReport):
         out.append("(The error above is unchanged and still stops the run.)")
         return out
 
-    def _repr_html_(self) -> str:
-        settings = "".join(f"<tr><td>{escape_html(n.replace('_', '-'))}</td><td><b>{escape_html(s)}</b></td><td>{escape_html(src)}</td></tr>" for n, s, src in self.settings)
+    def _device_rows_html(self) -> list[str]:
+        """One table row per device: its note, its driver pool's words, or its numbers."""
         devs = []
         for d in self.devices:
             if d.note:
@@ -182,14 +183,23 @@ class OomReport(TextReport):
                 frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
                 cells = [d.label, bytes_or_na(d.in_use), bytes_or_na(d.pool), bytes_or_na(d.limit), bytes_or_na(d.largest_free), frag, bytes_or_na(d.headroom)]
                 devs.append("<tr>" + "".join(f"<td>{escape_html(c)}</td>" for c in cells) + "</tr>")
+        return devs
+
+    def _array_rows_html(self) -> str:
+        """The largest live arrays as table rows, or the note that says why there are none."""
+        return ("".join(f"<tr><td>{escape_html(bytes_or_na(r.nbytes))}</td><td>{escape_html(r.dtype)}{escape_html(list(r.shape))}</td>"
+                   f"<td>{escape_html(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
+                   for r in self.arrays)
+           + (f"<tr><td colspan='4'>{escape_html(self.arrays_note)}</td></tr>" if self.arrays and self.arrays_note else "")
+           or f"<tr><td colspan='4'>{escape_html(self.arrays_note or 'none')}</td></tr>")
+
+    def _repr_html_(self) -> str:
+        settings = "".join(f"<tr><td>{escape_html(n.replace('_', '-'))}</td><td><b>{escape_html(s)}</b></td><td>{escape_html(src)}</td></tr>" for n, s, src in self.settings)
+        devs = self._device_rows_html()
         listed = self.others + self.readings.host_pid_processes
         others = ("".join(f"<li>pid {p.pid} ({escape_html(p.label)}): {escape_html(bytes_or_na(p.used_bytes))}</li>" for p in listed)
                   + (f"<li>{escape_html(self.others_note or 'none')}</li>" if self.others_note or not listed else ""))
-        arrays = ("".join(f"<tr><td>{escape_html(bytes_or_na(r.nbytes))}</td><td>{escape_html(r.dtype)}{escape_html(list(r.shape))}</td>"
-                          f"<td>{escape_html(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
-                          for r in self.arrays)
-                  + (f"<tr><td colspan='4'>{escape_html(self.arrays_note)}</td></tr>" if self.arrays and self.arrays_note else "")
-                  or f"<tr><td colspan='4'>{escape_html(self.arrays_note or 'none')}</td></tr>")
+        arrays = self._array_rows_html()
         fixes = "".join(
             f"<li><b>{escape_html(f.title)}</b><br>{action_label(f.action)}: <code>{escape_html(f.action)}</code>"
             + "".join(f"<br>Or: <code>{escape_html(a)}</code>" for a in f.extra_actions)
@@ -338,17 +348,16 @@ def _typed(values: dict[str, Any], name: str, kind: type) -> Any:
 
 
 def _oom_readings(error: OomError, failing: _Failing, who: _WhoElse, values: dict[str, Any], records: list[ArrayRecord],
-                  arrays_known: bool, host: tuple[int | None, int | None], gpus: tuple, beside: Any, program: Any,
-                  synthetic: bool) -> OomReadings:
-    """Pure: the numbers the rules read, from what was read at failure. ``host``: the host's total
-    and available bytes (read only when the CPU ran out); ``beside``: JAX on the CPU beside GPUs."""
+                  arrays_known: bool, read: _Beside, synthetic: bool) -> OomReadings:
+    """Pure: the numbers the rules read, from what was read at failure."""
+    beside, gpus = read.cpu_fallback, read.gpus
     stats, nvml_dev, device_id = failing.stats, failing.nvml, failing.jax.jax_id if failing.jax is not None else None
     on_device = [r for r in records if device_id is None or device_id in r.bytes_per_device]
     live_bytes = sum(r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device)
     return OomReadings(
         requested=error.requested_bytes,
-        device_total=nvml_dev.total_bytes if nvml_dev is not None else host[0],
-        device_free=nvml_dev.free_bytes if nvml_dev is not None else host[1],
+        device_total=nvml_dev.total_bytes if nvml_dev is not None else read.host_total,
+        device_free=nvml_dev.free_bytes if nvml_dev is not None else read.host_available,
         bytes_in_use=stats.bytes_in_use if stats else None,
         pool_bytes=stats.pool_bytes if stats else None,
         bytes_limit=stats.bytes_limit if stats else None,
@@ -370,7 +379,7 @@ def _oom_readings(error: OomError, failing: _Failing, who: _WhoElse, values: dic
         visible_gpus=beside.gpus if beside is not None else 0,
         idle_gpus=sum(1 for d in gpus if isinstance(d, DeviceReading) and d.processes == ()),
         gpu_fix=(beside.fix if beside.is_command else f"JAX says: {beside.fix}") if beside is not None else None,
-        program=program,
+        program=read.program,
     )
 
 
@@ -404,22 +413,52 @@ def oom_report(
     states = tuple(allocator_shim.settings_in_effect())
     arrays_known = live is not None or (not replayed and allocator_shim.backend_started())
     records, walk_note = _read_arrays(shell, live, arrays_known)
+    raised = exc if isinstance(exc, BaseException) else raised
+    beside = _read_beside_the_device(failing, sample, shell, raised if arrays_known and live is None else None)
+    values = {s.name: s.value for s in states}
+    readings = _oom_readings(error, failing, who, values, records, arrays_known, beside, synthetic)
+    arrays_note = walk_note if records else _no_arrays_note(arrays_known, replayed, failing.stats)
+    settings = tuple((s.name, s.shown, s.source) for s in states)
+    devices, fixes = _device_states(sample, replayed), tuple(oom_rules.advise(readings))
+    return OomReport(error, settings, devices, who.others, who.note, tuple(records[:5]), arrays_note, readings, fixes)
+
+
+@dataclass(frozen=True)
+class _Beside:
+    """What the report reads besides the sample: the GPUs NVML lists, the host's total and
+    available bytes (when the CPU ran out), JAX on the CPU beside GPUs, and the failing program."""
+
+    gpus: tuple = ()
+    host_total: int | None = None
+    host_available: int | None = None
+    cpu_fallback: Any = None
+    program: Any = None
+
+
+def _no_arrays_note(arrays_known: bool, replayed: bool, stats: AllocatorStats | None) -> str:
+    """Pure: why the report lists no arrays."""
+    if arrays_known:
+        return "no live JAX arrays"
+    return _replay_note(stats) if replayed else not_started_note()
+
+
+def _read_beside_the_device(failing: _Failing, sample: Sample, shell: Any, raised: BaseException | None) -> _Beside:
+    """Reads what the report needs besides the sample; the failing program is compiled again from
+    shapes only where ``raised`` is given."""
+    gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
     on_cpu = failing.platform == "cpu" and failing.nvml is None
     host = (host_memory.total_bytes(), host_memory.available_bytes()) if on_cpu else (None, None)
-    gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
     beside = read_cpu_fallback(gpu_count=len(gpus)) if failing.platform == "cpu" and gpus else None
     program = None
-    raised = exc if isinstance(exc, BaseException) else raised
-    if arrays_known and live is None and raised is not None:
+    if raised is not None:
         from jupyter_gpumem.doctor.program_budget import program_budget
 
         program = program_budget(raised, shell)
-    readings = _oom_readings(error, failing, who, {s.name: s.value for s in states}, records, arrays_known, host, gpus,
-                             beside, program, synthetic)
-    arrays_note = walk_note if records else ("no live JAX arrays" if arrays_known else
-                                             _replay_note(failing.stats) if replayed else not_started_note())
+    return _Beside(gpus, host[0], host[1], beside, program)
+
+
+def _device_states(sample: Sample, replayed: bool) -> tuple[DeviceState, ...]:
+    """Pure: each JAX device's state at failure, or one line saying why there are none."""
     jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
-    devices = tuple(device_state(r, not replayed) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
-    settings = tuple((s.name, s.shown, s.source) for s in states)
-    return OomReport(error, settings, devices, who.others, who.note, tuple(records[:5]), arrays_note, readings,
-                     tuple(oom_rules.advise(readings)))
+    return tuple(device_state(r, not replayed) for r in jax_readings) or (
+        DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)

@@ -24,10 +24,21 @@ from datetime import datetime
 from typing import Any
 
 from jupyter_gpumem.core.files import replaced_on_success
-from jupyter_gpumem.core.magic_args import Grammar, MagicUsageError, Option, as_number, check_interval
+from jupyter_gpumem.core.magic_args import MagicUsageError, check_interval
 from jupyter_gpumem.core.readings import Event, Sample, Timeline
 from jupyter_gpumem.monitor.figure import DeviceView, bytes_or_na
 from jupyter_gpumem.monitor.header import grouped_notes, recording_block, status_block
+from jupyter_gpumem.monitor.options import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_WINDOW_MIN,
+    INTERVALS,
+    MAX_WINDOW_MIN,
+    MONITOR_ARGS,
+    WINDOWS_MIN,
+    check_device,
+    check_device_is_read,
+    check_window,
+)
 from jupyter_gpumem.monitor.series import (
     MAX_POINTS,
     cell_markers,
@@ -41,61 +52,7 @@ from jupyter_gpumem.monitor.series import (
 __all__ = ["Monitor", "magic_monitor", "MONITOR_ARGS"]
 
 
-INTERVALS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
-
-
-WINDOWS_MIN = (1.0, 5.0, 10.0, 30.0, 60.0)
-
-DEFAULT_INTERVAL_S = 1.0
-DEFAULT_WINDOW_MIN = 10.0  # for live readings; a recording is shown whole
-MAX_WINDOW_MIN = 1440.0
-
 _STATUS_EVERY_S = 10.0  # how often the header re-reads the status report
-
-
-def _check_window(value: Any) -> float:
-    """Minutes of history, from a number or its text."""
-    number = as_number(value)
-    if number is None or not 0 < number <= MAX_WINDOW_MIN:
-        raise MagicUsageError(f"window must be a number of minutes above 0 and at most {MAX_WINDOW_MIN:g} (e.g. 10), got {value!r}")
-    return number
-
-
-def _check_device(value: Any) -> int | None:
-    """A GPU index, or None for every GPU ("all")."""
-    if value is None or value == "all":
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    raise MagicUsageError(f"device must be a GPU index (0, 1, ...) or 'all', got {value!r}")
-
-
-MONITOR_ARGS = Grammar(
-    "%gpumem monitor",
-    options=(
-        Option("--interval", "S", read=check_interval, default=DEFAULT_INTERVAL_S, help="seconds between updates"),
-        Option("--window", "MINUTES", read=_check_window, help="minutes of history shown"),
-        Option("--device", "N|all", read=_check_device, default=None, help="one GPU by index, or all"),
-        Option("--replay", "PATH|NAME", help="a trace file (.jsonl), or the name of a demo trace the package ships, "
-               "to draw instead of live readings"),
-    ),
-)
-
-
-def _check_device_is_read(device: int, timeline: Timeline, sampler: Any) -> None:
-    """Refuses a GPU index the readings do not have (a monitor of it would never draw), naming
-    those they have. Nothing is refused where no GPU can be read at all: the view says why."""
-    if sampler is None:
-        samples = timeline.samples()
-    else:
-        latest = timeline.latest() or (sampler.sample_once() if hasattr(sampler, "sample_once") else None)
-        samples = [latest] if latest is not None else []
-    keys = sorted({k for s in samples for k in device_keys(s)})
-    if keys and device not in keys:
-        raise MagicUsageError(f"--device {device}: there is no GPU {device} in the readings; "
-                              f"valid: {', '.join(map(str, keys))} or all")
 
 
 def _minutes(value: float) -> str:
@@ -174,7 +131,7 @@ class Monitor:
         if (replay is not None) + (timeline is not None) + (sampler is not None) > 1:
             raise MagicUsageError("a monitor draws one timeline: give replay, timeline or sampler, not more than one")
         self.interval = check_interval(interval)
-        self.device = _check_device(device)
+        self.device = check_device(device)
         self.max_points = int(max_points)
         self.replay_path = os.fspath(replay) if replay is not None else None
         read_error = None
@@ -187,12 +144,12 @@ class Monitor:
                 sampler = get_sampler()
             timeline = sampler.timeline
         if self.device is not None:
-            _check_device_is_read(self.device, timeline, sampler)
+            check_device_is_read(self.device, timeline, sampler)
         self.sampler = sampler  # None: the timeline is a recording, drawn as it is
         self.timeline: Timeline = timeline
         if window is None:
             window = DEFAULT_WINDOW_MIN if self.live else _span_minutes(timeline)
-        self.window_min = _check_window(window)
+        self.window_min = check_window(window)
 
         import ipywidgets as W
 
@@ -553,7 +510,7 @@ class Monitor:
         self.set_window(change["new"])
 
     def set_window(self, minutes: float) -> None:
-        self.window_min = _check_window(minutes)
+        self.window_min = check_window(minutes)
         if self.window_box.value != self.window_min:
             self.window_box.value = self.window_min
         self._load_history()

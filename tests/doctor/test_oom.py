@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpumem import demo_traces, doctor
-from jupyter_gpumem.doctor.oom_rules import OomReadings, OtherProcess, advise, shortfall
+from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
+from jupyter_gpumem.doctor.oom_rules import advise, shortfall
 from jupyter_gpumem.doctor.oom_text import OomError, parse_request, recognise, recognise_text
 from jupyter_gpumem.core.readings import (
     CudaPoolReading,

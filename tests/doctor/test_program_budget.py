@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpumem.doctor.oom_rules import OomReadings, advise
+from jupyter_gpumem.doctor.oom_readings import OomReadings
+from jupyter_gpumem.doctor.oom_rules import advise
 from jupyter_gpumem.doctor.program_budget import ProgramBudget, _call_on_line, donation_gain
 
 SESSION = Path(__file__).parents[1] / "kernel_session.py"

@@ -20,7 +20,8 @@ import pytest
 
 from jupyter_gpumem.kernel import comm as kernel_comm
 from jupyter_gpumem.settings.cpu_fallback import CpuFallback, cpu_fallback, plugin_command, read_cpu_fallback
-from jupyter_gpumem.doctor.oom_rules import OomReadings, advise
+from jupyter_gpumem.doctor.oom_readings import OomReadings
+from jupyter_gpumem.doctor.oom_rules import advise
 from jupyter_gpumem.core.readings import DeviceReading, JaxDeviceReading, NotAvailable, ProcessReading, Sample
 from jupyter_gpumem.monitor.series import notes_for
 from jupyter_gpumem.sources import jax_backend

@@ -1,0 +1,141 @@
+"""The numbers an out-of-memory error is judged by, read at failure: the request, the device,
+the allocator's statistics, the other processes, the settings, the live arrays and the failing
+program, with what follows from them. Pure: the OOM report fills it, ``oom_rules`` reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jupyter_gpumem.core import metrics
+from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading
+from jupyter_gpumem.doctor.program_budget import ProgramBudget
+
+__all__ = ["OtherProcess", "OomReadings"]
+
+
+@dataclass(frozen=True)
+class OtherProcess:
+    """Another process holding memory on the failing device (from NVML).
+
+    ``here`` False: NVML's pid is not a process in this PID namespace (inside a container NVML
+    lists the host's pids, NVIDIA/nvidia-docker#1483; or the process ended), so no fix names it.
+    """
+
+    pid: int
+    used_bytes: int | None  # None: the driver hides it (MIG)
+    label: str = "process"  # "Jupyter kernel", "process", ...
+    here: bool = True
+
+
+@dataclass(frozen=True)
+class OomReadings:
+    """Numbers read at the failure, the input to ``advise``. Any may be None (not known).
+
+    - ``device_total``: the device's total memory (NVML, or host RAM for the CPU)
+    - ``device_free``: what the driver says is free now (NVML); on the CPU, the host's available
+      memory (``MemAvailable``)
+    - ``bytes_in_use``, ``pool_bytes``, ``bytes_limit``, ``largest_free_block``: the allocator's
+      stats for the failing device (None on CPU and allocators without stats)
+    - ``cuda_pool``: under cuda_async, the driver's reading of its default pool, which is JAX's
+      pool there
+    - ``own_process_bytes``: NVML's bytes for this process on the device
+    - ``others``: the other processes on the device
+    - ``host_pid_processes``: processes NVML lists by pids that are not processes here, when it
+      cannot tell which of them is this kernel (``attribution.CANNOT_TELL``: containers)
+    - ``preallocate``, ``fraction``, ``remat``: the settings in effect; ``allocator``: the
+      failing device's allocator ("bfc", "cuda_async", ...), else the setting
+    - ``live_bytes``: bytes of live JAX arrays on the device (deduplicated); None where not
+      known (JAX not started, or a replayed trace, which records the allocator, not the arrays)
+    - ``history_bytes``: of those, bytes reachable only through Out/_ history
+    - ``error_form``: the message form (``OomError.form``): "host" is the GPU client's pinned
+      host memory pool, "cubin" a compiled kernel that could not be loaded onto the device
+    - ``host_array_bytes``: bytes of live arrays in a host memory kind (``pinned_host``)
+    - ``program``: the failing jitted call's own budget (``program_budget``), where found
+
+    The derived numbers below are ``model``'s metrics of these readings.
+    """
+
+    requested: int | None
+    device_total: int | None = None
+    device_free: int | None = None
+    bytes_in_use: int | None = None
+    pool_bytes: int | None = None
+    bytes_limit: int | None = None
+    largest_free_block: int | None = None
+    own_process_bytes: int | None = None
+    others: tuple[OtherProcess, ...] = ()
+    host_pid_processes: tuple[OtherProcess, ...] = ()
+    preallocate: bool | None = None
+    fraction: float | None = None
+    allocator: str | None = None
+    remat: bool | None = None
+    live_bytes: int | None = None
+    history_bytes: int = 0
+    platform: str = "gpu"
+    synthetic: bool = False
+    cuda_pool: CudaPoolReading | None = None
+    # JAX on the CPU while NVML lists GPUs (cpu_fallback.py): how many, how many hold no
+    # process, and the line that puts JAX on them
+    visible_gpus: int = 0
+    idle_gpus: int | None = None
+    gpu_fix: str | None = None
+    error_form: str = ""
+    host_array_bytes: int | None = None
+    program: ProgramBudget | None = None  # the failing jitted call, where it was found
+
+    # derived, each from core/metrics.py ---------------------------------------------------------
+
+    @property
+    def stats(self) -> AllocatorStats:
+        """The allocator's statistics as ``model`` reads them."""
+        return AllocatorStats(
+            allocator=self.allocator or "unknown",
+            bytes_in_use=self.bytes_in_use,
+            bytes_limit=self.bytes_limit,
+            pool_bytes=self.pool_bytes,
+            largest_free_block_bytes=self.largest_free_block,
+        )
+
+    @property
+    def driver_pool(self) -> bool:
+        """True under cuda_async: the pool is the CUDA driver's default pool, and no fraction caps it."""
+        return metrics.uses_driver_pool(self.stats, self.cuda_pool)
+
+    @property
+    def pool(self) -> int | None:
+        return metrics.pool_bytes(self.stats, self.cuda_pool)
+
+    @property
+    def pool_free(self) -> int | None:
+        return metrics.unused_pool_bytes(self.stats, self.cuda_pool)
+
+    @property
+    def total_free(self) -> int | None:
+        """Free bytes in the pool plus what it may still grow by: the most that could be had."""
+        return metrics.available_bytes(self.stats, self.cuda_pool, device_free=self.device_free)
+
+    @property
+    def largest_request(self) -> int | None:
+        """The largest single allocation that could succeed: a free block, or growth."""
+        return metrics.largest_likely_request(self.stats, self.cuda_pool, device_free=self.device_free)
+
+    @property
+    def fragmentation(self) -> float | None:
+        return metrics.fragmentation(self.stats, self.cuda_pool)
+
+    @property
+    def outside_pool(self) -> int | None:
+        """This process's bytes outside JAX's pool (NVML's count minus the pool)."""
+        return metrics.outside_allocator_bytes(self.own_process_bytes, self.stats, self.cuda_pool)
+
+    @property
+    def others_bytes(self) -> int:
+        return sum(p.used_bytes or 0 for p in self.others)
+
+    @property
+    def host_pid_others_bytes(self) -> int:
+        """The most that processes other than this kernel hold among ``host_pid_processes``:
+        their bytes less this kernel's pool, which is one of them."""
+        held = sum(p.used_bytes or 0 for p in self.host_pid_processes)
+        return max(0, held - (metrics.held_bytes(self.stats, self.cuda_pool) or 0)) if held else 0
