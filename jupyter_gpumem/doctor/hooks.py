@@ -13,7 +13,6 @@ from typing import Any
 
 from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.doctor.session import SESSION, Switch
-from jupyter_gpumem.doctor.text import pretty_as_text
 from jupyter_gpumem.sampling.cell_hooks import CellHooks
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,11 @@ def _switch(argv: list[str], key: Switch, shell: Any, on_text: str) -> str:
 class _Line(str):
     """A one-line answer shown as plain text."""
 
-    _repr_pretty_ = pretty_as_text
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # Imported here: the hooks load with the extension, the reports' text only when shown.
+        from jupyter_gpumem.doctor.text import pretty_as_text
+
+        pretty_as_text(self, printer, cycle)
 
 
 def magic_doctor(argv: list[str], shell: Any) -> _Line:
