@@ -15,14 +15,16 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts lint-imports test-browser test-notebooks notebooks test-python chromium prometheus clean \
+.PHONY: help setup build lab test test-ts lint format lint-imports test-browser test-notebooks notebooks test-python chromium prometheus clean \
 	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312
 
 help:
 	@echo "make setup   .venv, editable install (builds the lab extension), ui-tests deps"
 	@echo "make build   rebuild the lab extension after editing labextension/src"
 	@echo "make lab     JupyterLab with the extension on notebooks/quickstart.ipynb"
-	@echo "make test    import layers, unit tests of the panel (node), browser tests (chromium), the notebooks"
+	@echo "make lint    ruff (format, rules, import order) on Python; prettier and eslint on the panel's TypeScript"
+	@echo "make format  what make lint checks, fixed in place"
+	@echo "make test    lint, import layers, unit tests of the panel (node), browser tests (chromium), the notebooks"
 	@echo "             from the built wheel, then pytest"
 	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
 	@echo "make gpu-proof-wheels  the Python 3.12 wheels the GPU machine lacks, into .whl/ (bench/README.md, On a GPU)"
@@ -67,7 +69,7 @@ chromium:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
-# Debian's prometheus ships promtool: tests/test_prometheus_deploy.py checks deploy/ with both.
+# Debian's prometheus ships promtool: tests/server/test_prometheus_deploy.py checks deploy/ with both.
 prometheus:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
 		echo "installing Debian's prometheus"; \
@@ -81,6 +83,18 @@ test-browser: setup chromium
 # The panel's pure modules (labextension/test/*.test.ts) under node's own test runner.
 test-ts: setup
 	cd labextension && jlpm test
+
+# Format and lint: ruff for Python (pyproject's [tool.ruff]), prettier and eslint for the panel's TypeScript.
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	cd labextension && jlpm lint:check
+
+# What `make lint` checks, fixed in place.
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+	cd labextension && jlpm lint
 
 # The layers of docs/architecture.md, as import-linter contracts in pyproject.toml.
 lint-imports: setup
@@ -101,7 +115,7 @@ test-python: setup prometheus
 	GPUMEM_EXECUTED_NOTEBOOKS=$(abspath $(NB_RUN)) $(PY) -m pytest -q tests/
 
 # Unit and browser tests first, pytest last (its summary line ends the output); any failure fails.
-test: lint-imports test-ts test-browser test-notebooks test-python
+test: lint lint-imports test-ts test-browser test-notebooks test-python
 
 clean:
 	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \

@@ -28,9 +28,9 @@ def run(rounds: int = ROUNDS) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from jupyter_gpumem.allocator_shim import read_jax_devices
+    from jupyter_gpumem.settings.apply import read_jax_devices
     from jupyter_gpumem.sources.nvml import NvmlSource
-    from jupyter_gpumem.sampler import Sampler
+    from jupyter_gpumem.sampling.sampler import Sampler
     from jupyter_gpumem.testing import fake_nvml
 
     step = jax.jit(lambda a: jnp.tanh(a @ a) * 0.5)

@@ -20,9 +20,9 @@ def run() -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from jupyter_gpumem.allocator_shim import read_jax_devices
+    from jupyter_gpumem.settings.apply import read_jax_devices
     from jupyter_gpumem.sources.nvml import NvmlSource
-    from jupyter_gpumem.sampler import Sampler
+    from jupyter_gpumem.sampling.sampler import Sampler
     from jupyter_gpumem.testing import fake_nvml
 
     jnp.ones(4).block_until_ready()  # start the backend

@@ -23,7 +23,7 @@ REPEATS = 7
 
 def _listing(shell) -> tuple[float, float]:
     """Medians of ``%gpumem arrays --by line`` and of labelling the arrays alone, in seconds."""
-    from jupyter_gpumem import sites
+    from jupyter_gpumem.core import sites
     from jupyter_gpumem.sources import jax_arrays
 
     whole, labels = [], []

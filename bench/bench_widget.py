@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jupyter_gpumem.model import (  # noqa: E402
+from jupyter_gpumem.core.readings import (  # noqa: E402
     DeviceReading,
     JaxDeviceReading,
     ProcessReading,
@@ -86,7 +86,7 @@ class _ThreadlessSampler:
 
 def _live_updates(minutes: float = 10.0, hz: float = 2.0, window_min: float = 10.0) -> dict:
     from comm_bytes import measure_comm_bytes
-    from jupyter_gpumem.widget import Monitor
+    from jupyter_gpumem.monitor.widget import Monitor
 
     sampler = _ThreadlessSampler()
     t0 = 1_800_000_000.0
@@ -145,7 +145,7 @@ def _plotly_json(figure: dict) -> str:
 
 def _hour_at_10hz() -> dict:
     """A 1-hour window at 10 Hz: every point, and what the monitor draws (its figure, decimated)."""
-    from jupyter_gpumem.widget import Monitor
+    from jupyter_gpumem.monitor.widget import Monitor
 
     t0 = 1_800_000_000.0
     samples = [synthetic_sample(t0 + i / 10, i) for i in range(36_000)]
@@ -153,7 +153,7 @@ def _hour_at_10hz() -> dict:
     timeline.extend(samples)
     sampler = _ThreadlessSampler(timeline)
     # The monitor loads the last hour of the timeline: make "now" the end of the samples.
-    import jupyter_gpumem.widget as widget_module
+    import jupyter_gpumem.monitor.widget as widget_module
 
     real_time = widget_module.time.time
     widget_module.time.time = lambda: samples[-1].t + 0.1
@@ -164,7 +164,7 @@ def _hour_at_10hz() -> dict:
     view = monitor._views[0]
     figure = view.figure()
     # Every point: the same figure with all 36,000 rows.
-    from jupyter_gpumem.series import row_for
+    from jupyter_gpumem.monitor.series import row_for
 
     rows = [row_for(s, 0) for s in samples]
     every = dict(figure, t=[round(s.t, 3) for s in samples], y=view._columns(rows))

@@ -116,7 +116,7 @@ def trace_problem(path: str, want_oom: bool = False) -> str | None:
         return "no trace written"
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
-    from jupyter_gpumem.tracefile import TraceError, read_trace
+    from jupyter_gpumem.core.tracefile import TraceError, read_trace
 
     try:
         trace = read_trace(path, strict=True)

@@ -139,7 +139,7 @@ def wheel_metadata(path: str) -> str:
 
 
 def check_structure() -> list[tuple[bool, str]]:
-    from jupyter_gpumem import env_table
+    from jupyter_gpumem.core import env_table
 
     known_vars = {env_table.PREALLOCATE_VAR, env_table.FRACTION_VAR, env_table.OLD_FRACTION_VAR,
                   env_table.ALLOCATOR_VAR, env_table.ASYNC_PREALLOC_VAR, env_table.STALE_ALLOCATOR_VAR}

@@ -12,13 +12,13 @@ __all__ = ["configure", "status", "Monitor", "track", "defragment", "__version__
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    from jupyter_gpumem.magics import load
+    from jupyter_gpumem.kernel.magics import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from jupyter_gpumem.magics import unload
+    from jupyter_gpumem.kernel.magics import unload
 
     unload(ipython)
 
@@ -28,14 +28,14 @@ def configure(**settings: Any):
 
     Same rules as ``%gpumem``: everything is validated before anything is applied.
     """
-    from jupyter_gpumem.allocator_shim import configure as _configure
+    from jupyter_gpumem.settings.configure import configure as _configure
 
     return _configure(**settings)
 
 
 def status():
     """The settings in effect, where each came from, the backend state and warnings."""
-    from jupyter_gpumem.status_report import status as _status
+    from jupyter_gpumem.settings.status import status as _status
 
     return _status()
 
@@ -43,11 +43,11 @@ def status():
 def __getattr__(name: str) -> Any:
     # Faces that pull in heavy packages are imported on first use only.
     if name == "__version__":
-        from jupyter_gpumem.package_version import package_version
+        from jupyter_gpumem.core.package_version import package_version
 
         return package_version()
     if name == "Monitor":
-        from jupyter_gpumem.widget import Monitor
+        from jupyter_gpumem.monitor.widget import Monitor
 
         return Monitor
     if name == "track":
@@ -55,7 +55,7 @@ def __getattr__(name: str) -> Any:
 
         return track
     if name == "defragment":
-        from jupyter_gpumem.doctor.repack import defragment
+        from jupyter_gpumem.doctor.defragmenting import defragment
 
         return defragment
     raise AttributeError(f"module 'jupyter_gpumem' has no attribute {name!r}")

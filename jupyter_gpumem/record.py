@@ -18,11 +18,11 @@ import threading
 from dataclasses import replace
 from typing import Any, Sequence
 
-from jupyter_gpumem.magic_args import MAX_INTERVAL_S, MIN_INTERVAL_S, Grammar, MagicUsageError, Option, check_interval
-from jupyter_gpumem.model import NOT_STARTED, NotAvailable
+from jupyter_gpumem.core.magic_args import MAX_INTERVAL_S, MIN_INTERVAL_S, Grammar, MagicUsageError, Option, check_interval
+from jupyter_gpumem.core.readings import NOT_STARTED, NotAvailable
 from jupyter_gpumem.sources.nvml import is_fake as nvml_is_fake
-from jupyter_gpumem.sampler import Sampler, get_sampler
-from jupyter_gpumem.tracefile import TraceWriter, header_devices
+from jupyter_gpumem.sampling.sampler import Sampler, get_sampler
+from jupyter_gpumem.core.tracefile import TraceWriter, header_devices
 
 # The settings that decide how JAX's allocator behaves, as the environment gave them.
 _SETTINGS_ENV = (
@@ -212,7 +212,7 @@ def magic_record(argv: Sequence[str], shell: Any = None) -> str:
             raise RecordError(f"already recording to {_active.path}; stop it first with %gpumem record stop")
         sampler = get_sampler()
         if shell is not None:
-            from jupyter_gpumem.sampler import register_cell_events
+            from jupyter_gpumem.sampling.sampler import register_cell_events
 
             register_cell_events(shell, sampler)
         try:

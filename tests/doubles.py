@@ -1,6 +1,6 @@
 """Test doubles shared by the test modules, each standing in for one thing a test cannot use for real.
 
-- ``StubSampler``: the process sampler (``jupyter_gpumem.sampler.Sampler``) without its thread
+- ``StubSampler``: the process sampler (``jupyter_gpumem.sampling.sampler.Sampler``) without its thread
 - ``FakeShell``: an IPython shell (magics, cell events, its kernel's comm manager)
 - ``FakeCommManager``, ``FakeComm``: ipykernel's comm manager and one comm
 - ``Clock``: a monotonic clock that moves only when the test moves it
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from jupyter_gpumem.model import (
+from jupyter_gpumem.core.readings import (
     NO_DRIVER,
     CudaPoolReading,
     DeviceReading,
@@ -82,7 +82,7 @@ class StubSubscription:
 
 
 class StubSampler:
-    """Stands in for ``jupyter_gpumem.sampler.Sampler``: no thread and no sources. The test
+    """Stands in for ``jupyter_gpumem.sampling.sampler.Sampler``: no thread and no sources. The test
     hands each sample to the subscribers itself, with ``push``."""
 
     synthetic = False

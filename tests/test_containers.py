@@ -27,17 +27,18 @@ from __future__ import annotations
 import os
 
 from jupyter_gpumem import doctor
-from jupyter_gpumem.doctor.oom_rules import OomReadings, OtherProcess, advise
+from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
+from jupyter_gpumem.doctor.oom_rules import advise
 from jupyter_gpumem.doctor.oom_text import OomError
-from jupyter_gpumem.model import JaxDeviceReading, normalise_stats
-from jupyter_gpumem.sampler import Sampler
-from jupyter_gpumem.series import notes_for, series_values
+from jupyter_gpumem.core.readings import JaxDeviceReading, normalise_stats
+from jupyter_gpumem.sampling.sampler import Sampler
+from jupyter_gpumem.monitor.series import notes_for, series_values
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelInfo
 from jupyter_gpumem.server.readings import NvmlDevices
 from jupyter_gpumem.sources.nvml import NvmlSource
 from jupyter_gpumem.testing import fake_nvml
-from jupyter_gpumem.tracefile import sample_from_json, sample_to_json
+from jupyter_gpumem.core.tracefile import sample_from_json, sample_to_json
 
 GiB = 1024**3
 
@@ -79,7 +80,7 @@ def test_monitor_shows_host_pids_apart_when_it_cannot_tell_which_is_this_kernel(
 
 def test_monitor_says_it_cannot_tell_once_for_every_gpu_it_applies_to():
     # Without JAX on any GPU, both GPUs list pids that are not processes here: one line, not two.
-    from jupyter_gpumem.monitor_header import grouped_notes
+    from jupyter_gpumem.monitor.header import grouped_notes
 
     with fake_nvml("containerized"):
         sample = Sampler(NvmlSource().read, lambda: ()).sample_once()

@@ -328,7 +328,7 @@ def test_the_oom_reports_peak_section_compiles_nothing(monkeypatch):
     """The peak by line in the OOM report comes from the error's text only: with every compile of
     ours made to fail, a text with XLA's peak buffers (synthetic, XLA's layout) still gives it."""
     from jupyter_gpumem import doctor
-    from jupyter_gpumem.model import NotAvailable, Sample
+    from jupyter_gpumem.core.readings import NotAvailable, Sample
     from jupyter_gpumem.sources import jax_arrays
 
     class JaxRuntimeError(RuntimeError):

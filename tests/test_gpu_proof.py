@@ -220,8 +220,8 @@ def test_only_an_out_of_memory_text_counts_as_the_oom_a_recording_wanted(text, i
 
 
 def test_a_trace_without_a_gpu_reading_is_not_a_recording_of_the_gpu(tmp_path):
-    from jupyter_gpumem.model import NotAvailable, Sample
-    from jupyter_gpumem.tracefile import TraceWriter
+    from jupyter_gpumem.core.readings import NotAvailable, Sample
+    from jupyter_gpumem.core.tracefile import TraceWriter
 
     path = tmp_path / "t.jsonl"
     with TraceWriter(path, {"synthetic": False}) as writer:

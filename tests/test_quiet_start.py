@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.sources import jax_backend, jax_options
 
 _SHELL = """
 from IPython.core.interactiveshell import InteractiveShell
@@ -123,7 +123,7 @@ def test_a_generator_that_needs_more_of_its_module_is_not_compiled_alone(tmp_pat
             assert _LOADED is not None
             return {"allocator": os.getenv("XLA_PYTHON_CLIENT_ALLOCATOR", "default")}
     """))
-    assert jax_backend._generator_from_source(str(source)) is None
+    assert jax_options.generator_from_source(str(source)) is None
 
 
 def test_module_constants_the_generator_reads_are_compiled_with_it(tmp_path):
@@ -137,4 +137,4 @@ def test_module_constants_the_generator_reads_are_compiled_with_it(tmp_path):
                 raise ValueError(allocator)
             return {"allocator": allocator}
     """))
-    assert jax_backend._generator_from_source(str(source))() == {"allocator": "default"}
+    assert jax_options.generator_from_source(str(source))() == {"allocator": "default"}

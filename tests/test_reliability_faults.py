@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from jupyter_gpumem.model import DeviceReading, DeviceUnreadable, NotAvailable
+from jupyter_gpumem.core.readings import DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.sources.nvml import NvmlSource
-from jupyter_gpumem.sampler import Sampler
+from jupyter_gpumem.sampling.sampler import Sampler
 from jupyter_gpumem.server import readings as sources_module
 from jupyter_gpumem.testing import fake_nvml
 

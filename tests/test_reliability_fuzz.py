@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jupyter_gpumem
-from jupyter_gpumem.allocator_shim import SettingsError
-from jupyter_gpumem.magics import Command, MagicUsageError, parse_line
+from jupyter_gpumem.settings.apply import SettingsError
+from jupyter_gpumem.kernel.magics import Command, MagicUsageError, parse_line
 from jupyter_gpumem.testing import fake_nvml
-from jupyter_gpumem.tracefile import Trace, TraceError, read_trace_bytes
+from jupyter_gpumem.core.tracefile import Trace, TraceError, read_trace_bytes
 
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
 SETTING_NAMES = ("preallocate", "fraction", "allocator", "async_prealloc", "remat")

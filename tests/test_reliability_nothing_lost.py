@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from jupyter_gpumem.model import Sample
+from jupyter_gpumem.core.readings import Sample
 from jupyter_gpumem.testing import DROPIN_DIR
-from jupyter_gpumem.tracefile import TraceWriter, read_trace
+from jupyter_gpumem.core.tracefile import TraceWriter, read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -134,7 +134,7 @@ def _streams_joined(outputs: list) -> list:
 
 def where_it_ran(python: pathlib.Path, wheel: pathlib.Path) -> dict:
     probe = ("import json, importlib.util, jax, jupyter_gpumem; from jupyter_gpumem.sources.nvml import NvmlSource; "
-             "from jupyter_gpumem.model import NotAvailable; gpus = NvmlSource().read(); "
+             "from jupyter_gpumem.core.readings import NotAvailable; gpus = NvmlSource().read(); "
              "plugin = any(importlib.util.find_spec(m) for m in ('jax_cuda12_plugin', 'jax_cuda13_plugin')); "
              "print(json.dumps({'jax': jax.__version__, 'gpu': plugin and not isinstance(gpus, NotAvailable)}))")
     seen = json.loads(subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 
-from jupyter_gpumem.errors import GpumemError, did_you_mean
+from jupyter_gpumem.core.errors import GpumemError, did_you_mean
 
 FOLDER = pathlib.Path(__file__).resolve().parent
 

@@ -3,6 +3,7 @@
 One module per job; importing this package imports none of them, so the cell hooks stay cheap.
 
 - ``hooks``: the cell hooks (which cell made which array, the OOM report, the per-cell line)
+  and their switches, ``%gpumem doctor|cells on|off``
 - ``array_cells``: which cell made each live array, and the live arrays' device bytes
 - ``oom_text``: is this exception an out-of-memory error, and how much did it ask for
 - ``oom_rules``: ranked fixes from the numbers read at failure, one function per rule;
@@ -12,12 +13,13 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``snapshot``: ``%gpumem snapshot PATH``, JAX's device memory profile for pprof
 - ``program_budget``: the failing jitted call in an OOM's traceback, and its compiled budget
 - ``usage``, ``tracking``: memory now, and the change and peak of a block or a cell
-- ``release``: ``%gpumem free``; ``last_error``: what keeps a failed cell's arrays alive, and
-  letting go of it; ``estimates``: ``%gpumem estimate``; ``repack``: ``defragment``
+- ``freeing``: ``%gpumem free``; ``last_error``: what keeps a failed cell's arrays alive, and
+  letting go of it; ``estimating``: ``%gpumem estimate``; ``defragmenting``: ``defragment``
 - ``peak_buffers``: what was live at a program's peak, by source line, from XLA's texts, and
   the fixes it suggests; ``peak_report``: ``%gpumem peak CALL``
 - ``text``: how the reports read, as text and as HTML
-- ``after_cell``: the work after a cell, and ``%gpumem doctor|cells on|off``
+- ``after_cell``: the work after a cell; ``session``: the switches ``%gpumem doctor|cells on|off``
+  set, and the shell the hooks serve
 """
 
 from typing import Any
@@ -33,20 +35,20 @@ _PUBLIC = {
     "magic_arrays": "arrays",
     "names_by_array": "names",
     "memory_now": "usage",
-    "FreeReport": "release",
-    "free": "release",
-    "magic_free": "release",
+    "FreeReport": "freeing",
+    "free": "freeing",
+    "magic_free": "freeing",
     "Track": "tracking",
     "track": "tracking",
     "OomReport": "report",
     "oom_report": "report",
-    "magic_doctor": "after_cell",
-    "magic_cells": "after_cell",
-    "EstimateReport": "estimates",
-    "estimate": "estimates",
-    "magic_estimate": "estimates",
-    "DefragSummary": "repack",
-    "defragment": "repack",
+    "magic_doctor": "hooks",
+    "magic_cells": "hooks",
+    "EstimateReport": "estimating",
+    "estimate": "estimating",
+    "magic_estimate": "estimating",
+    "DefragSummary": "defragmenting",
+    "defragment": "defragmenting",
 }
 __all__ = sorted(_PUBLIC)
 

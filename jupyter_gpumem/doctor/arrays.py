@@ -11,19 +11,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from jupyter_gpumem import allocator_shim
-from jupyter_gpumem import sites
+from jupyter_gpumem.settings import apply as allocator_shim
+from jupyter_gpumem.core import sites
 from jupyter_gpumem.doctor import array_cells
 from jupyter_gpumem.doctor.names import (
     WALK_SECONDS_COMMAND,
     NameWalk,
-    _current_shell,
-    _is_history_name,
-    _user_namespace,
+    current_shell,
+    is_history_name,
+    user_namespace,
     names_by_array,
 )
-from jupyter_gpumem.doctor.text import _b, _esc, _pretty_as_text
-from jupyter_gpumem.magic_args import Grammar, Option
+from jupyter_gpumem.doctor.text import bytes_or_na, escape_html, pretty_as_text
+from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
 
@@ -61,7 +61,7 @@ class ArrayRecord:
     @property
     def history_only(self) -> bool:
         """Held by name only through output history (Out, _, _N)."""
-        return bool(self.names) and all(_is_history_name(n) for n in self.names)
+        return bool(self.names) and all(is_history_name(n) for n in self.names)
 
     def to_json(self) -> dict:
         return {
@@ -103,7 +103,7 @@ def census(shell: Any = None, seconds: float = WALK_SECONDS_COMMAND) -> ArrayCen
 
 
 def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
-    walk = names_by_array(_user_namespace(shell), seconds=seconds)
+    walk = names_by_array(user_namespace(shell), seconds=seconds)
     arrays = [a for a in jax_arrays.live_arrays_newest_first() if not _deleted(a)]
     views: set[int] = set()
     for a in arrays:
@@ -116,7 +116,7 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
         array_cells.note_new_arrays()
     sized = []
     names, cell_of, footprint = walk.names, array_cells.cell_of, jax_arrays.footprint
-    site_of = sites.site_labeller(sites.cell_numbers(shell if shell is not None else _current_shell()))
+    site_of = sites.site_labeller(sites.cell_numbers(shell if shell is not None else current_shell()))
     for a in arrays:
         if id(a) in views:
             continue
@@ -207,14 +207,14 @@ class ArraysReport:
         if self.by:
             groups = _group(list(self.records), self.by)[: self.top]
             if self.by == "line":
-                return [(k, str(c), _b(n), "" if cell is None else str(cell)) for k, c, n, cell, _ in groups]
-            return [(k, str(c), _b(n), "" if cell is None else str(cell), site) for k, c, n, cell, site in groups]
+                return [(k, str(c), bytes_or_na(n), "" if cell is None else str(cell)) for k, c, n, cell, _ in groups]
+            return [(k, str(c), bytes_or_na(n), "" if cell is None else str(cell), site) for k, c, n, cell, site in groups]
         out = []
         for r in self.records[: self.top]:
-            per_dev = ", ".join(f"{d}: {_b(n)}" for d, n in sorted(r.bytes_per_device.items()))
+            per_dev = ", ".join(f"{d}: {bytes_or_na(n)}" for d, n in sorted(r.bytes_per_device.items()))
             if r.host_bytes:
-                per_dev = f"host ({r.memory_kind}): {_b(r.host_bytes)}"
-            out.append((f"{r.dtype}{list(r.shape)}", _b(r.nbytes), per_dev, ", ".join(r.names) or "(no name)",
+                per_dev = f"host ({r.memory_kind}): {bytes_or_na(r.host_bytes)}"
+            out.append((f"{r.dtype}{list(r.shape)}", bytes_or_na(r.nbytes), per_dev, ", ".join(r.names) or "(no name)",
                         "" if r.cell is None else str(r.cell), r.site))
         return out
 
@@ -228,9 +228,9 @@ class ArraysReport:
             return self.note
         shown = min(self.top, len(self.rows()) if self.by else len(self.records))
         what = f"grouped by {self.by}" if self.by else "largest first"
-        host = f" and {_b(self.host_bytes)} in host memory" if self.host_bytes else ""
+        host = f" and {bytes_or_na(self.host_bytes)} in host memory" if self.host_bytes else ""
         took = f" Listed in {self.seconds * 1e3:.0f} ms." if self.seconds is not None else ""
-        text = (f"{len(self.records)} live JAX arrays, {_b(self.total_bytes)} in device memory{host}; "
+        text = (f"{len(self.records)} live JAX arrays, {bytes_or_na(self.total_bytes)} in device memory{host}; "
                 f"{shown} shown, {what}.{took}")
         return text + (" " + self.walk_note if self.walk_note else "")
 
@@ -244,20 +244,20 @@ class ArraysReport:
                 lines.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
         return "\n".join(lines)
 
-    _repr_pretty_ = _pretty_as_text
+    _repr_pretty_ = pretty_as_text
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{_esc(h)}</th>" for h in self.headers())
-        body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in self.rows())
+        head = "".join(f"<th>{escape_html(h)}</th>" for h in self.headers())
+        body = "".join("<tr>" + "".join(f"<td>{escape_html(c)}</td>" for c in row) + "</tr>" for row in self.rows())
         table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>" if body else ""
-        return f"<div class='jupyter-gpumem-arrays'><p>{_esc(self.summary())}</p>{table}</div>"
+        return f"<div class='jupyter-gpumem-arrays'><p>{escape_html(self.summary())}</p>{table}</div>"
 
     def to_json(self) -> dict:
         return {"records": [r.to_json() for r in self.records], "total_bytes": self.total_bytes,
                 "host_bytes": self.host_bytes, "by": self.by, "walk_note": self.walk_note, "seconds": self.seconds}
 
 
-def _not_started_note() -> str:
+def not_started_note() -> str:
     return "JAX's backend has not started: there are no live arrays yet (listing them would start it)."
 
 
@@ -285,6 +285,6 @@ def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
     opts = ARRAYS_ARGS.parse(argv)
     top, by = opts["top"], opts["by"]
     if not allocator_shim.backend_started():
-        return ArraysReport((), top, by, _not_started_note())
+        return ArraysReport((), top, by, not_started_note())
     found = census(shell)
     return ArraysReport(found.records, top, by, walk_note=found.walk.note(), seconds=found.seconds)

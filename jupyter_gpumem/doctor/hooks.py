@@ -1,4 +1,5 @@
-"""The doctor's cell hooks, kept apart from ``doctor.py`` so that loading the extension is cheap.
+"""The doctor's cell hooks and their switches (``%gpumem doctor|cells on|off``), kept apart from
+the doctor's other modules so that loading the extension is cheap.
 
 A cell imports the doctor only when it has work for it: an error to diagnose, or ``%gpumem
 cells on``. Noting which cell made which array (``array_cells``) costs the new arrays only.
@@ -10,19 +11,30 @@ import logging
 import sys
 from typing import Any
 
-from jupyter_gpumem import sites
-from jupyter_gpumem.cell_hooks import CellHooks
+from jupyter_gpumem.core import sites
+from jupyter_gpumem.core.magic_args import Grammar, Option
+from jupyter_gpumem.doctor.session import SESSION, Switch
+from jupyter_gpumem.sampling.cell_hooks import CellHooks
 
 log = logging.getLogger(__name__)
 
-# %gpumem doctor on|off and %gpumem cells on|off; the doctor reads and writes this same dict.
-state: dict[str, Any] = {"doctor": True, "cells": False, "shell": None}
 _hooks = CellHooks()
 
 
 def _interrupted(what: str) -> None:
     # An interrupt meant for the cell's code can land in a hook; say so in one line, no traceback.
     print(f"gpumem: interrupted while {what}; the cell's own result stands", file=sys.stderr)
+
+
+def _note_arrays_from_before_loading() -> None:
+    """The arrays that live when the hooks are added are "before tracking", no cell's."""
+    if "jax" in sys.modules:
+        from jupyter_gpumem.doctor import array_cells
+
+        try:
+            array_cells.note_new_arrays(None)
+        except RuntimeError:  # jaxlib's XlaRuntimeError from listing the live arrays
+            log.debug("jupyter-gpumem could not list the arrays made before loading", exc_info=True)
 
 
 def install(shell: Any) -> None:
@@ -35,15 +47,9 @@ def install(shell: Any) -> None:
     """
     if shell in _hooks:
         return
-    state["shell"] = shell
+    SESSION.shell = shell
     running: dict[str, Any] = {"track": None}
-    if "jax" in sys.modules:
-        from jupyter_gpumem.doctor import array_cells
-
-        try:
-            array_cells.note_new_arrays(None)  # arrays from before loading: "before tracking"
-        except RuntimeError:  # jaxlib's XlaRuntimeError from listing the live arrays
-            log.debug("jupyter-gpumem could not list the arrays made before loading", exc_info=True)
+    _note_arrays_from_before_loading()
 
     def pre_run_cell(info: Any = None) -> None:
         # IPython 9.8+ counts the cell before pre_run_cell, earlier ones after it ran
@@ -53,7 +59,7 @@ def install(shell: Any) -> None:
                 from jupyter_gpumem.doctor import array_cells
 
                 array_cells.begin_cell(count)
-            if state["cells"]:
+            if SESSION.cells:
                 from jupyter_gpumem.doctor.tracking import Track
 
                 running["track"] = Track().start()
@@ -92,3 +98,38 @@ def uninstall(shell: Any) -> None:
         from jupyter_gpumem.doctor import array_cells
 
         array_cells.forget_all()
+
+
+# What %gpumem doctor and %gpumem cells take: on, off, or nothing to ask.
+SWITCH_ARGS = {key: Grammar(f"%gpumem {key}", positionals=(Option(key, choices=("on", "off")),)) for key in ("doctor", "cells")}
+
+
+def _switch(argv: list[str], key: Switch, shell: Any, on_text: str) -> str:
+    """Set the switch ``key`` from ``on|off``; with no word, say where it is."""
+    word = SWITCH_ARGS[key].parse(argv)[key]
+    if word is None:
+        return f"gpumem: {key} is {'on' if SESSION.is_on(key) else 'off'}"
+    SESSION.turn(key, word == "on")
+    if shell is not None:
+        install(shell)
+    return f"gpumem: {key} {'on: ' + on_text if SESSION.is_on(key) else 'off'}"
+
+
+class _Line(str):
+    """A one-line answer shown as plain text."""
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # Imported here: the hooks load with the extension, the reports' text only when shown.
+        from jupyter_gpumem.doctor.text import pretty_as_text
+
+        pretty_as_text(self, printer, cycle)
+
+
+def magic_doctor(argv: list[str], shell: Any) -> _Line:
+    """``%gpumem doctor on|off``: the OOM report after a failing cell (on by default)."""
+    return _Line(_switch(argv, "doctor", shell, "an out-of-memory error in a cell is followed by a report"))
+
+
+def magic_cells(argv: list[str], shell: Any) -> _Line:
+    """``%gpumem cells on|off``: one line of memory use after each cell."""
+    return _Line(_switch(argv, "cells", shell, "one line of memory use after each cell"))

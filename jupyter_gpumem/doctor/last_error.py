@@ -32,7 +32,7 @@ from typing import Any
 
 from jupyter_gpumem.doctor.names import names_by_array
 from jupyter_gpumem.sources import jax_arrays
-from jupyter_gpumem.units import format_bytes
+from jupyter_gpumem.core.units import format_bytes
 
 _SYS_NAMES = ("last_traceback", "last_value", "last_type", "last_exc")
 

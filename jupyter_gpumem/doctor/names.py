@@ -13,15 +13,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from jupyter_gpumem.doctor.hooks import state as _state
+from jupyter_gpumem.doctor.session import SESSION
 from jupyter_gpumem.sources import jax_arrays
 
-_HISTORY_SINGLE = ("_", "__", "___")
+HISTORY_SINGLE = ("_", "__", "___")
 
 
-def _is_history_name(name: str) -> bool:
+def is_history_name(name: str) -> bool:
     root = name.split("[", 1)[0].split(".", 1)[0]
-    return root == "Out" or root in _HISTORY_SINGLE or (root.startswith("_") and root[1:].isdigit())
+    return root == "Out" or root in HISTORY_SINGLE or (root.startswith("_") and root[1:].isdigit())
 
 
 _SKIP_TYPES = (str, bytes, bytearray, int, float, complex, bool, type(None), type, type(os), type(len), range)
@@ -141,14 +141,14 @@ class _Walker:
         return out
 
 
-def _user_namespace(shell: Any) -> dict:
+def user_namespace(shell: Any) -> dict:
     if shell is None:
-        shell = _state["shell"] or _current_shell()
+        shell = SESSION.shell or current_shell()
     ns = getattr(shell, "user_ns", None)
     return ns if isinstance(ns, dict) else {}
 
 
-def _current_shell() -> Any:
+def current_shell() -> Any:
     ipython = sys.modules.get("IPython")
     return None if ipython is None else ipython.get_ipython()
 

@@ -1,15 +1,18 @@
-"""What the OOM rules read and what they give: the numbers at failure (``OomReadings``), another
-process on the device (``OtherProcess``), and one ranked fix (``Fix``, of a kind in
-``FIX_KINDS``). Plain data with the derived numbers the rules share; ``oom_rules`` holds the rules.
+"""The numbers an out-of-memory error is judged by, read at failure: the request, the device,
+the allocator's statistics, the other processes, the settings, the live arrays and the failing
+program, with what follows from them (``OomReadings``, ``OtherProcess``), and one ranked fix
+(``Fix``, of a kind in ``FIX_KINDS``). Pure: the OOM report fills it, ``oom_rules`` reads it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jupyter_gpumem import model
+from jupyter_gpumem.core import metrics
+from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading
 from jupyter_gpumem.doctor.program_budget import ProgramBudget
-from jupyter_gpumem.model import AllocatorStats, CudaPoolReading
+
+__all__ = ["OtherProcess", "OomReadings", "FIX_KINDS", "Fix"]
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ class OomReadings:
     host_array_bytes: int | None = None
     program: ProgramBudget | None = None  # the failing jitted call, where it was found
 
-    # derived, each from model.py --------------------------------------------------------------
+    # derived, each from core/metrics.py ---------------------------------------------------------
 
     @property
     def stats(self) -> AllocatorStats:
@@ -99,34 +102,34 @@ class OomReadings:
     @property
     def driver_pool(self) -> bool:
         """True under cuda_async: the pool is the CUDA driver's default pool, and no fraction caps it."""
-        return model.uses_driver_pool(self.stats, self.cuda_pool)
+        return metrics.uses_driver_pool(self.stats, self.cuda_pool)
 
     @property
     def pool(self) -> int | None:
-        return model.pool_bytes(self.stats, self.cuda_pool)
+        return metrics.pool_bytes(self.stats, self.cuda_pool)
 
     @property
     def pool_free(self) -> int | None:
-        return model.unused_pool_bytes(self.stats, self.cuda_pool)
+        return metrics.unused_pool_bytes(self.stats, self.cuda_pool)
 
     @property
     def total_free(self) -> int | None:
         """Free bytes in the pool plus what it may still grow by: the most that could be had."""
-        return model.available_bytes(self.stats, self.cuda_pool, device_free=self.device_free)
+        return metrics.available_bytes(self.stats, self.cuda_pool, device_free=self.device_free)
 
     @property
     def largest_request(self) -> int | None:
         """The largest single allocation that could succeed: a free block, or growth."""
-        return model.largest_likely_request(self.stats, self.cuda_pool, device_free=self.device_free)
+        return metrics.largest_likely_request(self.stats, self.cuda_pool, device_free=self.device_free)
 
     @property
     def fragmentation(self) -> float | None:
-        return model.fragmentation(self.stats, self.cuda_pool)
+        return metrics.fragmentation(self.stats, self.cuda_pool)
 
     @property
     def outside_pool(self) -> int | None:
         """This process's bytes outside JAX's pool (NVML's count minus the pool)."""
-        return model.outside_allocator_bytes(self.own_process_bytes, self.stats, self.cuda_pool)
+        return metrics.outside_allocator_bytes(self.own_process_bytes, self.stats, self.cuda_pool)
 
     @property
     def others_bytes(self) -> int:
@@ -137,7 +140,7 @@ class OomReadings:
         """The most that processes other than this kernel hold among ``host_pid_processes``:
         their bytes less this kernel's pool, which is one of them."""
         held = sum(p.used_bytes or 0 for p in self.host_pid_processes)
-        return max(0, held - (model.held_bytes(self.stats, self.cuda_pool) or 0)) if held else 0
+        return max(0, held - (metrics.held_bytes(self.stats, self.cuda_pool) or 0)) if held else 0
 
 
 FIX_KINDS = (

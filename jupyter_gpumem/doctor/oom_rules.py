@@ -1,6 +1,6 @@
 """Which fixes would end this out-of-memory error, best first? Pure rules over the numbers read at failure.
 
-``advise(readings)`` ranks ``Fix`` es derived from ``OomReadings``.
+``advise(readings)`` ranks ``Fix`` es derived from ``OomReadings`` (``oom_readings.py``).
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from jupyter_gpumem import model
+from jupyter_gpumem.core import metrics
+from jupyter_gpumem.core.units import format_bytes
 from jupyter_gpumem.doctor.oom_readings import FIX_KINDS, Fix, OomReadings, OtherProcess
-from jupyter_gpumem.units import format_bytes
 
 __all__ = ["FIX_KINDS", "Fix", "OomReadings", "OtherProcess", "RULES", "advise", "shortfall"]
 
@@ -133,7 +133,7 @@ def host_pid_processes(r: OomReadings, need: int | None) -> Fix | None:
     share = others / total
     if not (share >= 0.25 or (need is not None and need > 0 and others >= need)):
         return None
-    pool = model.held_bytes(r.stats, r.cuda_pool) or 0
+    pool = metrics.held_bytes(r.stats, r.cuda_pool) or 0
     return Fix(
         "other_process",
         f"Processes NVML lists by host pid may hold up to {_b(others)} ({share:.0%}) of this device",
@@ -190,7 +190,7 @@ def fragmented_pool(r: OomReadings, need: int | None) -> Fix | None:
         why_extra = ""
     frag_text = "" if frag is None else f"; fragmentation {frag:.0%}"
     # lr is the larger of the largest free block and what the pool can still grow by: name each
-    growth = model.growth_room(r.stats, r.cuda_pool, device_free=r.device_free)
+    growth = metrics.growth_room(r.stats, r.cuda_pool, device_free=r.device_free)
     growth_text = f" and the pool can grow by only {_b(growth)}" if growth else ""
     return Fix(
         "fragmentation",
@@ -244,7 +244,7 @@ def compiled_programs(r: OomReadings, need: int | None) -> Fix | None:
     so they are not in the gap. Under cuda_async the pool is the driver pool's reserved bytes, so
     reserved-but-unused memory is the pool's.
     """
-    outside, pool = r.outside_pool, model.held_bytes(r.stats, r.cuda_pool)
+    outside, pool = r.outside_pool, metrics.held_bytes(r.stats, r.cuda_pool)
     if outside is None or r.platform != "gpu":
         return None
     total = r.device_total

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from jupyter_gpumem.units import parse_bytes
+from jupyter_gpumem.core.units import parse_bytes
 
 # JaxRuntimeError since jax 0.8 (module jax.errors); XlaRuntimeError before (jaxlib).
 _RUNTIME_CLASS_NAMES = ("JaxRuntimeError", "XlaRuntimeError")

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from jupyter_gpumem import sites
+from jupyter_gpumem.core import sites
 
 ARGUMENT, OUTPUT, TEMPORARY, CONSTANT = "argument", "output", "temporary", "constant"
 OUTPUT_OR_TEMPORARY = "output or temporary"  # an OOM text does not say which allocation a value is in
@@ -103,7 +103,7 @@ class PeakLine:
     @property
     def roles(self) -> str:
         """The roles of its values, most bytes first: ``temporary 12.0 MiB, argument 4.0 MiB``."""
-        from jupyter_gpumem.units import format_bytes
+        from jupyter_gpumem.core.units import format_bytes
 
         by_role: dict[str, int] = {}
         for b in self.buffers:
@@ -285,15 +285,9 @@ def loop_states(hlo_text: str) -> dict[str, str]:
     return {name: meta for computation, meta in loops.items() for name in params_of.get(computation, ())}
 
 
-def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
-    """The program's peak from its buffer-assignment dump (the text of
-    ``*buffer-assignment.txt``, with ``*buffer-assignment-values.txt`` and ``*-live-range.txt``
-    appended where XLA writes them apart) and its optimised HLO (for stack frames).
-
-    Totals are the allocations' sizes by kind, as ``CompiledMemoryStats`` counts them: an
-    allocation that is both a parameter and maybe-live-out (a donated argument) counts as both
-    and as aliased. The values live at the peak are XLA's "Live ranges at T (peak)" list, else
-    the largest sum of sizes over the "BufferLiveRange" intervals."""
+def _allocations(buffer_assignment: str) -> tuple[dict[int, str], dict[int, int], dict[int, str], dict[str, int]]:
+    """Pure: each assigned value's role, size and shape, and the allocations' totals by kind
+    (``"alias"``: donated arguments), from a buffer-assignment dump."""
     role_of: dict[int, str] = {}
     size_of: dict[int, int] = {}
     shape_of: dict[int, str] = {}
@@ -315,7 +309,19 @@ def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
             value_id = int(assigned.group(1))
             role_of[value_id], size_of[value_id] = role, int(assigned.group(2))
             shape_of[value_id] = assigned.group(3).split("{", 1)[0].strip()
+    return role_of, size_of, shape_of, totals
 
+
+def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
+    """The program's peak from its buffer-assignment dump (the text of
+    ``*buffer-assignment.txt``, with ``*buffer-assignment-values.txt`` and ``*-live-range.txt``
+    appended where XLA writes them apart) and its optimised HLO (for stack frames).
+
+    Totals are the allocations' sizes by kind, as ``CompiledMemoryStats`` counts them: an
+    allocation that is both a parameter and maybe-live-out (a donated argument) counts as both
+    and as aliased. The values live at the peak are XLA's "Live ranges at T (peak)" list, else
+    the largest sum of sizes over the "BufferLiveRange" intervals."""
+    role_of, size_of, shape_of, totals = _allocations(buffer_assignment)
     frames = stack_frames(hlo_text)
     loops = loop_states(hlo_text)
     key_of: dict[str, int] = {}
@@ -420,7 +426,7 @@ def peak_by_line(peak: ProgramPeak, cells: Mapping[str, int] | None = None) -> l
 def peak_lines_text(peak: ProgramPeak, cells: Mapping[str, int] | None = None, top: int = 5) -> list[str]:
     """Rows for a report: one per source line, ``  12.0 MiB  40%  cell [3] line 2 in f:
     temporary 12.0 MiB; dot_general f32[64,64]``."""
-    from jupyter_gpumem.units import format_bytes
+    from jupyter_gpumem.core.units import format_bytes
 
     rows = []
     for line in peak_by_line(peak, cells)[:top]:
@@ -430,7 +436,7 @@ def peak_lines_text(peak: ProgramPeak, cells: Mapping[str, int] | None = None, t
 
 def totals_text(peak: ProgramPeak) -> str:
     """``arguments 1.0 MiB, outputs ..., temporaries ...`` as the peak's source gives them."""
-    from jupyter_gpumem.units import format_bytes
+    from jupyter_gpumem.core.units import format_bytes
 
     text = (f"arguments {format_bytes(peak.argument_bytes)}, outputs {format_bytes(peak.output_bytes)}, "
             f"temporaries {format_bytes(peak.temp_bytes)}")
@@ -473,7 +479,7 @@ def peak_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None = None,
       dtype, bytes)``): ``donate_argnums``;
     - outputs a half of the peak or more: they are the result, so remat would not lower them.
     """
-    from jupyter_gpumem.units import format_bytes
+    from jupyter_gpumem.core.units import format_bytes
 
     whole = peak.peak_bytes or 1
     fixes: list[PeakFix] = []
@@ -497,17 +503,7 @@ def peak_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None = None,
                 f"wrap {name} in jax.checkpoint (jax.checkpoint({buffers[0].function or 'fn'}), or "
                 f"@jax.checkpoint on its def): its {len(buffers)} values kept for the backward pass "
                 f"{kept} would be recomputed instead of kept")))
-    upcasts: dict[str, list[PeakBuffer]] = {}
-    for b in peak.buffers:
-        if b.upcast_to_float32 and b.role != ARGUMENT:
-            upcasts.setdefault(where_made(b, cells or {}), []).append(b)
-    for where, buffers in upcasts.items():
-        size = sum(b.size for b in buffers)
-        if size >= DOMINANT_SHARE * whole:
-            fixes.append(PeakFix("dtype", size // 2, (
-                f"keep {where} in its input's dtype: its float32 copies ({buffers[0].shape}, {format_bytes(size)}, "
-                f"{_share(size, whole)} of the peak) are made by an upcast (astype / convert_element_type); "
-                "in bfloat16 they would take half, or pass preferred_element_type to the op that needs float32")))
+    fixes += _upcast_fixes(peak, cells, whole)
     gain, positions = _donation(arguments, outputs)
     if gain and positions:
         listed = ", ".join(str(p) for p in positions if isinstance(p, int))
@@ -523,6 +519,25 @@ def peak_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None = None,
             "are the result, so jax.checkpoint (remat) would not lower them; return less (reduce inside the "
             "function), a lower precision, or fewer at a time")))
     return sorted(fixes, key=lambda f: -f.saves)
+
+
+def _upcast_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None, whole: int) -> list[PeakFix]:
+    """Pure: a "dtype" fix for each line whose float32 upcasts are a quarter of the peak or more."""
+    from jupyter_gpumem.core.units import format_bytes
+
+    out: list[PeakFix] = []
+    upcasts: dict[str, list[PeakBuffer]] = {}
+    for b in peak.buffers:
+        if b.upcast_to_float32 and b.role != ARGUMENT:
+            upcasts.setdefault(where_made(b, cells or {}), []).append(b)
+    for where, buffers in upcasts.items():
+        size = sum(b.size for b in buffers)
+        if size >= DOMINANT_SHARE * whole:
+            out.append(PeakFix("dtype", size // 2, (
+                f"keep {where} in its input's dtype: its float32 copies ({buffers[0].shape}, {format_bytes(size)}, "
+                f"{_share(size, whole)} of the peak) are made by an upcast (astype / convert_element_type); "
+                "in bfloat16 they would take half, or pass preferred_element_type to the op that needs float32")))
+    return out
 
 
 def _donation(arguments: tuple, outputs: tuple) -> tuple[int, list]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from jupyter_gpumem import sites
+from jupyter_gpumem.core import sites
 from jupyter_gpumem.doctor import peak_buffers
-from jupyter_gpumem.doctor.estimates import evaluate_call
-from jupyter_gpumem.doctor.text import _b, _PreReport, _pretty_as_text
-from jupyter_gpumem.magic_args import Grammar, Option
+from jupyter_gpumem.doctor.estimating import evaluate_call
+from jupyter_gpumem.doctor.text import PreReport, bytes_or_na, pretty_as_text
+from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
 PEAK_ARGS = Grammar("%gpumem peak", positionals=(Option("expression", "CALL", required=True),))
@@ -21,13 +21,13 @@ TOP_LINES = 8
 
 
 @dataclass(frozen=True)
-class PeakReport(_PreReport):
+class PeakReport(PreReport):
     """A call's memory at its peak: ``memory`` (``memory_analysis()``), ``peak`` (XLA's buffer
     assignment), the peak's values by source line (``lines``), ``fixes``, and how long the
     compile took."""
 
     _html_class = "jupyter-gpumem-peak"
-    _repr_pretty_ = _pretty_as_text
+    _repr_pretty_ = pretty_as_text
 
     expression: str
     memory: jax_arrays.CompiledMemory
@@ -38,16 +38,16 @@ class PeakReport(_PreReport):
 
     def lines(self) -> list[str]:
         m = self.memory
-        out = [f"{self.expression}: peak {_b(self.peak.peak_bytes)} (compiled in {self.seconds:.2f} s, not run"
+        out = [f"{self.expression}: peak {bytes_or_na(self.peak.peak_bytes)} (compiled in {self.seconds:.2f} s, not run"
                + ("" if m.jitted else "; not jitted: compiled as jax.jit of it, its array arguments traced") + ")",
-               f"  arguments {_b(m.argument_bytes)}, outputs {_b(m.output_bytes)}, temporaries {_b(m.temp_bytes)}, "
-               f"aliased {_b(m.alias_bytes)} (memory_analysis)",
+               f"  arguments {bytes_or_na(m.argument_bytes)}, outputs {bytes_or_na(m.output_bytes)}, temporaries {bytes_or_na(m.temp_bytes)}, "
+               f"aliased {bytes_or_na(m.alias_bytes)} (memory_analysis)",
                "  Live at the peak, by source line (largest first):"]
         for line in self.lines_by_source[:TOP_LINES]:
-            out.append(f"  {_b(line.size):>11} {line.share:>4.0%}  {line.where}: {line.roles}; {line.ops}")
+            out.append(f"  {bytes_or_na(line.size):>11} {line.share:>4.0%}  {line.where}: {line.roles}; {line.ops}")
         if len(self.lines_by_source) > TOP_LINES:
             rest = self.lines_by_source[TOP_LINES:]
-            out.append(f"  {_b(sum(x.size for x in rest)):>11}        {len(rest)} more lines")
+            out.append(f"  {bytes_or_na(sum(x.size for x in rest)):>11}        {len(rest)} more lines")
         out.append("  What would lower it:" if self.fixes else
                    "  No fix stands out: no single function's saved values, upcast, undonated argument or output dominates.")
         out += [f"  {i}. {f.text}" for i, f in enumerate(self.fixes, 1)]
@@ -86,9 +86,9 @@ def peak(callee: Any, *args: Any, _expression: str = "", _cells: Mapping[str, in
 def magic_peak(argv: list[str], shell: Any) -> PeakReport:
     """``%gpumem peak step(params, batch)``: the arguments are evaluated, the call compiled for
     them and never run."""
-    from jupyter_gpumem.doctor.names import _current_shell
+    from jupyter_gpumem.doctor.names import current_shell
 
     text = PEAK_ARGS.parse(argv)["expression"].strip()
     callee, args, kwargs = evaluate_call(text, shell, "peak")
-    cells = sites.cell_numbers(shell if shell is not None else _current_shell())
+    cells = sites.cell_numbers(shell if shell is not None else current_shell())
     return peak(callee, *args, _expression=text, _cells=cells, **kwargs)

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem import sites
+from jupyter_gpumem.core import sites
 from jupyter_gpumem.sources import jax_arrays
 
 _PJIT = ("jax", "_src", "pjit.py")
@@ -169,9 +169,9 @@ def donation_gain(inputs: tuple, outputs: tuple) -> int:
 def program_budget(error: BaseException, shell: Any = None) -> ProgramBudget | None:
     """The failing jitted call's program budget, or None where no call is found or it cannot be
     compiled again."""
-    from jupyter_gpumem.doctor.names import _current_shell
+    from jupyter_gpumem.doctor.names import current_shell
 
-    cells = sites.cell_numbers(shell if shell is not None else _current_shell())
+    cells = sites.cell_numbers(shell if shell is not None else current_shell())
     try:
         found = find_call(error, cells)
         if found is None:

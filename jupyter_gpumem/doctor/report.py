@@ -10,23 +10,25 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem import allocator_shim, model
-from jupyter_gpumem.cpu_fallback import read_cpu_fallback
-from jupyter_gpumem.attribution import attribute, jax_pool_on
+from jupyter_gpumem.settings import apply as allocator_shim
+from jupyter_gpumem.core import metrics
+from jupyter_gpumem.settings.cpu_fallback import read_cpu_fallback
+from jupyter_gpumem.core.attribution import attribute, jax_pool_on
 from jupyter_gpumem.doctor import oom_rules, oom_text, peak_buffers
-from jupyter_gpumem.doctor.arrays import ArrayRecord, _not_started_note, census
+from jupyter_gpumem.doctor.arrays import ArrayRecord, not_started_note, census
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
-from jupyter_gpumem.doctor.oom_rules import Fix, OomReadings, OtherProcess
+from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
+from jupyter_gpumem.doctor.oom_rules import Fix
 from jupyter_gpumem.doctor.oom_text import OomError
 from jupyter_gpumem.sources import host_memory
 from jupyter_gpumem.doctor.text import (
-    _action_label,
-    _b,
-    _esc,
-    _pretty_as_text,
-    _TextReport,
+    action_label,
+    bytes_or_na,
+    escape_html,
+    pretty_as_text,
+    TextReport,
 )
-from jupyter_gpumem.model import (
+from jupyter_gpumem.core.readings import (
     AllocatorStats,
     CudaPoolReading,
     DeviceReading,
@@ -61,7 +63,7 @@ def _unlisted_note(dev: DeviceReading, own: int | None, listed: tuple[OtherProce
     unlisted = max(0, dev.used_bytes - own)
     if not unlisted:
         return ""
-    return (f"none listed by NVML, yet {_b(unlisted)} of the device's used memory is not this kernel's: "
+    return (f"none listed by NVML, yet {bytes_or_na(unlisted)} of the device's used memory is not this kernel's: "
             "the driver's own, or processes NVML does not list here (another container's)")
 
 
@@ -89,16 +91,16 @@ class DeviceState:
             threshold = ("with preallocation off its release threshold is 0, so unused pool memory goes back "
                          "to the device at each synchronisation")
         else:
-            threshold = f"the fraction sets only its release threshold ({_b(self.limit)}), below which it keeps unused memory"
+            threshold = f"the fraction sets only its release threshold ({bytes_or_na(self.limit)}), below which it keeps unused memory"
         return f"the pool is the CUDA driver's default pool (cuda_async), and no fraction caps it: {threshold}"
 
 
 @dataclass(frozen=True)
-class OomReport(_TextReport):
+class OomReport(TextReport):
     """The report shown when a cell fails for want of memory. Text in a terminal, HTML in a
     notebook, ``to_json()`` for tools."""
 
-    _repr_pretty_ = _pretty_as_text
+    _repr_pretty_ = pretty_as_text
 
     error: OomError
     settings: tuple[tuple[str, str, str], ...]
@@ -118,20 +120,20 @@ class OomReport(_TextReport):
         if e.requested_bytes is None:
             return "Requested: the error does not say how much."
         if e.exact:
-            return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes)."
+            return f"Requested: {bytes_or_na(e.requested_bytes)} ({e.requested_bytes:,} bytes)."
         low_high = e.requested_range
         if low_high and low_high[0] != low_high[1]:
-            return (f"Requested: {_b(e.requested_bytes)} (the error printed it rounded: "
+            return (f"Requested: {bytes_or_na(e.requested_bytes)} (the error printed it rounded: "
                     f"{low_high[0]:,} to {low_high[1]:,} bytes).")
-        return f"Requested: {_b(e.requested_bytes)} ({e.requested_bytes:,} bytes; the error printed it rounded)."
+        return f"Requested: {bytes_or_na(e.requested_bytes)} ({e.requested_bytes:,} bytes; the error printed it rounded)."
 
     def program_line(self) -> str:
         p = self.readings.program
         if p is None:
             return ""
         donated = "some arguments donated" if p.donated else "no argument donated"
-        return (f"{p.call}: arguments {_b(p.argument_bytes)}, outputs {_b(p.output_bytes)}, temporaries "
-                f"{_b(p.temp_bytes)}, code {_b(p.code_bytes)}, aliased {_b(p.alias_bytes)}; {donated}.")
+        return (f"{p.call}: arguments {bytes_or_na(p.argument_bytes)}, outputs {bytes_or_na(p.output_bytes)}, temporaries "
+                f"{bytes_or_na(p.temp_bytes)}, code {bytes_or_na(p.code_bytes)}, aliased {bytes_or_na(p.alias_bytes)}; {donated}.")
 
     def lines(self) -> list[str]:
         out = ["JAX ran out of memory (jupyter-gpumem doctor)" + (" [synthetic readings]" if self.readings.synthetic else ""),
@@ -147,19 +149,19 @@ class OomReport(_TextReport):
                 out.append(f"  {d.label}: {d.note}")
                 continue
             if d.driver_pool:
-                out.append(f"  {d.label}: in use {_b(d.in_use)}, pool {_b(d.pool)}; {d.driver_pool_words()}")
+                out.append(f"  {d.label}: in use {bytes_or_na(d.in_use)}, pool {bytes_or_na(d.pool)}; {d.driver_pool_words()}")
                 continue
             frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
-            out.append(f"  {d.label}: in use {_b(d.in_use)}, pool {_b(d.pool)}, limit {_b(d.limit)}, "
-                       f"largest free block {_b(d.largest_free)}, fragmentation {frag}, headroom {_b(d.headroom)}")
+            out.append(f"  {d.label}: in use {bytes_or_na(d.in_use)}, pool {bytes_or_na(d.pool)}, limit {bytes_or_na(d.limit)}, "
+                       f"largest free block {bytes_or_na(d.largest_free)}, fragmentation {frag}, headroom {bytes_or_na(d.headroom)}")
         out += ["", "Other processes on the device:"]
         listed = self.others + self.readings.host_pid_processes
-        out += [f"  pid {p.pid} ({p.label}): {_b(p.used_bytes)}" for p in listed]
+        out += [f"  pid {p.pid} ({p.label}): {bytes_or_na(p.used_bytes)}" for p in listed]
         if self.others_note or not listed:
             out.append(f"  {self.others_note or 'none'}")
         out += ["", "Largest live arrays:"]
         if self.arrays:
-            out += [f"  {_b(r.nbytes):>11}  {r.dtype}{list(r.shape)}  held by {', '.join(r.names) or '(no name: held elsewhere)'}"
+            out += [f"  {bytes_or_na(r.nbytes):>11}  {r.dtype}{list(r.shape)}  held by {', '.join(r.names) or '(no name: held elsewhere)'}"
                     + (f"  (cell {r.cell})" if r.cell is not None else "") for r in self.arrays]
             if self.arrays_note:
                 out.append(f"  {self.arrays_note}")
@@ -173,47 +175,56 @@ class OomReport(_TextReport):
                        "lower precision), or run `%gpumem arrays` to see what holds memory.")
         for i, f in enumerate(self.fixes, 1):
             out.append(f"  {i}. {f.title}.")
-            out.append(f"     {_action_label(f.action)}: {f.action}")
+            out.append(f"     {action_label(f.action)}: {f.action}")
             out += [f"     Or:  {a}" for a in f.extra_actions]
             out.append(f"     Why: {f.why}")
         out.append("(The error above is unchanged and still stops the run.)")
         return out
 
-    def _repr_html_(self) -> str:
-        settings = "".join(f"<tr><td>{_esc(n.replace('_', '-'))}</td><td><b>{_esc(s)}</b></td><td>{_esc(src)}</td></tr>" for n, s, src in self.settings)
+    def _device_rows_html(self) -> list[str]:
+        """One table row per device: its note, its driver pool's words, or its numbers."""
         devs = []
         for d in self.devices:
             if d.note:
-                devs.append(f"<tr><td>{_esc(d.label)}</td><td colspan='6'>{_esc(d.note)}</td></tr>")
+                devs.append(f"<tr><td>{escape_html(d.label)}</td><td colspan='6'>{escape_html(d.note)}</td></tr>")
             elif d.driver_pool:
-                cells = "".join(f"<td>{_esc(c)}</td>" for c in (d.label, _b(d.in_use), _b(d.pool)))
-                devs.append(f"<tr>{cells}<td colspan='4'>{_esc(d.driver_pool_words())}</td></tr>")
+                cells = "".join(f"<td>{escape_html(c)}</td>" for c in (d.label, bytes_or_na(d.in_use), bytes_or_na(d.pool)))
+                devs.append(f"<tr>{cells}<td colspan='4'>{escape_html(d.driver_pool_words())}</td></tr>")
             else:
                 frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
-                cells = [d.label, _b(d.in_use), _b(d.pool), _b(d.limit), _b(d.largest_free), frag, _b(d.headroom)]
-                devs.append("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
+                cells = [d.label, bytes_or_na(d.in_use), bytes_or_na(d.pool), bytes_or_na(d.limit), bytes_or_na(d.largest_free), frag, bytes_or_na(d.headroom)]
+                devs.append("<tr>" + "".join(f"<td>{escape_html(c)}</td>" for c in cells) + "</tr>")
+        return devs
+
+    def _array_rows_html(self) -> str:
+        """The largest live arrays as table rows, or the note that says why there are none."""
+        return ("".join(f"<tr><td>{escape_html(bytes_or_na(r.nbytes))}</td><td>{escape_html(r.dtype)}{escape_html(list(r.shape))}</td>"
+                   f"<td>{escape_html(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
+                   for r in self.arrays)
+           + (f"<tr><td colspan='4'>{escape_html(self.arrays_note)}</td></tr>" if self.arrays and self.arrays_note else "")
+           or f"<tr><td colspan='4'>{escape_html(self.arrays_note or 'none')}</td></tr>")
+
+    def _repr_html_(self) -> str:
+        settings = "".join(f"<tr><td>{escape_html(n.replace('_', '-'))}</td><td><b>{escape_html(s)}</b></td><td>{escape_html(src)}</td></tr>" for n, s, src in self.settings)
+        devs = self._device_rows_html()
         listed = self.others + self.readings.host_pid_processes
-        others = ("".join(f"<li>pid {p.pid} ({_esc(p.label)}): {_esc(_b(p.used_bytes))}</li>" for p in listed)
-                  + (f"<li>{_esc(self.others_note or 'none')}</li>" if self.others_note or not listed else ""))
-        arrays = ("".join(f"<tr><td>{_esc(_b(r.nbytes))}</td><td>{_esc(r.dtype)}{_esc(list(r.shape))}</td>"
-                          f"<td>{_esc(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
-                          for r in self.arrays)
-                  + (f"<tr><td colspan='4'>{_esc(self.arrays_note)}</td></tr>" if self.arrays and self.arrays_note else "")
-                  or f"<tr><td colspan='4'>{_esc(self.arrays_note or 'none')}</td></tr>")
+        others = ("".join(f"<li>pid {p.pid} ({escape_html(p.label)}): {escape_html(bytes_or_na(p.used_bytes))}</li>" for p in listed)
+                  + (f"<li>{escape_html(self.others_note or 'none')}</li>" if self.others_note or not listed else ""))
+        arrays = self._array_rows_html()
         fixes = "".join(
-            f"<li><b>{_esc(f.title)}</b><br>{_action_label(f.action)}: <code>{_esc(f.action)}</code>"
-            + "".join(f"<br>Or: <code>{_esc(a)}</code>" for a in f.extra_actions)
-            + f"<br><small>{_esc(f.why)}</small></li>"
+            f"<li><b>{escape_html(f.title)}</b><br>{action_label(f.action)}: <code>{escape_html(f.action)}</code>"
+            + "".join(f"<br>Or: <code>{escape_html(a)}</code>" for a in f.extra_actions)
+            + f"<br><small>{escape_html(f.why)}</small></li>"
             for f in self.fixes
         ) or "<li>No fix stands out from these numbers: make the program need less, or run <code>%gpumem arrays</code>.</li>"
         synthetic = " <i>(synthetic readings)</i>" if self.readings.synthetic else ""
         return (
             "<div class='jupyter-gpumem-oom' style='border-left:4px solid var(--jp-error-color1, #d32f2f);padding-left:8px'>"
-            f"<p><b>JAX ran out of memory</b>{synthetic}. {_esc(self.requested_line())}</p>"
+            f"<p><b>JAX ran out of memory</b>{synthetic}. {escape_html(self.requested_line())}</p>"
             # the fixes first: the traceback above is already long, the numbers behind them follow
             f"<p>What to do, best first:</p><ol>{fixes}</ol>"
-            + (f"<p>{_esc(self.peak_title)}</p><pre>{_esc(chr(10).join(self.peak_rows))}</pre>" if self.peak_rows else "")
-            + (f"<p>The failing call's program (compiled again, not run): {_esc(self.program_line())}</p>"
+            + (f"<p>{escape_html(self.peak_title)}</p><pre>{escape_html(chr(10).join(self.peak_rows))}</pre>" if self.peak_rows else "")
+            + (f"<p>The failing call's program (compiled again, not run): {escape_html(self.program_line())}</p>"
                if self.readings.program is not None else "")
             + f"<p>Allocator settings in effect:</p><table>{settings}</table>"
             "<p>Device state at failure:</p><table><thead><tr><th>device</th><th>in use</th><th>pool</th><th>limit</th>"
@@ -256,25 +267,134 @@ def _failing_device(error: OomError, jax_readings: tuple[JaxDeviceReading, ...])
             return jax_readings[error.ordinal]
     with_stats = [r for r in jax_readings if isinstance(r.stats, AllocatorStats)]
     if with_stats:
-        return min(with_stats, key=lambda r: model.largest_likely_request(r.stats, r.cuda_pool) or 0)
+        return min(with_stats, key=lambda r: metrics.largest_likely_request(r.stats, r.cuda_pool) or 0)
     return jax_readings[0]
 
 
-def _device_state(r: JaxDeviceReading, arrays_known: bool = True) -> DeviceState:
+def device_state(r: JaxDeviceReading, arrays_known: bool = True) -> DeviceState:
     label = f"{r.platform} {r.jax_id}" + (f" ({r.kind})" if r.kind else "")
     s = r.stats
     if not isinstance(s, AllocatorStats):
         instead = "live-array bytes are used instead" if arrays_known else "a replay has no arrays to count instead"
         return DeviceState(label, note=f"{s.reason}; {instead}")
     pool = r.cuda_pool
-    return DeviceState(label, s.bytes_in_use, model.pool_bytes(s, pool), s.bytes_limit, s.largest_free_block_bytes,
-                       model.fragmentation(s, pool), model.headroom(s, pool), driver_pool=model.uses_driver_pool(s, pool))
+    return DeviceState(label, s.bytes_in_use, metrics.pool_bytes(s, pool), s.bytes_limit, s.largest_free_block_bytes,
+                       metrics.fragmentation(s, pool), metrics.headroom(s, pool), driver_pool=metrics.uses_driver_pool(s, pool))
 
 
 def _replay_note(stats: AllocatorStats | None) -> str:
     """Why a replayed report lists no arrays, and what the reading says they came to."""
-    held = f": together at most the {_b(stats.bytes_in_use)} in use" if stats is not None and stats.bytes_in_use is not None else ""
+    held = f": together at most the {bytes_or_na(stats.bytes_in_use)} in use" if stats is not None and stats.bytes_in_use is not None else ""
     return f"not known for a replayed trace, which records the allocator's readings, not the arrays{held}"
+
+
+@dataclass(frozen=True)
+class _Failing:
+    """The device that ran out, as the sample shows it."""
+
+    jax: JaxDeviceReading | None
+    stats: AllocatorStats | None
+    cuda_pool: CudaPoolReading | None
+    platform: str
+    nvml: DeviceReading | None
+
+
+@dataclass(frozen=True)
+class _WhoElse:
+    """Who else holds the failing device's memory: other processes, host pids that may be this
+    kernel, this process's own bytes, and what NVML could not say."""
+
+    others: tuple[OtherProcess, ...] = ()
+    host_pids: tuple[OtherProcess, ...] = ()
+    own: int | None = None
+    note: str = ""
+
+
+def _failing(error: OomError, sample: Sample) -> _Failing:
+    """Pure: the failing JAX device in ``sample``, its allocator readings and its NVML device."""
+    jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
+    failing = _failing_device(error, jax_readings)
+    if failing is None:
+        return _Failing(None, None, None, "cpu" if error.form == "cpu" else "gpu", None)
+    nvml = sample.device(failing.nvml_index) if failing.nvml_index is not None else None
+    return _Failing(
+        failing,
+        failing.stats if isinstance(failing.stats, AllocatorStats) else None,
+        failing.cuda_pool if isinstance(failing.cuda_pool, CudaPoolReading) else None,
+        failing.platform,
+        nvml if isinstance(nvml, DeviceReading) else None,
+    )
+
+
+def _who_else(sample: Sample, failing: _Failing, label_of: Any = _process_label) -> _WhoElse:
+    """Which of NVML's processes on the failing device are this one (by pid, by elimination in a
+    container, or it cannot tell), and the others; pure but for ``label_of(pid)``."""
+    dev = failing.nvml
+    if dev is None:
+        if isinstance(sample.devices, NotAvailable):
+            return _WhoElse(note=f"NVML: {sample.devices.reason}")
+        why = (failing.jax.nvml_unmatched if failing.jax is not None else None) or "it was not found in NVML"
+        return _WhoElse(note=f"no NVIDIA device matches the failing JAX device: {why}" if failing.platform == "gpu"
+                        else "the CPU is not a GPU: NVML does not list its users")
+    if isinstance(dev.processes, NotAvailable):
+        return _WhoElse(note=dev.processes.reason)
+    who = attribute(dev, sample.pid, sample.pids_not_here, jax_pool_on(sample, dev.index))
+    others = (tuple(_other_process(p, label_of(p.pid)) for p in who.others)
+              + tuple(_other_process(p, "not a process here", here=False) for p in who.gone))
+    host_pids = tuple(_other_process(p, "host pid, not a process here; may be this kernel", here=False) for p in who.unknown)
+    own = who.own_bytes if isinstance(who.own_bytes, int) else None
+    return _WhoElse(others, host_pids, own, who.reason or _unlisted_note(dev, own, others + host_pids))
+
+
+def _read_arrays(shell: Any, live: list[ArrayRecord] | None, arrays_known: bool) -> tuple[list[ArrayRecord], str]:
+    """The live arrays (``live`` where given, else a time-boxed census) and the walk's note."""
+    if live is not None:
+        return list(live), ""
+    if not arrays_known:
+        return [], ""
+    found = census(shell, seconds=WALK_SECONDS_REPORT)
+    return list(found.records), found.walk.note()
+
+
+def _typed(values: dict[str, Any], name: str, kind: type) -> Any:
+    value = values.get(name)
+    return value if isinstance(value, kind) else None
+
+
+def _oom_readings(error: OomError, failing: _Failing, who: _WhoElse, values: dict[str, Any], records: list[ArrayRecord],
+                  arrays_known: bool, read: _Beside, synthetic: bool) -> OomReadings:
+    """Pure: the numbers the rules read, from what was read at failure."""
+    beside, gpus = read.cpu_fallback, read.gpus
+    stats, nvml_dev, device_id = failing.stats, failing.nvml, failing.jax.jax_id if failing.jax is not None else None
+    on_device = [r for r in records if device_id is None or device_id in r.bytes_per_device]
+    live_bytes = sum(r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device)
+    return OomReadings(
+        requested=error.requested_bytes,
+        device_total=nvml_dev.total_bytes if nvml_dev is not None else read.host_total,
+        device_free=nvml_dev.free_bytes if nvml_dev is not None else read.host_available,
+        bytes_in_use=stats.bytes_in_use if stats else None,
+        pool_bytes=stats.pool_bytes if stats else None,
+        bytes_limit=stats.bytes_limit if stats else None,
+        largest_free_block=stats.largest_free_block_bytes if stats else None,
+        own_process_bytes=who.own,
+        others=who.others,
+        host_pid_processes=who.host_pids,
+        preallocate=_typed(values, "preallocate", bool),
+        fraction=_typed(values, "fraction", float),
+        allocator=stats.allocator if stats else str(values.get("allocator")),
+        remat=_typed(values, "remat", bool),
+        live_bytes=live_bytes if arrays_known else None,
+        history_bytes=sum(r.device_bytes for r in on_device if r.history_only),
+        error_form=error.form,
+        host_array_bytes=sum(r.host_bytes for r in records) if arrays_known else None,
+        platform=failing.platform,
+        synthetic=synthetic,
+        cuda_pool=failing.cuda_pool,
+        visible_gpus=beside.gpus if beside is not None else 0,
+        idle_gpus=sum(1 for d in gpus if isinstance(d, DeviceReading) and d.processes == ()),
+        gpu_fix=(beside.fix if beside.is_command else beside.fix[:1].upper() + beside.fix[1:]) if beside is not None else None,
+        program=read.program,
+    )
 
 
 def oom_report(
@@ -299,100 +419,58 @@ def oom_report(
         return None
     replayed = sample is not None and live is None  # that moment's arrays are not this process's
     if sample is None:
-        from jupyter_gpumem.sampler import get_sampler
+        from jupyter_gpumem.sampling.sampler import get_sampler
 
         sample = get_sampler().sample_once()
-    jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
-    failing = _failing_device(error, jax_readings)
-    stats = failing.stats if failing is not None and isinstance(failing.stats, AllocatorStats) else None
-    cuda_pool = failing.cuda_pool if failing is not None and isinstance(failing.cuda_pool, CudaPoolReading) else None
-    platform = failing.platform if failing is not None else ("cpu" if error.form == "cpu" else "gpu")
-
-    nvml_dev = None
-    if failing is not None and failing.nvml_index is not None:
-        dev = sample.device(failing.nvml_index)
-        nvml_dev = dev if isinstance(dev, DeviceReading) else None
-    others: tuple[OtherProcess, ...] = ()
-    host_pids: tuple[OtherProcess, ...] = ()
-    others_note = ""
-    own = None
-    if nvml_dev is not None:
-        if isinstance(nvml_dev.processes, NotAvailable):
-            others_note = nvml_dev.processes.reason
-        else:  # which entry is this process: by pid, by elimination (containers), or cannot tell
-            who = attribute(nvml_dev, sample.pid, sample.pids_not_here, jax_pool_on(sample, nvml_dev.index))
-            others = (tuple(_other_process(p, _process_label(p.pid)) for p in who.others)
-                      + tuple(_other_process(p, "not a process here", here=False) for p in who.gone))
-            host_pids = tuple(_other_process(p, "host pid, not a process here; may be this kernel", here=False) for p in who.unknown)
-            own = who.own_bytes if isinstance(who.own_bytes, int) else None
-            others_note = who.reason or _unlisted_note(nvml_dev, own, others + host_pids)
-    elif isinstance(sample.devices, NotAvailable):
-        others_note = f"NVML: {sample.devices.reason}"
-    else:
-        why = (failing.nvml_unmatched if failing is not None else None) or "it was not found in NVML"
-        others_note = (f"no NVIDIA device matches the failing JAX device: {why}" if platform == "gpu"
-                       else "the CPU is not a GPU: NVML does not list its users")
-
-    settings = tuple((s.name, s.shown, s.source) for s in allocator_shim.settings_in_effect())
-    values = {s.name: s.value for s in allocator_shim.settings_in_effect()}
-
+    failing = _failing(error, sample)
+    who = _who_else(sample, failing)
+    states = tuple(allocator_shim.settings_in_effect())
     arrays_known = live is not None or (not replayed and allocator_shim.backend_started())
-    walk_note = ""
-    if live is not None:
-        records = list(live)
-    elif arrays_known:
-        found = census(shell, seconds=WALK_SECONDS_REPORT)
-        records, walk_note = list(found.records), found.walk.note()
-    else:
-        records = []
-    device_id = failing.jax_id if failing is not None else None
-    on_device = [r for r in records if device_id is None or device_id in r.bytes_per_device]
-    live_bytes = sum(r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device)
-    history = sum(r.device_bytes for r in on_device if r.history_only)
-    arrays_note = walk_note if records else ("no live JAX arrays" if arrays_known else
-                                             _replay_note(stats) if replayed else _not_started_note())
-
-    total = nvml_dev.total_bytes if nvml_dev is not None else (host_memory.total_bytes() if platform == "cpu" else None)
-    gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
-    beside = read_cpu_fallback(gpu_count=len(gpus)) if platform == "cpu" and gpus else None
-    program = None
+    records, walk_note = _read_arrays(shell, live, arrays_known)
     raised = exc if isinstance(exc, BaseException) else raised
-    if arrays_known and live is None and raised is not None:
+    beside = _read_beside_the_device(failing, sample, shell, raised if arrays_known and live is None else None)
+    values = {s.name: s.value for s in states}
+    readings = _oom_readings(error, failing, who, values, records, arrays_known, beside, synthetic)
+    arrays_note = walk_note if records else _no_arrays_note(arrays_known, replayed, failing.stats)
+    settings = tuple((s.name, s.shown, s.source) for s in states)
+    devices, fixes = _device_states(sample, replayed), tuple(oom_rules.advise(readings))
+    title, rows = _peak_section(error, readings.program, shell)
+    return OomReport(error, settings, devices, who.others, who.note, tuple(records[:5]), arrays_note, readings, fixes,
+                     rows, title)
+
+
+@dataclass(frozen=True)
+class _Beside:
+    """What the report reads besides the sample: the GPUs NVML lists, the host's total and
+    available bytes (when the CPU ran out), JAX on the CPU beside GPUs, and the failing program."""
+
+    gpus: tuple = ()
+    host_total: int | None = None
+    host_available: int | None = None
+    cpu_fallback: Any = None
+    program: Any = None
+
+
+def _no_arrays_note(arrays_known: bool, replayed: bool, stats: AllocatorStats | None) -> str:
+    """Pure: why the report lists no arrays."""
+    if arrays_known:
+        return "no live JAX arrays"
+    return _replay_note(stats) if replayed else not_started_note()
+
+
+def _read_beside_the_device(failing: _Failing, sample: Sample, shell: Any, raised: BaseException | None) -> _Beside:
+    """Reads what the report needs besides the sample; the failing program is compiled again from
+    shapes only where ``raised`` is given."""
+    gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
+    on_cpu = failing.platform == "cpu" and failing.nvml is None
+    host = (host_memory.total_bytes(), host_memory.available_bytes()) if on_cpu else (None, None)
+    beside = read_cpu_fallback(gpu_count=len(gpus)) if failing.platform == "cpu" and gpus else None
+    program = None
+    if raised is not None:
         from jupyter_gpumem.doctor.program_budget import program_budget
 
         program = program_budget(raised, shell)
-    readings = OomReadings(
-        requested=error.requested_bytes,
-        device_total=total,
-        device_free=(nvml_dev.free_bytes if nvml_dev is not None
-                     else host_memory.available_bytes() if platform == "cpu" else None),
-        bytes_in_use=stats.bytes_in_use if stats else None,
-        pool_bytes=stats.pool_bytes if stats else None,
-        bytes_limit=stats.bytes_limit if stats else None,
-        largest_free_block=stats.largest_free_block_bytes if stats else None,
-        own_process_bytes=own,
-        others=others,
-        host_pid_processes=host_pids,
-        preallocate=values.get("preallocate") if isinstance(values.get("preallocate"), bool) else None,
-        fraction=values.get("fraction") if isinstance(values.get("fraction"), float) else None,
-        allocator=stats.allocator if stats else str(values.get("allocator")),
-        remat=values.get("remat") if isinstance(values.get("remat"), bool) else None,
-        live_bytes=live_bytes if arrays_known else None,
-        history_bytes=history,
-        error_form=error.form,
-        host_array_bytes=sum(r.host_bytes for r in records) if arrays_known else None,
-        platform=platform,
-        synthetic=synthetic,
-        cuda_pool=cuda_pool,
-        visible_gpus=beside.gpus if beside is not None else 0,
-        idle_gpus=sum(1 for d in gpus if isinstance(d, DeviceReading) and d.processes == ()),
-        gpu_fix=(beside.fix if beside.is_command else beside.fix[:1].upper() + beside.fix[1:]) if beside is not None else None,
-        program=program,
-    )
-    devices = tuple(_device_state(r, not replayed) for r in jax_readings) or (DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
-    title, rows = _peak_section(error, program, shell)
-    return OomReport(error, settings, devices, others, others_note, tuple(records[:5]), arrays_note, readings,
-                     tuple(oom_rules.advise(readings)), rows, title)
+    return _Beside(gpus, host[0], host[1], beside, program)
 
 
 def _peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple[str, ...]]:
@@ -409,12 +487,19 @@ def _peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple
         return (f"Live at the peak{call}:", (
             f"  the error text carries no XLA peak buffers; `%gpumem peak {name}(...)`, with the call's arguments, "
             "compiles it again with XLA's buffer assignment, without running it, and shows it by source line",))
-    from jupyter_gpumem import sites
-    from jupyter_gpumem.doctor.names import _current_shell
+    from jupyter_gpumem.core import sites
+    from jupyter_gpumem.doctor.names import current_shell
 
-    cells = sites.cell_numbers(shell if shell is not None else _current_shell())
+    cells = sites.cell_numbers(shell if shell is not None else current_shell())
     title = (f"Live at the peak{call}, by source line (XLA's {len(peak.buffers)} largest values; "
-             f"{peak_buffers.totals_text(peak)}, total {_b(peak.peak_bytes)}):")
+             f"{peak_buffers.totals_text(peak)}, total {bytes_or_na(peak.peak_bytes)}):")
     rows = peak_buffers.peak_lines_text(peak, cells)
     rows += [f"  to lower it: {fix.text}" for fix in peak_buffers.peak_fixes(peak, cells)]
     return title, tuple(rows)
+
+
+def _device_states(sample: Sample, replayed: bool) -> tuple[DeviceState, ...]:
+    """Pure: each JAX device's state at failure, or one line saying why there are none."""
+    jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
+    return tuple(device_state(r, not replayed) for r in jax_readings) or (
+        DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)

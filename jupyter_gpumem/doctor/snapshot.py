@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem.doctor.text import _b, _pretty_as_text
-from jupyter_gpumem.files import check_writable_name, replaced_on_success
-from jupyter_gpumem.magic_args import Grammar, Option
+from jupyter_gpumem.doctor.text import bytes_or_na, pretty_as_text
+from jupyter_gpumem.core.files import check_writable_name, replaced_on_success
+from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
 
@@ -25,12 +25,12 @@ class Snapshot:
     nbytes: int
 
     def __str__(self) -> str:
-        return (f"Wrote JAX's device memory profile ({_b(self.nbytes)}, pprof, gzip) to {self.path}.\n"
+        return (f"Wrote JAX's device memory profile ({bytes_or_na(self.nbytes)}, pprof, gzip) to {self.path}.\n"
                 f"Open it with pprof: pprof -http=localhost:8080 {self.path}  "
                 f"(or pprof -top -sample_index=space {self.path}); each sample is a live array or "
                 f"program with the stack that allocated it.")
 
-    _repr_pretty_ = _pretty_as_text
+    _repr_pretty_ = pretty_as_text
 
 
 def check_path(path: str) -> str:

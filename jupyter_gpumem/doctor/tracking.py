@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jupyter_gpumem.doctor.usage import MemoryNow, _sum, _with_stats, memory_now
-from jupyter_gpumem.doctor.text import _b
-from jupyter_gpumem.model import (
+from jupyter_gpumem.doctor.usage import MemoryNow, sum_known, with_stats, memory_now
+from jupyter_gpumem.doctor.text import bytes_or_na
+from jupyter_gpumem.core.readings import (
     NotAvailable,
     Sample,
 )
-from jupyter_gpumem.units import format_bytes
+from jupyter_gpumem.core.units import format_bytes
 
 
 class Track:
@@ -51,12 +51,12 @@ class Track:
         self._start = memory_now()
         self._t0 = time.perf_counter()
         if self._start.measure == "allocator" and self.sample_interval:
-            from jupyter_gpumem.sampler import get_sampler
+            from jupyter_gpumem.sampling.sampler import get_sampler
 
             def on_sample(sample: Sample) -> None:
                 if not isinstance(sample.jax, NotAvailable):
-                    readings = _with_stats(sample.jax)
-                    total = _sum(r.stats.bytes_in_use for r in readings)
+                    readings = with_stats(sample.jax)
+                    total = sum_known(r.stats.bytes_in_use for r in readings)
                     if total is not None:
                         self._samples.append(total)
                     for r in readings:
@@ -113,12 +113,12 @@ class Track:
         Without allocator statistics, ``caveat`` adds why peak and pool are missing."""
         head = f"gpumem: {label}: " if label else "gpumem: "
         if self.measure == "allocator":
-            parts = [f"in use {_signed(self.delta)} (now {_b(self.after)})"]
+            parts = [f"in use {_signed(self.delta)} (now {bytes_or_na(self.after)})"]
             parts.append(f"peak_bytes_in_use {_signed(self.peak_rise) if self.peak_rise is not None else 'n/a'}")
-            parts.append(f"sampled max {_b(self.sampled_max)}")
+            parts.append(f"sampled max {bytes_or_na(self.sampled_max)}")
             parts.append(f"pool {_signed(self.pool_growth) if self.pool_growth is not None else 'n/a'}")
             return head + "; ".join(parts)
-        text = head + f"live arrays {_signed(self.delta)} (now {_b(self.after)})"
+        text = head + f"live arrays {_signed(self.delta)} (now {bytes_or_na(self.after)})"
         if caveat:
             text += "; no allocator statistics here (CPU), so peak and pool growth are not measured"
         return text

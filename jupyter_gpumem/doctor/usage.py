@@ -7,21 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from jupyter_gpumem import allocator_shim
+from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.doctor import array_cells
-from jupyter_gpumem.model import (
-    AllocatorStats,
-    NotAvailable,
-    pool_bytes,
-)
+from jupyter_gpumem.core.readings import AllocatorStats, NotAvailable
+from jupyter_gpumem.core.metrics import pool_bytes
 
 
-def _jax_readings() -> tuple:
+def jax_device_readings() -> tuple:
     readings = allocator_shim.read_jax_devices()
     return () if isinstance(readings, NotAvailable) else readings
 
 
-def _sum(values: Iterable[int | None]) -> int | None:
+def sum_known(values: Iterable[int | None]) -> int | None:
     vals = [v for v in values if v is not None]
     return sum(vals) if vals else None
 
@@ -45,17 +42,17 @@ class MemoryNow:
                 "to NumPy counts twice: JAX keeps a second array object on its buffer)")
 
 
-def _with_stats(readings: Iterable) -> list:
+def with_stats(readings: Iterable) -> list:
     return [r for r in readings if isinstance(r.stats, AllocatorStats)]
 
 
 def memory_now() -> MemoryNow:
-    readings = _with_stats(_jax_readings())
+    readings = with_stats(jax_device_readings())
     stats = [r.stats for r in readings]
-    in_use = _sum(s.bytes_in_use for s in stats)
+    in_use = sum_known(s.bytes_in_use for s in stats)
     if stats and in_use is not None:
         devices = tuple((r.jax_id, r.stats.bytes_in_use, r.stats.peak_bytes_in_use) for r in readings)
-        return MemoryNow("allocator", in_use, _sum(s.peak_bytes_in_use for s in stats),
-                         _sum(pool_bytes(r.stats, r.cuda_pool) for r in readings), devices)
+        return MemoryNow("allocator", in_use, sum_known(s.peak_bytes_in_use for s in stats),
+                         sum_known(pool_bytes(r.stats, r.cuda_pool) for r in readings), devices)
     # Kept current by the cell hooks at the cost of new arrays: O(1) here, whatever lives.
     return MemoryNow("live_arrays", array_cells.device_bytes())

@@ -8,13 +8,15 @@ kernel, whether its pid is listed or whether it cannot be told.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import math
 import os
 import posixpath
 from typing import Any, Callable, Iterable, Mapping
 
-from jupyter_gpumem.attribution import CANNOT_TELL, attribute, shares_pid_namespace
-from jupyter_gpumem.model import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
+from jupyter_gpumem.core.attribution import CANNOT_TELL, attribute, shares_pid_namespace
+from jupyter_gpumem.core.readings import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.server.kernels import KernelInfo, iso_utc
 from jupyter_gpumem.server.readings import ProcessFacts, Reading
 from jupyter_gpumem.settings.published import preallocates, reserved_bytes
@@ -109,6 +111,23 @@ def _host_pids(
     )
 
 
+@dataclass(frozen=True)
+class _Join:
+    """What joins a device's processes to kernels and people: the kernels by pid (and by a
+    replay's placeholder pid), this notebook's kernels, and who may see whose command line."""
+
+    kernels: list[KernelInfo]
+    by_pid: dict[int, KernelInfo]
+    by_placeholder: dict[int, KernelInfo]
+    this_kernel_ids: set[str]
+    live: bool
+    preallocated_fraction: float
+    show_other_users: bool
+    my_uid: int | None
+    facts_of: Callable[[int], ProcessFacts]
+    shared_namespace: bool = False  # a kernel's pid listed on some GPU: NVML's pids are this server's
+
+
 def build_devices_report(
     reading: Reading,
     kernels: list[KernelInfo],
@@ -120,7 +139,8 @@ def build_devices_report(
     my_uid: int | None = None,
     facts_for: Callable[[int], ProcessFacts] | None = None,
 ) -> dict:
-    """The /devices JSON (see docs/server.md)."""
+    """The /devices JSON (see docs/server.md). Reads only this server's uid and, through
+    ``facts_for``, the processes' facts the reading lacks; the rest is pure."""
     if my_uid is None and hasattr(os, "getuid"):
         my_uid = os.getuid()
     report: dict[str, Any] = {
@@ -139,55 +159,31 @@ def build_devices_report(
         return report
 
     live = reading.source == "nvml"
-    by_placeholder = placeholder_map(reading.placeholder_pids, kernels) if not live else {}
-    by_pid = {k.pid: k for k in kernels if k.pid is not None}
-    this_kernel_ids = {k.kernel_id for k in kernels if notebook is not None and k.notebook_path == notebook}
     facts = dict(reading.processes)
-    # One kernel's pid listed on any GPU: NVML's pids are this server's namespace, not a host's.
-    shared_namespace = shares_pid_namespace(reading.devices, by_pid) if live else False
-
     def facts_of(pid: int) -> ProcessFacts:
         if pid not in facts:
             facts[pid] = facts_for(pid) if facts_for is not None else ProcessFacts(exists=True)
         return facts[pid]
 
+    by_pid = {k.pid: k for k in kernels if k.pid is not None}
+    join = _Join(
+        kernels=kernels,
+        by_pid=by_pid,
+        by_placeholder=placeholder_map(reading.placeholder_pids, kernels) if not live else {},
+        this_kernel_ids={k.kernel_id for k in kernels if notebook is not None and k.notebook_path == notebook},
+        live=live,
+        preallocated_fraction=preallocated_fraction,
+        show_other_users=show_other_users,
+        my_uid=my_uid,
+        facts_of=facts_of,
+        # One kernel's pid listed on any GPU: NVML's pids are this server's namespace, not a host's.
+        shared_namespace=shares_pid_namespace(reading.devices, by_pid) if live else False,
+    )
     for dev in reading.devices:
-        if isinstance(dev, DeviceUnreadable):
-            report["devices"].append(_unreadable_json(dev))
-            continue
-        pids_visible, pids_reason = _pids_visibility(dev)
-        host_pids: set[int] = set()
-        if pids_visible and live:  # evidence read here, now: a replay's pids are the recording's
-            not_here = {p.pid for p in dev.processes if not facts_of(p.pid).exists}  # type: ignore[union-attr]
-            host_pids, host_reason = _host_pids(dev, kernels, not_here, shared_namespace)
-            if host_pids:
-                pids_visible, pids_reason = False, host_reason
-        entry = _device_json(dev, pids_visible, pids_reason)
-        if not isinstance(dev.processes, NotAvailable):
-            for pid, used, proc in _merged_processes(dev):
-                placeholder = None
-                if pid in by_placeholder:  # replay demo: the same join as a real pid below
-                    placeholder, pid = pid, by_placeholder[pid].pid
-                kernel = by_pid.get(pid)
-                item = _process_json(pid, used, kernel, dev, preallocated_fraction, live)
-                if pid in host_pids:
-                    item["kind"] = "host_pid"
-                if placeholder is not None:
-                    item["replay_placeholder_pid"] = placeholder
-                if live or placeholder is not None:
-                    item.update(_who_runs(facts_of(pid), show_other_users, my_uid))
-                else:  # replay: what the recording kept
-                    item["name"], item["user"] = proc.name, proc.user
-                entry["processes"].append(item)
-                if kernel is not None:
-                    entry["kernels_bytes"] += used or 0
-                    if kernel.kernel_id in this_kernel_ids:
-                        entry["this_kernel_bytes"] += used or 0
-                elif pid in host_pids:
-                    entry["host_pid_bytes"] += used or 0
-                else:
-                    entry["other_bytes"] += used or 0
+        entry = _unreadable_json(dev) if isinstance(dev, DeviceUnreadable) else _device_entry(dev, join)
         report["devices"].append(entry)
+        if isinstance(dev, DeviceUnreadable):
+            continue
         warning = overcommit_warning(entry)
         if warning is not None:
             report["warnings"].append(warning)
@@ -204,6 +200,50 @@ def _who_runs(facts: ProcessFacts, show_other_users: bool, my_uid: int | None) -
     if show_other_users or mine:
         return {"user": facts.user, "name": facts.cmdline}
     return {"user": facts.user, "name_hidden": facts.uid is not None}
+
+
+def _device_entry(dev: DeviceReading, join: _Join) -> dict:
+    """One device's JSON: its memory, its processes joined to kernels, and whose bytes are whose."""
+    pids_visible, pids_reason = _pids_visibility(dev)
+    host_pids: set[int] = set()
+    if pids_visible and join.live:  # evidence read here, now: a replay's pids are the recording's
+        not_here = {p.pid for p in dev.processes if not join.facts_of(p.pid).exists}  # type: ignore[union-attr]
+        host_pids, host_reason = _host_pids(dev, join.kernels, not_here, join.shared_namespace)
+        if host_pids:
+            pids_visible, pids_reason = False, host_reason
+    entry = _device_json(dev, pids_visible, pids_reason)
+    if isinstance(dev.processes, NotAvailable):
+        return entry
+    for pid, used, proc in _merged_processes(dev):
+        placeholder = None
+        if pid in join.by_placeholder:  # replay demo: the same join as a real pid below
+            placeholder, pid = pid, join.by_placeholder[pid].pid
+        kernel = join.by_pid.get(pid)
+        entry["processes"].append(_joined_process(pid, used, proc, kernel, placeholder, pid in host_pids, dev, join))
+        if kernel is not None:
+            entry["kernels_bytes"] += used or 0
+            if kernel.kernel_id in join.this_kernel_ids:
+                entry["this_kernel_bytes"] += used or 0
+        elif pid in host_pids:
+            entry["host_pid_bytes"] += used or 0
+        else:
+            entry["other_bytes"] += used or 0
+    return entry
+
+
+def _joined_process(pid: int, used: int | None, proc: Any, kernel: KernelInfo | None, placeholder: int | None,
+                    host_pid: bool, dev: DeviceReading, join: _Join) -> dict:
+    """One process row: its kernel, if any, and its command line and user where this user may see them."""
+    item = _process_json(pid, used, kernel, dev, join.preallocated_fraction, join.live)
+    if host_pid:
+        item["kind"] = "host_pid"
+    if placeholder is not None:
+        item["replay_placeholder_pid"] = placeholder
+    if join.live or placeholder is not None:
+        item.update(_who_runs(join.facts_of(pid), join.show_other_users, join.my_uid))
+    else:  # replay: what the recording kept
+        item["name"], item["user"] = proc.name, proc.user
+    return item
 
 
 def _device_json(dev: DeviceReading, pids_visible: bool, pids_reason: str | None) -> dict:

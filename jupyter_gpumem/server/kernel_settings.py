@@ -1,4 +1,4 @@
-"""The allocator settings this server's kernels published (``jupyter_gpumem/settings_file.py``
+"""The allocator settings this server's kernels published (``jupyter_gpumem/settings/publish.py``
 writes them beside each kernel's connection file), read for the kernels' pids.
 
 A file is read again only when its size or modification time changed. A kernel that was killed
@@ -17,7 +17,7 @@ import stat
 import time
 from typing import Any, Callable, Iterable
 
-from jupyter_gpumem.files import open_regular_for_reading
+from jupyter_gpumem.core.files import open_regular_for_reading
 from jupyter_gpumem.settings.published import MAX_BYTES, PREFIX, PublishedSettings, file_name, parse
 
 # A file younger than this is kept whatever its pid says: its kernel may still be starting.

@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from jupyter_gpumem.env_table import ALLOCATOR_VAR, PREALLOCATE_VAR
+from jupyter_gpumem.core.env_table import ALLOCATOR_VAR, PREALLOCATE_VAR
 from jupyter_gpumem.server.kernel_settings import PublishedSettingsReader, connection_dir, remove_stale_files
 from jupyter_gpumem.settings.published import PASSTHROUGH, REJECTED, PublishedSettings, allocator_kind
 

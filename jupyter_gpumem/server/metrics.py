@@ -184,7 +184,6 @@ class GpuMemGauges:
 def families(snap: Snapshot, now: float, kernel_names: bool = True) -> list[GaugeMetricFamily]:
     """Every metric family of a snapshot, seconds since last activity taken at ``now``; kernels
     with their id and notebook path only with ``kernel_names``."""
-    kernel_labels = (*KERNEL_LABELS, *KERNEL_NAME_LABELS) if kernel_names else KERNEL_LABELS
     up = GaugeMetricFamily("jupyter_gpumem_nvml_up", "1 when NVML answered the last reading, else 0 (state says why)",
                            labels=["state"])
     up.add_metric([snap.state], 1.0 if snap.state == "ok" else 0.0)
@@ -193,47 +192,52 @@ def families(snap: Snapshot, now: float, kernel_names: bool = True) -> list[Gaug
     synthetic = GaugeMetricFamily("jupyter_gpumem_readings_synthetic",
                                   "1 when the readings come from a fake NVML world (synthetic data), else 0")
     synthetic.add_metric([], 1.0 if snap.synthetic else 0.0)
-    out = [up, when, synthetic]
     if snap.state != "ok":
-        return out
+        return [up, when, synthetic]
+    return [up, when, synthetic, *_device_families(snap), *_kernel_families(snap, now, kernel_names)]
 
-    def gauge(name: str, doc: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
-        family = GaugeMetricFamily(name, doc, labels=list(labels))
-        out.append(family)
-        return family
 
-    readable = gauge("jupyter_gpumem_device_readable", "1 when NVML can read the GPU, 0 when it lists it but cannot",
-                     DEVICE_LABELS)
-    used = gauge("jupyter_gpumem_device_used_bytes", "GPU memory in use, as NVML reports it", DEVICE_LABELS)
-    total = gauge("jupyter_gpumem_device_total_bytes", "GPU memory in total, as NVML reports it", DEVICE_LABELS)
-    idle = gauge("jupyter_gpumem_device_idle_kernel_bytes",
-                 "GPU memory held by this server's kernels that are idle and have had no activity for "
-                 "GpuMem.idle_after seconds", DEVICE_LABELS)
+def _device_families(snap: Snapshot) -> list[GaugeMetricFamily]:
+    """Per GPU: readable, used, total, and what idle kernels hold."""
+    readable = GaugeMetricFamily("jupyter_gpumem_device_readable",
+                                 "1 when NVML can read the GPU, 0 when it lists it but cannot", labels=list(DEVICE_LABELS))
+    used = GaugeMetricFamily("jupyter_gpumem_device_used_bytes", "GPU memory in use, as NVML reports it",
+                             labels=list(DEVICE_LABELS))
+    total = GaugeMetricFamily("jupyter_gpumem_device_total_bytes", "GPU memory in total, as NVML reports it",
+                              labels=list(DEVICE_LABELS))
+    idle = GaugeMetricFamily("jupyter_gpumem_device_idle_kernel_bytes",
+                             "GPU memory held by this server's kernels that are idle and have had no activity for "
+                             "GpuMem.idle_after seconds", labels=list(DEVICE_LABELS))
     for dev in snap.devices:
         readable.add_metric(dev.labels, 1.0 if dev.readable else 0.0)
         if dev.readable:
             used.add_metric(dev.labels, dev.used)
             total.add_metric(dev.labels, dev.total)
             idle.add_metric(dev.labels, dev.idle_kernel_bytes)
+    return [readable, used, total, idle]
 
-    k_bytes = gauge("jupyter_gpumem_kernel_gpu_bytes", "GPU memory NVML attributes to a kernel of this server, per GPU",
-                    kernel_labels)
-    k_idle = gauge("jupyter_gpumem_kernel_idle_seconds",
-                   "Seconds since jupyter_server last saw a message from the kernel (its last_activity)",
-                   kernel_labels)
+
+
+def _kernel_families(snap: Snapshot, now: float, kernel_names: bool) -> list[GaugeMetricFamily]:
+    """Per kernel on a GPU: its bytes, idle seconds, execution state, preallocation and reservation;
+    with their id and notebook path only with ``kernel_names``."""
+    kernel_labels = [*KERNEL_LABELS, *KERNEL_NAME_LABELS] if kernel_names else list(KERNEL_LABELS)
+    k_bytes = GaugeMetricFamily("jupyter_gpumem_kernel_gpu_bytes",
+                                "GPU memory NVML attributes to a kernel of this server, per GPU", labels=kernel_labels)
+    k_idle = GaugeMetricFamily("jupyter_gpumem_kernel_idle_seconds",
+                               "Seconds since jupyter_server last saw a message from the kernel (its last_activity)",
+                               labels=kernel_labels)
     k_state = GaugeMetricFamily("jupyter_gpumem_kernel_execution_state",
                                 "1 for the kernel's execution state as jupyter_server knows it (idle, busy, starting, ...)",
                                 labels=[*kernel_labels, "state"])
-    out.append(k_state)
     k_pre = GaugeMetricFamily("jupyter_gpumem_kernel_preallocated",
                               "1 when the kernel's JAX preallocated its pool on the GPU, 0 when it did not; absent when "
                               "not known. source: kernel_settings (the settings the kernel published), reading (it holds "
                               "GpuMem.preallocated_fraction of the GPU or more) or launch_environment",
                               labels=[*kernel_labels, "source"])
-    out.append(k_pre)
-    k_reserved = gauge("jupyter_gpumem_kernel_reserved_bytes",
-                       "GPU memory the kernel's published settings reserved when JAX started (fraction x total); "
-                       "absent where they do not say it preallocated", kernel_labels)
+    k_reserved = GaugeMetricFamily("jupyter_gpumem_kernel_reserved_bytes",
+                                   "GPU memory the kernel's published settings reserved when JAX started (fraction x total); "
+                                   "absent where they do not say it preallocated", labels=kernel_labels)
     for k in snap.kernels:
         labels = (*k.labels, *k.names) if kernel_names else k.labels
         k_bytes.add_metric(labels, k.used)
@@ -244,7 +248,7 @@ def families(snap: Snapshot, now: float, kernel_names: bool = True) -> list[Gaug
             k_pre.add_metric([*labels, k.preallocated_source or ""], 1.0 if k.preallocated else 0.0)
         if k.reserved is not None:
             k_reserved.add_metric(labels, k.reserved)
-    return out
+    return [k_bytes, k_idle, k_state, k_pre, k_reserved]
 
 
 def gauges() -> GpuMemGauges:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from jupyter_gpumem import __version__
+from jupyter_gpumem.core.package_version import package_version
 from jupyter_gpumem.server.config import GpuMem
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelDirectory, KernelInfo
@@ -146,7 +146,7 @@ class GpuMemService:
             "poll_interval": c.poll_interval,
             "replay": c.replay or None,
             "show_other_users": c.show_other_users,
-            "version": __version__,
+            "version": package_version(),
             "source": self.source.label,
             "idle_intervals": c.idle_intervals,
             "replay_speed": c.replay_speed,

@@ -30,7 +30,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Coroutine
 
-from jupyter_gpumem.model import ERROR, NotAvailable
+from jupyter_gpumem.core.readings import ERROR, NotAvailable
 from jupyter_gpumem.server.readings import DeviceSource, Reading
 
 log = logging.getLogger(__name__)

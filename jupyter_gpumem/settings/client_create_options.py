@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from jupyter_gpumem.env_table import CREATE_OPTION_KEYS, CREATE_OPTIONS_OPTION
+from jupyter_gpumem.core.env_table import CREATE_OPTION_KEYS, CREATE_OPTIONS_OPTION
 
 _TYPES = {"allocator": (str, "a string"), "memory_fraction": (float, "a float"), "preallocate": (bool, "a bool")}
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import re
 
-from jupyter_gpumem.env_table import ASYNC_PREALLOC_VAR
-from jupyter_gpumem.units import format_bytes
+from jupyter_gpumem.core.env_table import ASYNC_PREALLOC_VAR
+from jupyter_gpumem.core.units import format_bytes
 
 # absl::SimpleAtoi, which tsl::ReadInt64FromEnvVar uses: ASCII blanks around, a sign, decimal
 # digits, in int64's range.

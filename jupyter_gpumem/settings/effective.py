@@ -15,7 +15,7 @@ from jupyter_gpumem.settings import client_create_options
 
 from jupyter_gpumem.settings import cuda_async_limits
 from jupyter_gpumem.settings.client_create_options import CreateOptions
-from jupyter_gpumem.env_table import (
+from jupyter_gpumem.core.env_table import (
     ALLOCATOR_VAR,
     ASYNC_PREALLOC_VAR,
     CREATE_OPTIONS_OPTION,
@@ -28,7 +28,7 @@ from jupyter_gpumem.env_table import (
 )
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.sources.jax_backend import accepted_allocators, fraction_var, jax_gpu_options, jax_rejection
-from jupyter_gpumem.units import format_bytes
+from jupyter_gpumem.core.units import format_bytes
 
 # Which settings on a %gpumem line bring up each cuda_async note.
 NOTE_TRIGGERS = {

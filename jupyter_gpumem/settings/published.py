@@ -1,7 +1,7 @@
 """What a kernel publishes about its allocator settings for the server: the file's name and its
 JSON, read back strictly, and what the settings say about JAX's preallocation on a GPU.
 
-The kernel writes the file (``jupyter_gpumem/settings_file.py``) next to its connection file,
+The kernel writes the file (``jupyter_gpumem/settings/publish.py``) next to its connection file,
 in the Jupyter runtime directory; the server reads it for its kernels' pids
 (``server/kernel_settings.py``). Pure: importing it imports nothing of ours but this.
 """

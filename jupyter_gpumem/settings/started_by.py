@@ -7,7 +7,7 @@ this module only words it.
 
 from __future__ import annotations
 
-from jupyter_gpumem.sites import Origin
+from jupyter_gpumem.core.sites import Origin
 from jupyter_gpumem.sources import jax_start
 
 

@@ -132,20 +132,7 @@ def match_nvml(
     gpus_known: Sequence[GpuIdentity] = () if gpus is None else gpus
     where = f"CUDA device {ordinal}"
     if cuda is not None and gpus is not None and (cuda.uuid_hex or cuda.pci_bus_id):
-        if cuda.uuid_hex:
-            same = _by_uuid(cuda.uuid_hex, gpus_known)
-            if len(same) == 1:
-                return NvmlMatch(same[0].index, "uuid")
-        on_bus = _by_pci(cuda.pci_bus_id, gpus_known) if cuda.pci_bus_id else []
-        if len(on_bus) == 1:
-            if not cuda.uuid_hex:
-                return NvmlMatch(on_bus[0].index, "pci_bus_id")
-            return NvmlMatch(None, why_not=(
-                f"{where} is on the PCI bus of NVML GPU {on_bus[0].index}, but its UUID is not that GPU's: it "
-                "is a MIG instance, and NVML's figures for the GPU are the whole card's"))
-        return NvmlMatch(None, why_not=(
-            f"{where} (UUID {cuda.uuid_hex or '?'}, PCI bus {cuda.pci_bus_id or '?'}) is none of the "
-            f"{len(gpus_known)} GPUs NVML lists"))
+        return _match_by_driver(where, cuda, gpus_known)
     entry = None
     if visible is not None:
         if ordinal >= len(visible):
@@ -156,15 +143,7 @@ def match_nvml(
         return NvmlMatch(None, why_not=(
             f"{where} is the MIG instance {entry} (CUDA_VISIBLE_DEVICES); NVML's figures are the whole card's"))
     if lowered.startswith("gpu-"):
-        if gpus is None:
-            return NvmlMatch(None, why_not=f"NVML cannot be read to find {entry}: {nvml_problem or 'unknown'}")
-        digits = lowered[4:].replace("-", "")
-        same = _by_uuid(digits, gpus_known, prefix=True) if re.fullmatch(r"[0-9a-f]+", digits or "-") else []
-        if len(same) == 1:
-            return NvmlMatch(same[0].index, "cuda_visible_devices")
-        return NvmlMatch(None, why_not=(
-            f"CUDA_VISIBLE_DEVICES names {where} {entry}, which is "
-            + ("more than one" if same else "none") + " of the GPUs NVML lists"))
+        return _match_visible_uuid(where, entry or "", gpus, nvml_problem)
     position = ordinal
     if entry is not None:
         if not entry.isdigit():
@@ -182,3 +161,34 @@ def match_nvml(
         f"the CUDA driver gave no UUID or PCI bus id for {where}, and CUDA numbers GPUs fastest first while "
         "NVML numbers them by PCI bus, so its place cannot be told (CUDA_DEVICE_ORDER=PCI_BUS_ID makes the "
         "two orders agree)"))
+
+
+def _match_by_driver(where: str, cuda: CudaDeviceIdentity, gpus: Sequence[GpuIdentity]) -> NvmlMatch:
+    """The join by the CUDA driver's UUID, then its PCI bus id (a MIG instance is not joined)."""
+    if cuda.uuid_hex:
+        same = _by_uuid(cuda.uuid_hex, gpus)
+        if len(same) == 1:
+            return NvmlMatch(same[0].index, "uuid")
+    on_bus = _by_pci(cuda.pci_bus_id, gpus) if cuda.pci_bus_id else []
+    if len(on_bus) == 1:
+        if not cuda.uuid_hex:
+            return NvmlMatch(on_bus[0].index, "pci_bus_id")
+        return NvmlMatch(None, why_not=(
+            f"{where} is on the PCI bus of NVML GPU {on_bus[0].index}, but its UUID is not that GPU's: it "
+            "is a MIG instance, and NVML's figures for the GPU are the whole card's"))
+    return NvmlMatch(None, why_not=(
+        f"{where} (UUID {cuda.uuid_hex or '?'}, PCI bus {cuda.pci_bus_id or '?'}) is none of the "
+        f"{len(gpus)} GPUs NVML lists"))
+
+
+def _match_visible_uuid(where: str, entry: str, gpus: Sequence[GpuIdentity] | None, nvml_problem: str) -> NvmlMatch:
+    """The join by a ``GPU-...`` UUID (or its prefix) in CUDA_VISIBLE_DEVICES."""
+    if gpus is None:
+        return NvmlMatch(None, why_not=f"NVML cannot be read to find {entry}: {nvml_problem or 'unknown'}")
+    digits = entry.lower()[4:].replace("-", "")
+    same = _by_uuid(digits, gpus, prefix=True) if re.fullmatch(r"[0-9a-f]+", digits or "-") else []
+    if len(same) == 1:
+        return NvmlMatch(same[0].index, "cuda_visible_devices")
+    return NvmlMatch(None, why_not=(
+        f"CUDA_VISIBLE_DEVICES names {where} {entry}, which is "
+        + ("more than one" if same else "none") + " of the GPUs NVML lists"))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from jupyter_gpumem.sources.import_watch import after_import, cancel
 
 if TYPE_CHECKING:
-    from jupyter_gpumem.sites import Origin
+    from jupyter_gpumem.core.sites import Origin
 
 BRIDGE = "jax._src.xla_bridge"
 
@@ -80,7 +80,7 @@ def starter() -> "Origin | None":
     frames = _state["frames"]
     if frames is None:
         return None
-    from jupyter_gpumem.sites import origin_of
+    from jupyter_gpumem.core.sites import origin_of
 
     return origin_of(frames, _state["cells"]())
 

@@ -19,7 +19,7 @@ import os
 import threading
 from typing import Any
 
-from jupyter_gpumem.model import (
+from jupyter_gpumem.core.readings import (
     ERROR,
     NO_LIBRARY,
     NOT_STARTED,

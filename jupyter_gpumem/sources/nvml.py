@@ -23,13 +23,12 @@ binding raises (its ``NVMLError`` and ``NVMLLibraryMismatchError``, and ``TypeEr
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 import time
 from typing import Any, Callable
 
-from jupyter_gpumem.model import (
+from jupyter_gpumem.core.readings import (
     ERROR,
     GPU_LOST,
     NO_DRIVER,
@@ -287,7 +286,9 @@ class NvmlSource:
         self._next_try = now + self._retry_interval_s
         if self._nvml is None:
             try:
-                self._nvml = importlib.import_module("pynvml")
+                import pynvml  # here, not at import: loading the extension never loads NVML
+
+                self._nvml = pynvml
             except ImportError:
                 self._failure = _NO_PYNVML
                 return self._failure

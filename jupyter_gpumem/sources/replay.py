@@ -13,8 +13,8 @@ import time
 from dataclasses import replace
 from typing import Any, Callable
 
-from jupyter_gpumem.model import Sample, Timeline
-from jupyter_gpumem.tracefile import Trace, read_trace
+from jupyter_gpumem.core.readings import Sample, Timeline
+from jupyter_gpumem.core.tracefile import Trace, read_trace
 
 
 def _load(trace: Trace | str | os.PathLike) -> Trace:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from jupyter_gpumem.model import TorchDeviceReading
+from jupyter_gpumem.core.readings import TorchDeviceReading
 
 RESERVED = "reserved_bytes.all.current"
 ALLOCATED = "allocated_bytes.all.current"

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sys
 
-from jupyter_gpumem.model import DeviceReading, NotAvailable, NOT_STARTED, ProcessReading, Sample
-from jupyter_gpumem.tracefile import TraceWriter
+from jupyter_gpumem.core.readings import DeviceReading, NotAvailable, NOT_STARTED, ProcessReading, Sample
+from jupyter_gpumem.core.tracefile import TraceWriter
 
 GiB = 1024**3
 TOTAL = 40 * GiB

@@ -40,10 +40,10 @@ ERROR_CODES: dict[str, int] = {
 }
 
 
-_ERROR_NAMES = {value: name for name, value in ERROR_CODES.items()}
+ERROR_NAMES = {value: name for name, value in ERROR_CODES.items()}
 
 
-_ERROR_TEXT = {
+ERROR_TEXT = {
     1: "Uninitialized",
     2: "Invalid Argument",
     3: "Not Supported",
@@ -83,7 +83,7 @@ class NVMLError(Exception):
         Exception.__init__(self, value)
 
     def __str__(self) -> str:
-        return _ERROR_TEXT.get(self.value, f"NVML Error with code {self.value}")
+        return ERROR_TEXT.get(self.value, f"NVML Error with code {self.value}")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, NVMLError) and other.value == self.value
@@ -132,9 +132,9 @@ def error_value(error: int | str) -> int:
     if isinstance(error, bool):
         raise ValueError(f"not an NVML error: {error!r}")
     if isinstance(error, int):
-        if error in _ERROR_NAMES:
+        if error in ERROR_NAMES:
             return error
-        raise ValueError(f"unknown NVML error code {error}; valid codes: {sorted(_ERROR_NAMES)}")
+        raise ValueError(f"unknown NVML error code {error}; valid codes: {sorted(ERROR_NAMES)}")
     if isinstance(error, str):
         name = error.upper().removeprefix("NVML_ERROR_")
         if name in ERROR_CODES:

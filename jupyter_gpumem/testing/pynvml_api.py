@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from jupyter_gpumem.testing.nvml_errors import (
-    _ERROR_TEXT,
+    ERROR_TEXT,
     ERROR_CLASSES,
     ERROR_CODES,
     NVMLError,
@@ -118,7 +118,7 @@ class _FakePynvml:
             self._init_count -= 1
 
     def nvmlErrorString(self, value: int) -> str:
-        return _ERROR_TEXT.get(value, f"NVML Error with code {value}")
+        return ERROR_TEXT.get(value, f"NVML Error with code {value}")
 
     # -- system ---------------------------------------------------------------------------
 

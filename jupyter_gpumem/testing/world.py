@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jupyter_gpumem.testing.nvml_errors import (
-    _ERROR_NAMES,
+    ERROR_NAMES,
     ERROR_CODES,
     NVMLError,
     error_value,
@@ -138,7 +138,7 @@ class _Fault:
     def to_json(self) -> dict:
         return {
             "device": self.device,
-            "error": None if self.error is None else _ERROR_NAMES[self.error],
+            "error": None if self.error is None else ERROR_NAMES[self.error],
             "times": self.times,
             "function": self.function,
             "delay_s": self.delay_s,
@@ -340,7 +340,7 @@ class FakeWorld:
                 "name": self.name,
                 "driver_version": self.driver_version,
                 "cuda_driver_version": self.cuda_driver_version,
-                "system_error": None if self.system_error is None else _ERROR_NAMES[self.system_error],
+                "system_error": None if self.system_error is None else ERROR_NAMES[self.system_error],
                 "cuda_order": self.cuda_order,
                 "gpus": [gpu.to_json() for gpu in self.gpus],
                 "faults": [f.to_json() for f in self._faults],
@@ -373,7 +373,7 @@ class FakeWorld:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the world as JSON, atomically, so a reader never sees half a file."""
-        from jupyter_gpumem.files import replaced_on_success
+        from jupyter_gpumem.core.files import replaced_on_success
 
         with replaced_on_success(path, encoding="utf-8") as handle:  # a temporary no one can predict
             handle.write(json.dumps(self.to_json(), indent=1))

@@ -33,7 +33,7 @@ export interface ParsedSettings {
 }
 
 /**
- * A fraction as `%gpumem fraction F` reads it (jupyter_gpumem/units.py, parse_fraction): a
+ * A fraction as `%gpumem fraction F` reads it (jupyter_gpumem/core/units.py, parse_fraction): a
  * decimal number (`0.3`, `.3`, `3e-1`) or a percentage (`30%`), with 0 < F <= 1; null when the
  * text is not one. Python and these tests share their cases (test/fraction-cases.json).
  */

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
-/** The live monitor's plot in the browser (jupyter_gpumem/monitor_plot.js), as far as these tests use it. */
+/** The live monitor's plot in the browser (jupyter_gpumem/monitor/monitor_plot.js), as far as these tests use it. */
 interface Store {
   t: number[];
   y: Record<string, (number | null)[]>;

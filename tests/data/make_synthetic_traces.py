@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from jupyter_gpumem.model import (  # noqa: E402
+from jupyter_gpumem.core.readings import (  # noqa: E402
     NOT_STARTED,
     AllocatorStats,
     CudaPoolReading,
@@ -34,7 +34,7 @@ from jupyter_gpumem.model import (  # noqa: E402
     ProcessReading,
     Sample,
 )
-from jupyter_gpumem.tracefile import TraceWriter  # noqa: E402
+from jupyter_gpumem.core.tracefile import TraceWriter  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / "jupyter_gpumem" / "demo_traces"
 

@@ -1,0 +1,601 @@
+"""The memory monitor: ipywidgets around one plot per device, drawn from a Timeline.
+
+``%gpumem monitor`` and ``jupyter_gpumem.Monitor(...)`` both land here. A monitor draws one
+Timeline: the sampler's, updated live, or one read from a trace file (``--replay``), drawn as it
+is and labelled "replay" (and "synthetic" where the trace says so, or where live readings
+come from the fake NVML world). The numbers come from ``series.py``; this module only draws them
+and wires the controls. ipywidgets, anywidget and plotly.js are loaded when a monitor is made,
+never when jupyter_gpumem is imported.
+
+Updates are append-only: each tick sends each device's new points and nothing else
+(``monitor_figure.py``), and the browser sends nothing back, so an idle kernel stays idle;
+``bench/bench_widget.py`` and ``bench/bench_browser_idle.py`` measure it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import os
+import threading
+import time
+import weakref
+from datetime import datetime
+from typing import Any
+
+from jupyter_gpumem.core.files import replaced_on_success
+from jupyter_gpumem.core.magic_args import MagicUsageError, check_interval
+from jupyter_gpumem.core.readings import Event, Sample, Timeline
+from jupyter_gpumem.monitor.figure import DeviceView, bytes_or_na
+from jupyter_gpumem.monitor.header import grouped_notes, recording_block, status_block
+from jupyter_gpumem.monitor.options import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_WINDOW_MIN,
+    INTERVALS,
+    MAX_WINDOW_MIN,
+    MONITOR_ARGS,
+    WINDOWS_MIN,
+    check_device,
+    check_device_is_read,
+    check_window,
+)
+from jupyter_gpumem.monitor.series import (
+    MAX_POINTS,
+    cell_markers,
+    csv_rows,
+    device_keys,
+    notes_for,
+    nothing_to_show,
+    row_for,
+)
+
+__all__ = ["Monitor", "magic_monitor", "MONITOR_ARGS"]
+
+
+_STATUS_EVERY_S = 10.0  # how often the header re-reads the status report
+# A plot each costs the kernel milliseconds to make: a trace listing thousands of devices would
+# block it for minutes. Eight GPUs split seven ways (MIG) is 56.
+MAX_DRAWN_DEVICES = 64
+
+
+def _minutes(value: float) -> str:
+    return f"{round(value, 2):g} min"
+
+
+_by_cell: "weakref.WeakValueDictionary[str, Monitor]" = weakref.WeakValueDictionary()
+
+
+def _current_cell_id() -> str | None:
+    """The id JupyterLab gives the running cell, when there is a kernel to ask."""
+    try:
+        import sys
+
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython else None
+        kernel = getattr(shell, "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else None
+        return (parent or {}).get("metadata", {}).get("cellId")
+    except Exception:
+        return None
+
+
+def magic_monitor(argv: list[str], shell: Any) -> "Monitor":
+    """``%gpumem monitor ...``: a Monitor to display. Bad options raise MagicUsageError."""
+    return Monitor(**MONITOR_ARGS.parse(argv))
+
+
+def _read_recording(path: str) -> tuple[Timeline, Any]:
+    """The Timeline of the trace file at ``path`` (or of the shipped demo trace of that bare
+    name), and the error reading stopped at (or None)."""
+    from jupyter_gpumem import demo_traces
+    from jupyter_gpumem.sources.replay import timeline_from_trace
+    from jupyter_gpumem.core.tracefile import read_trace
+
+    path = demo_traces.resolve(path)
+    if not os.path.isfile(path):
+        raise MagicUsageError(f"--replay: no trace file at {path!r}; give the path of a .jsonl trace, or the name of "
+                              f"one the package ships: {', '.join(demo_traces.names())}")
+    try:
+        trace = read_trace(path)
+    except OSError as err:  # over the size limit (tracefile.MAX_TRACE_BYTES), unreadable
+        raise MagicUsageError(f"--replay: cannot read {path!r}: {err.strerror or err}") from None
+    if not trace.samples:
+        why = trace.error or "it has no samples"
+        raise MagicUsageError(f"--replay: cannot draw {path!r}: {why}")
+    return timeline_from_trace(trace), trace.error
+
+
+def _span_minutes(timeline: Timeline) -> float:
+    """Minutes from a timeline's first sample to its last, and a second more."""
+    samples = timeline.samples()
+    if not samples:
+        return DEFAULT_WINDOW_MIN
+    return min(MAX_WINDOW_MIN, (samples[-1].t - samples[0].t + 1.0) / 60.0)
+
+
+class Monitor:
+    """A view of where each GPU's memory is, and why. Display it in a notebook.
+
+    It draws one Timeline. By default that is the process's shared sampler's (or ``sampler``'s),
+    updated every ``interval`` seconds; ``replay`` (a trace file) or ``timeline`` draw a
+    recording as it is, with no live updates. ``window`` minutes of history are shown: 10 for
+    live readings, the whole recording otherwise. ``device`` is an NVML index or "all".
+    ``close()`` stops updates; re-running the cell that made a monitor closes the old one.
+    """
+
+    def __init__(
+        self,
+        interval: float = DEFAULT_INTERVAL_S,
+        window: float | None = None,
+        device: int | str | None = "all",
+        replay: str | os.PathLike | None = None,
+        *,
+        timeline: Timeline | None = None,
+        sampler: Any = None,
+        max_points: int = MAX_POINTS,
+    ):
+        if (replay is not None) + (timeline is not None) + (sampler is not None) > 1:
+            raise MagicUsageError("a monitor draws one timeline: give replay, timeline or sampler, not more than one")
+        self.interval = check_interval(interval)
+        self.device = check_device(device)
+        self.max_points = int(max_points)
+        self.replay_path = os.fspath(replay) if replay is not None else None
+        read_error = None
+        if self.replay_path is not None:
+            timeline, read_error = _read_recording(self.replay_path)
+        if timeline is None:
+            if sampler is None:
+                from jupyter_gpumem.sampling.sampler import get_sampler
+
+                sampler = get_sampler()
+            timeline = sampler.timeline
+        if self.device is not None:
+            check_device_is_read(self.device, timeline, sampler)
+        self.sampler = sampler  # None: the timeline is a recording, drawn as it is
+        self.timeline: Timeline = timeline
+        if window is None:
+            window = DEFAULT_WINDOW_MIN if self.live else _span_minutes(timeline)
+        self.window_min = check_window(window)
+
+        import ipywidgets as W
+
+        self._W = W
+        self._lock = threading.RLock()
+        self._closed = False
+        self._paused = False
+        self._since: float | None = None  # "clear" hides what came before
+        self._views: dict[int, DeviceView] = {}
+        self._not_drawn: set[int] = set()  # GPUs in the readings beyond MAX_DRAWN_DEVICES
+        self._latest: Sample | None = None
+        self._first_t: float | None = None  # the first sample drawn: the x axis starts there
+        self._events: list[Event] = []
+        # Live: the status report, re-read now and then. A recording: where it came from.
+        self._about_html = "" if self.live else recording_block(timeline.trace_header or {}, self.replay_path, read_error)
+        self._status_at = 0.0
+        self._sub = None
+        self.updates = 0  # draws done; wait_for_update() waits on it
+        self._updated = threading.Condition()
+
+        self._build_widgets()
+        self._load_history()
+        if self.live:
+            self._subscribe()
+        self._replace_previous_in_cell()
+
+    # --- setup ---------------------------------------------------------------------------
+
+    @property
+    def live(self) -> bool:
+        """True when a sampler updates the timeline; False for a recording."""
+        return self.sampler is not None
+
+    @property
+    def drawn_devices(self) -> list[int]:
+        """The GPUs drawn now, by index; empty while the view says why it has nothing to draw."""
+        return sorted(self._views)
+
+    @property
+    def labels(self) -> list[str]:
+        """How the drawing is marked: "replay" for a timeline read from a trace, and "synthetic"
+        where that trace says its readings are made up, or where live readings come from the
+        fake NVML world."""
+        header = self.timeline.trace_header
+        if header is None:
+            from jupyter_gpumem.sources.nvml import is_fake
+
+            return ["synthetic"] if self.live and is_fake() else []
+        return ["replay", "synthetic"] if header.get("synthetic") else ["replay"]
+
+    @property
+    def window_s(self) -> float:
+        return self.window_min * 60.0
+
+    def _build_widgets(self) -> None:
+        W = self._W
+        self.header = W.HTML(layout=W.Layout(width="100%"))
+        self.status_box = W.HTML(layout=W.Layout(width="100%"))
+        self.empty = W.HTML(layout=W.Layout(width="100%"))
+        self.tabs = W.Tab()
+        self.body = W.VBox([self.empty])
+        self.pause_button = W.ToggleButton(value=False, description="Pause", icon="pause", tooltip="Pause or resume updates")
+        intervals = sorted(set(INTERVALS) | {self.interval})
+        self.interval_box = W.Dropdown(options=[(f"{v:g} s", v) for v in intervals], value=self.interval, description="every", layout=W.Layout(width="150px"))
+        windows = sorted(set(WINDOWS_MIN) | {self.window_min})
+        self.window_box = W.Dropdown(options=[(_minutes(v), v) for v in windows], value=self.window_min, description="window", layout=W.Layout(width="170px"))
+        self.csv_button = W.Button(description="CSV", icon="download", tooltip="Export the window as CSV")
+        self.trace_button = W.Button(description="trace", icon="download", tooltip="Export the window as a trace file (JSON Lines)")
+        self.clear_button = W.Button(description="Clear", icon="eraser", tooltip="Clear the view")
+        self.message = W.HTML()
+        for w in (self.pause_button, self.csv_button, self.trace_button, self.clear_button):
+            w.layout = W.Layout(width="auto")
+        if not self.live:  # a recording has nothing to pause and no interval
+            self.pause_button.disabled = self.interval_box.disabled = True
+        self.pause_button.observe(self._on_pause, names="value")
+        self.interval_box.observe(self._on_interval, names="value")
+        self.window_box.observe(self._on_window, names="value")
+        self.csv_button.on_click(lambda _: self._export(self.export_csv))
+        self.trace_button.on_click(lambda _: self._export(self.export_trace))
+        self.clear_button.on_click(lambda _: self.clear())
+        controls = W.HBox(
+            [self.pause_button, self.interval_box, self.window_box, self.csv_button, self.trace_button, self.clear_button, self.message],
+            layout=W.Layout(flex_flow="row wrap", align_items="center"),
+        )
+        self.root = W.VBox([self.header, self.status_box, controls, self.body])
+        self.root.add_class("jupyter-gpumem-monitor")
+
+    def _replace_previous_in_cell(self) -> None:
+        cell = _current_cell_id()
+        if cell is None:
+            return
+        old = _by_cell.get(cell)
+        if old is not None and old is not self:
+            old.close()
+        _by_cell[cell] = self
+
+    def _subscribe(self) -> None:
+        self._sub = self.sampler.subscribe(self._on_sample, interval=self.interval)
+
+    def _window_start(self, end: Sample | None) -> float | None:
+        """Where the window that ends at ``end`` starts (and "clear" moves it up)."""
+        start = end.t - self.window_s if end is not None else None
+        if self._since is not None:
+            start = self._since if start is None else max(start, self._since)
+        return start
+
+    def _source_samples(self) -> list[Sample]:
+        return self.timeline.samples(self._window_start(self.timeline.latest()))
+
+    def _source_events(self) -> list[Event]:
+        return self.timeline.events(self._since)
+
+    def _load_history(self) -> None:
+        """Draw what the timeline already holds, in one go."""
+        with self._lock:
+            for view in self._views.values():
+                view.fig.close()  # a new window draws new plots
+            self._views.clear()
+            self._not_drawn = set()
+            self._events = self._source_events()
+            self._latest = self._first_t = None
+            for sample in self._source_samples():
+                self._ingest(sample)
+            for view in self._views.values():
+                view.series.expire()
+            cells = self._cells()
+            for view in self._views.values():
+                view.redraw(cells)
+            self._refresh_layout()
+
+    # --- data in -------------------------------------------------------------------------
+
+    def _wanted(self, sample: Sample) -> list[int]:
+        keys = device_keys(sample)
+        return keys if self.device is None else [k for k in keys if k == self.device]
+
+    def _ingest(self, sample: Sample) -> tuple[dict, bool]:
+        """Add a sample to each device's series; returns the new point per device and whether
+        a new device appeared."""
+        self._latest = sample
+        if self._first_t is None:
+            self._first_t = sample.t
+        points = {}
+        new_device = False
+        for key in self._wanted(sample):
+            view = self._views.get(key)
+            if view is None and len(self._views) >= MAX_DRAWN_DEVICES:
+                self._not_drawn.add(key)
+                continue
+            if view is None:
+                dev = sample.device(key)
+                name = (dev.name if dev is not None else "") or "JAX device"
+                view = DeviceView(key, f"GPU {key}: {name}", self.window_s, self.max_points, self.labels, self._lock)
+                self._views[key] = view
+                new_device = True
+            row = row_for(sample, key)
+            view.series.add(sample.t, row)
+            points[key] = (sample.t, row)
+        return points, new_device
+
+    def _cells(self) -> list:
+        """Cell runs to mark: those after the window's start and after the first sample drawn
+        (older ones would stand in an empty strip before the readings)."""
+        since = self._window_start(self._latest)
+        if self._first_t is not None:
+            since = self._first_t if since is None else max(since, self._first_t)
+        return cell_markers(self._events, since=since)
+
+    def _on_sample(self, sample: Sample) -> None:
+        """Runs on the sampler thread; must never raise (a closed front end included)."""
+        if self._closed or self._paused:
+            return
+        try:
+            with self._lock:
+                if self._closed:
+                    return
+                if self._dead():
+                    self.close()
+                    return
+                last = self._latest.t if self._latest is not None else None
+                self._events.extend(self.timeline.events(last if last is not None else sample.t - self.interval))
+                self._trim_events()
+                self._apply([sample])
+        except Exception:
+            # A front end that went away (notebook closed, kernel shutting down) ends the monitor.
+            self.close()
+
+    def _apply(self, samples: list[Sample]) -> None:
+        points_all: dict = {}
+        appeared = False
+        for sample in samples:
+            points, new_device = self._ingest(sample)
+            appeared |= new_device
+            for key, point in points.items():
+                points_all.setdefault(key, []).append(point)
+        cells = self._cells()
+        for key, view in self._views.items():
+            view.series.expire()
+            if not view.drawn:
+                view.redraw(cells)
+            else:
+                view.update(points_all.get(key, []), cells)
+        if appeared or not self._views:
+            self._refresh_layout()  # also keeps the empty state's reason current
+        self._refresh_header()
+        with self._updated:
+            self.updates += 1
+            self._updated.notify_all()
+
+    def wait_for_update(self, after: int, timeout: float = 10.0) -> bool:
+        """Wait until more than ``after`` updates have been drawn; False on timeout."""
+        with self._updated:
+            return self._updated.wait_for(lambda: self.updates > after, timeout=timeout)
+
+    def _trim_events(self) -> None:
+        if self._latest is None:
+            return
+        cutoff = self._latest.t - self.window_s
+        if self._events and self._events[0].t < cutoff:
+            self._events = [e for e in self._events if e.t >= cutoff]
+
+    def _dead(self) -> bool:
+        return getattr(self.root, "comm", True) is None
+
+    # --- what is on screen ---------------------------------------------------------------
+
+    def _refresh_layout(self) -> None:
+        views = [self._views[k] for k in sorted(self._views)]
+        reason = nothing_to_show(self._latest) if not views else None
+        if not views:
+            self.empty.value = self._empty_html(reason)
+            self.body.children = (self.empty,)
+        elif len(views) == 1:
+            if self.body.children != (views[0].fig,):
+                self.body.children = (views[0].fig,)
+        else:
+            self.tabs.children = tuple(v.fig for v in views)
+            # All titles in one assignment: set_title per tab copies and re-validates the whole
+            # list each time (ipywidgets 8.1 Tab.set_title), quadratic in devices.
+            self.tabs.titles = tuple(v.title for v in views)
+            self.body.children = (self.tabs,)
+        self._refresh_header()
+
+    def _empty_html(self, reason: str | None) -> str:
+        if reason is None and self.device is not None:
+            reason = f"GPU {self.device} is not in the readings; choose another with --device N, or --device all."
+        reason = reason or "Nothing to show yet."
+        hint = ""
+        if self.live:
+            hint = "<div style='opacity:.75'>The view fills in by itself once there is something to draw.</div>"
+        return (
+            "<div class='jupyter-gpumem-empty' style='padding:12px;border:1px dashed var(--jp-border-color1,#bbb);"
+            "border-radius:4px'><b>Nothing to draw.</b> " + html.escape(reason) + hint + "</div>"
+        )
+
+    def _refresh_header(self) -> None:
+        now = time.time()
+        if self.live and now - self._status_at > _STATUS_EVERY_S:
+            self._status_at = now
+            self._about_html = self._status_block()
+        value = self.header_html()
+        if self.header.value != value:
+            self.header.value = value
+        if self.status_box.value != self._about_html:
+            self.status_box.value = self._about_html  # changes rarely: kept out of the per-tick header
+
+    def _status_block(self) -> str:
+        from jupyter_gpumem.settings.status import status
+
+        return status_block(status())  # each source inside answers NotAvailable rather than raising
+
+    def header_html(self) -> str:
+        """The header: labels and state, the latest numbers per device, settings and warnings."""
+        title = "<b>GPU memory</b>"
+        if self.labels:
+            tag = " ".join(f"<span class='jupyter-gpumem-label'>{html.escape(x.upper())}</span>" for x in self.labels)
+            title += f" <span style='color:#b35806;font-weight:bold'>{tag}</span>"
+        state = ["paused" if self._paused else f"live, every {self.interval:g} s"] if self.live else []
+        state.append(f"window {_minutes(self.window_min)}")
+        title += f" <span style='opacity:.75'>({', '.join(state)})</span>"
+        lines = [title]
+        for key in sorted(self._views):
+            lines.append(self._numbers_line(self._views[key]))
+        if self._not_drawn:
+            lines.append(f"<div style='color:#b35806'>{len(self._not_drawn):,} more GPUs in the readings are not drawn "
+                         f"(at most {MAX_DRAWN_DEVICES} at once): choose one with --device N</div>")
+        if self._latest is not None:
+            notes = {key: notes_for(self._latest, key) for key in self._views}
+            lines.extend(f"<div style='opacity:.8'>{html.escape(line)}</div>" for line in grouped_notes(notes))
+        return "<div class='jupyter-gpumem-header' style='line-height:1.5'>" + "".join(
+            f"<div>{x}</div>" if not x.startswith("<div") else x for x in lines if x
+        ) + "</div>"
+
+    def _numbers_line(self, view: DeviceView) -> str:
+        v = view.series.latest or {}
+        parts = []
+
+        def add(label: str, name: str) -> None:
+            if v.get(name) is not None:
+                parts.append(f"{label} <b>{bytes_or_na(v[name])}</b>")
+
+        add("JAX arrays", "jax_in_use")
+        add("pool unused", "pool_unused")
+        add("outside JAX", "outside_jax")
+        add("other processes", "other_processes")
+        add("host pids (this kernel or not)", "host_pids")
+        add("unattributed", "unattributed") if v.get("unattributed") else None
+        add("free", "free")
+        add("of", "total")
+        add("limit", "bytes_limit")
+        add("peak", "peak_in_use")
+        if v.get("fragmentation") is not None:
+            parts.append(f"fragmentation <b>{v['fragmentation'] * 100:.0f}%</b>")
+        add("largest free block", "largest_free_block")
+        add("headroom", "headroom")
+        add("CUDA pool reserved", "pool_reserved")
+        add("used", "pool_used")
+        return f"<span>{html.escape(view.title)}:</span> " + " · ".join(parts)
+
+    def _repr_mimebundle_(self, **kwargs: Any):
+        return self.root._repr_mimebundle_(**kwargs)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.root)
+
+    # --- controls ------------------------------------------------------------------------
+
+    def _on_pause(self, change: dict) -> None:
+        self.pause() if change["new"] else self.resume()
+
+    def pause(self) -> None:
+        """Stop drawing; the sampler keeps recording, so resume() catches up."""
+        self._paused = True
+        self.pause_button.value = True
+        self.pause_button.description, self.pause_button.icon = "Resume", "play"
+        with self._lock:
+            self._refresh_header()
+
+    def resume(self) -> None:
+        with self._lock:
+            self._paused = False
+            self.pause_button.value = False
+            self.pause_button.description, self.pause_button.icon = "Pause", "pause"
+            if self.live and self._latest is not None:
+                missed = self.timeline.samples(self._latest.t)
+                self._events.extend(self.timeline.events(self._latest.t))
+                if missed:
+                    self._apply(missed)
+            self._refresh_header()
+
+    def _on_interval(self, change: dict) -> None:
+        self.set_interval(change["new"])
+
+    def set_interval(self, seconds: float) -> None:
+        self.interval = check_interval(seconds)
+        if self.interval_box.value != self.interval:
+            self.interval_box.value = self.interval
+        if self._sub is not None and not self._closed:
+            self._sub.close()
+            self._subscribe()
+        with self._lock:
+            self._refresh_header()
+
+    def _on_window(self, change: dict) -> None:
+        self.set_window(change["new"])
+
+    def set_window(self, minutes: float) -> None:
+        self.window_min = check_window(minutes)
+        if self.window_box.value != self.window_min:
+            self.window_box.value = self.window_min
+        self._load_history()
+
+    def clear(self) -> None:
+        """Forget what is drawn; the view restarts from the next reading."""
+        with self._lock:
+            self._since = self._latest.t if self._latest is not None else time.time()
+            self._load_history()
+
+    def _export(self, fn) -> None:
+        try:
+            path = fn()
+            self.message.value = f"saved <code>{html.escape(path)}</code>"
+        except Exception as exc:
+            self.message.value = f"<span style='color:#b35806'>export failed: {html.escape(str(exc))}</span>"
+
+    def _export_name(self, ext: str) -> str:
+        return datetime.now().strftime(f"gpumem-%Y%m%d-%H%M%S.{ext}")
+
+    def export_csv(self, path: str | os.PathLike | None = None) -> str:
+        """Write the window's samples as CSV (bytes; see series.csv_rows); returns the path."""
+        import csv
+
+        path = os.fspath(path or self._export_name("csv"))
+        keys = sorted(self._views) if self._views else None
+        with replaced_on_success(path, encoding="utf-8", newline="") as fh:
+            csv.writer(fh).writerows(csv_rows(self._source_samples(), keys))
+        return path
+
+    def export_trace(self, path: str | os.PathLike | None = None) -> str:
+        """Write the window's samples and events as a trace file (JSON Lines); returns the path."""
+        from jupyter_gpumem.sources.nvml import is_fake
+        from jupyter_gpumem.core.tracefile import TraceWriter, header_devices
+
+        path = os.fspath(path or self._export_name("jsonl"))
+        samples = self._source_samples()
+        # A recording keeps its own header; readings taken here are made up only in the fake world.
+        fields = {k: v for k, v in (self.timeline.trace_header or {}).items() if k not in ("kind", "format")}
+        fields.setdefault("synthetic", is_fake())
+        if samples:
+            fields.setdefault("devices", header_devices(samples[-1].devices))
+        items: list = [*samples, *self._source_events()]
+        items.sort(key=lambda x: x.t)
+        with replaced_on_success(path, encoding="utf-8") as fh, TraceWriter(path, fields, file=fh) as writer:
+            for item in items:
+                (writer.write_sample if isinstance(item, Sample) else writer.write_event)(item)
+        return path
+
+    # --- shutdown ------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop updates and close the widgets. Idempotent; leaves no thread behind."""
+        if self._closed:
+            return
+        self._closed = True
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            sub.close()
+        for view in list(self._views.values()):
+            with contextlib.suppress(Exception):
+                view.fig.close()
+        with contextlib.suppress(Exception):
+            self.root.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if not self._closed and self._sub is not None:
+                self._sub.close()

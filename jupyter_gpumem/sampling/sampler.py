@@ -1,0 +1,309 @@
+"""One sampler per process: reads every source, keeps a bounded Timeline, notifies subscribers.
+
+A single daemon thread runs only while somebody is subscribed; with no subscriber there is no
+thread at all. Nothing here raises into the kernel: a source that fails becomes a
+``NotAvailable(ERROR, ...)`` in that sample, and a subscriber that fails is logged and left out
+of nothing else. Importing this module is cheap (no jax, pynvml, plotly or ipywidgets).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from jupyter_gpumem.core import sites
+from jupyter_gpumem.core.attribution import pid_in_namespace
+from jupyter_gpumem.sampling.cell_hooks import CellHooks
+from jupyter_gpumem.core.magic_args import check_interval
+from jupyter_gpumem.core.readings import ERROR, DeviceReading, Event, NotAvailable, Sample, Timeline
+from jupyter_gpumem.sources.torch_memory import read_torch
+
+log = logging.getLogger(__name__)
+# How long closing the last subscription waits for a reading in progress to finish.
+_JOIN_TIMEOUT = 10.0
+
+SampleCallback = Callable[[Sample], None]
+EventCallback = Callable[[Event], None]
+
+
+class Subscription:
+    """A handle on a subscriber; ``close()`` stops its callbacks (idempotent)."""
+
+    def __init__(self, sampler: "Sampler", callback: Callable, interval: float | None):
+        self._sampler = sampler
+        self.callback = callback
+        self.interval = interval
+        self.last_t: float | None = None
+        self.closed = False
+
+    def close(self) -> None:
+        self._sampler._unsubscribe(self)
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _safely(read: Callable[[], Any], what: str) -> Any:
+    try:
+        return read()
+    except Exception as exc:  # a source must never take the kernel down
+        log.debug("reading %s failed", what, exc_info=True)
+        return NotAvailable(ERROR, f"reading {what} failed: {type(exc).__name__}: {exc}")
+
+
+class Sampler:
+    """Samples ``read_devices`` (NVML) and ``read_jax`` (JAX allocators) into a Timeline.
+
+    ``interval`` is the default period; each subscriber may ask for its own, and the thread
+    runs at the smallest one asked for. An interval out of range raises MagicUsageError.
+    """
+
+    def __init__(
+        self,
+        read_devices: Callable[[], Any],
+        read_jax: Callable[[], Any],
+        interval: float = 0.5,
+        timeline: Timeline | None = None,
+        clock: Callable[[], float] = time.time,
+        *,
+        pid: int | None = None,
+        pid_exists: Callable[[int], bool] | None = None,
+    ):
+        self.read_devices = read_devices
+        self.read_jax = read_jax
+        self.interval = check_interval(interval)
+        self.timeline = timeline if timeline is not None else Timeline()
+        self.clock = clock
+        self.pid = os.getpid() if pid is None else pid
+        self.pid_exists = pid_exists if pid_exists is not None else _pid_exists
+        self._lock = threading.Lock()  # guards subscriptions and the thread handle
+        self._sample_lock = threading.Lock()  # one reading at a time
+        self._wake = threading.Event()
+        self._subs: list[Subscription] = []
+        self._event_subs: list[Subscription] = []
+        self._thread: threading.Thread | None = None
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def sample_once(self) -> Sample:
+        """Read every source now, append the Sample to the timeline and return it."""
+        with self._sample_lock:
+            devices = _safely(self.read_devices, "GPU devices (NVML)")
+            not_here = _safely(lambda: pids_not_here(devices, self.pid_exists), "which NVML pids are processes here")
+            jax = _safely(self.read_jax, "JAX devices")
+            torch = _safely(read_torch, "PyTorch's CUDA allocator")
+            sample = Sample(t=self.clock(), pid=self.pid, devices=devices, jax=jax,
+                            pids_not_here=None if isinstance(not_here, NotAvailable) else not_here, torch=torch)
+            self.timeline.append(sample)
+        return sample
+
+    def add_event(self, name: str, /, **data: Any) -> Event:
+        """Record an event now (cell start/end, OOM, settings, marker); cheap, never raises."""
+        event = Event(t=self.clock(), name=name, data=data)
+        self._publish_event(event)
+        return event
+
+    def _publish_event(self, event: Event) -> None:
+        self.timeline.add_event(event)
+        with self._lock:
+            subs = list(self._event_subs)
+        for sub in subs:
+            _call(sub, event)
+
+    # --- subscriptions ---------------------------------------------------------------------
+
+    def subscribe(self, callback: SampleCallback, interval: float | None = None) -> Subscription:
+        """Call ``callback(sample)`` on the sampler thread every ``interval`` seconds.
+
+        Starts the thread if it is not running. ``close()`` the returned Subscription to stop;
+        the thread ends when the last one closes.
+        """
+        if interval is not None:
+            interval = check_interval(interval)
+        sub = Subscription(self, callback, interval)
+        with self._lock:
+            self._subs.append(sub)
+            if self._thread is None:
+                self._wake = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._wake,), name="jupyter-gpumem-sampler", daemon=True
+                )
+                self._thread.start()
+            wake = self._wake
+        wake.set()  # re-plan with the new interval
+        return sub
+
+    def subscribe_events(self, callback: EventCallback) -> Subscription:
+        """Call ``callback(event)`` for every event, in the thread that adds it. Starts no thread."""
+        sub = Subscription(self, callback, None)
+        with self._lock:
+            self._event_subs.append(sub)
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            sub.closed = True
+            if sub in self._event_subs:
+                self._event_subs.remove(sub)
+                return
+            if sub in self._subs:
+                self._subs.remove(sub)
+            thread = None
+            if not self._subs and self._thread is not None:
+                # Retire this thread now; a later subscribe starts a fresh one.
+                thread, self._thread = self._thread, None
+            wake = self._wake
+        wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=_JOIN_TIMEOUT)
+
+    @property
+    def subscribers(self) -> int:
+        with self._lock:
+            return len(self._subs)
+
+    @property
+    def running(self) -> bool:
+        with self._lock:
+            return self._thread is not None
+
+    def effective_interval(self) -> float:
+        """The period the thread runs at: the smallest any subscriber asked for (a subscriber
+        that asked for none counts as the default ``interval``, as does having none)."""
+        with self._lock:
+            return min((s.interval if s.interval is not None else self.interval for s in self._subs), default=self.interval)
+
+    def stop(self) -> None:
+        """Close every subscription and wait for the thread to end."""
+        with self._lock:
+            subs = list(self._subs) + list(self._event_subs)
+        for sub in subs:
+            sub.close()
+
+    # --- the thread ------------------------------------------------------------------------
+
+    def _run(self, wake: threading.Event) -> None:
+        me = threading.current_thread()
+        next_due = time.monotonic()
+        while True:
+            with self._lock:
+                if self._thread is not me:
+                    return
+            interval = self.effective_interval()
+            now = time.monotonic()
+            if now < next_due:
+                # Event-based wait: subscribe/close/stop wake it at once.
+                wake.wait(next_due - now)
+                wake.clear()
+                continue
+            started = time.monotonic()
+            sample = self.sample_once()
+            with self._lock:
+                if self._thread is not me:
+                    return
+                subs = list(self._subs)
+            for sub in subs:
+                if sub.closed:
+                    continue
+                every = sub.interval if sub.interval is not None else self.interval
+                # A little slack so a 0.5 s subscriber is not skipped by jitter on a 0.5 s tick.
+                if sub.last_t is None or sample.t - sub.last_t >= every * 0.9 or sample.t < sub.last_t:
+                    sub.last_t = sample.t
+                    _call(sub, sample)
+            # A slow source skips ticks rather than queueing them.
+            elapsed = time.monotonic() - started
+            next_due = started + interval * max(1, math.ceil(elapsed / interval))
+
+
+_pid_exists = pid_in_namespace
+
+
+def pids_not_here(devices: Any, pid_exists: Callable[[int], bool]) -> frozenset[int]:
+    """The pids NVML lists that are not processes in this PID namespace (a container sees the
+    host's pids, NVIDIA/nvidia-docker#1483)."""
+    if isinstance(devices, NotAvailable):
+        return frozenset()
+    listed = {p.pid for d in devices if isinstance(d, DeviceReading) and not isinstance(d.processes, NotAvailable)
+              for p in d.processes}
+    return frozenset(pid for pid in listed if not pid_exists(pid))
+
+
+def _call(sub: Subscription, item: Any) -> None:
+    try:
+        sub.callback(item)
+    except Exception:
+        log.exception("a jupyter-gpumem subscriber failed; it stays subscribed, the others are unaffected")
+
+
+# --- the process's sampler ---------------------------------------------------------------------
+
+_sampler: Sampler | None = None
+_sampler_lock = threading.Lock()
+
+
+class _LazyNvml:
+    """Creates the NVML source on first read, in the sampler thread, so import stays cheap."""
+
+    def __init__(self) -> None:
+        self._source: Any = None
+
+    def __call__(self) -> Any:
+        if self._source is None:
+            from jupyter_gpumem.sources.nvml import NvmlSource
+
+            self._source = NvmlSource()
+        return self._source.read()
+
+
+def _read_jax() -> Any:
+    from jupyter_gpumem.settings.apply import read_jax_devices
+
+    return read_jax_devices()
+
+
+def get_sampler() -> Sampler:
+    """This process's sampler (created on first call; starts no thread by itself)."""
+    global _sampler
+    with _sampler_lock:
+        if _sampler is None:
+            _sampler = Sampler(_LazyNvml(), _read_jax)
+        return _sampler
+
+
+# --- IPython cell events -----------------------------------------------------------------------
+
+_cell_hooks = CellHooks()
+
+
+def register_cell_events(shell: Any, sampler: Sampler | None = None) -> None:
+    """Add ``cell_start``/``cell_end`` events to the sampler's timeline for each cell run.
+
+    Idempotent per shell. The hooks only append an event: no sampling, no imports.
+    """
+    if shell in _cell_hooks:
+        return
+    target = sampler if sampler is not None else get_sampler()
+
+    # IPython 9.8+ counts the cell before pre_run_cell fires, earlier ones after the cell ran
+    # (sites.counts_cells_first)
+    def pre_run_cell(info: Any = None) -> None:
+        count = sites.running_cell_number(shell, stored=getattr(info, "store_history", True))
+        target.add_event("cell_start", execution_count=count)
+
+    def post_run_cell(result: Any = None) -> None:
+        count = sites.finished_cell_number(result)
+        target.add_event("cell_end", execution_count=count, success=bool(getattr(result, "success", True)))
+
+    _cell_hooks.add(shell, pre_run_cell, post_run_cell)
+
+
+def unregister_cell_events(shell: Any) -> None:
+    """Remove the hooks ``register_cell_events`` added; a no-op if there are none."""
+    _cell_hooks.remove(shell)

@@ -1,0 +1,116 @@
+"""Which of NVML's processes on a GPU is this process: by pid, by elimination, or it cannot tell.
+
+Inside a container NVML lists the host's pids (NVIDIA/nvidia-docker#1483), so this process's
+own pid is not among them; the evidence is the listed pids that are not processes here.
+tests/test_containers.py runs the same cases through the monitor, the OOM report and the server.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_gpumem.core.attribution import (
+    BY_ELIMINATION,
+    BY_PID,
+    CANNOT_TELL,
+    HIDDEN,
+    NOT_LISTED,
+    attribute,
+    jax_pool_on,
+)
+from jupyter_gpumem.core.readings import (
+    NO_STATS,
+    NOT_STARTED,
+    PIDS_HIDDEN,
+    DeviceReading,
+    JaxDeviceReading,
+    NotAvailable,
+    ProcessReading,
+    Sample,
+    normalise_stats,
+)
+
+GiB = 1024**3
+ME = 57  # this process's pid in its own namespace
+
+
+def gpu(*procs: ProcessReading) -> DeviceReading:
+    used = sum(p.used_bytes for p in procs if isinstance(p.used_bytes, int))
+    return DeviceReading(0, "NVIDIA A100-SXM4-40GB", "GPU-0", 40 * GiB, used, 40 * GiB - used, processes=procs)
+
+
+def test_own_pid_listed_is_this_process_and_the_rest_are_others():
+    who = attribute(gpu(ProcessReading(ME, 20 * GiB), ProcessReading(99, 5 * GiB)), ME, set(), jax_pool=16 * GiB)
+    assert (who.how, who.own_bytes, [p.pid for p in who.others]) == (BY_PID, 20 * GiB, [99])
+
+
+def test_a_listed_pid_that_is_no_process_here_beside_this_one_is_gone_not_another_to_name():
+    who = attribute(gpu(ProcessReading(ME, 20 * GiB), ProcessReading(4_200_999, 5 * GiB)), ME, {4_200_999}, 16 * GiB)
+    assert (who.how, who.others, [p.pid for p in who.gone]) == (BY_PID, (), [4_200_999])
+
+
+def test_not_listed_without_evidence_holds_nothing_nvml_counts():
+    who = attribute(gpu(ProcessReading(99, 5 * GiB)), ME, set(), jax_pool=None)
+    assert (who.how, who.own_bytes, [p.pid for p in who.others]) == (NOT_LISTED, 0, [99])
+
+
+def test_without_evidence_pids_are_matched_as_they_are():
+    # An old trace: nobody looked which pids were processes here.
+    who = attribute(gpu(ProcessReading(812_345, 30 * GiB)), ME, None, jax_pool=24 * GiB)
+    assert (who.how, who.own_bytes) == (NOT_LISTED, 0)
+
+
+def test_the_one_host_pid_is_this_process_when_jax_runs_on_the_gpu():
+    host = ProcessReading(812_345, 30 * GiB)
+    who = attribute(gpu(host, ProcessReading(99, 2 * GiB)), ME, {812_345}, jax_pool=24 * GiB)
+    assert (who.how, who.own, who.own_pid, who.own_bytes) == (BY_ELIMINATION, (host,), 812_345, 30 * GiB)
+    assert [p.pid for p in who.others] == [99]
+    assert who.reason.startswith("NVML lists this process as pid 812345")
+
+
+def test_a_host_pid_listed_twice_is_still_one_process():
+    entries = (ProcessReading(812_345, 20 * GiB), ProcessReading(812_345, 10 * GiB))
+    who = attribute(gpu(*entries), ME, {812_345}, jax_pool=24 * GiB)
+    assert (who.how, who.own_bytes) == (BY_ELIMINATION, 30 * GiB)
+
+
+@pytest.mark.parametrize(
+    "procs, jax_pool, why",
+    [
+        ((ProcessReading(812_345, 12 * GiB), ProcessReading(812_399, 6 * GiB)), 4 * GiB, "which of them"),
+        ((ProcessReading(812_345, 30 * GiB),), None, "JAX does not run on this GPU"),
+        ((ProcessReading(812_345, 2 * GiB),), 24 * GiB, "less memory than JAX's pool"),
+    ],
+    ids=["two host pids", "jax not on this gpu", "less than jax's pool"],
+)
+def test_cannot_tell_which_is_this_process_and_says_why(procs, jax_pool, why):
+    who = attribute(gpu(*procs), ME, {p.pid for p in procs}, jax_pool)
+    assert (who.how, who.own, who.unknown) == (CANNOT_TELL, (), procs)
+    assert why in who.reason
+    assert who.own_bytes == NotAvailable(PIDS_HIDDEN, who.reason)
+
+
+def test_processes_nvml_does_not_list_are_hidden_with_its_reason():
+    dev = DeviceReading(0, "A100", "GPU-0", 40 * GiB, 20 * GiB, 20 * GiB, processes=NotAvailable(PIDS_HIDDEN, "MIG"))
+    who = attribute(dev, ME, set(), jax_pool=0)
+    assert (who.how, who.reason) == (HIDDEN, "MIG")
+
+
+def sample_with(jax) -> Sample:
+    return Sample(t=1.0, pid=ME, devices=(gpu(),), jax=jax)
+
+
+def test_jax_pool_on_a_gpu_is_what_its_allocator_holds():
+    stats = normalise_stats({"bytes_in_use": GiB, "pool_bytes": 24 * GiB}, "bfc")
+    assert jax_pool_on(sample_with((JaxDeviceReading(0, "gpu", "A100", 0, stats),)), 0) == 24 * GiB
+
+
+def test_jax_started_with_no_statistics_still_runs_on_the_gpu():
+    no_stats = NotAvailable(NO_STATS, "the platform allocator reports none")
+    assert jax_pool_on(sample_with((JaxDeviceReading(0, "gpu", "A100", 0, no_stats),)), 0) == 0
+
+
+def test_jax_not_started_or_elsewhere_is_not_known_to_run_on_the_gpu():
+    assert jax_pool_on(sample_with(NotAvailable(NOT_STARTED, "not yet")), 0) is None
+    stats = normalise_stats({"bytes_in_use": GiB, "pool_bytes": 24 * GiB}, "bfc")
+    assert jax_pool_on(sample_with((JaxDeviceReading(0, "gpu", "A100", 1, stats),)), 0) is None

@@ -1,0 +1,212 @@
+"""``%gpumem peak CALL``: real CPU programs compiled with XLA's dump on, never run.
+
+The dump's files and layout are XLA's (openxla/xla xla/service/buffer_assignment.cc
+``BufferAssignment::ToString`` and ``HloLiveRange::ToString``; read on CPU JAX 0.4.38, 0.7.2 and
+0.10.2: 0.4.38 and 0.7.2 write the values and live ranges into ``*buffer-assignment.txt``,
+0.10.2 into ``*buffer-assignment-values.txt`` and ``*-live-range.txt``, and its HLO gives
+sources through ``stack_frame_id``). Totals are asserted against the compiled program's own
+``memory_analysis()``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import os
+import tempfile
+
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+from jupyter_gpumem.doctor import peak_buffers  # noqa: E402
+from jupyter_gpumem.doctor.peak_report import magic_peak, peak  # noqa: E402
+from jupyter_gpumem.core.magic_args import MagicUsageError  # noqa: E402
+from jupyter_gpumem.kernel.magics import parse_line, run_command  # noqa: E402
+
+MiB = 1 << 20
+
+
+def _compiler_options_supported() -> bool:
+    compile_ = getattr(getattr(jax, "stages", None), "Lowered", None)
+    return compile_ is not None and "compiler_options" in inspect.signature(compile_.compile).parameters
+
+
+pytestmark = [
+    pytest.mark.jax_versions,
+    pytest.mark.skipif(not _compiler_options_supported(),
+                       reason="this JAX's Lowered.compile takes no compiler_options, so no dump can be asked for"),
+]
+
+
+def layer(h, w):
+    return jnp.tanh(h @ w), None
+
+
+def scan_loss(w, x):
+    h, _ = jax.lax.scan(layer, x, w)
+    return (h ** 2).sum()
+
+
+def upcast_matmul(x, w):
+    return x.astype(jnp.float32) @ w
+
+
+def update(p, g):
+    return p - 0.1 * g
+
+
+def outer(x):
+    return jnp.outer(x, x)
+
+
+def _memory_of(fn, *args):
+    analysis = jax.jit(fn).lower(*args).compile().memory_analysis()
+    return analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+
+
+def _agrees_with_memory_analysis(report, fn, *args):
+    m = _memory_of(fn, *args)
+    p = report.peak
+    assert (p.argument_bytes, p.output_bytes, p.temp_bytes, p.alias_bytes) == (
+        m.argument_size_in_bytes, m.output_size_in_bytes, m.temp_size_in_bytes, m.alias_size_in_bytes)
+    assert (report.memory.argument_bytes, report.memory.output_bytes, report.memory.temp_bytes) == (
+        m.argument_size_in_bytes, m.output_size_in_bytes, m.temp_size_in_bytes)
+
+
+def _scan_args():
+    return jnp.ones((16, 256, 256)) * 0.01, jnp.ones((512, 256))
+
+
+def test_scan_under_grad_puts_the_scan_line_first_and_asks_for_checkpoint():
+    w, x = _scan_args()
+    report = peak(jax.grad(scan_loss), w, x)
+    _agrees_with_memory_analysis(report, jax.grad(scan_loss), w, x)
+    top = report.lines_by_source[0]
+    scan_line = inspect.getsourcelines(scan_loss)[1] + 1
+    assert top.where.endswith(f"test_peak_report.py:{scan_line} in scan_loss") or \
+        top.where.endswith(f"test_peak_report.py:{scan_line}")  # 0.4.38/0.7.2 print no function names
+    # the forward scan stacks three f32[16,512,256] per-step values for the backward pass
+    stacked = [b for b in top.buffers if b.shape == "f32[16,512,256]"]
+    assert sum(b.size for b in stacked) >= 2 * 16 * 512 * 256 * 4
+    assert report.fixes[0].kind == "checkpoint"
+    assert "jax.checkpoint" in report.fixes[0].text and top.where in report.fixes[0].text
+
+
+def test_an_upcast_that_dominates_gets_the_dtype_fix():
+    x, w = jnp.ones((2048, 1024), jnp.bfloat16), jnp.ones((1024, 8), jnp.float32)
+    report = peak(upcast_matmul, x, w)
+    _agrees_with_memory_analysis(report, upcast_matmul, x, w)
+    fix = next(f for f in report.fixes if f.kind == "dtype")
+    assert "f32[2048,1024]" in fix.text and fix.saves == 4 * MiB  # half of the 8 MiB float32 copy
+
+
+def test_an_update_not_donated_gets_donate_argnums_for_its_first_argument():
+    p, g = jnp.ones((1024, 1024)), jnp.ones((1024, 1024))
+    report = peak(jax.jit(update), p, g)
+    _agrees_with_memory_analysis(report, update, p, g)
+    fix = next(f for f in report.fixes if f.kind == "donate")
+    assert "donate_argnums=(0,)" in fix.text and fix.saves == 4 * MiB
+
+
+def test_a_donated_update_gets_no_donate_fix_and_counts_the_alias():
+    p, g = jnp.ones((1024, 1024)), jnp.ones((1024, 1024))
+    report = peak(jax.jit(update, donate_argnums=0), p, g)
+    assert report.peak.alias_bytes == report.memory.alias_bytes == 4 * MiB
+    assert not [f for f in report.fixes if f.kind == "donate"]
+
+
+def test_outputs_that_dominate_are_said_not_to_be_a_remat_matter():
+    x = jnp.ones((2048,))
+    report = peak(outer, x)
+    _agrees_with_memory_analysis(report, outer, x)
+    assert [f.kind for f in report.fixes] == ["outputs"]
+    assert report.lines_by_source[0].roles == "output 16.00 MiB"
+
+
+def test_peak_adds_nothing_to_the_jitted_functions_cache_and_leaves_no_folder():
+    jitted = jax.jit(update)
+    p, g = jnp.ones((64,)), jnp.ones((64,))
+    before_dirs = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("gpumem-peak-")}
+    before = jitted._cache_size()
+    report = peak(jitted, p, g)
+    assert jitted._cache_size() == before
+    assert {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("gpumem-peak-")} == before_dirs
+    assert report.seconds > 0 and "compiled in" in str(report)
+
+
+class _Shell:
+    def __init__(self, ns):
+        self.user_ns = ns
+
+
+def test_the_magic_evaluates_the_arguments_and_does_not_run_the_call():
+    calls = []
+
+    def counted(p, g):
+        calls.append(1)  # runs while traced, once; a run would add more
+        return p - g
+
+    ns = {"counted": counted, "p": jnp.ones((256, 256)), "g": jnp.ones((256, 256))}
+    command = parse_line("peak counted(p, g)")
+    assert command.argv == ("counted(p, g)",)
+    report = magic_peak(list(command.argv), _Shell(ns))
+    assert report.expression == "counted(p, g)" and calls == [1]
+    assert report.to_json()["output_bytes"] == 256 * 256 * 4
+
+
+@pytest.mark.parametrize("line, words", [
+    ("peak", "CALL"),
+    ("peak step", "takes a call"),
+    ("peak step(", "not a Python expression"),
+    ("peak nothing_here(x)", "evaluating 'nothing_here' failed"),
+    ("peak value(x)", "is not callable"),
+])
+def test_bad_call_input_gets_a_clear_error_and_changes_nothing(line, words):
+    # IPython's user namespace holds __builtins__ (InteractiveShell.init_user_ns)
+    ns = {"__builtins__": builtins, "value": 3, "x": jnp.ones((4,))}
+    before = {k: id(v) for k, v in ns.items()}
+    with pytest.raises(MagicUsageError, match=words.replace("(", r"\(")):
+        run_command(parse_line(line), _Shell(ns))
+    assert {k: id(v) for k, v in ns.items()} == before
+
+
+def test_dump_parser_reads_the_while_state_as_its_loops_line():
+    """The state of a while loop (a scan's stacked values) is a parameter of its body and
+    condition, with no metadata of its own: ``loop_states`` names the loop's."""
+    hlo = ('%region_1.5 (arg_tuple.3: (s32[], f32[4])) -> pred[] {\n}\n'
+           'ENTRY %main.1 (x.1: f32[4]) -> f32[4] {\n'
+           '  %while.13 = (s32[], f32[4]{0}) while(%tuple.1), condition=%region_1.5, body=%region_0.4, '
+           'metadata={op_name="jit(loss)/jvp()/while" source_file="/x/cell.py" source_line=5}\n}\n')  # synthetic
+    assert peak_buffers.loop_states(hlo) == {
+        "arg_tuple.3": 'op_name="jit(loss)/jvp()/while" source_file="/x/cell.py" source_line=5}'}
+
+
+SESSION = os.path.join(os.path.dirname(os.path.dirname(__file__)), "kernel_session.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_a_real_cpu_oom_of_a_known_call_points_its_report_to_gpumem_peak(tmp_path):
+    """A jitted call that really fails on the CPU (16 TiB): the CPU's text has no peak buffers,
+    so the report names the call and the command, and compiles nothing more for it."""
+    import json
+    import subprocess
+    import sys
+
+    setup = ("import jax, jax.numpy as jnp\n@jax.jit\ndef blow(x):\n"
+             "    return jnp.zeros((2**42,), jnp.float32) + x.sum()\nx = jnp.ones(8)")
+    (tmp_path / "cells.json").write_text(json.dumps([setup, "y = blow(x)"]))
+    proc = subprocess.run([sys.executable, SESSION, "cells.json", "--ext"], capture_output=True, text=True, timeout=180,
+                          cwd=tmp_path, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                                             # this checkout first; a JAX put on the path by the matrix kept
+                                             "PYTHONPATH": os.pathsep.join([ROOT, *filter(None, os.environ.get(
+                                                 "PYTHONPATH", "").split(os.pathsep))])})
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("JSON")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(line[4:])[1]["out"]
+    lines = out[out.index("JAX ran out of memory (jupyter-gpumem doctor)"):].splitlines()
+    # the call's place is program_budget's (cell [2] line 1 where JAX is an installed package)
+    at = next(i for i, x in enumerate(lines) if x.startswith("Live at the peak of blow ("))
+    assert "`%gpumem peak blow(...)`" in lines[at + 1]
+    assert at < lines.index("Allocator settings in effect:")

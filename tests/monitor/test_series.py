@@ -1,0 +1,352 @@
+"""The monitor's data path: which series get which numbers, decimation, bounds, cells, CSV.
+
+Every expected number below is worked out by hand from the sample it is read from.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jupyter_gpumem import demo_traces
+from jupyter_gpumem.core.readings import (
+    NO_DRIVER,
+    NOT_STARTED,
+    PIDS_HIDDEN,
+    CudaPoolReading,
+    DeviceReading,
+    Event,
+    JaxDeviceReading,
+    NotAvailable,
+    ProcessReading,
+    Sample,
+    normalise_stats,
+)
+from jupyter_gpumem.monitor.series import (
+    BANDS,
+    SERIES_NAMES,
+    DeviceSeries,
+    cell_markers,
+    csv_rows,
+    decimate_rows,
+    device_keys,
+    nothing_to_show,
+    notes_for,
+    row_for,
+    series_values,
+)
+
+# bfc_sample and cuda_async_sample spell out the numbers the expectations below are worked out from.
+from doubles import PID, bfc_sample, cuda_async_sample
+
+GiB = 1 << 30
+
+
+def test_bfc_sample_puts_each_byte_in_its_band():
+    v = series_values(bfc_sample(), 0)
+    assert v["jax_in_use"] == 6 * GiB
+    assert v["pool_unused"] == 10 * GiB  # 16 pool - 6 in use
+    assert v["outside_jax"] == 4 * GiB  # 20 this process - 16 pool
+    assert v["other_processes"] == 30 * GiB  # 50 used - 20 this process
+    assert v["unattributed"] is None  # NVML names every process here
+    assert v["free"] == 30 * GiB
+
+
+def test_bands_add_up_to_the_device_total():
+    v = series_values(bfc_sample(), 0)
+    assert sum(v[b] or 0 for b in BANDS) == 80 * GiB
+
+
+def test_bfc_sample_lines_and_fragmentation():
+    v = series_values(bfc_sample(), 0)
+    assert (v["bytes_limit"], v["peak_in_use"], v["total"]) == (60 * GiB, 9 * GiB, 80 * GiB)
+    assert v["fragmentation"] == pytest.approx(0.6)  # (10 free - 4 largest) / 10 free
+    assert v["largest_free_block"] == 4 * GiB
+    assert v["headroom"] == 44 * GiB  # 60 limit - 16 pool
+    assert v["pool_reserved"] is None and v["pool_used"] is None
+
+
+def test_cuda_async_pool_comes_from_the_driver():
+    v = series_values(cuda_async_sample(), 0)
+    assert v["jax_in_use"] == 3 * GiB
+    assert v["pool_unused"] == 5 * GiB  # 8 reserved - 3 in use
+    assert v["outside_jax"] == 1 * GiB  # 9 this process - 8 pool
+    assert (v["pool_reserved"], v["pool_used"]) == (8 * GiB, 3 * GiB)
+    assert v["fragmentation"] is None and v["bytes_limit"] is None
+
+
+def test_cuda_async_preallocated_draws_its_limit_but_no_headroom():
+    # bytes_limit 60 GiB is the driver pool's release threshold, not a cap: no headroom band
+    dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 61 * GiB, 19 * GiB, processes=(ProcessReading(PID, 61 * GiB),))
+    stats = normalise_stats({"bytes_in_use": 20 * GiB, "bytes_limit": 60 * GiB, "largest_free_block_bytes": 0}, "cuda_async")
+    pool = CudaPoolReading(reserved_bytes=60 * GiB, reserved_high_bytes=60 * GiB, used_bytes=20 * GiB, used_high_bytes=20 * GiB)
+    v = series_values(Sample(1.0, PID, (dev,), (JaxDeviceReading(0, "gpu", "GPU", 0, stats, pool),)), 0)
+    assert (v["bytes_limit"], v["headroom"]) == (60 * GiB, None)
+    assert (v["pool_unused"], v["outside_jax"]) == (40 * GiB, 1 * GiB)  # 60 - 20; 61 - 60
+
+
+def test_hidden_pids_leave_the_rest_unattributed():
+    s = bfc_sample()
+    dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 50 * GiB, 30 * GiB, processes=NotAvailable(PIDS_HIDDEN, "in a container"))
+    v = series_values(Sample(s.t, PID, (dev,), s.jax), 0)
+    assert v["unattributed"] == 34 * GiB  # 50 used - 16 pool
+    assert v["outside_jax"] is None and v["other_processes"] is None
+    assert "hidden" in " ".join(notes_for(Sample(s.t, PID, (dev,), s.jax), 0))
+
+
+def test_jax_not_started_draws_nvml_bands_only():
+    s = bfc_sample()
+    v = series_values(Sample(s.t, PID, s.devices, NotAvailable(NOT_STARTED, "not yet")), 0)
+    assert v["jax_in_use"] is None and v["pool_unused"] is None
+    assert v["outside_jax"] == 20 * GiB and v["other_processes"] == 30 * GiB
+
+
+def test_no_driver_and_jax_not_started_explains_both():
+    s = Sample(0.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x"))
+    reason = nothing_to_show(s)
+    assert "the NVIDIA driver is not loaded" in reason
+    assert "will start when JAX does" in reason
+
+
+def test_jax_on_cpu_explains_no_allocator_stats():
+    cpu = JaxDeviceReading(0, "cpu", "cpu", None, normalise_stats(None, "bfc", platform="cpu"))
+    s = Sample(0.0, PID, NotAvailable(NO_DRIVER, "no driver"), (cpu,))
+    assert device_keys(s) == []
+    assert "JAX is running on the CPU, which keeps no allocator statistics" in nothing_to_show(s)
+
+
+def test_a_readable_device_leaves_nothing_to_explain():
+    assert nothing_to_show(bfc_sample()) is None
+
+
+# --- decimation ----------------------------------------------------------------------------
+
+values = st.one_of(st.none(), st.integers(min_value=0, max_value=10**12))
+
+
+@st.composite
+def tables(draw):
+    width = draw(st.integers(1, 4))
+    rows = draw(st.lists(st.tuples(*[values] * width), min_size=1, max_size=400))
+    max_rows = draw(st.integers(2 + 2 * width, 60))
+    return rows, max_rows
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables())
+def test_decimation_keeps_every_columns_peak_and_trough(table):
+    rows, max_rows = table
+    keep = decimate_rows(rows, max_rows)
+    assert len(keep) <= max(max_rows, 0) and keep == sorted(set(keep))
+    kept = [rows[i] for i in keep]
+    for c in range(len(rows[0])):
+        col = [r[c] for r in rows if r[c] is not None]
+        if col:
+            assert max(col) in [r[c] for r in kept]
+            assert min(col) in [r[c] for r in kept]
+
+
+@settings(max_examples=50, deadline=None)
+@given(tables())
+def test_decimation_keeps_first_and_last_rows(table):
+    rows, max_rows = table
+    keep = decimate_rows(rows, max_rows)
+    assert keep[0] == 0 and keep[-1] == len(rows) - 1
+
+
+def test_decimation_refuses_a_budget_below_two_per_column():
+    with pytest.raises(ValueError, match="at least 2 \\+ 2 per column"):
+        decimate_rows([(1, 2)] * 10, 5)
+
+
+_PLOT_JS = Path(__file__).parents[2] / "jupyter_gpumem" / "monitor" / "monitor_plot.js"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="the browser's thinning runs in node")
+def test_the_browser_thins_a_live_plot_by_the_same_rule(tmp_path):
+    # monitor_plot.js's extremeRows, run in node on the tables decimate_rows is given: the same rows.
+    rng = random.Random(7)
+    cases = []
+    for _ in range(60):
+        width = rng.randint(1, 4)
+        spread = rng.choice([3, 10**12])  # few distinct values: ties must break the same way
+        rows = [tuple(None if rng.random() < 0.1 else rng.randint(0, spread) for _ in range(width))
+                for _ in range(rng.randint(1, 400))]
+        cases.append((rows, rng.randint(2 + 2 * width, 60)))
+    module = tmp_path / "monitor_plot.mjs"
+    shutil.copy(_PLOT_JS, module)
+    script = (f"import {{ extremeRows }} from {json.dumps(module.as_uri())};"
+              "let text = ''; for await (const c of process.stdin) text += c;"
+              "const out = JSON.parse(text).map(([cols, n, max]) => extremeRows(cols, 0, n, max));"
+              "process.stdout.write(JSON.stringify(out));")
+    given_js = [[[list(col) for col in zip(*rows)], len(rows), max_rows] for rows, max_rows in cases]
+    done = subprocess.run(["node", "--input-type=module", "-e", script], input=json.dumps(given_js),
+                          capture_output=True, text=True, check=True, timeout=60)
+    assert json.loads(done.stdout) == [decimate_rows(rows, max_rows) for rows, max_rows in cases]
+
+
+def test_one_hour_at_10hz_draws_at_most_2000_points_and_keeps_a_one_sample_spike():
+    series = DeviceSeries(window_s=3600, max_points=2000)
+    base = row_for(bfc_sample(), 0)
+    spike_at = 17_777
+    col = SERIES_NAMES.index("jax_in_use")
+    for i in range(36_000):
+        row = list(base)
+        row[col] = 70 * GiB if i == spike_at else (i % 7) * GiB
+        series.add(1_000_000.0 + i / 10, tuple(row))
+        series.expire()
+    assert series.points_per_series() <= 2000
+    drawn = [r[col] for c in series.chunks for r in c.rows] + [r[col] for r in series.tail()[1]]
+    assert max(drawn) == 70 * GiB
+
+
+def test_chunks_older_than_the_window_are_dropped():
+    series = DeviceSeries(window_s=60, chunks=4)
+    row = row_for(bfc_sample(), 0)
+    for i in range(600):  # 10 minutes at 1 Hz
+        series.add(float(i), row)
+        series.expire()
+    assert all(c.end >= 599 - 60 for c in series.chunks)
+    assert len(series.chunks) <= 5
+
+
+def test_sealed_chunk_starts_where_the_previous_one_ended():
+    series = DeviceSeries(window_s=40, chunks=4)  # 10 s spans
+    row = row_for(bfc_sample(), 0)
+    for i in range(25):
+        series.add(float(i), row)
+    first, second = series.chunks[0], series.chunks[1]
+    assert second.times[0] == first.times[-1]
+
+
+# --- cells ---------------------------------------------------------------------------------
+
+
+def test_cell_markers_pair_starts_and_ends_by_execution_count():
+    events = [
+        Event(10.0, "cell_start", {"execution_count": 3}),
+        Event(12.5, "cell_end", {"execution_count": 3, "success": True}),
+        Event(20.0, "cell_start", {"execution_count": 4}),
+    ]
+    assert cell_markers(events) == [(10.0, 3, 2.5), (20.0, 4, None)]
+
+
+def test_cell_markers_since_leaves_out_older_runs():
+    events = [Event(10.0, "cell_start", {"execution_count": 3}), Event(20.0, "cell_start", {"execution_count": 4})]
+    assert [m[1] for m in cell_markers(events, since=15.0)] == [4]
+
+
+# --- CSV -----------------------------------------------------------------------------------
+
+
+def test_csv_rows_give_bytes_per_device_and_blank_unknowns():
+    rows = csv_rows([bfc_sample(t=0.0)])
+    header, row = rows
+    assert header[:3] == ["t", "time", "device"] and header[3:] == list(SERIES_NAMES)
+    named = dict(zip(header, row))
+    assert named["time"] == "1970-01-01T00:00:00.000+00:00"
+    assert named["jax_in_use"] == 6 * GiB and named["pool_unused"] == 10 * GiB
+    assert named["pool_reserved"] == ""
+
+
+# --- replayed traces -----------------------------------------------------------------------
+
+# the demo traces the package ships, and any recorded ones kept as test data
+TRACES = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "traces", "*.jsonl"))
+                + [str(p) for p in demo_traces.FOLDER.glob("*.jsonl")])
+assert TRACES, "the package ships its demo traces in jupyter_gpumem/demo_traces/"
+
+
+@pytest.mark.parametrize("path", TRACES, ids=os.path.basename)
+def test_replayed_trace_bands_never_exceed_the_device_total(path):
+    from jupyter_gpumem.core.tracefile import read_trace
+
+    trace = read_trace(path)
+    checked = 0
+    for sample in trace.samples:
+        for key in device_keys(sample):
+            v = series_values(sample, key)
+            if v["total"] is None:
+                continue
+            assert sum(v[b] or 0 for b in BANDS) <= v["total"] * 1.001
+            checked += 1
+    assert checked > 0
+
+
+def test_the_live_tail_stays_short_while_a_span_fills():
+    series = DeviceSeries(window_s=600, chunks=4, tail_rows=16)  # 150 s spans
+    row = row_for(bfc_sample(), 0)
+    longest = 0
+    for i in range(140):
+        series.add(float(i), row)
+        longest = max(longest, len(series.tail()[0]))
+    assert longest <= 17  # 16 rows and the row it joins on to
+
+
+def test_minis_that_outgrow_the_budget_are_merged_into_one():
+    series = DeviceSeries(window_s=3600, max_points=2000, chunks=16, tail_rows=16)  # 225 s spans
+    row = row_for(bfc_sample(), 0)
+    merged = []
+    for i in range(2000):  # 200 s at 10 Hz, inside one span
+        merged += [c for c in series.add(i / 10, row) if c.replaces]
+    assert merged and len(series.minis) < 8
+    assert sum(len(m.rows) for m in series.minis) <= series.per_chunk
+
+
+# --- cuda_async beside another user of CUDA's default pool ------------------------------------
+# Source: tensorflow/core/common_runtime/gpu/gpu_cudamallocasync_allocator.cc (and XLA's twin) take the device's
+# default pool (cuDeviceGetDefaultMemPool) and sets its CU_MEMPOOL_ATTR_RELEASE_THRESHOLD; the
+# same class serves TensorFlow's TF_GPU_ALLOCATOR=cuda_malloc_async (its error texts name it).
+
+
+def _async_sample(pid: int, allocator: str = "cuda_async"):
+    from jupyter_gpumem.core.readings import AllocatorStats, JaxDeviceReading, NotAvailable, Sample
+
+    stats = AllocatorStats(allocator, bytes_in_use=1 << 30)
+    return Sample(0.0, pid, NotAvailable("no_nvml", "no NVML"), (JaxDeviceReading(0, "gpu", "GPU", 0, stats),))
+
+
+def test_cuda_async_with_tensorflow_imported_notes_the_shared_default_pool():
+    from jupyter_gpumem.monitor.series import shared_pool_note
+
+    note = shared_pool_note(_async_sample(41), 0, modules={"jax", "tensorflow"}, pid=41)
+    assert note == (
+        "TensorFlow (TF_GPU_ALLOCATOR=cuda_malloc_async) imported here: if it allocates asynchronously it "
+        "uses CUDA's default pool, the same pool as JAX's cuda_async. Then 'JAX pool, unused' and the CUDA "
+        "pool lines include its bytes, and whichever set the pool's release threshold last decides when "
+        "memory goes back."
+    )
+
+
+def test_shared_pool_note_is_absent_for_bfc_replays_and_lone_jax():
+    from jupyter_gpumem.monitor.series import shared_pool_note
+
+    assert shared_pool_note(_async_sample(41, "bfc"), 0, modules={"tensorflow"}, pid=41) is None
+    assert shared_pool_note(_async_sample(7), 0, modules={"tensorflow"}, pid=41) is None  # a replay
+    assert shared_pool_note(_async_sample(41), 0, modules={"jax", "torch"}, pid=41) is None
+
+
+def test_shared_pool_note_reaches_the_monitor_notes():
+    import os
+
+    from jupyter_gpumem.monitor.series import notes_for
+
+    sample = _async_sample(os.getpid())
+    import sys
+
+    had = "cupy" in sys.modules
+    sys.modules.setdefault("cupy", type(sys)("cupy"))
+    try:
+        assert any("CuPy (MemoryAsyncPool)" in n for n in notes_for(sample, 0))
+    finally:
+        if not had:
+            del sys.modules["cupy"]
