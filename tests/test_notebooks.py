@@ -23,7 +23,7 @@ import nbformat
 import pytest
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
-from wheel_notebooks import kernel_env  # a kernel starts from JAX's defaults whatever the shell had
+from wheel_notebooks import RUN_NOTES_KEY, kernel_env  # a kernel starts from JAX's defaults whatever the shell had
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -126,19 +126,41 @@ def test_committed_notebook_carries_the_outputs_of_one_run_from_the_wheel(name):
     nb = committed(name)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "run it again: make notebooks"
-    ran = nb.metadata["jupyter_gpumem"]
+    ran = nb.metadata[RUN_NOTES_KEY]
     assert ran["executed_from"].startswith("jupyter_gpumem-") and ran["executed_from"].endswith(".whl")
     assert not [o for c in code for o in c.outputs if o["output_type"] == "error"
                 and "raises-exception" not in c.metadata.get("tags", [])]
+
+
+# What the panel reads from metadata.jupyter_gpumem (labextension/src/allocatorSettings.ts,
+# EMPTY_SETTINGS): any other key there makes it ignore the notebook's settings and warn.
+_PANEL_SETTING_KEYS = {"preallocate", "fraction", "allocator"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_metadata_holds_no_run_notes_where_the_panel_reads_settings(name):
+    metadata = committed(name).metadata
+    assert set(metadata.get("jupyter_gpumem", {})) <= _PANEL_SETTING_KEYS
+    assert {"executed_from", "jax", "gpu", "note"} <= set(metadata[RUN_NOTES_KEY])
+
+
+def test_a_run_from_the_wheel_writes_its_notes_beside_the_notebooks_settings():
+    from wheel_notebooks import trimmed
+
+    nb = nbformat.v4.new_notebook(metadata={"jupyter_gpumem": {"fraction": 0.5}})
+    notes = {"executed_from": "jupyter_gpumem-0.1.0-py3-none-any.whl", "jax": "0.10.2", "gpu": False, "note": "n"}
+    out = trimmed(nb, notes)
+    assert out.metadata["jupyter_gpumem"] == {"fraction": 0.5}
+    assert out.metadata[RUN_NOTES_KEY] == notes
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_outputs_of_a_run_without_a_gpu_say_so_and_label_replays_synthetic(name):
     # No GPU run has happened: outputs from a CPU run must not pass for real ones.
     nb = committed(name)
-    if nb.metadata["jupyter_gpumem"]["gpu"]:
+    if nb.metadata[RUN_NOTES_KEY]["gpu"]:
         pytest.skip("these outputs are from a run on a GPU")
-    assert "without a GPU" in nb.metadata["jupyter_gpumem"]["note"]
+    assert "without a GPU" in nb.metadata[RUN_NOTES_KEY]["note"]
     shown = text_of(cell_with(nb, "NvmlSource().read()"))
     assert "No GPU for JAX here" in shown and "REPLAY" in shown and "SYNTHETIC" in shown
 
@@ -160,7 +182,7 @@ def test_committed_outputs_have_the_shape_of_a_fresh_run(name):
     if _from_the_wheel(name) is None:
         pytest.skip("needs make test's run from the wheel (GPUMEM_EXECUTED_NOTEBOOKS)")
     fresh, kept = executed(name), committed(name)
-    if fresh.metadata["jupyter_gpumem"]["gpu"] != kept.metadata["jupyter_gpumem"]["gpu"]:
+    if fresh.metadata[RUN_NOTES_KEY]["gpu"] != kept.metadata[RUN_NOTES_KEY]["gpu"]:
         pytest.skip("one run had a GPU and the other had not")
 
     def shape(nb):
