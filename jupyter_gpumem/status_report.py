@@ -55,7 +55,7 @@ class StatusReport:
             line += f" (could not read it: {b.error})"
         from jupyter_gpumem.settings import started_by
 
-        return line + started_by.suffix()
+        return line + started_by.where_started()
 
     def __str__(self) -> str:
         rows = [(_LABELS.get(s.name, s.name), s.shown, s.source, s.env_var or f"jax.config {s.config_option}") for s in self.settings]
