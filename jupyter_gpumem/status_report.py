@@ -36,12 +36,15 @@ class StatusReport:
       jax_version.
     - ``warnings``: sentences for people.
     - ``cpu_fallback``: JAX on the CPU while NVML sees GPUs (its sentence is the first warning), or None.
+    - ``tensorflow``: what ``%gpumem tensorflow`` set (``growth (TensorFlow not imported;
+      TF_FORCE_GPU_ALLOW_GROWTH=true)``), or None where it set nothing.
     """
 
     settings: tuple[SettingState, ...]
     backend: BackendInfo
     warnings: tuple[str, ...]
     cpu_fallback: CpuFallback | None = None
+    tensorflow: str | None = None
 
     def backend_line(self) -> str:
         b = self.backend
@@ -64,6 +67,8 @@ class StatusReport:
         for row in rows:
             lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3])
         lines.append("Backend: " + self.backend_line())
+        if self.tensorflow:
+            lines.append("TensorFlow: " + self.tensorflow)
         if self.warnings:
             lines.append("Warnings:")
             lines.extend(f"  - {w}" for w in self.warnings)
@@ -86,6 +91,7 @@ class StatusReport:
             "<table><thead><tr><th>setting</th><th>in effect</th><th>from</th><th>variable</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>"
             f"<p>{e(self.backend_line())}</p>"
+            + (f"<p>TensorFlow: {e(self.tensorflow)}</p>" if self.tensorflow else "")
             + (f"<p>Warnings:</p><ul>{warnings}</ul>" if warnings else "")
             + "</div>"
         )
@@ -95,6 +101,7 @@ class StatusReport:
             "settings": [s.to_json() for s in self.settings],
             "backend": self.backend.to_json(),
             "warnings": list(self.warnings),
+            "tensorflow": self.tensorflow,
         }
 
 
@@ -139,4 +146,7 @@ def status(nvml_readings: NvmlReadings | None = None) -> StatusReport:
     fallback = read_cpu_fallback(backend, None if isinstance(readings, NotAvailable) else len(readings))
     if fallback is not None:
         warnings.insert(0, fallback.sentence())
-    return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings), cpu_fallback=fallback)
+    from jupyter_gpumem import tensorflow_settings
+
+    return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings), cpu_fallback=fallback,
+                        tensorflow=tensorflow_settings.in_effect())
