@@ -215,11 +215,6 @@ def test_notebooks_folder_holds_exactly_the_tested_notebooks():
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == sorted(NAMES)
 
 
-def test_make_lab_opens_the_quickstart():
-    makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^lab:.*\n\t.*jupyter lab .*notebooks/quickstart\.ipynb", makefile, re.M)
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_each_notebook_has_checks_and_says_what_they_are(name):
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
