@@ -20,7 +20,7 @@ from jupyter_gpumem.sources.jax_backend import BackendInfo
 from jupyter_gpumem.sources.nvml import NvmlSource
 from jupyter_gpumem.units import printable
 
-__all__ = ["StatusReport", "status", "display_gpu_warnings"]
+__all__ = ["StatusReport", "status", "display_gpu_warnings", "gpu_or_replay"]
 
 _LABELS = {"async_prealloc": "async-prealloc"}
 
@@ -150,3 +150,28 @@ def status(nvml_readings: NvmlReadings | None = None) -> StatusReport:
 
     return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings), cpu_fallback=fallback,
                         tensorflow=tensorflow_settings.in_effect())
+
+
+CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin")
+REPLAY_NOTE = ("The lessons below replay demo traces that ship with the package, labelled REPLAY. Every one "
+               "is SYNTHETIC: made up to keep the relationships real readings have, not recorded on a GPU.")
+
+
+def gpu_or_replay_text(readings: NvmlReadings, cuda_plugin: bool) -> tuple[bool, str]:
+    """Whether JAX can use a GPU (NVML reads one and a CUDA plugin is installed), and the words
+    saying which, or why not and that the lessons replay synthetic traces."""
+    if not isinstance(readings, NotAvailable) and cuda_plugin:
+        return True, "Live: JAX can use " + ", ".join(getattr(g, "name", "a GPU") for g in readings)
+    why = readings.reason if isinstance(readings, NotAvailable) else "JAX's CUDA plugin is not installed"
+    return False, f"No GPU for JAX here ({why}).\n{REPLAY_NOTE}"
+
+
+def gpu_or_replay() -> bool:
+    """``jupyter_gpumem.gpu_or_replay()``: prints ``gpu_or_replay_text`` for this machine and
+    answers whether JAX can use a GPU. Reads NVML and looks for the plugin; starts no JAX."""
+    import importlib.util
+
+    plugin = any(importlib.util.find_spec(m) is not None for m in CUDA_PLUGINS)
+    live, text = gpu_or_replay_text(_read_nvml(), plugin)
+    print(text)
+    return live

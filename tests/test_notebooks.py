@@ -161,7 +161,7 @@ def test_committed_outputs_of_a_run_without_a_gpu_say_so_and_label_replays_synth
     if nb.metadata[RUN_NOTES_KEY]["gpu"]:
         pytest.skip("these outputs are from a run on a GPU")
     assert "without a GPU" in nb.metadata[RUN_NOTES_KEY]["note"]
-    shown = text_of(cell_with(nb, "NvmlSource().read()"))
+    shown = text_of(cell_with(nb, "gpu_or_replay()"))
     assert "No GPU for JAX here" in shown and "REPLAY" in shown and "SYNTHETIC" in shown
 
 
@@ -222,6 +222,61 @@ def test_each_notebook_has_checks_and_says_what_they_are(name):
     assert any("tagged `test`" in c.source for c in nb.cells if c.cell_type == "markdown")
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_check_cells_are_collapsed_out_of_the_learners_way(name):
+    """JupyterLab and Notebook 7 collapse a cell's input and output by ``metadata.jupyter``
+    (``source_hidden``, ``outputs_hidden``: nbformat 4.x's documented cell metadata)."""
+    nb = committed(name)
+    for cell in tagged(nb, "test"):
+        assert cell.metadata.get("jupyter") == {"source_hidden": True, "outputs_hidden": True}, cell.source[:80]
+    visible = [c for c in nb.cells if "test" not in c.metadata.get("tags", [])]
+    assert [c.source[:60] for c in visible if c.cell_type == "markdown" and c.source.lstrip().startswith("Check")] == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_notebook_opens_with_one_public_call_for_whether_it_runs_live(name):
+    opener = next(c for c in committed(name).cells if c.cell_type == "code")
+    assert opener.source.splitlines()[0] == "%load_ext jupyter_gpumem"
+    assert "LIVE = jupyter_gpumem.gpu_or_replay()" in opener.source
+    assert len(opener.source.splitlines()) <= 4 and "jupyter_gpumem." not in opener.source.replace("jupyter_gpumem.gpu_or_replay", "")
+
+
+MAX_MARKDOWN_WORDS = 200
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_markdown_cells_are_short_enough_to_read_between_cells(name):
+    long = {c.source[:50]: len(c.source.split()) for c in committed(name).cells
+            if c.cell_type == "markdown" and len(c.source.split()) > MAX_MARKDOWN_WORDS}
+    assert long == {}
+
+
+def test_quickstart_where_next_names_every_other_notebook():
+    (where_next,) = [c.source for c in committed("quickstart").cells if c.source.startswith("## Where next")]
+    assert [n for n in NAMES if n != "quickstart" and f"{n}.ipynb" not in where_next] == []
+
+
+def test_quickstart_says_run_all_goes_on_past_the_refused_cell_as_its_tag_makes_it():
+    nb = committed("quickstart")
+    cells = nb.cells
+    refused = next(i for i, c in enumerate(cells) if c.cell_type == "code" and "%gpumem fraction .8" in c.source)
+    assert "raises-exception" in cells[refused].metadata.get("tags", [])
+    before = cells[refused - 1].source
+    assert "would stop" not in before and '"Run All" goes on past it' in before
+    ran = executed("quickstart")
+    assert all(c.execution_count is not None for c in ran.cells[refused + 1:] if c.cell_type == "code")
+
+
+def test_fragmentation_text_quotes_only_numbers_its_table_shows():
+    nb = executed("03-fragmentation")
+    (text,) = [c.source for c in nb.cells if c.source.startswith("## An OOM with plenty free in total")]
+    table = text_of(cell_with(nb, "def stats_at(t):"))
+    end_row = next(line for line in table.splitlines() if line.split()[:1] == ["end"])
+    quoted = re.findall(r"\d+\.\d+ GiB", text)
+    assert len(quoted) >= 3
+    assert [q for q in quoted if q not in end_row] == []
+
+
 # --- executed ------------------------------------------------------------------------------------
 
 
@@ -244,7 +299,7 @@ def test_cells_tagged_raises_exception_really_raise(name):
 def test_without_a_gpu_the_notebook_says_so_and_labels_replays_synthetic(name):
     if _gpu_visible():
         pytest.skip("a GPU is visible: the notebooks run live")
-    shown = text_of(cell_with(executed(name), "NvmlSource().read()"))  # the setup cell
+    shown = text_of(cell_with(executed(name), "gpu_or_replay()"))  # the setup cell
     assert "No GPU for JAX here" in shown
     assert "REPLAY" in shown and "SYNTHETIC" in shown
 
