@@ -102,6 +102,9 @@ def _check_device_is_read(device: int, timeline: Timeline, sampler: Any) -> None
 
 
 def _minutes(value: float) -> str:
+    """A window's length as a person says it: ``57 s`` under a minute, else ``1.5 min``."""
+    if value < 1:
+        return f"{round(value * 60):d} s"
     return f"{round(value, 2):g} min"
 
 
