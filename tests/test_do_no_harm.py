@@ -38,7 +38,9 @@ def run_session(tmp_path: Path, cells: list[str], ext: bool, env: dict | None = 
     """Each cell's record; fails the test with the process's output if it died or hung."""
     path = tmp_path / ("cells-ext.json" if ext else "cells-plain.json")
     path.write_text(json.dumps(cells))
-    full_env = {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **(env or {})}
+    # PYTHONPATH: this checkout's package, not whichever one the environment installed
+    full_env = {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                "PYTHONPATH": str(SESSION.parents[1]), **(env or {})}
     args = [sys.executable, str(SESSION), str(path)] + (["--ext"] if ext else [])
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=tmp_path)
@@ -160,6 +162,20 @@ def test_shard_views_the_user_made_are_not_listed_as_arrays(tmp_path):
     loaded = run_session(tmp_path, cells, ext=True, env=FOUR_CPUS)
     assert loaded[1]["out"].strip() == "9"
     assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in device memory"), loaded[2]["out"]
+
+
+def test_an_array_shown_on_the_cpu_is_counted_once(tmp_path):
+    """Showing a CPU array makes JAX keep a second Array of the same buffer as its numpy view's
+    owner (JAX 0.10.2, jax/_src/array.py ``ArrayImpl._value``): jax.live_arrays() lists 3 arrays
+    for 2 buffers. The listing and the running total count each buffer once."""
+    cells = ["import jax, jax.numpy as jnp\nbatch = jnp.ones((512, 1024))", "batch * 2",
+             "print(len(jax.live_arrays()))", "%gpumem arrays",
+             "from jupyter_gpumem.doctor import array_cells\nprint(array_cells.device_bytes())"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert loaded[2]["out"].strip() == "3"
+    assert loaded[3]["out"].startswith("2 live JAX arrays, 4.00 MiB in device memory"), loaded[3]["out"]
+    assert "(no name)" not in loaded[3]["out"]
+    assert loaded[4]["out"].strip() == str(2 * 512 * 1024 * 4)
 
 
 def test_arrays_are_sized_per_device_from_the_sharding(tmp_path):

@@ -114,6 +114,7 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
             continue
     if arrays:
         array_cells.note_new_arrays()
+    views |= _cpu_alias_ids(arrays, walk.names)
     sized = []
     names, cell_of, footprint = walk.names, array_cells.cell_of, jax_arrays.footprint
     site_of = sites.site_labeller(sites.cell_numbers(shell if shell is not None else _current_shell()))
@@ -130,6 +131,23 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
     sized.sort(key=lambda t: t[:3])
     records = [t[3] for t in sized]
     return ArrayCensus(tuple(records), walk, time.perf_counter() - t0)
+
+
+def _cpu_alias_ids(arrays: list, named: Mapping[int, Any]) -> set[int]:
+    """ids of arrays that share a CPU buffer with another listed array
+    (``jax_arrays.cpu_buffer_key``), all but one per buffer: one the namespace names, else the
+    oldest (JAX lists newest first)."""
+    by_buffer: dict[tuple[int, int], list] = {}
+    for a in arrays:
+        key = jax_arrays.cpu_buffer_key(a)
+        if key is not None:
+            by_buffer.setdefault(key, []).append(a)
+    drop: set[int] = set()
+    for same in by_buffer.values():
+        if len(same) > 1:
+            keep = next((a for a in same if id(a) in named), same[-1])
+            drop.update(id(a) for a in same if a is not keep)
+    return drop
 
 
 def _deleted(array: Any) -> bool:
