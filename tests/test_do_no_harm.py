@@ -99,6 +99,21 @@ def test_typed_commands_survive_failed_arrays(tmp_path):
     assert "Freed" in loaded[5]["out"]
 
 
+def test_an_array_whose_computation_failed_is_not_listed_as_held_memory(tmp_path):
+    """The 16 TiB output of a failed computation was never allocated: %gpumem arrays leaves it
+    out of the live arrays and their bytes, and names it, sized from shape and dtype only."""
+    cells = [SETUP, "y = f(x)", "try:\n    y.block_until_ready()\nexcept Exception as err:\n    print(type(err).__name__)",
+             "%gpumem arrays"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert "RESOURCE_EXHAUSTED" in loaded[2]["out"] or "Error" in loaded[2]["out"], loaded[2]
+    shown = loaded[3]["out"]
+    assert shown.startswith("1 live JAX arrays, 3.91 KiB in device memory"), shown
+    table = shown.splitlines()[1:]
+    assert not [row for row in table if "float32[4398046511104]" in row]
+    assert ("Left out: 1 array whose computation failed, holding no memory: float32[4398046511104] "
+            "(16.00 TiB asked for) held by y.") in shown
+
+
 def test_a_debug_print_training_loop_does_not_hang(tmp_path):
     """Plain JAX returns at once; a hook that waited on the pending buffer would deadlock."""
     cells = [
