@@ -140,7 +140,7 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
     for a in failed:
         try:
             fp = footprint(a)  # shape, dtype and sharding: the failed buffer is not read
-        except Exception:
+        except (AttributeError, RuntimeError, TypeError, ValueError):
             continue
         never_made.append(ArrayRecord(fp.shape, fp.dtype, fp.device_bytes, tuple(names.get(id(a), ())), cell_of(a),
                                       fp.host_bytes, fp.memory_kind, site_of(getattr(a, "traceback", None))))

@@ -94,6 +94,12 @@ def live_arrays_newest_first() -> list:
     return jax.live_arrays()
 
 
+# What asking an array about itself raises: jaxlib's RuntimeError (JaxRuntimeError, the
+# computation's own error; a deleted array), ValueError (a sharded array has no one address),
+# AttributeError/TypeError (an object that only looks like an array).
+_ASK_ERRORS = (AttributeError, RuntimeError, TypeError, ValueError)
+
+
 def failed(array: Any) -> bool | None:
     """Whether the computation that makes ``array`` failed (an out-of-memory error surfacing at
     ``block_until_ready()``): None while it is pending, not known without waiting. Asks only a
@@ -105,11 +111,11 @@ def failed(array: Any) -> bool | None:
     try:
         if array.is_deleted() or not array.is_ready():
             return None
-    except Exception:
+    except _ASK_ERRORS:
         return None
     try:
         array.block_until_ready()
-    except Exception:
+    except _ASK_ERRORS:
         return True
     return False
 
@@ -130,7 +136,7 @@ def cpu_buffer_key(array: Any) -> tuple[int, int] | None:
         if device.platform != "cpu" or failed(array) is not False:
             return None
         pointer = array.unsafe_buffer_pointer()
-    except Exception:
+    except _ASK_ERRORS:
         return None
     return (device.id, pointer) if pointer else None
 
