@@ -58,8 +58,14 @@ setup: $(STAMP_INSTALL) $(LABEXT_OUT)
 notebooks/quickstart.ipynb:
 	@echo "notebooks/quickstart.ipynb is missing" && exit 1
 
+# The repository as the root (the quickstart links to docs/), the quickstart open, and the URL
+# printed opening it. tests/test_make_lab.py starts this command.
+LAB_COMMAND = $(BIN)/jupyter lab --allow-root --no-browser --port=$(LAB_PORT) \
+	--ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/quickstart.ipynb \
+	notebooks/quickstart.ipynb
+
 lab: setup notebooks/quickstart.ipynb
-	$(BIN)/jupyter lab --allow-root --no-browser --port=$(LAB_PORT) notebooks/quickstart.ipynb
+	$(LAB_COMMAND)
 
 chromium:
 	@if [ ! -x "$(CHROMIUM)" ]; then \

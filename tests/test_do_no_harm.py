@@ -38,7 +38,9 @@ def run_session(tmp_path: Path, cells: list[str], ext: bool, env: dict | None = 
     """Each cell's record; fails the test with the process's output if it died or hung."""
     path = tmp_path / ("cells-ext.json" if ext else "cells-plain.json")
     path.write_text(json.dumps(cells))
-    full_env = {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **(env or {})}
+    # PYTHONPATH: this checkout's package, not whichever one the environment installed
+    full_env = {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                "PYTHONPATH": str(SESSION.parents[1]), **(env or {})}
     args = [sys.executable, str(SESSION), str(path)] + (["--ext"] if ext else [])
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=tmp_path)
@@ -95,6 +97,21 @@ def test_typed_commands_survive_failed_arrays(tmp_path):
     assert all(c["ok"] for c in loaded), loaded
     assert "live JAX arrays" in loaded[4]["out"] and "float32[4398046511104]" in loaded[4]["out"]
     assert "Freed" in loaded[5]["out"]
+
+
+def test_an_array_whose_computation_failed_is_not_listed_as_held_memory(tmp_path):
+    """The 16 TiB output of a failed computation was never allocated: %gpumem arrays leaves it
+    out of the live arrays and their bytes, and names it, sized from shape and dtype only."""
+    cells = [SETUP, "y = f(x)", "try:\n    y.block_until_ready()\nexcept Exception as err:\n    print(type(err).__name__)",
+             "%gpumem arrays"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert "RESOURCE_EXHAUSTED" in loaded[2]["out"] or "Error" in loaded[2]["out"], loaded[2]
+    shown = loaded[3]["out"]
+    assert shown.startswith("1 live JAX arrays, 3.91 KiB in device memory"), shown
+    table = shown.splitlines()[1:]
+    assert not [row for row in table if "float32[4398046511104]" in row]
+    assert ("Left out: 1 array whose computation failed, holding no memory: float32[4398046511104] "
+            "(16.00 TiB asked for) held by y.") in shown
 
 
 def test_a_debug_print_training_loop_does_not_hang(tmp_path):
@@ -160,6 +177,20 @@ def test_shard_views_the_user_made_are_not_listed_as_arrays(tmp_path):
     loaded = run_session(tmp_path, cells, ext=True, env=FOUR_CPUS)
     assert loaded[1]["out"].strip() == "9"
     assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in device memory"), loaded[2]["out"]
+
+
+def test_an_array_shown_on_the_cpu_is_counted_once(tmp_path):
+    """Showing a CPU array makes JAX keep a second Array of the same buffer as its numpy view's
+    owner (JAX 0.10.2, jax/_src/array.py ``ArrayImpl._value``): jax.live_arrays() lists 3 arrays
+    for 2 buffers. The listing and the running total count each buffer once."""
+    cells = ["import jax, jax.numpy as jnp\nbatch = jnp.ones((512, 1024))", "batch * 2",
+             "print(len(jax.live_arrays()))", "%gpumem arrays",
+             "from jupyter_gpumem.doctor import array_cells\nprint(array_cells.device_bytes())"]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert loaded[2]["out"].strip() == "3"
+    assert loaded[3]["out"].startswith("2 live JAX arrays, 4.00 MiB in device memory"), loaded[3]["out"]
+    assert "(no name)" not in loaded[3]["out"]
+    assert loaded[4]["out"].strip() == str(2 * 512 * 1024 * 4)
 
 
 def test_arrays_are_sized_per_device_from_the_sharding(tmp_path):

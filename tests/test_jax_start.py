@@ -34,7 +34,9 @@ def session(tmp_path: Path, cells: list[str], ext: bool = True) -> list[dict]:
     proc = subprocess.run([sys.executable, str(SESSION), "cells.json"] + (["--ext"] if ext else []),
                           capture_output=True, text=True,
                           timeout=180, cwd=tmp_path,
-                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                          # this checkout's package, not whichever one the environment installed
+                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                               "PYTHONPATH": str(SESSION.parents[1])})
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(line[4:])
@@ -64,9 +66,17 @@ def test_the_watch_leaves_no_trace_but_its_one_hook(eager):
     assert eager[4]["out"].split() == ["False", "[]", "1"]
 
 
-def test_status_names_who_started_jax(eager):
+def test_status_names_who_started_jax_without_the_advice_a_refusal_gives(eager):
     backend = next(l for l in eager[3]["out"].splitlines() if l.startswith("Backend: "))
-    assert backend == "Backend: JAX's backend has started on cpu (0: cpu). " + SENTENCE
+    assert backend == ("Backend: JAX's backend has started on cpu (0: cpu). "
+                       "JAX was started by eager_lib.py:2 (imported in cell [2] line 1).")
+
+
+def test_status_after_a_cell_that_started_jax_gives_no_advice_when_nothing_was_refused(tmp_path):
+    out = session(tmp_path, ["import jax.numpy as jnp\nx = 1\ny = jnp.ones(3)", "%gpumem status"])
+    backend = next(l for l in out[1]["out"].splitlines() if l.startswith("Backend: "))
+    assert backend.endswith("JAX was started by cell [1] line 3."), backend
+    assert "run the settings" not in out[1]["out"] and "restart" not in out[1]["out"]
 
 
 def test_jax_imported_before_loading_is_watched_from_then_on(tmp_path):

@@ -340,6 +340,18 @@ def test_a_recording_is_shown_whole_and_has_nothing_to_pause():
     m.close()
 
 
+def test_a_window_under_a_minute_reads_in_seconds():
+    from jupyter_gpumem.widget import _minutes
+
+    assert [_minutes(v) for v in (0.95, 0.25, 1.0, 1.5, 60.0)] == ["57 s", "15 s", "1 min", "1.5 min", "60 min"]
+
+
+def test_a_replay_shorter_than_a_minute_offers_its_window_in_seconds():
+    m = Monitor(replay=SYNTHETIC[0], window=0.95)
+    assert ("57 s", 0.95) in m.window_box.options and "57 s" in m.header.value + m.status_box.value
+    m.close()
+
+
 def test_a_window_on_a_recording_shows_its_last_minutes():
     trace = read_trace(SYNTHETIC[0])
     m = Monitor(replay=SYNTHETIC[0], window=0.25)

@@ -95,6 +95,53 @@ def live_arrays_newest_first() -> list:
     return jax.live_arrays()
 
 
+# What asking an array about itself raises: jaxlib's RuntimeError (JaxRuntimeError, the
+# computation's own error; a deleted array), ValueError (a sharded array has no one address),
+# AttributeError/TypeError (an object that only looks like an array).
+_ASK_ERRORS = (AttributeError, RuntimeError, TypeError, ValueError)
+
+
+def failed(array: Any) -> bool | None:
+    """Whether the computation that makes ``array`` failed (an out-of-memory error surfacing at
+    ``block_until_ready()``): None while it is pending, not known without waiting. Asks only a
+    ready array (``is_ready()`` does not wait; it is True for a value or an error), and asks it
+    as the user's own code does: ``block_until_ready()`` then returns at once, or raises the
+    error (jaxlib PyArray::BlockUntilReady). The buffer itself is never read: asking a failed
+    CPU buffer for its address aborts the process (xla CpuRawBuffer, "Check failed:
+    buffer_.IsConcrete()", jaxlib 0.10.2)."""
+    try:
+        if array.is_deleted() or not array.is_ready():
+            return None
+    except _ASK_ERRORS:
+        return None
+    try:
+        array.block_until_ready()
+    except _ASK_ERRORS:
+        return True
+    return False
+
+
+def cpu_buffer_key(array: Any) -> tuple[int, int] | None:
+    """(device id, buffer address) of a single-device array on a CPU device that is ready and
+    did not fail (``failed``); None for anything else. On the CPU a jax.Array's numpy value is a
+    zero-copy view of its buffer, and JAX keeps another Array of that same buffer alive as the
+    view's owner: after ``repr`` of an array, ``jax.live_arrays()`` lists one more, with the same
+    ``unsafe_buffer_pointer()`` (JAX 0.10.2, jax/_src/array.py ``ArrayImpl._value`` ->
+    ``_single_device_array_to_np_array_did_copy``, which keeps no copy on the CPU). Arrays with
+    one key are one allocation."""
+    try:
+        devices = array.sharding.device_set
+        if len(devices) != 1:
+            return None
+        (device,) = devices
+        if device.platform != "cpu" or failed(array) is not False:
+            return None
+        pointer = array.unsafe_buffer_pointer()
+    except _ASK_ERRORS:
+        return None
+    return (device.id, pointer) if pointer else None
+
+
 def shard_view_ids(array: Any) -> tuple[int, ...]:
     """ids of the per-shard arrays that ``array.addressable_shards`` made and JAX caches on the
     array (jax/_src/array.py): views of the same buffers, which are not arrays of their own."""

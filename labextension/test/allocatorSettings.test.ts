@@ -6,6 +6,7 @@ import {
   fieldsOf,
   fractionProblem,
   hasAnySetting,
+  metadataWithSettings,
   parseFraction,
   parseSettings,
   problemText,
@@ -175,5 +176,31 @@ describe('settingsRows: what the restart dialog lists', () => {
       ['fraction', 'JAX default'],
       ['allocator', 'vmm']
     ]);
+  });
+});
+
+describe('metadataWithSettings: what Save to notebook writes', () => {
+  test('keys the panel does not know are kept beside the saved settings', () => {
+    const before = { fraction: 0.5, note: 'written by hand', future_key: [1, 2] };
+    const saved = { preallocate: false, fraction: 0.3, allocator: null };
+    assert.deepEqual(metadataWithSettings(before, saved), {
+      note: 'written by hand',
+      future_key: [1, 2],
+      preallocate: false,
+      fraction: 0.3,
+      allocator: null
+    });
+  });
+
+  test('the saved settings replace the old values of the same keys', () => {
+    const saved = { preallocate: null, fraction: null, allocator: 'platform' };
+    assert.deepEqual(metadataWithSettings({ preallocate: true, fraction: 0.9 }, saved), saved);
+  });
+
+  test('no entry, or one that is not an object, gives the settings alone', () => {
+    const saved = { preallocate: false, fraction: null, allocator: null };
+    for (const raw of [undefined, null, 'off', [1], 3]) {
+      assert.deepEqual(metadataWithSettings(raw, saved), saved);
+    }
   });
 });
