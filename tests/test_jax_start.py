@@ -68,8 +68,9 @@ def test_the_watch_leaves_no_trace_but_its_one_hook(eager):
 
 def test_status_names_who_started_jax_without_the_advice_a_refusal_gives(eager):
     backend = next(l for l in eager[3]["out"].splitlines() if l.startswith("Backend: "))
-    assert backend == ("Backend: JAX's backend has started on cpu (0: cpu). "
-                       "JAX was started by eager_lib.py:2 (imported in cell [2] line 1).")
+    # The session runs with JAX_PLATFORMS=cpu, which status words as a choice (test_cpu_fallback).
+    assert backend == ("Backend: JAX's backend has started on cpu (0: cpu). The CPU was chosen: jax_platforms is "
+                       "\"cpu\". JAX was started by eager_lib.py:2 (imported in cell [2] line 1).")
 
 
 def test_status_after_a_cell_that_started_jax_gives_no_advice_when_nothing_was_refused(tmp_path):
