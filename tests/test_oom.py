@@ -55,6 +55,23 @@ def test_platform_allocator_text_gives_exact_bytes_and_the_ordinal():
     assert parse_request(text("platform_allocator.txt")) == ("platform", 33_554_432, True, 0)
 
 
+@pytest.mark.parametrize(
+    "name, form",
+    [("gpu_bfc_human.txt", "gpu_human"), ("gpu_bfc_bytes_0.4.30.txt", "gpu_bytes"),
+     ("gpu_host_memory_0.10.2.txt", "host"), ("cpu_jax_0.10.2.txt", "cpu")],
+)
+def test_a_device_ordinal_named_anywhere_in_the_text_is_read_whatever_the_form(name, form):
+    # These forms' own patterns capture no ordinal; the text may still name one elsewhere (the
+    # platform allocator's wording, here appended to each: written for the test, not a recording).
+    found = parse_request(text(name) + "\nFailed to allocate on device ordinal 3")
+    assert (found[0], found[3]) == (form, 3)
+
+
+def test_resource_exhausted_without_a_size_keeps_the_device_ordinal_the_text_names():
+    found = recognise(JaxRuntimeError("RESOURCE_EXHAUSTED: ran out on device ordinal 2"))
+    assert (found.form, found.requested_bytes, found.ordinal) == ("resource_exhausted", None, 2)
+
+
 class JaxRuntimeError(RuntimeError):
     """Named like jax.errors.JaxRuntimeError; recognition goes by name, not by import."""
 
