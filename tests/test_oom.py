@@ -87,6 +87,64 @@ def test_every_form_is_recognised_on_either_runtime_error_class(cls, name):
     assert found is not None and found.class_name == cls.__name__ and found.requested_bytes > 0
 
 
+def test_recognise_gives_the_whole_error_of_a_runtime_error():
+    found = recognise(JaxRuntimeError(text("gpu_bfc_human.txt")))
+    assert found.to_json() == {
+        "form": "gpu_human", "requested_bytes": 23_493_471_109, "exact": False, "ordinal": None,
+        "class_name": "JaxRuntimeError", "message": text("gpu_bfc_human.txt"),
+    }
+
+
+def test_recognise_text_gives_the_whole_error_of_a_text_alone():
+    assert recognise_text(text("gpu_bfc_bytes_0.4.30.txt")).to_json() == {
+        "form": "gpu_bytes", "requested_bytes": 7_406_166_528, "exact": True, "ordinal": None,
+        "class_name": "", "message": text("gpu_bfc_bytes_0.4.30.txt"),
+    }
+
+
+def test_resource_exhausted_in_a_text_alone_is_recognised_whole():
+    message = "RESOURCE_EXHAUSTED: ran out on device ordinal 1"
+    assert recognise_text(message).to_json() == {
+        "form": "resource_exhausted", "requested_bytes": None, "exact": False, "ordinal": 1,
+        "class_name": "", "message": message,
+    }
+
+
+def test_resource_exhausted_in_a_text_from_another_class_is_not_jax():
+    assert recognise_text("RESOURCE_EXHAUSTED: quota", "QuotaError") is None
+
+
+def test_resource_exhausted_on_jaxs_error_is_recognised_whole():
+    message = "RESOURCE_EXHAUSTED: ran out on device ordinal 2"
+    assert recognise(XlaRuntimeError(message)).to_json() == {
+        "form": "resource_exhausted", "requested_bytes": None, "exact": False, "ordinal": 2,
+        "class_name": "XlaRuntimeError", "message": message,
+    }
+
+
+def test_a_size_in_human_units_may_have_a_space_before_the_unit():
+    assert parse_request("Out of memory while trying to allocate 21.88 GiB.") == ("gpu_human", 23_493_471_109, False, None)
+
+
+def test_a_size_that_is_not_a_number_gives_no_size():
+    assert parse_request("Out of memory while trying to allocate 1.2.3GiB.") == ("gpu_human", None, False, None)
+
+
+def _chained(depth: int) -> BaseException:
+    """An OOM with ``depth`` other errors raised from it, the outermost returned."""
+    exc: BaseException = JaxRuntimeError(text("gpu_bfc_human.txt"))
+    for i in range(depth):
+        outer = KeyError(f"wrapper {i}")
+        outer.__cause__ = exc
+        exc = outer
+    return exc
+
+
+def test_an_oom_four_errors_down_the_chain_is_found_and_five_down_is_not():
+    assert recognise(_chained(4)).form == "gpu_human"
+    assert recognise(_chained(5)) is None
+
+
 def test_resource_exhausted_without_a_size_is_still_recognised():
     found = recognise(JaxRuntimeError("RESOURCE_EXHAUSTED: something else ran out"))
     assert (found.form, found.requested_bytes) == ("resource_exhausted", None)
