@@ -102,6 +102,18 @@ def test_recognise_text_gives_the_whole_error_of_a_text_alone():
     }
 
 
+def test_recognise_text_keeps_the_ordinal_of_the_form_it_matched():
+    assert recognise_text(text("platform_allocator.txt")).ordinal == 0
+
+
+def test_an_error_whose_text_cannot_be_read_is_not_an_oom_and_raises_nothing():
+    class Unprintable(JaxRuntimeError):
+        def __str__(self):
+            raise ValueError("no text")
+
+    assert recognise(Unprintable()) is None
+
+
 def test_resource_exhausted_in_a_text_alone_is_recognised_whole():
     message = "RESOURCE_EXHAUSTED: ran out on device ordinal 1"
     assert recognise_text(message).to_json() == {
