@@ -15,7 +15,7 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts lint-imports test-browser test-notebooks notebooks test-python chromium prometheus clean \
+.PHONY: help setup build lab test test-ts lint-imports test-browser test-notebooks notebooks test-python chromium prometheus mutation clean \
 	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312
 
 help:
@@ -28,6 +28,7 @@ help:
 	@echo "make gpu-proof-wheels  the Python 3.12 wheels the GPU machine lacks, into .whl/ (bench/README.md, On a GPU)"
 	@echo "make gpu-proof-dry     the GPU proof's checks that need no GPU, in seconds"
 	@echo "make gpu-proof         the GPU proof itself (on the GPU machine; results under \$$OUT)"
+	@echo "make mutation   mutation testing of the pure core (slow; not part of make test): score and survivors"
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -109,9 +110,20 @@ test-python: setup prometheus
 # Unit and browser tests first, pytest last (its summary line ends the output); any failure fails.
 test: lint-imports test-ts test-browser test-notebooks test-python
 
+# Mutation testing (mutmut) of the pure core against the tests that specify it: the modules and
+# tests are listed in pyproject.toml's [tool.mutmut]. Results are kept in mutants/ (a second run
+# redoes only what changed); MUTANTS="jupyter_gpumem.units*" runs a subset. docs/testing.md has
+# the last score and why each survivor is left.
+MUTANTS ?=
+mutation: $(STAMP_INSTALL)
+	nice $(BIN)/mutmut run $(MUTANTS) > mutants-run.log 2>&1 || (tail -20 mutants-run.log; exit 1)
+	@$(BIN)/mutmut export-cicd-stats >/dev/null
+	@$(BIN)/mutmut results | grep -v "not checked" || true
+	@$(PY) -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); c = s["killed"] + s["timeout"]; n = c + s["survived"] + s["no_tests"] + s["suspicious"]; print("mutation score %d/%d = %.1f%% (%d survived, %d without a test; %d not run)" % (c, n, 100.0 * c / max(1, n), s["survived"], s["no_tests"], s["total"] - n))'
+
 clean:
 	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \
-		ui-tests/test-results ui-tests/playwright-report $(VENV)/.stamp-install $(STAMP_UI)
+		ui-tests/test-results ui-tests/playwright-report $(VENV)/.stamp-install $(STAMP_UI) mutants mutants-run.log
 
 # --- the GPU proof (bench/README.md, "On a GPU") ---------------------------------------------------
 # The wheels the GPU machine lacks, for its Python 3.12 (pins in bench/gpu_proof_wheels.txt); .whl/ is

@@ -26,7 +26,12 @@ import pytest
 
 from jupyter_gpumem import allocator_shim
 from jupyter_gpumem.allocator_shim import SettingsError, validate
-from jupyter_gpumem.settings.cuda_async_limits import read_async_prealloc
+from jupyter_gpumem.settings.cuda_async_limits import (
+    async_prealloc_note,
+    async_prealloc_problem,
+    fraction_note,
+    read_async_prealloc,
+)
 from jupyter_gpumem.model import AllocatorSettings, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.status_report import status
@@ -199,3 +204,57 @@ def test_applying_does_not_write_an_unreadable_value(monkeypatch):
     with pytest.raises(SettingsError):
         allocator_shim.apply_settings(AllocatorSettings(allocator="cuda_async", preallocate=False))
     assert "XLA_PYTHON_CLIENT_ALLOCATOR" not in os.environ and "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ
+
+
+# --- the sentences, whole (pure functions of the value) ---------------------------------------
+
+
+@pytest.mark.parametrize("raw, value", [("-9223372036854775808", -(2**63)), ("9223372036854775807", 2**63 - 1),
+                                        ("-9223372036854775809", None), ("9223372036854775808", None)])
+def test_async_prealloc_is_read_within_int64_inclusive(raw, value):
+    assert read_async_prealloc(raw) == value
+
+
+def test_an_unreadable_async_prealloc_is_said_to_kill_the_kernel():
+    assert async_prealloc_problem("2GiB") == (
+        "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC='2GiB' is not a whole number of bytes. XLA's cuda_async "
+        "allocator reads it inside TF_CHECK_OK when JAX's backend starts, and a value it cannot read aborts "
+        "the process: the kernel dies. Use `%gpumem async-prealloc SIZE` (bytes, 512MiB, all) or unset it."
+    )
+
+
+@pytest.mark.parametrize("raw", ["-2", "-1", "0"])
+def test_below_minus_one_async_prealloc_is_a_problem_and_minus_one_is_not(raw):
+    problem = async_prealloc_problem(raw)
+    if raw == "-2":
+        assert problem == (
+            "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC='-2' is negative: cuda_async would try to allocate that "
+            "many bytes as an unsigned size, fail and log an error. Use a size in bytes, or -1 (all)."
+        )
+    else:
+        assert problem is None
+
+
+def test_the_fraction_note_says_it_is_no_cap():
+    assert fraction_note(0.5) == (
+        "under cuda_async with preallocation off, the fraction (0.5) is no cap: XLA reserves no pool, and "
+        "the CUDA driver's default pool that cuda_async allocates from has no size limit, so JAX can take "
+        "all of the GPU's free memory."
+    )
+
+
+@pytest.mark.parametrize("value, preallocate, note", [
+    (0, False, None),
+    (-2, False, None),
+    (-1, True, "async-prealloc (all) changes nothing while preallocation is on: cuda_async reserves its "
+               "whole pool (total × fraction) and keeps it."),
+    (2 * 1024**3, True, "async-prealloc (2.00 GiB) changes nothing while preallocation is on: cuda_async "
+                        "reserves its whole pool (total × fraction) and keeps it."),
+    (-1, False, "async-prealloc all reserves nothing with preallocation off: `all` means the pool's release "
+                "threshold, which is 0 then."),
+    (1, False, "async-prealloc (1 B) is not kept: with preallocation off the pool's release threshold is 0, "
+               "so the bytes cuda_async allocates and frees at start go back to the driver at the next "
+               "synchronisation."),
+])
+def test_the_async_prealloc_note_for_each_case(value, preallocate, note):
+    assert async_prealloc_note(value, preallocate) == note

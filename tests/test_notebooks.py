@@ -13,10 +13,13 @@ their links resolve, and each test the README's comparison table names exists.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pathlib
 import re
+import subprocess
+import sys
 import tempfile
 
 import nbformat
@@ -386,20 +389,56 @@ def _section(text: str, title: str) -> str:
     return match.group(1)
 
 
-def test_every_yes_in_the_comparison_names_a_test_that_exists():
+def _comparison_rows() -> list[tuple[str, list[str]]]:
+    """``(what jupyter-gpumem's column says, the tests named as proof)`` per row of README's table."""
     table = _section((ROOT / "README.md").read_text(), "Compared with")
     rows = [r for r in table.splitlines() if r.startswith("|") and not r.startswith("|---")][1:]
-    assert len(rows) >= 10
+    out = []
     for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        ours, proof = cells[1], cells[-1]
-        if ours.lower().startswith(("yes", "partly")):
-            named = re.findall(r"`([^`]+)`", proof)
-            assert named, f"no test named for: {row}"
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip("|"))]  # "\|" is a "|" in a cell
+        out.append((cells[1], re.findall(r"`([^`]+)`", cells[-1])))
+    return out
+
+
+def _claimed(ours: str) -> bool:
+    return ours.lower().startswith(("yes", "partly"))
+
+
+def _spec_titles(spec: pathlib.Path) -> set[str]:
+    """The titles of a Playwright spec's tests, as declared: ``test('title', ...)``."""
+    return {m.group(2) for m in re.finditer(r"""\btest(?:\.\w+)?\(\s*(['"`])(.*?)(?<!\\)\1""", spec.read_text(), re.S)}
+
+
+def test_every_yes_in_the_comparison_names_a_test_that_exists():
+    rows = _comparison_rows()
+    assert len(rows) >= 10
+    python, browser = [], []
+    for ours, named in rows:
+        if _claimed(ours):
+            assert named, f"no test named for: {ours}"
             for ref in named:
-                path, _, test = ref.partition("::")
-                source = (ROOT / path).read_text()
-                assert test in source, f"{ref} does not exist"
+                (browser if ref.startswith("ui-tests/") else python).append(ref)
+    # pytest collects each named Python test: a name that is only a substring of another fails.
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *sorted(set(python))],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    ids = {line.split("[")[0] for line in collected.stdout.splitlines() if "::" in line}
+    assert sorted(set(python) - ids) == []
+    for ref in browser:
+        path, _, title = ref.partition("::")
+        assert title in _spec_titles(ROOT / path), f"{ref}: no test with that title"
+
+
+def test_a_claim_that_rests_on_a_stand_in_says_so():
+    """A test module whose docstring says it runs on a stand-in (TensorFlow, the CUDA driver,
+    PyTorch) proves less than the real thing: the README's row must say "stand-in"."""
+    for ours, named in _comparison_rows():
+        for ref in named:
+            path = ROOT / ref.partition("::")[0]
+            if path.suffix == ".py" and "stand-in" in (ast.get_docstring(ast.parse(path.read_text())) or ""):
+                assert "stand-in" in ours, f"{ref} runs on a stand-in; the README row says only: {ours}"
 
 
 def test_readme_screenshots_exist():

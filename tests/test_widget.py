@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +116,28 @@ def test_live_sample_draws_each_band_in_gib(stub):
     assert drawn_y(m, "other processes") == [30.0]
     assert drawn_y(m, "fragmentation") == [60.0]
     m.close()
+
+
+def test_bands_stack_from_jax_arrays_at_the_bottom_to_free_at_the_top(stub):
+    # Plotly stacks a stackgroup's traces in the order the figure lists them, first at the bottom
+    # (the browser draws figure["series"] in order); docs/monitor.md's band table gives this order.
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    bands = [s for s in m._views[0].figure()["series"] if s["kind"] == "band"]
+    assert [s["label"] for s in bands] == [
+        "JAX arrays (in use)", "JAX pool, unused", "this process, outside JAX", "other processes", "free",
+    ]
+    assert [s["rank"] for s in bands] == sorted(s["rank"] for s in bands)  # the legend in the same order
+    m.close()
+
+
+def test_the_monitor_docs_list_the_bands_in_the_order_they_stack():
+    from jupyter_gpumem.series import SERIES
+
+    docs = (Path(__file__).parent.parent / "docs" / "monitor.md").read_text()
+    table = docs.split("| band | what it is | from |", 1)[1].split("\n\n", 1)[0]
+    documented = [label.strip() for row in table.splitlines()[2:] for label in row.split("|")[1].split(" / ")]
+    assert documented == [s.label for s in SERIES if s.kind == "band"]
 
 
 def test_header_shows_the_live_numbers_in_human_units(stub):

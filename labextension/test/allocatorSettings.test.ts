@@ -27,6 +27,19 @@ describe('parseSettings: metadata.jupyter_gpumem', () => {
     assert.deepEqual(parseSettings(null), { settings: null, problems: [] });
   });
 
+  test('nonsense in every key (as tests/test_reliability_fuzz.py writes it) is refused whole, key by key', () => {
+    const nonsense = { preallocate: 'sometimes', fraction: [1, 2], allocator: { x: null }, surprise: 1e308 };
+    assert.deepEqual(parseSettings(nonsense), {
+      settings: null,
+      problems: [
+        { kind: 'unknown-key', key: 'surprise' },
+        { kind: 'preallocate' },
+        { kind: 'fraction', value: [1, 2] },
+        { kind: 'allocator' }
+      ]
+    });
+  });
+
   test('a full entry is taken as it is', () => {
     assert.deepEqual(parseSettings({ preallocate: false, fraction: 0.3, allocator: 'platform' }), {
       settings: { preallocate: false, fraction: 0.3, allocator: 'platform' },
