@@ -218,7 +218,7 @@ def test_async_prealloc_is_read_within_int64_inclusive(raw, value):
 def test_an_unreadable_async_prealloc_is_said_to_kill_the_kernel():
     assert async_prealloc_problem("2GiB") == (
         "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC='2GiB' is not a whole number of bytes. XLA's cuda_async "
-        "allocator reads it inside TF_CHECK_OK when JAX's backend starts, and a value it cannot read aborts "
+        "allocator reads it inside a CHECK_OK when JAX's backend starts, and a value it cannot read aborts "
         "the process: the kernel dies. Use `%gpumem async-prealloc SIZE` (bytes, 512MiB, all) or unset it."
     )
 
@@ -236,7 +236,7 @@ def test_below_minus_one_async_prealloc_is_a_problem_and_minus_one_is_not(raw):
 
 
 def test_the_fraction_note_says_it_is_no_cap():
-    assert fraction_note(0.5) == (
+    assert fraction_note(0.5, preallocate=False) == (
         "under cuda_async with preallocation off, the fraction (0.5) is no cap: XLA reserves no pool, and "
         "the CUDA driver's default pool that cuda_async allocates from has no size limit, so JAX can take "
         "all of the GPU's free memory."

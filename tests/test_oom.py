@@ -92,14 +92,14 @@ def test_recognise_gives_the_whole_error_of_a_runtime_error():
     found = recognise(JaxRuntimeError(text("gpu_bfc_human.txt")))
     assert found.to_json() == {
         "form": "gpu_human", "requested_bytes": 23_493_471_109, "exact": False, "ordinal": None,
-        "class_name": "JaxRuntimeError", "message": text("gpu_bfc_human.txt"),
+        "requested_range": [23_488_102_400, 23_499_636_735], "class_name": "JaxRuntimeError", "message": text("gpu_bfc_human.txt"),
     }
 
 
 def test_recognise_text_gives_the_whole_error_of_a_text_alone():
     assert recognise_text(text("gpu_bfc_bytes_0.4.30.txt")).to_json() == {
         "form": "gpu_bytes", "requested_bytes": 7_406_166_528, "exact": True, "ordinal": None,
-        "class_name": "", "message": text("gpu_bfc_bytes_0.4.30.txt"),
+        "requested_range": [7_406_166_528, 7_406_166_528], "class_name": "", "message": text("gpu_bfc_bytes_0.4.30.txt"),
     }
 
 
@@ -119,7 +119,7 @@ def test_resource_exhausted_in_a_text_alone_is_recognised_whole():
     message = "RESOURCE_EXHAUSTED: ran out on device ordinal 1"
     assert recognise_text(message).to_json() == {
         "form": "resource_exhausted", "requested_bytes": None, "exact": False, "ordinal": 1,
-        "class_name": "", "message": message,
+        "requested_range": None, "class_name": "", "message": message,
     }
 
 
@@ -131,7 +131,7 @@ def test_resource_exhausted_on_jaxs_error_is_recognised_whole():
     message = "RESOURCE_EXHAUSTED: ran out on device ordinal 2"
     assert recognise(XlaRuntimeError(message)).to_json() == {
         "form": "resource_exhausted", "requested_bytes": None, "exact": False, "ordinal": 2,
-        "class_name": "XlaRuntimeError", "message": message,
+        "requested_range": None, "class_name": "XlaRuntimeError", "message": message,
     }
 
 
