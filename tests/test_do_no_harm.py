@@ -227,17 +227,41 @@ def test_an_array_reusing_a_donated_buffer_belongs_to_the_cell_that_made_it(tmp_
     assert loaded[2]["out"].strip() == "[2]"  # the second cell made today's x
 
 
-def test_host_memory_arrays_are_not_device_bytes(tmp_path):
-    """A pinned_host array (CPU JAX 0.10.2 offers the memory kind) holds no device memory."""
-    cells = [SETUP, "from jax.sharding import SingleDeviceSharding\n"
-                    "h = jax.device_put(jnp.ones((1000,)), SingleDeviceSharding(jax.devices()[0], memory_kind='pinned_host'))",
-             "from jupyter_gpumem import doctor\n"
-             "r = next(r for r in doctor.live_arrays() if 'h' in r.names)\n"
-             "print(r.device_bytes, r.host_bytes, r.memory_kind)",
-             "%gpumem arrays --top 3"]
-    loaded = run_session(tmp_path, cells, ext=True)
-    assert loaded[2]["out"].strip() == "0 4000 pinned_host"
-    assert "host (pinned_host): 3.91 KiB" in loaded[3]["out"] and "and 3.91 KiB in host memory" in loaded[3]["out"]
+MEMORY_KINDS = [
+    SETUP,
+    "kinds = [m.kind for m in jax.devices()[0].addressable_memories()]\nprint(jax.devices()[0].default_memory().kind, 'pinned_host' in kinds)",
+    "from jupyter_gpumem import doctor\n"
+    "r = next(r for r in doctor.live_arrays() if 'x' in r.names)\n"
+    "print(r.device_bytes, r.host_bytes, r.memory_kind)",
+    "from jax.sharding import SingleDeviceSharding\n"
+    "if 'pinned_host' in kinds:\n"
+    "    h = jax.device_put(jnp.ones((1000,)), SingleDeviceSharding(jax.devices()[0], memory_kind='pinned_host'))",
+    "r = next((r for r in doctor.live_arrays() if 'h' in r.names), None)\n"
+    "print(r and (r.device_bytes, r.host_bytes, r.memory_kind))",
+    "%gpumem arrays --top 3"]
+
+
+@pytest.fixture(scope="module")
+def memory_kinds(tmp_path_factory) -> list[dict]:
+    return run_session(tmp_path_factory.mktemp("kinds"), MEMORY_KINDS, ext=True)
+
+
+@pytest.mark.jax_versions
+def test_an_array_in_its_device_s_own_memory_is_device_bytes(memory_kinds):
+    """A CPU device's own memory is ``device`` from jax 0.7 on and ``unpinned_host`` (its only
+    memory) up to 0.6.2 (``Device.default_memory()``); either way the array is device bytes."""
+    default_kind = memory_kinds[1]["out"].split()[0]
+    assert memory_kinds[2]["out"].split() == ["4000", "0", default_kind], memory_kinds[2]["out"]
+
+
+@pytest.mark.jax_versions
+def test_host_memory_arrays_are_not_device_bytes(memory_kinds):
+    """A pinned_host array holds no device memory (CPU JAX offers that memory kind from 0.7 on;
+    before, its CPU device has none, which the first cell reads)."""
+    if memory_kinds[1]["out"].split()[1] != "True":
+        pytest.skip("this JAX's CPU device has no pinned_host memory")
+    assert memory_kinds[4]["out"].strip() == "(0, 4000, 'pinned_host')"
+    assert "host (pinned_host): 3.91 KiB" in memory_kinds[5]["out"] and "and 3.91 KiB in host memory" in memory_kinds[5]["out"]
 
 
 def test_jax_lists_live_arrays_newest_first(tmp_path):
