@@ -117,7 +117,7 @@ def test_a_line_that_also_fixes_the_async_prealloc_is_accepted(monkeypatch):
 
 
 def test_status_says_the_fraction_is_no_cap_under_cuda_async_with_preallocation_off(monkeypatch):
-    warnings = _warnings(monkeypatch, XLA_CLIENT_MEM_FRACTION=".4", **CUDA_ASYNC_OFF)
+    warnings = _warnings(monkeypatch, **{jax_backend.fraction_var(): ".4"}, **CUDA_ASYNC_OFF)
     assert [w for w in warnings if "fraction (0.4) is no cap" in w and "no size limit" in w]
 
 
@@ -126,7 +126,7 @@ def test_jax_s_default_fraction_under_cuda_async_gives_no_warning(monkeypatch):
 
 
 def test_the_fraction_with_preallocation_on_gets_no_no_cap_warning(monkeypatch):
-    warnings = _warnings(monkeypatch, XLA_CLIENT_MEM_FRACTION=".4", XLA_PYTHON_CLIENT_ALLOCATOR="cuda_async")
+    warnings = _warnings(monkeypatch, **{jax_backend.fraction_var(): ".4"}, XLA_PYTHON_CLIENT_ALLOCATOR="cuda_async")
     assert not [w for w in warnings if "no cap" in w]
 
 
@@ -136,7 +136,7 @@ def test_a_fraction_line_under_cuda_async_notes_it_is_no_cap():
 
 
 def test_turning_preallocation_off_under_cuda_async_with_a_fraction_notes_it_is_no_cap(monkeypatch):
-    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.5")
+    monkeypatch.setenv(jax_backend.fraction_var(), "0.5")  # the name the installed JAX reads
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")
     notes = validate(AllocatorSettings(preallocate=False)).notes
     assert [n for n in notes if "fraction (0.5) is no cap" in n]
