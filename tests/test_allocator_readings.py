@@ -19,6 +19,8 @@ from jupyter_gpumem import allocator_shim as shim
 from jupyter_gpumem import model
 from jupyter_gpumem.sources import jax_backend
 
+pytestmark = pytest.mark.jax_versions
+
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):

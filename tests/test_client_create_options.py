@@ -30,6 +30,8 @@ from jupyter_gpumem.model import AllocatorSettings, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.status_report import status
 
+pytestmark = pytest.mark.jax_versions
+
 NO_NVML = NotAvailable("no_library", "synthetic: no NVML in this test")
 
 

@@ -69,7 +69,9 @@ ASYNC_OOM_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(ASYNC_OOM_CASES))
+# The version matrix runs one case, with and without the doctor, to keep its time down.
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.jax_versions) if c == "in a function" else c
+                                  for c in ASYNC_OOM_CASES])
 @pytest.mark.parametrize("doctor", ["on", "off"])
 def test_an_array_whose_allocation_failed_does_not_abort_the_kernel(tmp_path, case, doctor):
     """Every cell ends as it does without the extension, the process lives, the next cell runs."""
@@ -80,6 +82,7 @@ def test_an_array_whose_allocation_failed_does_not_abort_the_kernel(tmp_path, ca
     assert loaded[-1]["ok"]
 
 
+@pytest.mark.jax_versions
 def test_the_oom_report_lists_arrays_whose_allocation_failed(tmp_path):
     """The case the report exists for: a function allocates, the result is used, it fails."""
     cells = [SETUP, "def run(x):\n    y = f(x)\n    return float(y.sum())", "pending = f(x)", "run(x)", "1 + 1"]
@@ -88,6 +91,7 @@ def test_the_oom_report_lists_arrays_whose_allocation_failed(tmp_path):
     assert "Largest live arrays:" in loaded[3]["out"]
 
 
+@pytest.mark.jax_versions
 def test_typed_commands_survive_failed_arrays(tmp_path):
     """%gpumem arrays, free and cells read only metadata of a failed array."""
     cells = [SETUP, "y = f(x)", "%gpumem cells on", "z = f(x)", "%gpumem arrays", "%gpumem free", "1 + 1"]
@@ -97,6 +101,7 @@ def test_typed_commands_survive_failed_arrays(tmp_path):
     assert "Freed" in loaded[5]["out"]
 
 
+@pytest.mark.jax_versions
 def test_a_debug_print_training_loop_does_not_hang(tmp_path):
     """Plain JAX returns at once; a hook that waited on the pending buffer would deadlock."""
     cells = [
@@ -144,6 +149,7 @@ SHARDED = textwrap.dedent("""\
 FOUR_CPUS = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
 
 
+@pytest.mark.jax_versions
 def test_sharded_arrays_are_not_multiplied_by_the_extension(tmp_path):
     """jax.live_arrays() shows the user's five arrays after a cell, with and without us."""
     cells = [SHARDED, "n = len(jax.live_arrays())", "%gpumem arrays", "print(len(jax.live_arrays()))"]
@@ -153,6 +159,7 @@ def test_sharded_arrays_are_not_multiplied_by_the_extension(tmp_path):
     assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in device memory"), loaded[2]["out"]
 
 
+@pytest.mark.jax_versions
 def test_shard_views_the_user_made_are_not_listed_as_arrays(tmp_path):
     """After ``addressable_shards``, JAX lists the per-shard views too; they are not new memory."""
     cells = [SHARDED, "views = [s.data for s in arrays[0].addressable_shards]\nprint(len(jax.live_arrays()))",
@@ -219,6 +226,7 @@ def test_a_long_list_of_arrays_is_walked_whole(tmp_path):
     assert loaded[2]["out"].strip() == "20000"
 
 
+@pytest.mark.jax_versions
 def test_an_array_reusing_a_donated_buffer_belongs_to_the_cell_that_made_it(tmp_path):
     cells = ["import jax, jax.numpy as jnp\nx = jnp.ones((1000,))",
              "g = jax.jit(lambda a: a * 2, donate_argnums=0)\nx = g(x)",
@@ -264,6 +272,7 @@ def test_host_memory_arrays_are_not_device_bytes(memory_kinds):
     assert "host (pinned_host): 3.91 KiB" in memory_kinds[5]["out"] and "and 3.91 KiB in host memory" in memory_kinds[5]["out"]
 
 
+@pytest.mark.jax_versions
 def test_jax_lists_live_arrays_newest_first(tmp_path):
     """The per-cell bookkeeping stops at the first array it knows; that needs this order
     (jaxlib py_array.cc links each new array at the head of the client's list)."""

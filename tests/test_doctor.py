@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.jax_versions
+
 from jupyter_gpumem import doctor
 
 SESSION = r'''
