@@ -15,7 +15,7 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts lint-imports test-browser test-notebooks notebooks test-python chromium prometheus mutation clean \
+.PHONY: help setup build lab test test-ts lint-imports test-browser test-notebooks notebooks test-python test-jax-matrix chromium prometheus mutation clean \
 	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312
 
 help:
@@ -23,7 +23,8 @@ help:
 	@echo "make build   rebuild the lab extension after editing labextension/src"
 	@echo "make lab     JupyterLab with the extension on notebooks/quickstart.ipynb"
 	@echo "make test    import layers, unit tests of the panel (node), browser tests (chromium), the notebooks"
-	@echo "             from the built wheel, then pytest"
+	@echo "             from the built wheel, the JAX version matrix, then pytest"
+	@echo "make test-jax-matrix  the tests marked jax_versions under each JAX release of tests/jax_matrix.py"
 	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
 	@echo "make gpu-proof-wheels  the Python 3.12 wheels the GPU machine lacks, into .whl/ (bench/README.md, On a GPU)"
 	@echo "make gpu-proof-dry     the GPU proof's checks that need no GPU, in seconds"
@@ -107,8 +108,14 @@ notebooks: setup
 test-python: setup prometheus
 	GPUMEM_EXECUTED_NOTEBOOKS=$(abspath $(NB_RUN)) $(PY) -m pytest -q tests/
 
+# The tests marked jax_versions under every JAX release in tests/jax_matrix.py (JAX_VERSIONS), two
+# releases at a time, each in an environment cached under ~/.cache/jupyter-gpumem/jax-matrix/.
+# JAX_MATRIX_ARGS passes options on, e.g. JAX_MATRIX_ARGS="--versions 0.4.38,0.7.2".
+test-jax-matrix: setup
+	$(PY) tests/jax_matrix.py $(JAX_MATRIX_ARGS)
+
 # Unit and browser tests first, pytest last (its summary line ends the output); any failure fails.
-test: lint-imports test-ts test-browser test-notebooks test-python
+test: lint-imports test-ts test-browser test-notebooks test-jax-matrix test-python
 
 # Mutation testing (mutmut) of the pure core against the tests that specify it: the modules and
 # tests are listed in pyproject.toml's [tool.mutmut]. Results are kept in mutants/ (a second run

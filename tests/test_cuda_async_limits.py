@@ -36,6 +36,8 @@ from jupyter_gpumem.model import AllocatorSettings, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.status_report import status
 
+pytestmark = pytest.mark.jax_versions
+
 NO_NVML = NotAvailable("no_library", "synthetic: no NVML in this test")
 
 _VARS = (
@@ -124,7 +126,7 @@ def test_a_line_that_also_fixes_the_async_prealloc_is_accepted(monkeypatch):
 
 
 def test_status_says_the_fraction_is_no_cap_under_cuda_async_with_preallocation_off(monkeypatch):
-    warnings = _warnings(monkeypatch, XLA_CLIENT_MEM_FRACTION=".4", **CUDA_ASYNC_OFF)
+    warnings = _warnings(monkeypatch, **{jax_backend.fraction_var(): ".4"}, **CUDA_ASYNC_OFF)
     assert [w for w in warnings if "fraction (0.4) is no cap" in w and "no size limit" in w]
 
 
@@ -138,7 +140,7 @@ def test_the_fraction_with_preallocation_on_is_no_cap_either(monkeypatch):
     only attribute the ``GpuCudaMallocAsyncAllocator`` constructor sets on the pool it takes with
     ``cuDeviceGetDefaultMemPool`` (openxla/xla xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc,
     commit 16569562fc04a1d1eadcd6a79f2269c1ccf4c421), and a default pool has no maximum size."""
-    warnings = _warnings(monkeypatch, XLA_CLIENT_MEM_FRACTION=".4", XLA_PYTHON_CLIENT_ALLOCATOR="cuda_async")
+    warnings = _warnings(monkeypatch, **{jax_backend.fraction_var(): ".4"}, XLA_PYTHON_CLIENT_ALLOCATOR="cuda_async")
     said = [w for w in warnings if "fraction (0.4) is no cap, even with preallocation on" in w]
     assert len(said) == 1 and "release threshold" in said[0] and "no size limit" in said[0]
 
@@ -154,7 +156,7 @@ def test_a_fraction_line_under_cuda_async_notes_it_is_no_cap():
 
 
 def test_turning_preallocation_off_under_cuda_async_with_a_fraction_notes_it_is_no_cap(monkeypatch):
-    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.5")
+    monkeypatch.setenv(jax_backend.fraction_var(), "0.5")  # the name the installed JAX reads
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")
     notes = validate(AllocatorSettings(preallocate=False)).notes
     assert [n for n in notes if "fraction (0.5) is no cap" in n]

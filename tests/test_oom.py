@@ -26,6 +26,8 @@ from jupyter_gpumem.model import (
 )
 from jupyter_gpumem.tracefile import read_trace
 
+pytestmark = pytest.mark.jax_versions
+
 TEXTS = Path(__file__).parent / "data" / "oom_texts"
 TRACES = demo_traces.FOLDER
 GiB = 1024**3

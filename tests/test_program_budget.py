@@ -22,6 +22,8 @@ import pytest
 from jupyter_gpumem.doctor.oom_rules import OomReadings, advise
 from jupyter_gpumem.doctor.program_budget import ProgramBudget, _call_on_line, donation_gain
 
+pytestmark = pytest.mark.jax_versions
+
 SESSION = Path(__file__).parent / "kernel_session.py"
 MiB = 1 << 20
 

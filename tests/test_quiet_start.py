@@ -62,6 +62,7 @@ def test_plain_jax_with_the_log_level_unset_prints_nothing_here():
     assert "PjRt-IFRT" not in _stderr(PLAIN_JAX, None)
 
 
+@pytest.mark.jax_versions
 def test_checking_settings_and_status_leave_jaxlib_s_extension_unloaded():
     script = _SHELL + textwrap.dedent("""
         import sys
@@ -96,6 +97,7 @@ def _outcome(generate) -> tuple[str, object]:
         return "rejected", str(err)
 
 
+@pytest.mark.jax_versions
 @pytest.mark.parametrize("env", _ENVIRONMENTS, ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()) or "empty")
 def test_the_generator_from_source_answers_as_jaxlib_s_own(monkeypatch, env):
     from jaxlib import xla_client  # this test process may load the extension: it compares with it

@@ -20,6 +20,8 @@ import pytest
 from jupyter_gpumem.settings.effective import disabled_passes, remat_flags_problem
 from jupyter_gpumem.sources import jax_backend
 
+pytestmark = pytest.mark.jax_versions
+
 FLAGS = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1 --xla_disable_hlo_passes=algsimp,cse"}
 
 

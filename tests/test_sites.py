@@ -20,6 +20,8 @@ import pytest
 
 from jupyter_gpumem import sites
 
+pytestmark = pytest.mark.jax_versions
+
 SESSION = Path(__file__).parent / "kernel_session.py"
 
 

@@ -40,6 +40,23 @@ _DEVICE_KINDS = (None, "device")
 
 
 _footprints: dict[tuple, Footprint] = {}
+_default_kinds: dict[Any, str | None] = {}
+
+
+def _default_memory_kind(device: Any) -> str | None:
+    """The memory kind a device puts arrays in unless told otherwise: its own memory. It is
+    ``device`` on GPUs, and on a CPU from jax 0.7 on; a CPU device of jax 0.4.30 to 0.6.2 has
+    only ``unpinned_host`` (``Device.default_memory().kind`` and ``addressable_memories()``, read
+    on the CPU wheels of 0.4.30, 0.4.38, 0.5.3, 0.6.2 and 0.7.2), so an array there is in the
+    device's own memory, not moved to the host."""
+    if device is None:
+        return None
+    if device not in _default_kinds:
+        try:
+            _default_kinds[device] = device.default_memory().kind
+        except Exception:  # noqa: BLE001 - a JAX without memories: "device" and None cover it
+            _default_kinds[device] = None
+    return _default_kinds[device]
 
 
 def _shard_sizes(sharding: Any, shape: tuple, devices: Any) -> dict[int, int]:
@@ -72,7 +89,7 @@ def footprint(array: Any) -> Footprint:
         total = math.prod(aval.shape)
         per_device = {d: (nbytes * n // total if total else 0) for d, n in _shard_sizes(sharding, aval.shape, devices).items()}
     shape, dtype = tuple(aval.shape), str(aval.dtype)
-    if kind in _DEVICE_KINDS:
+    if kind in _DEVICE_KINDS or kind == _default_memory_kind(next(iter(devices), None)):
         found = Footprint(per_device, 0, kind, shape, dtype)
     else:
         found = Footprint({}, sum(per_device.values()), kind, shape, dtype)

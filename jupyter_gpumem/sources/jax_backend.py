@@ -477,13 +477,26 @@ def _failed_start_reason() -> str:
             "Fix the cause, then restart the kernel")
 
 
+def _gpu_runtime_present(bridge: Any) -> bool:
+    """Whether this JAX could run a GPU at all: a CUDA plugin is installed, or jaxlib itself was
+    built with GPU support. Up to 0.5.x JAX registers built-in ``cuda`` and ``rocm`` factories
+    that fail quietly on a CPU-only jaxlib (0.4.30: an empty error; 0.4.38: "module
+    'jaxlib.xla_extension' has no attribute 'GpuAllocatorConfig'"); JAX itself counts a CUDA
+    error only where ``xla_extension`` has ``GpuAllocatorConfig`` (jax/_src/xla_bridge.py,
+    0.4.38: factories at lines 484-503, the check at 955; 0.10.2 asks ``_jax`` at line 877)."""
+    if _cuda_plugin_installed():
+        return True
+    extension = getattr(bridge, "xla_extension", None) or getattr(bridge, "_jax", None)
+    return hasattr(extension, "GpuAllocatorConfig")
+
+
 def _fallback_reason(platform: str | None) -> str | None:
     """Why JAX runs on the CPU although a GPU backend was expected, or None (no GPU backend
     was expected, or the user chose the CPU through ``jax_platforms``)."""
     if platform != "cpu":
         return None
     bridge = _bridge()
-    errors = dict(getattr(bridge, "_backend_errors", {}) or {})
+    errors = dict(getattr(bridge, "_backend_errors", {}) or {}) if _gpu_runtime_present(bridge) else {}
     for name in ("cuda", "rocm"):
         if name in errors:
             return f"the {name.upper()} backend failed to start: {errors[name]}"
