@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from jupyter_gpumem.server.kernels import KernelInfo
@@ -214,3 +214,16 @@ def gauges() -> GpuMemGauges:
 
 def set_touch(touch: Callable[[], None] | None) -> None:
     gauges().touch = touch
+
+
+# Registered once per process in the default registry, like the collector above; exported as
+# jupyter_gpumem_culled_kernels_total (prometheus_client adds the suffix).
+_culled_kernels = Counter(
+    "jupyter_gpumem_culled_kernels",
+    "Kernels this server shut down for holding GPU memory while idle (GpuMem.cull_idle_after)",
+)
+
+
+def count_culled_kernel(_pending: object = None) -> None:
+    """One more kernel culled (``culling.Culler``'s ``on_cull``)."""
+    _culled_kernels.inc()
