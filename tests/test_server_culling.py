@@ -198,3 +198,22 @@ async def test_an_idle_kernel_holding_no_gpu_memory_is_left_alone(jp_fetch, jp_s
         await asyncio.sleep(0.5)
     assert kernel_id in await running_kernels(jp_fetch)
     assert km.execution_state == "idle"
+
+
+async def test_activity_resets_the_clock_of_an_idle_holder(jp_fetch, jp_serverapp, world):
+    kernel_id = await start_kernel(jp_fetch, "kept.ipynb")
+    world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 5 * GiB)
+    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 16:  # twice cull_idle_after, a cell every 3 s
+            client.execute("x = 1")
+            await asyncio.sleep(3)
+            assert kernel_id in await running_kernels(jp_fetch)
+    finally:
+        client.stop_channels()
+    stopped = time.monotonic()
+    while kernel_id in await running_kernels(jp_fetch):  # quiet again: culled as before
+        assert time.monotonic() - stopped < 40
+        await asyncio.sleep(0.5)
