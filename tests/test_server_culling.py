@@ -78,6 +78,11 @@ def test_a_kernel_whose_pid_matches_no_gpu_process_is_never_culled():
     assert plan_ids(plan) == ([], [])
 
 
+def test_a_reading_older_than_the_last_activity_counts_as_no_idle_time():
+    plan = cull_plan(report([row("a", 5 * GiB)]), [kernel("a", -0.5)], NOW, idle_after=8, min_bytes=GiB, warn_before=300)
+    assert [(p.kernel_id, p.idle_seconds) for p in plan.warn] == [("a", 0.0)]
+
+
 def test_a_kernel_with_no_last_activity_is_never_culled():
     plan = cull_plan(report([row("a", 30 * GiB)]), [kernel("a", None)], NOW, **RULES)
     assert plan_ids(plan) == ([], [])
@@ -165,17 +170,18 @@ async def running_kernels(jp_fetch):
     return {k["id"] for k in json.loads((await jp_fetch("api", "kernels")).body)}
 
 
-def culled_total():
-    from prometheus_client import REGISTRY
-
-    return REGISTRY.get_sample_value("jupyter_gpumem_culled_kernels_total") or 0.0
+async def culled_total(jp_fetch):
+    """jupyter_gpumem_culled_kernels_total as the server's /metrics says it (one per process)."""
+    text = (await jp_fetch("metrics")).body.decode()
+    (line,) = [l for l in text.splitlines() if l.startswith("jupyter_gpumem_culled_kernels_total ")]
+    return float(line.split()[1])
 
 
 async def test_an_idle_kernel_holding_5_gib_is_shut_down_within_40_s_and_counted(jp_fetch, world):
     started = time.monotonic()
     kernel_id = await start_kernel(jp_fetch, "holder.ipynb")
     world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 5 * GiB)
-    before = culled_total()
+    before = await culled_total(jp_fetch)
     warned = None
     while kernel_id in await running_kernels(jp_fetch):
         assert time.monotonic() - started < 40, "the idle holder is still running after 40 s"
@@ -184,7 +190,24 @@ async def test_an_idle_kernel_holding_5_gib_is_shut_down_within_40_s_and_counted
         warned = warned or (rows and rows[0]["pending_cull"])
         await asyncio.sleep(0.5)
     assert warned and warned["message"].startswith("this kernel holds 5.00 GiB of GPU 2 and has been idle ")
-    assert culled_total() == before + 1
+    assert await culled_total(jp_fetch) == before + 1
+
+
+async def test_the_socket_push_carries_the_pending_cull(jp_fetch, jp_ws_fetch, world):
+    kernel_id = await start_kernel(jp_fetch, "pushed.ipynb")
+    world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 5 * GiB)
+    ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws")
+    try:
+        while True:  # the answer on connecting, then each change, until the kernel is idle on GPU 2
+            devices = json.loads(await asyncio.wait_for(ws.read_message(), 10))["devices"]
+            rows = [p for p in devices[2]["processes"] if p["kernel_id"] == kernel_id]
+            if rows and rows[0]["execution_state"] == "idle":
+                break
+    finally:
+        ws.close()
+    pending = rows[0]["pending_cull"]
+    assert pending["held_bytes"] == 5 * GiB
+    assert pending["message"].startswith("this kernel holds 5.00 GiB of GPU 2 and has been idle ")
 
 
 async def test_an_idle_kernel_holding_no_gpu_memory_is_left_alone(jp_fetch, jp_serverapp, world):
@@ -206,9 +229,11 @@ async def test_activity_resets_the_clock_of_an_idle_holder(jp_fetch, jp_serverap
     client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
     client.start_channels()
     try:
+        await client.wait_for_ready(timeout=30)
         started = time.monotonic()
         while time.monotonic() - started < 16:  # twice cull_idle_after, a cell every 3 s
             client.execute("x = 1")
+            await client.get_shell_msg(timeout=10)  # the kernel ran it
             await asyncio.sleep(3)
             assert kernel_id in await running_kernels(jp_fetch)
     finally:

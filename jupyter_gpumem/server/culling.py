@@ -117,7 +117,7 @@ def cull_plan(
         per_device = tuple(sorted(held[kernel.kernel_id].items(), key=lambda item: (-item[1], item[0])))
         total = sum(n for _, n in per_device)
         since = kernel.last_activity.timestamp()
-        idle = now - since
+        idle = max(0.0, now - since)  # a reading taken just before the last activity
         if total < min_bytes or idle < warn_from:
             continue
         pending = PendingCull(
