@@ -242,3 +242,74 @@ async def test_activity_resets_the_clock_of_an_idle_holder(jp_fetch, jp_serverap
     while kernel_id in await running_kernels(jp_fetch):  # quiet again: culled as before
         assert time.monotonic() - stopped < 40
         await asyncio.sleep(0.5)
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_server_started_with_the_cull_flags_culls_the_holder_and_keeps_the_other(tmp_path):
+    """``jupyter server --GpuMem.cull_idle_after=8 --GpuMem.cull_min_bytes=1073741824`` in a
+    subprocess on the fake world (the drop-in pynvml reading a world file, docs/fake-gpu.md)."""
+    import os
+    import subprocess
+    import sys
+    import urllib.request
+
+    from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR, scenario
+
+    world_file = tmp_path / "world.json"
+    world = scenario("three_gpus")
+    world.save(str(world_file))
+    port, token = free_port(), "cull-" + os.urandom(8).hex()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), os.getcwd()]), **{ENV_VAR: str(world_file)},
+               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    log = tmp_path / "server.log"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
+         "--allow-root", "--no-browser", f"--ServerApp.root_dir={tmp_path}", f"--IdentityProvider.token={token}",
+         "--ServerApp.jpserver_extensions=jupyter_gpumem=True",
+         "--GpuMem.cull_idle_after=8", "--GpuMem.cull_min_bytes=1073741824"],
+        env=env, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+    def api(path, body=None):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/{path}", method="POST" if body else "GET",
+                                         data=json.dumps(body).encode() if body else None,
+                                         headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def running():
+        return {k["id"] for k in api("api/kernels")}
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                api("api/status")
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+        started = time.monotonic()
+        heavy, light = (api("api/sessions", {"path": nb, "type": "notebook", "kernel": {"name": "python3"}})["kernel"]["id"]
+                        for nb in ("heavy.ipynb", "light.ipynb"))
+        pid = None
+        while pid is None:  # the listing names the kernel once its pid is known
+            pid = next((k["pid"] for k in api("jupyter-gpumem/api/kernels")["kernels"] if k["kernel_id"] == heavy), None)
+            time.sleep(0.2)
+        world.add_process(2, pid, 5 * GiB)
+        world.save(str(world_file))
+        while heavy in running():
+            assert time.monotonic() - started < 40, log.read_text()[-3000:]
+            time.sleep(0.5)
+        time.sleep(4)  # two more checks
+        assert light in running()
+        assert f"shut down kernel {heavy} (notebook heavy.ipynb): it held 5368709120 bytes" in log.read_text()
+    finally:
+        server.terminate()
+        server.wait(30)

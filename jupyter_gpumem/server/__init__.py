@@ -26,6 +26,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     service = GpuMemService(config, serverapp.kernel_manager, getattr(serverapp, "session_manager", None))
     web_app = serverapp.web_app
     web_app.settings[_SETTINGS_KEY] = service
+    service.culler.log = serverapp.log
     service.culler.start()
     web_app.add_handlers(".*$", [*handlers(web_app.settings["base_url"]), route(web_app.settings["base_url"])])
     serverapp.log.info(

@@ -167,6 +167,7 @@ class Culler:
         self._callback: Any = None
         self._checking = False
         self.culled: list[PendingCull] = []
+        self.log: logging.Logger | logging.LoggerAdapter = log  # the server's own log once loaded
 
     @property
     def config(self) -> Any:
@@ -181,7 +182,7 @@ class Culler:
         every = check_every(c.cull_idle_after, c.poll_interval)
         self._callback = PeriodicCallback(self._tick, every * 1000)
         self._callback.start()
-        log.info(
+        self.log.info(
             "jupyter-gpumem: shutting down kernels idle %gs or more that hold %s of GPU memory or more "
             "(warning %gs before), checking every %gs",
             c.cull_idle_after, format_bytes(c.cull_min_bytes), c.cull_warn_before, every,
@@ -199,7 +200,7 @@ class Culler:
         try:
             await self.check_once()
         except Exception:
-            log.exception("jupyter-gpumem: checking kernels for culling failed")
+            self.log.exception("jupyter-gpumem: checking kernels for culling failed")
         finally:
             self._checking = False
 
@@ -219,7 +220,7 @@ class Culler:
             if not still_idle_since(self.kernel_manager, by_id[pending.kernel_id]):
                 continue  # activity since the listing: the clock starts again
             await self.kernel_manager.shutdown_kernel(pending.kernel_id)
-            log.warning(
+            self.log.warning(
                 "jupyter-gpumem: shut down kernel %s (notebook %s): it held %d bytes (%s) of GPU memory "
                 "and had been idle %.0f s (GpuMem.cull_idle_after=%g)",
                 pending.kernel_id, pending.notebook_path or "none", pending.held_bytes,
