@@ -15,7 +15,7 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts lint format lint-imports test-browser test-notebooks notebooks test-python chromium prometheus clean \
+.PHONY: help setup build lab test test-ts lint format lint-imports test-browser test-notebooks notebooks test-python test-jax-matrix chromium prometheus mutation clean \
 	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312
 
 help:
@@ -25,11 +25,13 @@ help:
 	@echo "make lint    ruff (format, rules, import order) on Python; prettier and eslint on the panel's TypeScript"
 	@echo "make format  what make lint checks, fixed in place"
 	@echo "make test    lint, import layers, unit tests of the panel (node), browser tests (chromium), the notebooks"
-	@echo "             from the built wheel, then pytest"
+	@echo "             from the built wheel, the JAX version matrix, then pytest"
+	@echo "make test-jax-matrix  the tests marked jax_versions under each JAX release of tests/jax_matrix.py"
 	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
 	@echo "make gpu-proof-wheels  the Python 3.12 wheels the GPU machine lacks, into .whl/ (bench/README.md, On a GPU)"
 	@echo "make gpu-proof-dry     the GPU proof's checks that need no GPU, in seconds"
 	@echo "make gpu-proof         the GPU proof itself (on the GPU machine; results under \$$OUT)"
+	@echo "make mutation   mutation testing of the pure core (slow; not part of make test): score and survivors"
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -60,8 +62,14 @@ setup: $(STAMP_INSTALL) $(LABEXT_OUT)
 notebooks/quickstart.ipynb:
 	@echo "notebooks/quickstart.ipynb is missing" && exit 1
 
+# The repository as the root (the quickstart links to docs/), the quickstart open, and the URL
+# printed opening it. tests/test_make_lab.py starts this command.
+LAB_COMMAND = $(BIN)/jupyter lab --allow-root --no-browser --port=$(LAB_PORT) \
+	--ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/quickstart.ipynb \
+	notebooks/quickstart.ipynb
+
 lab: setup notebooks/quickstart.ipynb
-	$(BIN)/jupyter lab --allow-root --no-browser --port=$(LAB_PORT) notebooks/quickstart.ipynb
+	$(LAB_COMMAND)
 
 chromium:
 	@if [ ! -x "$(CHROMIUM)" ]; then \
@@ -114,12 +122,29 @@ notebooks: setup
 test-python: setup prometheus
 	GPUMEM_EXECUTED_NOTEBOOKS=$(abspath $(NB_RUN)) $(PY) -m pytest -q tests/
 
+# The tests marked jax_versions under every JAX release in tests/jax_matrix.py (JAX_VERSIONS), two
+# releases at a time, each in an environment cached under ~/.cache/jupyter-gpumem/jax-matrix/.
+# JAX_MATRIX_ARGS passes options on, e.g. JAX_MATRIX_ARGS="--versions 0.4.38,0.7.2".
+test-jax-matrix: setup
+	$(PY) tests/jax_matrix.py $(JAX_MATRIX_ARGS)
+
 # Unit and browser tests first, pytest last (its summary line ends the output); any failure fails.
-test: lint lint-imports test-ts test-browser test-notebooks test-python
+test: lint lint-imports test-ts test-browser test-notebooks test-jax-matrix test-python
+
+# Mutation testing (mutmut) of the pure core against the tests that specify it: the modules and
+# tests are listed in pyproject.toml's [tool.mutmut]. Results are kept in mutants/ (a second run
+# redoes only what changed); MUTANTS="jupyter_gpumem.core.units*" runs a subset. docs/testing.md has
+# the last score and why each survivor is left.
+MUTANTS ?=
+mutation: $(STAMP_INSTALL)
+	nice $(BIN)/mutmut run $(MUTANTS) > mutants-run.log 2>&1 || (tail -20 mutants-run.log; exit 1)
+	@$(BIN)/mutmut export-cicd-stats >/dev/null
+	@$(BIN)/mutmut results | grep -v "not checked" || true
+	@$(PY) -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); c = s["killed"] + s["timeout"]; n = c + s["survived"] + s["no_tests"] + s["suspicious"]; print("mutation score %d/%d = %.1f%% (%d survived, %d without a test; %d not run)" % (c, n, 100.0 * c / max(1, n), s["survived"], s["no_tests"], s["total"] - n))'
 
 clean:
 	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \
-		ui-tests/test-results ui-tests/playwright-report $(VENV)/.stamp-install $(STAMP_UI)
+		ui-tests/test-results ui-tests/playwright-report $(VENV)/.stamp-install $(STAMP_UI) mutants mutants-run.log
 
 # --- the GPU proof (bench/README.md, "On a GPU") ---------------------------------------------------
 # The wheels the GPU machine lacks, for its Python 3.12 (pins in bench/gpu_proof_wheels.txt); .whl/ is

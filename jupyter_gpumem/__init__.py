@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["configure", "status", "Monitor", "track", "defragment", "__version__"]
+__all__ = ["configure", "status", "gpu_or_replay", "Monitor", "track", "defragment", "__version__"]
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -38,6 +38,15 @@ def status():
     from jupyter_gpumem.settings.status import status as _status
 
     return _status()
+
+
+def gpu_or_replay() -> bool:
+    """True where JAX can use a GPU here (NVML sees one and JAX's CUDA plugin is installed).
+    Prints which GPUs, or why not and that the lessons replay synthetic demo traces instead.
+    Reads NVML only: it does not start JAX."""
+    from jupyter_gpumem.settings.status import gpu_or_replay as _gpu_or_replay
+
+    return _gpu_or_replay()
 
 
 def __getattr__(name: str) -> Any:

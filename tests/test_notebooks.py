@@ -13,17 +13,20 @@ their links resolve, and each test the README's comparison table names exists.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pathlib
 import re
+import subprocess
+import sys
 import tempfile
 
 import nbformat
 import pytest
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
-from wheel_notebooks import kernel_env  # a kernel starts from JAX's defaults whatever the shell had
+from wheel_notebooks import RUN_NOTES_KEY, kernel_env  # a kernel starts from JAX's defaults whatever the shell had
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -126,20 +129,42 @@ def test_committed_notebook_carries_the_outputs_of_one_run_from_the_wheel(name):
     nb = committed(name)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "run it again: make notebooks"
-    ran = nb.metadata["jupyter_gpumem"]
+    ran = nb.metadata[RUN_NOTES_KEY]
     assert ran["executed_from"].startswith("jupyter_gpumem-") and ran["executed_from"].endswith(".whl")
     assert not [o for c in code for o in c.outputs if o["output_type"] == "error"
                 and "raises-exception" not in c.metadata.get("tags", [])]
+
+
+# What the panel reads from metadata.jupyter_gpumem (labextension/src/allocatorSettings.ts,
+# EMPTY_SETTINGS): any other key there makes it ignore the notebook's settings and warn.
+_PANEL_SETTING_KEYS = {"preallocate", "fraction", "allocator"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_metadata_holds_no_run_notes_where_the_panel_reads_settings(name):
+    metadata = committed(name).metadata
+    assert set(metadata.get("jupyter_gpumem", {})) <= _PANEL_SETTING_KEYS
+    assert {"executed_from", "jax", "gpu", "note"} <= set(metadata[RUN_NOTES_KEY])
+
+
+def test_a_run_from_the_wheel_writes_its_notes_beside_the_notebooks_settings():
+    from wheel_notebooks import trimmed
+
+    nb = nbformat.v4.new_notebook(metadata={"jupyter_gpumem": {"fraction": 0.5}})
+    notes = {"executed_from": "jupyter_gpumem-0.1.0-py3-none-any.whl", "jax": "0.10.2", "gpu": False, "note": "n"}
+    out = trimmed(nb, notes)
+    assert out.metadata["jupyter_gpumem"] == {"fraction": 0.5}
+    assert out.metadata[RUN_NOTES_KEY] == notes
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_outputs_of_a_run_without_a_gpu_say_so_and_label_replays_synthetic(name):
     # No GPU run has happened: outputs from a CPU run must not pass for real ones.
     nb = committed(name)
-    if nb.metadata["jupyter_gpumem"]["gpu"]:
+    if nb.metadata[RUN_NOTES_KEY]["gpu"]:
         pytest.skip("these outputs are from a run on a GPU")
-    assert "without a GPU" in nb.metadata["jupyter_gpumem"]["note"]
-    shown = text_of(cell_with(nb, "NvmlSource().read()"))
+    assert "without a GPU" in nb.metadata[RUN_NOTES_KEY]["note"]
+    shown = text_of(cell_with(nb, "gpu_or_replay()"))
     assert "No GPU for JAX here" in shown and "REPLAY" in shown and "SYNTHETIC" in shown
 
 
@@ -160,7 +185,7 @@ def test_committed_outputs_have_the_shape_of_a_fresh_run(name):
     if _from_the_wheel(name) is None:
         pytest.skip("needs make test's run from the wheel (GPUMEM_EXECUTED_NOTEBOOKS)")
     fresh, kept = executed(name), committed(name)
-    if fresh.metadata["jupyter_gpumem"]["gpu"] != kept.metadata["jupyter_gpumem"]["gpu"]:
+    if fresh.metadata[RUN_NOTES_KEY]["gpu"] != kept.metadata[RUN_NOTES_KEY]["gpu"]:
         pytest.skip("one run had a GPU and the other had not")
 
     def shape(nb):
@@ -193,16 +218,66 @@ def test_notebooks_folder_holds_exactly_the_tested_notebooks():
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == sorted(NAMES)
 
 
-def test_make_lab_opens_the_quickstart():
-    makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^lab:.*\n\t.*jupyter lab .*notebooks/quickstart\.ipynb", makefile, re.M)
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_each_notebook_has_checks_and_says_what_they_are(name):
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     assert len(tagged(nb, "test")) >= 2
     assert any("tagged `test`" in c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_check_cells_are_collapsed_out_of_the_learners_way(name):
+    """JupyterLab and Notebook 7 collapse a cell's input and output by ``metadata.jupyter``
+    (``source_hidden``, ``outputs_hidden``: nbformat 4.x's documented cell metadata)."""
+    nb = committed(name)
+    for cell in tagged(nb, "test"):
+        assert cell.metadata.get("jupyter") == {"source_hidden": True, "outputs_hidden": True}, cell.source[:80]
+    visible = [c for c in nb.cells if "test" not in c.metadata.get("tags", [])]
+    assert [c.source[:60] for c in visible if c.cell_type == "markdown" and c.source.lstrip().startswith("Check")] == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_notebook_opens_with_one_public_call_for_whether_it_runs_live(name):
+    opener = next(c for c in committed(name).cells if c.cell_type == "code")
+    assert opener.source.splitlines()[0] == "%load_ext jupyter_gpumem"
+    assert "LIVE = jupyter_gpumem.gpu_or_replay()" in opener.source
+    assert len(opener.source.splitlines()) <= 4 and "jupyter_gpumem." not in opener.source.replace("jupyter_gpumem.gpu_or_replay", "")
+
+
+MAX_MARKDOWN_WORDS = 200
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_markdown_cells_are_short_enough_to_read_between_cells(name):
+    long = {c.source[:50]: len(c.source.split()) for c in committed(name).cells
+            if c.cell_type == "markdown" and len(c.source.split()) > MAX_MARKDOWN_WORDS}
+    assert long == {}
+
+
+def test_quickstart_where_next_names_every_other_notebook():
+    (where_next,) = [c.source for c in committed("quickstart").cells if c.source.startswith("## Where next")]
+    assert [n for n in NAMES if n != "quickstart" and f"{n}.ipynb" not in where_next] == []
+
+
+def test_quickstart_says_run_all_goes_on_past_the_refused_cell_as_its_tag_makes_it():
+    nb = committed("quickstart")
+    cells = nb.cells
+    refused = next(i for i, c in enumerate(cells) if c.cell_type == "code" and "%gpumem fraction .8" in c.source)
+    assert "raises-exception" in cells[refused].metadata.get("tags", [])
+    before = cells[refused - 1].source
+    assert "would stop" not in before and '"Run All" goes on past it' in before
+    ran = executed("quickstart")
+    assert all(c.execution_count is not None for c in ran.cells[refused + 1:] if c.cell_type == "code")
+
+
+def test_fragmentation_text_quotes_only_numbers_its_table_shows():
+    nb = executed("03-fragmentation")
+    (text,) = [c.source for c in nb.cells if c.source.startswith("## An OOM with plenty free in total")]
+    table = text_of(cell_with(nb, "def stats_at(t):"))
+    end_row = next(line for line in table.splitlines() if line.split()[:1] == ["end"])
+    quoted = re.findall(r"\d+\.\d+ GiB", text)
+    assert len(quoted) >= 3
+    assert [q for q in quoted if q not in end_row] == []
 
 
 # --- executed ------------------------------------------------------------------------------------
@@ -227,7 +302,7 @@ def test_cells_tagged_raises_exception_really_raise(name):
 def test_without_a_gpu_the_notebook_says_so_and_labels_replays_synthetic(name):
     if _gpu_visible():
         pytest.skip("a GPU is visible: the notebooks run live")
-    shown = text_of(cell_with(executed(name), "NvmlSource().read()"))  # the setup cell
+    shown = text_of(cell_with(executed(name), "gpu_or_replay()"))  # the setup cell
     assert "No GPU for JAX here" in shown
     assert "REPLAY" in shown and "SYNTHETIC" in shown
 
@@ -314,20 +389,56 @@ def _section(text: str, title: str) -> str:
     return match.group(1)
 
 
-def test_every_yes_in_the_comparison_names_a_test_that_exists():
+def _comparison_rows() -> list[tuple[str, list[str]]]:
+    """``(what jupyter-gpumem's column says, the tests named as proof)`` per row of README's table."""
     table = _section((ROOT / "README.md").read_text(), "Compared with")
     rows = [r for r in table.splitlines() if r.startswith("|") and not r.startswith("|---")][1:]
-    assert len(rows) >= 10
+    out = []
     for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        ours, proof = cells[1], cells[-1]
-        if ours.lower().startswith(("yes", "partly")):
-            named = re.findall(r"`([^`]+)`", proof)
-            assert named, f"no test named for: {row}"
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip("|"))]  # "\|" is a "|" in a cell
+        out.append((cells[1], re.findall(r"`([^`]+)`", cells[-1])))
+    return out
+
+
+def _claimed(ours: str) -> bool:
+    return ours.lower().startswith(("yes", "partly"))
+
+
+def _spec_titles(spec: pathlib.Path) -> set[str]:
+    """The titles of a Playwright spec's tests, as declared: ``test('title', ...)``."""
+    return {m.group(2) for m in re.finditer(r"""\btest(?:\.\w+)?\(\s*(['"`])(.*?)(?<!\\)\1""", spec.read_text(), re.S)}
+
+
+def test_every_yes_in_the_comparison_names_a_test_that_exists():
+    rows = _comparison_rows()
+    assert len(rows) >= 10
+    python, browser = [], []
+    for ours, named in rows:
+        if _claimed(ours):
+            assert named, f"no test named for: {ours}"
             for ref in named:
-                path, _, test = ref.partition("::")
-                source = (ROOT / path).read_text()
-                assert test in source, f"{ref} does not exist"
+                (browser if ref.startswith("ui-tests/") else python).append(ref)
+    # pytest collects each named Python test: a name that is only a substring of another fails.
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *sorted(set(python))],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    ids = {line.split("[")[0] for line in collected.stdout.splitlines() if "::" in line}
+    assert sorted(set(python) - ids) == []
+    for ref in browser:
+        path, _, title = ref.partition("::")
+        assert title in _spec_titles(ROOT / path), f"{ref}: no test with that title"
+
+
+def test_a_claim_that_rests_on_a_stand_in_says_so():
+    """A test module whose docstring says it runs on a stand-in (TensorFlow, the CUDA driver,
+    PyTorch) proves less than the real thing: the README's row must say "stand-in"."""
+    for ours, named in _comparison_rows():
+        for ref in named:
+            path = ROOT / ref.partition("::")[0]
+            if path.suffix == ".py" and "stand-in" in (ast.get_docstring(ast.parse(path.read_text())) or ""):
+                assert "stand-in" in ours, f"{ref} runs on a stand-in; the README row says only: {ours}"
 
 
 def test_readme_screenshots_exist():

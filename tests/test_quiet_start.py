@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from jupyter_gpumem.sources import jax_backend, jax_options
+from jupyter_gpumem.sources import jax_options
 
 _SHELL = """
 from IPython.core.interactiveshell import InteractiveShell
@@ -62,6 +62,7 @@ def test_plain_jax_with_the_log_level_unset_prints_nothing_here():
     assert "PjRt-IFRT" not in _stderr(PLAIN_JAX, None)
 
 
+@pytest.mark.jax_versions
 def test_checking_settings_and_status_leave_jaxlib_s_extension_unloaded():
     script = _SHELL + textwrap.dedent("""
         import sys
@@ -96,6 +97,7 @@ def _outcome(generate) -> tuple[str, object]:
         return "rejected", str(err)
 
 
+@pytest.mark.jax_versions
 @pytest.mark.parametrize("env", _ENVIRONMENTS, ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()) or "empty")
 def test_the_generator_from_source_answers_as_jaxlib_s_own(monkeypatch, env):
     from jaxlib import xla_client  # this test process may load the extension: it compares with it
@@ -105,10 +107,10 @@ def test_the_generator_from_source_answers_as_jaxlib_s_own(monkeypatch, env):
     for var, value in env.items():
         monkeypatch.setenv(var, value)
     jaxlib_s = _outcome(xla_client.generate_pjrt_gpu_plugin_options)
-    ours = ("options", jax_backend.jax_gpu_options(env)) if jaxlib_s[0] == "options" else None
+    ours = ("options", jax_options.jax_gpu_options(env)) if jaxlib_s[0] == "options" else None
     if ours is None:
         with pytest.raises(ValueError) as err:
-            jax_backend.jax_gpu_options(env)
+            jax_options.jax_gpu_options(env)
         ours = ("rejected", str(err.value))
     assert ours == jaxlib_s
 

@@ -135,8 +135,18 @@ def test_sampler_turns_a_raising_source_into_an_explained_sample_and_recovers():
 def test_slow_nvml_call_does_not_pile_up_sampler_threads(world):
     source = NvmlSource()
     source.read()
+    interval = 0.05
     world.slow_down(0.3, times=3, device=0, function="nvmlDeviceGetMemoryInfo")
-    sampler = Sampler(source.read, lambda: (), interval=0.02)
+    reads: list[tuple[float, float]] = []  # (start, end) of each NVML reading
+
+    def timed_read():
+        start = time.monotonic()
+        try:
+            return source.read()
+        finally:
+            reads.append((start, time.monotonic()))
+
+    sampler = Sampler(timed_read, lambda: (), interval=interval)
     seen = []
     done = threading.Event()
     peak = [0]
@@ -144,16 +154,18 @@ def test_slow_nvml_call_does_not_pile_up_sampler_threads(world):
     def on_sample(sample):
         peak[0] = max(peak[0], sum(t.name == "jupyter-gpumem-sampler" for t in threading.enumerate()))
         seen.append(sample)
-        if len(seen) >= 5:
+        if len(seen) >= 6:
             done.set()
 
-    with sampler.subscribe(on_sample, interval=0.02):
+    with sampler.subscribe(on_sample, interval=interval):
         assert done.wait(10)
     assert peak[0] == 1
-    # Readings came one after another: the slow ones delayed the next tick, never overlapped it.
-    gaps = [b.t - a.t for a, b in zip(seen, seen[1:])]
-    assert all(g >= 0 for g in gaps)
     assert all(isinstance(s.devices, tuple) for s in seen)
+    # One reading at a time: each starts after the one before it ended ...
+    assert all(later[0] >= earlier[1] for earlier, later in zip(reads, reads[1:]))
+    # ... and the ticks a slow one missed were skipped, not run back to back after it.
+    starts = [start for start, _ in reads]
+    assert all(b - a >= 0.5 * interval for a, b in zip(starts, starts[1:])), starts
 
 
 # --- server side: /devices during faults -----------------------------------------------------

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jupyter_gpumem
+from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.settings.apply import SettingsError
 from jupyter_gpumem.kernel.magics import Command, MagicUsageError, parse_line
 from jupyter_gpumem.testing import fake_nvml
@@ -257,16 +258,35 @@ async def test_random_query_strings_on_the_socket_get_the_answer_or_a_1008_close
 
 # --- notebook metadata ------------------------------------------------------------------------
 
+NONSENSE_METADATA = {"preallocate": "sometimes", "fraction": [1, 2], "allocator": {"x": None}, "surprise": 1e308}
 
-async def test_notebook_with_nonsense_gpumem_metadata_opens(jp_fetch, jp_root_dir):
-    nonsense = {"preallocate": "sometimes", "fraction": [1, 2], "allocator": {"x": None}, "surprise": 1e308}
+
+async def test_notebook_with_nonsense_gpumem_metadata_opens_and_its_kernel_is_listed(jp_fetch, jp_root_dir):
+    """The server with the extension opens the notebook, and the extension lists the kernel of a
+    session on it with its path. (The panel's reading of the same metadata, which refuses every key,
+    is labextension/test/allocatorSettings.test.ts; the kernel's is the next test.)"""
     notebook = {
         "nbformat": 4, "nbformat_minor": 5,
-        "metadata": {"jupyter_gpumem": nonsense},
+        "metadata": {"jupyter_gpumem": NONSENSE_METADATA},
         "cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "source": "1 + 1", "outputs": [], "execution_count": None}],
     }
     (jp_root_dir / "odd.ipynb").write_text(json.dumps(notebook))
     response = await jp_fetch("api", "contents", "odd.ipynb")
     model = json.loads(response.body)
     assert response.code == 200 and model["type"] == "notebook"
-    assert model["content"]["metadata"]["jupyter_gpumem"] == nonsense
+    assert model["content"]["metadata"]["jupyter_gpumem"] == NONSENSE_METADATA
+    session = await jp_fetch(
+        "api", "sessions", method="POST",
+        body=json.dumps({"path": "odd.ipynb", "type": "notebook", "name": "", "kernel": {"name": "python3"}}),
+    )
+    kernel_id = json.loads(session.body)["kernel"]["id"]
+    kernels = json.loads((await jp_fetch("jupyter-gpumem", "api", "kernels")).body)["kernels"]
+    assert [(k["kernel_id"], k["notebook_path"]) for k in kernels] == [(kernel_id, "odd.ipynb")]
+
+
+def test_nonsense_notebook_settings_reaching_the_kernel_are_refused_and_change_nothing():
+    before = dict(os.environ)
+    with pytest.raises(SettingsError) as err:
+        allocator_shim.configure_from_notebook(**NONSENSE_METADATA)
+    assert str(err.value)
+    assert dict(os.environ) == before

@@ -11,8 +11,8 @@ repository, in a folder that is not the repository.
 3. copies ``notebooks/*.ipynb`` to another temporary folder and executes each there (nbclient),
    in a kernel of that environment;
 4. writes each executed notebook to ``DIR`` with small outputs: no widget state (a widget's
-   output says so in text), no timings, an error's last line only. ``--out notebooks``
-   refreshes the committed outputs.
+   output says so in text), no timings, an error's last line only, and what it ran from under
+   ``metadata.jupyter_gpumem_run``. ``--out notebooks`` refreshes the committed outputs.
 
 Exits 1 when a cell that is not tagged ``raises-exception`` fails, naming the notebook and cell.
 """
@@ -39,6 +39,9 @@ from nbclient.exceptions import CellExecutionError
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KERNEL = "gpumem-wheel"
 WIDGET = "application/vnd.jupyter.widget-view+json"
+# Where a run notes what it ran from: metadata.jupyter_gpumem holds the notebook's allocator
+# settings, which the panel reads and applies at each kernel start (docs/panel.md).
+RUN_NOTES_KEY = "jupyter_gpumem_run"
 WIDGET_TEXT = "(an interactive widget: its state is not saved in this copy; run the notebook to see it)"
 # Variables JAX or TensorFlow read: a kernel starts from JAX's defaults whatever the shell had.
 # Variables JAX or TensorFlow read: a kernel must start from JAX's defaults whatever the shell had.
@@ -105,7 +108,7 @@ def trimmed(nb: nbformat.NotebookNode, ran_on: dict) -> nbformat.NotebookNode:
     """Outputs a page can show and a diff can read: a widget's output becomes a line saying so,
     an error keeps its last line (the frames name this machine's folders)."""
     nb.metadata.pop("widgets", None)
-    nb.metadata["jupyter_gpumem"] = ran_on
+    nb.metadata[RUN_NOTES_KEY] = ran_on
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if "outputs" in cell:

@@ -184,11 +184,27 @@ def origin_of(frames: Iterable[FrameTuple], cells: Mapping[str, int]) -> Origin:
 _by_traceback: dict[Any, tuple[FrameTuple, ...]] = {}
 
 
+def _qualified_names(traceback: Any, count: int) -> list[str] | None:
+    """Each frame's qualified name (``make.<listcomp>``), from the code objects of
+    ``Traceback.raw_frames()``; None where they cannot be had. jaxlib 0.4.38's ``frames`` name
+    functions by ``co_name`` (``__call__``), later ones by ``co_qualname``
+    (``ExecuteReplicated.__call__``, 0.7.2 and 0.10.2, observed on their CPU wheels); the code
+    objects give the same name on all."""
+    try:
+        codes, _ = traceback.raw_frames()
+        names = [code.co_qualname for code in codes]
+    except Exception:  # noqa: BLE001 - an older jaxlib or Python: the frames' own names serve
+        return None
+    return names if len(names) == count else None
+
+
 def _reduced(traceback: Any) -> tuple[FrameTuple, ...]:
     """The frames of a jaxlib Traceback outside JAX, innermost first (kept per traceback)."""
     found = _by_traceback.get(traceback)
     if found is None:
-        found = tuple((f.file_name, f.line_num, f.function_name) for f in traceback.frames
+        frames = traceback.frames
+        names = _qualified_names(traceback, len(frames)) or [f.function_name for f in frames]
+        found = tuple((f.file_name, f.line_num, name) for f, name in zip(frames, names)
                       if kind_of(f.file_name) != "internal")
         if len(_by_traceback) > 8192:  # code comes and goes; a few thousand stacks is plenty
             _by_traceback.clear()

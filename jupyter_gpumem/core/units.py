@@ -45,14 +45,13 @@ def parse_bytes(text: str | int) -> int:
     num, unit = match.group("num"), match.group("unit").lower()
     letter = unit[:1] if unit[:1] in _DECIMAL else ""
     rest = unit[len(letter):]
+    # The regex lets through a letter or none, then "", "b" or "ib".
     if rest == "b" and letter:
         scale = _DECIMAL[letter]  # KB, MB, GB: powers of 1000
-    elif rest in ("", "ib", "b"):
-        if rest == "ib" and not letter:
-            raise ValueError(f"{text!r} is not a byte count: 'iB' needs a prefix (KiB, MiB, GiB, TiB)")
+    elif rest == "ib" and not letter:
+        raise ValueError(f"{text!r} is not a byte count: 'iB' needs a prefix (KiB, MiB, GiB, TiB)")
+    else:
         scale = _BINARY[letter]
-    else:  # the regex only lets through the forms above
-        raise ValueError(f"{text!r} has an unknown unit; use one of {BYTE_UNITS}")
     if "." in num:
         value = float(num) * scale
         if not math.isfinite(value):
@@ -93,14 +92,12 @@ def format_bytes(n: int | float) -> str:
     size = abs(n)
     if size < 1024:
         return f"{sign}{int(size)} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
+    for unit in ("KiB", "MiB", "GiB"):
         size /= 1024.0
-        if size < 1024 or unit == "TiB":
-            # 1023.999 MiB would round to "1024.00 MiB"; show it in the next unit instead.
-            if round(size, 2) >= 1024 and unit != "TiB":
-                continue
+        # 1023.999 MiB would round to "1024.00 MiB"; show it in the next unit instead.
+        if round(size, 2) < 1024:
             return f"{sign}{size:.2f} {unit}"
-    return f"{sign}{size:.2f} TiB"  # pragma: no cover
+    return f"{sign}{size / 1024.0:.2f} TiB"
 
 
 # Control and format characters (escapes, newlines, bidi overrides), line and paragraph

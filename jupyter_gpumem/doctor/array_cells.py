@@ -24,10 +24,14 @@ class _Entry:
     cell: int | None  # None: made before tracking began, or between cells
     ref: Any  # weakref.ref to the array
     device_bytes: int
+    buffer: tuple[int, int] | None = None  # jax_arrays.cpu_buffer_key: counted once per buffer
 
 
 _entries: dict[int, _Entry] = {}
 _total = [0]
+# CPU buffers that several arrays share (jax_arrays.cpu_buffer_key): [arrays alive, bytes],
+# the bytes counted in _total once, while any of them lives.
+_buffers: dict[tuple[int, int], list[int]] = {}
 # Weakref callbacks run wherever an array dies, this thread included while it holds the lock.
 _lock = threading.RLock()
 _current: list[int | None] = [None]
@@ -41,7 +45,30 @@ def _forget(key: int, ref: Any) -> None:
         entry = _entries.get(key)
         if entry is not None and entry.ref is ref:
             del _entries[key]
-            _total[0] -= entry.device_bytes
+            _uncount(entry)
+
+
+def _count(entry: _Entry) -> None:
+    if entry.buffer is None:
+        _total[0] += entry.device_bytes
+        return
+    shared = _buffers.setdefault(entry.buffer, [0, entry.device_bytes])
+    if shared[0] == 0:
+        _total[0] += shared[1]
+    shared[0] += 1
+
+
+def _uncount(entry: _Entry) -> None:
+    if entry.buffer is None:
+        _total[0] -= entry.device_bytes
+        return
+    shared = _buffers.get(entry.buffer)
+    if shared is None:
+        return
+    shared[0] -= 1
+    if shared[0] <= 0:
+        del _buffers[entry.buffer]
+        _total[0] -= shared[1]
 
 
 def _device_bytes(array: Any) -> int:
@@ -75,12 +102,15 @@ def note_new_arrays(cell: int | None = None) -> int:
             except TypeError:
                 continue
             size = _device_bytes(array)
+            buffer = jax_arrays.cpu_buffer_key(array) if size else None
             if entry is not None:
-                _total[0] -= entry.device_bytes
-            _entries[key] = _Entry(cell, ref, size)
-            _total[0] += size
+                _uncount(entry)
+            # An array sharing a buffer already counted (a CPU array's numpy view) adds nothing.
+            shared = buffer is not None and _buffers.get(buffer, [0])[0] > 0
+            _entries[key] = _Entry(cell, ref, size, buffer)
+            _count(_entries[key])
             new += 1
-            if cell is not None and cell == _current[0]:
+            if cell is not None and cell == _current[0] and not shared:
                 _made.append((ref, getattr(array, "traceback", None), size))
     return new
 
@@ -121,6 +151,7 @@ def forget_all() -> None:
     """Drop the registry (tests, and unloading the extension)."""
     with _lock:
         _entries.clear()
+        _buffers.clear()
         _total[0] = 0
         _current[0] = None
         _made.clear()

@@ -84,6 +84,9 @@ class ArrayCensus:
     records: tuple[ArrayRecord, ...]
     walk: NameWalk
     seconds: float
+    # Arrays whose computation failed (an OOM surfacing at block_until_ready()): never
+    # allocated, so not in ``records``; sized from shape and dtype only.
+    failed: tuple[ArrayRecord, ...] = ()
 
 
 def census(shell: Any = None, seconds: float = WALK_SECONDS_COMMAND) -> ArrayCensus:
@@ -104,7 +107,10 @@ def census(shell: Any = None, seconds: float = WALK_SECONDS_COMMAND) -> ArrayCen
 
 def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
     walk = names_by_array(user_namespace(shell), seconds=seconds)
-    arrays = [a for a in jax_arrays.live_arrays_newest_first() if not _deleted(a)]
+    arrays, failed = [], []
+    for a in jax_arrays.live_arrays_newest_first():
+        if not _deleted(a):
+            (failed if jax_arrays.failed(a) else arrays).append(a)
     views: set[int] = set()
     for a in arrays:
         try:
@@ -114,6 +120,7 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
             continue
     if arrays:
         array_cells.note_new_arrays()
+    views |= _cpu_alias_ids(arrays, walk.names)
     sized = []
     names, cell_of, footprint = walk.names, array_cells.cell_of, jax_arrays.footprint
     site_of = sites.site_labeller(sites.cell_numbers(shell if shell is not None else current_shell()))
@@ -129,7 +136,32 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
         sized.append((-(fp.on_device + fp.host_bytes), fp.shape, len(sized), record))
     sized.sort(key=lambda t: t[:3])
     records = [t[3] for t in sized]
-    return ArrayCensus(tuple(records), walk, time.perf_counter() - t0)
+    never_made = []
+    for a in failed:
+        try:
+            fp = footprint(a)  # shape, dtype and sharding: the failed buffer is not read
+        except (AttributeError, RuntimeError, TypeError, ValueError):
+            continue
+        never_made.append(ArrayRecord(fp.shape, fp.dtype, fp.device_bytes, tuple(names.get(id(a), ())), cell_of(a),
+                                      fp.host_bytes, fp.memory_kind, site_of(getattr(a, "traceback", None))))
+    return ArrayCensus(tuple(records), walk, time.perf_counter() - t0, tuple(never_made))
+
+
+def _cpu_alias_ids(arrays: list, named: Mapping[int, Any]) -> set[int]:
+    """ids of arrays that share a CPU buffer with another listed array
+    (``jax_arrays.cpu_buffer_key``), all but one per buffer: one the namespace names, else the
+    oldest (JAX lists newest first)."""
+    by_buffer: dict[tuple[int, int], list] = {}
+    for a in arrays:
+        key = jax_arrays.cpu_buffer_key(a)
+        if key is not None:
+            by_buffer.setdefault(key, []).append(a)
+    drop: set[int] = set()
+    for same in by_buffer.values():
+        if len(same) > 1:
+            keep = next((a for a in same if id(a) in named), same[-1])
+            drop.update(id(a) for a in same if a is not keep)
+    return drop
 
 
 def _deleted(array: Any) -> bool:
@@ -193,6 +225,7 @@ class ArraysReport:
     note: str = ""
     walk_note: str = ""  # what the walk of names could not see
     seconds: float | None = None  # how long the listing took
+    failed: tuple[ArrayRecord, ...] = ()  # arrays whose computation failed: left out, hold nothing
 
     @property
     def total_bytes(self) -> int:
@@ -232,7 +265,18 @@ class ArraysReport:
         took = f" Listed in {self.seconds * 1e3:.0f} ms." if self.seconds is not None else ""
         text = (f"{len(self.records)} live JAX arrays, {bytes_or_na(self.total_bytes)} in device memory{host}; "
                 f"{shown} shown, {what}.{took}")
-        return text + (" " + self.walk_note if self.walk_note else "")
+        return text + (" " + self.walk_note if self.walk_note else "") + self.failed_note()
+
+    def failed_note(self) -> str:
+        """The arrays left out because their computation failed, named; empty without any."""
+        if not self.failed:
+            return ""
+        shown = "; ".join(f"{r.dtype}{list(r.shape)} ({bytes_or_na(r.nbytes)} asked for)"
+                          + (f" held by {', '.join(r.names)}" if r.names else "") for r in self.failed[:5])
+        more = f"; and {len(self.failed) - 5} more" if len(self.failed) > 5 else ""
+        n = len(self.failed)
+        return (f" Left out: {n} {'array' if n == 1 else 'arrays'} whose computation failed, holding no "
+                f"memory: {shown}{more}.")
 
     def __str__(self) -> str:
         lines = [self.summary()]
@@ -287,4 +331,5 @@ def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
     if not allocator_shim.backend_started():
         return ArraysReport((), top, by, not_started_note())
     found = census(shell)
-    return ArraysReport(found.records, top, by, walk_note=found.walk.note(), seconds=found.seconds)
+    return ArraysReport(found.records, top, by, walk_note=found.walk.note(), seconds=found.seconds,
+                        failed=found.failed)

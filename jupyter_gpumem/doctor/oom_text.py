@@ -179,7 +179,7 @@ def parse_request(text: str) -> tuple[str, int | None, bool, int | None] | None:
             size, exact = int(groups["exact"]), True
         elif groups.get("size"):
             try:
-                size = parse_bytes(groups["size"].replace(" ", ""))
+                size = parse_bytes(groups["size"])  # it reads "21.88 GiB" as "21.88GiB"
             except ValueError:
                 size = None
         ordinal = groups.get("ordinal")

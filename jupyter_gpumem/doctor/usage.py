@@ -38,8 +38,7 @@ class MemoryNow:
     def measure_words(self) -> str:
         if self.measure == "allocator":
             return "JAX allocator bytes in use, all devices"
-        return ("live JAX array bytes (no allocator statistics here; on the CPU an array printed or handed "
-                "to NumPy counts twice: JAX keeps a second array object on its buffer)")
+        return "live JAX array bytes (no allocator statistics here)"
 
 
 def with_stats(readings: Iterable) -> list:

@@ -173,6 +173,20 @@ def _display(obj: Any) -> None:
     display(obj)
 
 
+def _reset_all() -> str:
+    """``%gpumem reset``: the allocator settings and ``%gpumem tensorflow``, taken back."""
+    from jupyter_gpumem.settings import tensorflow as tensorflow_settings
+    from jupyter_gpumem.settings.apply import reset
+
+    applied = reset()  # raises, changing nothing, where a value in effect cannot be taken back
+    tensorflow = tensorflow_settings.reset()
+    if tensorflow is None:
+        return str(applied)
+    if not applied.env_written and not applied.config_written:
+        return "gpumem: reset: " + tensorflow
+    return f"{applied}; {tensorflow}"
+
+
 def run_command(command: Command, shell: Any = None) -> None:
     """Carry out a parsed command: print, display, or hand over to the owning module."""
     if command.action == "help":
@@ -184,9 +198,7 @@ def run_command(command: Command, shell: Any = None) -> None:
         _display(status())
         return
     if command.action == "reset":
-        from jupyter_gpumem.settings.apply import reset
-
-        print(reset())
+        print(_reset_all())
         return
     if command.action == "settings":
         from jupyter_gpumem.settings.apply import apply_settings

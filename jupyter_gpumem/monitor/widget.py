@@ -59,6 +59,9 @@ MAX_DRAWN_DEVICES = 64
 
 
 def _minutes(value: float) -> str:
+    """A window's length as a person says it: ``57 s`` under a minute, else ``1.5 min``."""
+    if value < 1:
+        return f"{round(value * 60):d} s"
     return f"{round(value, 2):g} min"
 
 
@@ -212,9 +215,11 @@ class Monitor:
 
     def _build_widgets(self) -> None:
         W = self._W
-        self.header = W.HTML(layout=W.Layout(width="100%"))
-        self.status_box = W.HTML(layout=W.Layout(width="100%"))
-        self.empty = W.HTML(layout=W.Layout(width="100%"))
+        # Full width with no side margins: ipywidgets' default 2 px margins on a 100% width made
+        # the monitor 4 px wider than its cell, and the cell scrolled sideways.
+        self.header = W.HTML(layout=W.Layout(width="100%", margin="2px 0px"))
+        self.status_box = W.HTML(layout=W.Layout(width="100%", margin="2px 0px"))
+        self.empty = W.HTML(layout=W.Layout(width="100%", margin="2px 0px"))
         self.tabs = W.Tab()
         self.body = W.VBox([self.empty])
         self.pause_button = W.ToggleButton(value=False, description="Pause", icon="pause", tooltip="Pause or resume updates")

@@ -29,6 +29,8 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     service = GpuMemService(config, serverapp.kernel_manager, getattr(serverapp, "session_manager", None))
     web_app = serverapp.web_app
     web_app.settings[_SETTINGS_KEY] = service
+    service.culler.log = serverapp.log
+    service.culler.start()
     web_app.add_handlers(".*$", [*handlers(web_app.settings["base_url"]), route(web_app.settings["base_url"])])
     # jupyter_server's /metrics names kernels and notebooks only to a scrape that logged in.
     gauges().kernel_names = bool(web_app.settings.get("authenticate_prometheus", True))

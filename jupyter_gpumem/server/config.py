@@ -15,6 +15,9 @@ _RANGES = {
     "kernel_pid_timeout": (0, 60, False, " seconds"),
     "idle_after": (0, 7 * 86400, True, " seconds"),
     "metrics_port": (0, 65535, True, ""),
+    "cull_idle_after": (0, 30 * 86400, True, " seconds (0 turns culling off)"),
+    "cull_min_bytes": (1, 2**60, True, " bytes"),
+    "cull_warn_before": (0, 30 * 86400, True, " seconds"),
 }
 
 
@@ -95,6 +98,28 @@ class GpuMem(Configurable):
         help=(
             "On the metrics listener, also label each kernel with its kernel_id and notebook_path. "
             "Off: anyone who reaches the listener would read them."
+        ),
+    ).tag(config=True)
+
+    cull_idle_after = Float(
+        0.0,
+        help=(
+            "Shut down a kernel that has been idle this many seconds while holding at least "
+            "cull_min_bytes of GPU memory (0, the default, turns culling off; at most 2592000)."
+        ),
+    ).tag(config=True)
+
+    cull_min_bytes = Int(
+        2**30,
+        help="GPU memory (bytes, summed over GPUs) a kernel must hold to be culled (1 to 2**60; default 1 GiB).",
+    ).tag(config=True)
+
+    cull_warn_before = Float(
+        300.0,
+        help=(
+            "Seconds before a cull that the kernel's row in /devices says it is pending (0 to "
+            "2592000). When not less than cull_idle_after, the warning stands as soon as the "
+            "kernel is idle."
         ),
     ).tag(config=True)
 

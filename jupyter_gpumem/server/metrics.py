@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from tornado import web
 from tornado.httpserver import HTTPServer
@@ -313,3 +313,16 @@ class MetricsListener:
 
     def stop(self) -> None:
         self._server.stop()
+
+
+# Registered once per process in the default registry, like the collector above; exported as
+# jupyter_gpumem_culled_kernels_total (prometheus_client adds the suffix).
+_culled_kernels = Counter(
+    "jupyter_gpumem_culled_kernels",
+    "Kernels this server shut down for holding GPU memory while idle (GpuMem.cull_idle_after)",
+)
+
+
+def count_culled_kernel(_pending: object = None) -> None:
+    """One more kernel culled (``culling.Culler``'s ``on_cull``)."""
+    _culled_kernels.inc()

@@ -18,9 +18,10 @@ from typing import Any
 
 from jupyter_gpumem.core.package_version import package_version
 from jupyter_gpumem.server.config import GpuMem
+from jupyter_gpumem.server.culling import Culler, annotate, cull_plan
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelDirectory, KernelInfo
-from jupyter_gpumem.server.metrics import gauges, set_touch, snapshot_from
+from jupyter_gpumem.server.metrics import count_culled_kernel, gauges, set_touch, snapshot_from
 from jupyter_gpumem.server.push import Watchers
 from jupyter_gpumem.server.shared_sampler import SharedSampler
 from jupyter_gpumem.server.readings import Reading, make_source, process_facts
@@ -80,6 +81,8 @@ class GpuMemService:
         self.watchers = Watchers()  # open /devices/ws sockets
         self.answers_sent = {"full": 0, "not_modified": 0}  # /devices answers: 200s and 304s
         self.metrics_listener: Any = None  # metrics.MetricsListener, where GpuMem.metrics_port asks
+        # Started by the extension's loader (it needs the server's IOLoop); off unless cull_idle_after > 0.
+        self.culler = Culler(self, kernel_manager, on_cull=count_culled_kernel if export_metrics else None)
 
     async def kernels(self) -> list[KernelInfo]:
         """This server's kernels; one listing shared by the requests of a short window."""
@@ -95,6 +98,13 @@ class GpuMemService:
         return kernels
 
     def report(self, reading: Reading, kernels: list[KernelInfo], notebook: str | None = None) -> dict:
+        report = self._report(reading, kernels, notebook)
+        c = self.config
+        plan = cull_plan(report, kernels, reading.t, idle_after=c.cull_idle_after,
+                         min_bytes=c.cull_min_bytes, warn_before=c.cull_warn_before)
+        return annotate(report, plan)
+
+    def _report(self, reading: Reading, kernels: list[KernelInfo], notebook: str | None = None) -> dict:
         return build_devices_report(
             reading,
             kernels,
@@ -154,6 +164,9 @@ class GpuMemService:
             "replay_map_placeholder_pids": c.replay_map_placeholder_pids,
             "preallocated_fraction": c.preallocated_fraction,
             "idle_after": c.idle_after,
+            "cull_idle_after": c.cull_idle_after,
+            "cull_min_bytes": c.cull_min_bytes,
+            "cull_warn_before": c.cull_warn_before,
             "sampler": {
                 "running": self.sampler.running,
                 "reads": self.sampler.reads,
@@ -166,6 +179,7 @@ class GpuMemService:
     def stop(self) -> None:
         if self.metrics_listener is not None:
             self.metrics_listener.stop()
+        self.culler.stop()
         self.watchers.close_all()
         self.sampler.stop()
         if self.export_metrics:

@@ -48,16 +48,13 @@ from jupyter_gpumem.core.env_table import (
 )
 from jupyter_gpumem.core.errors import GpumemError, did_you_mean
 from jupyter_gpumem.core.readings import AllocatorSettings, JaxDeviceReading, NotAvailable
-from jupyter_gpumem.sources import jax_arrays, jax_backend
+from jupyter_gpumem.sources import jax_arrays, jax_backend, jax_remat
+from jupyter_gpumem.sources.jax_options import accepted_allocators, fraction_var, jax_gpu_options, jax_rejection
 from jupyter_gpumem.sources.jax_backend import (
     PLUGIN_READ_SETTINGS,
-    accepted_allocators,
     backend_platform,
     backend_started,
     can_check_gpu_options,
-    fraction_var,
-    jax_gpu_options,
-    jax_rejection,
 )
 from jupyter_gpumem.core.units import parse_bytes, parse_fraction
 from jupyter_gpumem.settings.published import allocator_kind
@@ -223,7 +220,7 @@ def _remat_in_effect() -> tuple[bool, str]:
         source = FROM_ENVIRONMENT
     else:
         source = JAX_DEFAULT
-    value = jax_backend.remat_value()
+    value = jax_remat.remat_value()
     if value is not None:
         if source == JAX_DEFAULT and value is not True:
             source = FROM_CONFIG
@@ -333,7 +330,7 @@ def _normalised(settings: AllocatorSettings) -> AllocatorSettings:
 
 
 def _check_remat_exists() -> None:
-    problem = jax_backend.remat_option_problem()
+    problem = jax_remat.remat_option_problem()
     if problem:
         raise SettingsError(problem)
 
@@ -505,7 +502,7 @@ def _set_remat(value: bool) -> str:
     the program it compiled before. ``jax.clear_caches()`` drops those programs, so each compiles
     again, with the new value, at its next call.
     """
-    jax_backend.set_remat(value)
+    jax_remat.set_remat(value)
     if not backend_started():
         return f"{REMAT_OPTION}={value}: every compilation uses it (JAX has compiled nothing yet)"
     jax_arrays.clear_caches()
@@ -525,7 +522,7 @@ def apply_settings(settings: AllocatorSettings, notes: tuple[str, ...] = (), sou
         if plan.remat is not None:
             global _original_remat
             if _original_remat is _UNSET:
-                _original_remat = jax_backend.remat_value(import_jax=True)
+                _original_remat = jax_remat.remat_value(import_jax=True)
             remat_words = _set_remat(plan.remat)
             config[REMAT_OPTION] = plan.remat
         for name, value in plan.settings.given().items():
@@ -541,7 +538,7 @@ def apply_settings(settings: AllocatorSettings, notes: tuple[str, ...] = (), sou
             parts.append(f"{shown}: takes effect when JAX's backend starts (its first operation)")
         if plan.remat is not None:
             parts.append(remat_words)
-            flags = remat_flags_problem(plan.remat, os.environ, jax_backend.remat_off_replaces_disabled_passes())
+            flags = remat_flags_problem(plan.remat, os.environ, jax_remat.remat_off_replaces_disabled_passes())
             if flags:
                 notes = (*notes, flags)
         message = ("gpumem: " + "; ".join(parts)) if parts else ""

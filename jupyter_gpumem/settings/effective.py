@@ -2,7 +2,7 @@
 environment and from ``jax.config``'s ``jax_pjrt_client_create_options`` (which JAX applies
 last), shown for people, and the warnings ``%gpumem status`` gives about them.
 
-Values come from JAX's own option generator (``sources.jax_backend.jax_gpu_options``), run on
+Values come from JAX's own option generator (``sources.jax_options.jax_gpu_options``), run on
 one variable at a time so that one bad variable does not hide the others.
 """
 
@@ -26,8 +26,8 @@ from jupyter_gpumem.core.env_table import (
     REMAT_OPTION,
     STALE_ALLOCATOR_VAR,
 )
-from jupyter_gpumem.sources import jax_backend
-from jupyter_gpumem.sources.jax_backend import accepted_allocators, fraction_var, jax_gpu_options, jax_rejection
+from jupyter_gpumem.sources import jax_backend, jax_remat
+from jupyter_gpumem.sources.jax_options import accepted_allocators, fraction_var, jax_gpu_options, jax_rejection
 from jupyter_gpumem.core.units import format_bytes
 
 # Which settings on a %gpumem line bring up each cuda_async note.
@@ -165,7 +165,7 @@ def disabled_passes(env: Mapping[str, str]) -> list[str]:
 
 def remat_flags_problem(remat: bool | None, env: Mapping[str, str], replaces: bool | None) -> str | None:
     """The warning for remat turned off in a JAX that then replaces the passes ``XLA_FLAGS``
-    disabled (``replaces``: ``jax_backend.remat_off_replaces_disabled_passes()``), or None.
+    disabled (``replaces``: ``jax_remat.remat_off_replaces_disabled_passes()``), or None.
 
     jax/_src/compiler.py up to jax-v0.11.0 assigns ``xla_disable_hlo_passes = "rematerialization"``;
     the fix for jax#37391 came after 0.11.0.
@@ -209,7 +209,7 @@ def environment_problems(env: Mapping[str, str] | None = None) -> list[str]:
                 f"{var} is set, but jax.config's {CREATE_OPTIONS_OPTION} sets {name} too, and JAX applies "
                 "that last: the variable has no effect."
             )
-    remat = remat_flags_problem(jax_backend.remat_value(), env, jax_backend.remat_off_replaces_disabled_passes())
+    remat = remat_flags_problem(jax_remat.remat_value(), env, jax_remat.remat_off_replaces_disabled_passes())
     if remat:
         problems.append(remat)
     values = effective(env, options)

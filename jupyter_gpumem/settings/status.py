@@ -21,7 +21,7 @@ from jupyter_gpumem.sources.jax_backend import BackendInfo
 from jupyter_gpumem.sources.nvml import NvmlSource
 from jupyter_gpumem.core.units import printable
 
-__all__ = ["StatusReport", "status", "display_gpu_warnings"]
+__all__ = ["StatusReport", "status", "display_gpu_warnings", "gpu_or_replay"]
 
 _LABELS = {"async_prealloc": "async-prealloc"}
 
@@ -37,12 +37,15 @@ class StatusReport:
       jax_version.
     - ``warnings``: sentences for people.
     - ``cpu_fallback``: JAX on the CPU while NVML sees GPUs (its sentence is the first warning), or None.
+    - ``tensorflow``: what ``%gpumem tensorflow`` set (``growth (TensorFlow not imported;
+      TF_FORCE_GPU_ALLOW_GROWTH=true)``), or None where it set nothing.
     """
 
     settings: tuple[SettingState, ...]
     backend: BackendInfo
     warnings: tuple[str, ...]
     cpu_fallback: CpuFallback | None = None
+    tensorflow: str | None = None
 
     def backend_line(self) -> str:
         b = self.backend
@@ -58,7 +61,7 @@ class StatusReport:
             line += f" (could not read it: {b.error})"
         from jupyter_gpumem.settings import started_by
 
-        return line + started_by.suffix()
+        return line + started_by.where_started()
 
     def __str__(self) -> str:
         rows = [(_LABELS.get(s.name, s.name), s.shown, s.source, s.env_var or f"jax.config {s.config_option}") for s in self.settings]
@@ -67,6 +70,8 @@ class StatusReport:
         for row in rows:
             lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3])
         lines.append("Backend: " + self.backend_line())
+        if self.tensorflow:
+            lines.append("TensorFlow: " + self.tensorflow)
         if self.warnings:
             lines.append("Warnings:")
             lines.extend(f"  - {w}" for w in self.warnings)
@@ -89,6 +94,7 @@ class StatusReport:
             "<table><thead><tr><th>setting</th><th>in effect</th><th>from</th><th>variable</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>"
             f"<p>{e(self.backend_line())}</p>"
+            + (f"<p>TensorFlow: {e(self.tensorflow)}</p>" if self.tensorflow else "")
             + (f"<p>Warnings:</p><ul>{warnings}</ul>" if warnings else "")
             + "</div>"
         )
@@ -98,6 +104,7 @@ class StatusReport:
             "settings": [s.to_json() for s in self.settings],
             "backend": self.backend.to_json(),
             "warnings": list(self.warnings),
+            "tensorflow": self.tensorflow,
         }
 
 
@@ -142,4 +149,32 @@ def status(nvml_readings: NvmlReadings | None = None) -> StatusReport:
     fallback = read_cpu_fallback(backend, None if isinstance(readings, NotAvailable) else len(readings))
     if fallback is not None:
         warnings.insert(0, fallback.sentence())
-    return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings), cpu_fallback=fallback)
+    from jupyter_gpumem.settings import tensorflow as tensorflow_settings
+
+    return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings), cpu_fallback=fallback,
+                        tensorflow=tensorflow_settings.in_effect())
+
+
+CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin")
+REPLAY_NOTE = ("The lessons below replay demo traces that ship with the package, labelled REPLAY. Every one "
+               "is SYNTHETIC: made up to keep the relationships real readings have, not recorded on a GPU.")
+
+
+def gpu_or_replay_text(readings: NvmlReadings, cuda_plugin: bool) -> tuple[bool, str]:
+    """Whether JAX can use a GPU (NVML reads one and a CUDA plugin is installed), and the words
+    saying which, or why not and that the lessons replay synthetic traces."""
+    if not isinstance(readings, NotAvailable) and cuda_plugin:
+        return True, "Live: JAX can use " + ", ".join(getattr(g, "name", "a GPU") for g in readings)
+    why = readings.reason if isinstance(readings, NotAvailable) else "JAX's CUDA plugin is not installed"
+    return False, f"No GPU for JAX here ({why}).\n{REPLAY_NOTE}"
+
+
+def gpu_or_replay() -> bool:
+    """``jupyter_gpumem.gpu_or_replay()``: prints ``gpu_or_replay_text`` for this machine and
+    answers whether JAX can use a GPU. Reads NVML and looks for the plugin; starts no JAX."""
+    import importlib.util
+
+    plugin = any(importlib.util.find_spec(m) is not None for m in CUDA_PLUGINS)
+    live, text = gpu_or_replay_text(_read_nvml(), plugin)
+    print(text)
+    return live

@@ -86,6 +86,31 @@ def set_mode(new: str) -> str:
     return describe()
 
 
+def in_effect() -> str | None:
+    """What ``%gpumem tensorflow`` set, as ``%gpumem status`` shows it (``growth (TensorFlow not
+    imported; TF_FORCE_GPU_ALLOW_GROWTH=true)``); None while it has set nothing."""
+    if _state["mode"] == "default":
+        return None
+    return describe().removeprefix("gpumem: tensorflow ")
+
+
+def reset() -> str | None:
+    """Take back what ``%gpumem tensorflow`` set, for ``%gpumem reset``: the line saying what was
+    done; None where it set nothing. Once TensorFlow has started nothing changes, and the line
+    says so (TensorFlow reads its GPU settings once)."""
+    if _state["mode"] == "default":
+        return None
+    if tensorflow_runtime.tensorflow_started():
+        return (f"tensorflow {_state['mode']} stays: TensorFlow's runtime has started and reads its GPU settings "
+                "once; restart the kernel to start without it")
+    before = _state["mode"]
+    set_mode("default")
+    after = os.environ.get(GROWTH_VAR)
+    if before == "growth":
+        return f"tensorflow default ({'unset ' + GROWTH_VAR if after is None else f'{GROWTH_VAR}={after}'})"
+    return "tensorflow default (its GPUs are visible to it again)"
+
+
 TENSORFLOW_ARGS = Grammar("%gpumem tensorflow", positionals=(Option("mode", choices=MODES),))
 
 

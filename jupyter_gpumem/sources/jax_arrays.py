@@ -40,6 +40,23 @@ _DEVICE_KINDS = (None, "device")
 
 
 _footprints: dict[tuple, Footprint] = {}
+_default_kinds: dict[Any, str | None] = {}
+
+
+def _default_memory_kind(device: Any) -> str | None:
+    """The memory kind a device puts arrays in unless told otherwise: its own memory. It is
+    ``device`` on GPUs, and on a CPU from jax 0.7 on; a CPU device of jax 0.4.30 to 0.6.2 has
+    only ``unpinned_host`` (``Device.default_memory().kind`` and ``addressable_memories()``, read
+    on the CPU wheels of 0.4.30, 0.4.38, 0.5.3, 0.6.2 and 0.7.2), so an array there is in the
+    device's own memory, not moved to the host."""
+    if device is None:
+        return None
+    if device not in _default_kinds:
+        try:
+            _default_kinds[device] = device.default_memory().kind
+        except Exception:  # noqa: BLE001 - a JAX without memories: "device" and None cover it
+            _default_kinds[device] = None
+    return _default_kinds[device]
 
 
 def _shard_sizes(sharding: Any, shape: tuple, devices: Any) -> dict[int, int]:
@@ -72,7 +89,7 @@ def footprint(array: Any) -> Footprint:
         total = math.prod(aval.shape)
         per_device = {d: (nbytes * n // total if total else 0) for d, n in _shard_sizes(sharding, aval.shape, devices).items()}
     shape, dtype = tuple(aval.shape), str(aval.dtype)
-    if kind in _DEVICE_KINDS:
+    if kind in _DEVICE_KINDS or kind == _default_memory_kind(next(iter(devices), None)):
         found = Footprint(per_device, 0, kind, shape, dtype)
     else:
         found = Footprint({}, sum(per_device.values()), kind, shape, dtype)
@@ -93,6 +110,53 @@ def live_arrays_newest_first() -> list:
     import jax
 
     return jax.live_arrays()
+
+
+# What asking an array about itself raises: jaxlib's RuntimeError (JaxRuntimeError, the
+# computation's own error; a deleted array), ValueError (a sharded array has no one address),
+# AttributeError/TypeError (an object that only looks like an array).
+_ASK_ERRORS = (AttributeError, RuntimeError, TypeError, ValueError)
+
+
+def failed(array: Any) -> bool | None:
+    """Whether the computation that makes ``array`` failed (an out-of-memory error surfacing at
+    ``block_until_ready()``): None while it is pending, not known without waiting. Asks only a
+    ready array (``is_ready()`` does not wait; it is True for a value or an error), and asks it
+    as the user's own code does: ``block_until_ready()`` then returns at once, or raises the
+    error (jaxlib PyArray::BlockUntilReady). The buffer itself is never read: asking a failed
+    CPU buffer for its address aborts the process (xla CpuRawBuffer, "Check failed:
+    buffer_.IsConcrete()", jaxlib 0.10.2)."""
+    try:
+        if array.is_deleted() or not array.is_ready():
+            return None
+    except _ASK_ERRORS:
+        return None
+    try:
+        array.block_until_ready()
+    except _ASK_ERRORS:
+        return True
+    return False
+
+
+def cpu_buffer_key(array: Any) -> tuple[int, int] | None:
+    """(device id, buffer address) of a single-device array on a CPU device that is ready and
+    did not fail (``failed``); None for anything else. On the CPU a jax.Array's numpy value is a
+    zero-copy view of its buffer, and JAX keeps another Array of that same buffer alive as the
+    view's owner: after ``repr`` of an array, ``jax.live_arrays()`` lists one more, with the same
+    ``unsafe_buffer_pointer()`` (JAX 0.10.2, jax/_src/array.py ``ArrayImpl._value`` ->
+    ``_single_device_array_to_np_array_did_copy``, which keeps no copy on the CPU). Arrays with
+    one key are one allocation."""
+    try:
+        devices = array.sharding.device_set
+        if len(devices) != 1:
+            return None
+        (device,) = devices
+        if device.platform != "cpu" or failed(array) is not False:
+            return None
+        pointer = array.unsafe_buffer_pointer()
+    except _ASK_ERRORS:
+        return None
+    return (device.id, pointer) if pointer else None
 
 
 def shard_view_ids(array: Any) -> tuple[int, ...]:

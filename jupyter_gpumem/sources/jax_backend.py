@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from jupyter_gpumem.core import readings as model
-from jupyter_gpumem.core.env_table import CREATE_OPTIONS_ENV, CREATE_OPTIONS_OPTION, REMAT_OPTION
+from jupyter_gpumem.core.env_table import CREATE_OPTIONS_ENV, CREATE_OPTIONS_OPTION
 from jupyter_gpumem.core.readings import NotAvailable
 from jupyter_gpumem.sources.device_identity import (
     CudaDeviceIdentity,
@@ -27,13 +27,7 @@ from jupyter_gpumem.sources.device_identity import (
     match_nvml,
     visible_devices,
 )
-from jupyter_gpumem.sources.jax_options import (
-    accepted_allocators,
-    fraction_var,
-    jax_gpu_options,
-    jax_rejection,
-    option_generator,
-)
+from jupyter_gpumem.sources.jax_options import jax_rejection, option_generator
 from jupyter_gpumem.sources.libcuda import read_default_pool, read_device_identity
 from jupyter_gpumem.sources.nvml import NvmlSource
 
@@ -153,87 +147,6 @@ def frozen_plugin_options() -> FrozenPluginOptions | None:
     return FrozenPluginOptions(cuda_registered=True, cuda_options=dict(options) if isinstance(options, Mapping) else None)
 
 
-def remat_option_problem() -> str | None:
-    """Why the remat switch cannot be set here (no JAX, or a JAX without the option), or None."""
-    try:
-        import jax
-    except ImportError:
-        return "remat needs JAX, which is not installed in this environment"
-    if not hasattr(jax.config, REMAT_OPTION):
-        return (
-            f"the installed JAX ({getattr(jax, '__version__', '?')}) has no {REMAT_OPTION} option "
-            "(it was added in JAX 0.4.34)"
-        )
-    return None
-
-
-def remat_value(import_jax: bool = False) -> bool | None:
-    """``jax.config``'s remat switch; None when jax is not imported (and ``import_jax`` is false)
-    or has no such option."""
-    if import_jax:
-        import jax
-    else:
-        jax = sys.modules.get("jax")
-    config = getattr(jax, "config", None)
-    if config is None or not hasattr(config, REMAT_OPTION):
-        return None
-    return bool(getattr(config, REMAT_OPTION))
-
-
-# The last release whose jax/_src/compiler.py assigns "rematerialization" to
-# xla_disable_hlo_passes, replacing passes disabled through XLA_FLAGS (jax#37391). The fix
-# (commit ce0a773, "Append it instead") came after jax-v0.11.0; JAX's CHANGELOG lists it under
-# the release after 0.11.0.
-REMAT_OVERWRITE_LAST_AFFECTED = (0, 11, 0)
-
-
-def _release_tuple(version: str) -> tuple[int, ...] | None:
-    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-    return tuple(int(part) for part in match.groups()) if match else None
-
-
-@lru_cache(maxsize=1)
-def remat_off_replaces_disabled_passes() -> bool | None:
-    """Whether the installed JAX, with the remat pass turned off, replaces the passes that
-    ``XLA_FLAGS=--xla_disable_hlo_passes=...`` disabled (jax#37391); None when not known.
-
-    Decided from the installed ``jax/_src/compiler.py`` (read as text, not imported): the
-    affected code assigns ``xla_disable_hlo_passes = "rematerialization"``, the fixed code
-    calls ``_add_disabled_hlo_pass``. Only when the file cannot be read is the version compared
-    with ``REMAT_OVERWRITE_LAST_AFFECTED``.
-    """
-    try:
-        spec = importlib.util.find_spec("jax")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:
-        return None
-    for folder in spec.submodule_search_locations or []:
-        try:
-            with open(os.path.join(folder, "_src", "compiler.py"), encoding="utf-8") as handle:
-                source = handle.read()
-        except OSError:
-            continue
-        if "_add_disabled_hlo_pass" in source:
-            return False
-        if re.search(r"xla_disable_hlo_passes\s*=\s*[\"']rematerialization[\"']", source):
-            return True
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        release = _release_tuple(version("jax"))
-    except (ImportError, PackageNotFoundError, ValueError):
-        return None
-    return None if release is None else release <= REMAT_OVERWRITE_LAST_AFFECTED
-
-
-def set_remat(value: bool) -> None:
-    """Set ``jax.config``'s remat switch for later compilations (imports jax)."""
-    import jax
-
-    jax.config.update(REMAT_OPTION, bool(value))
-
-
 def can_check_gpu_options() -> bool:
     """Whether the installed jaxlib has the GPU option generator that settings are checked with."""
     return option_generator() is not None
@@ -328,13 +241,26 @@ def _failed_start_reason() -> str:
             "Fix the cause, then restart the kernel")
 
 
+def _gpu_runtime_present(bridge: Any) -> bool:
+    """Whether this JAX could run a GPU at all: a CUDA plugin is installed, or jaxlib itself was
+    built with GPU support. Up to 0.5.x JAX registers built-in ``cuda`` and ``rocm`` factories
+    that fail quietly on a CPU-only jaxlib (0.4.30: an empty error; 0.4.38: "module
+    'jaxlib.xla_extension' has no attribute 'GpuAllocatorConfig'"); JAX itself counts a CUDA
+    error only where ``xla_extension`` has ``GpuAllocatorConfig`` (jax/_src/xla_bridge.py,
+    0.4.38: factories at lines 484-503, the check at 955; 0.10.2 asks ``_jax`` at line 877)."""
+    if _cuda_plugin_installed():
+        return True
+    extension = getattr(bridge, "xla_extension", None) or getattr(bridge, "_jax", None)
+    return hasattr(extension, "GpuAllocatorConfig")
+
+
 def _fallback_reason(platform: str | None) -> str | None:
     """Why JAX runs on the CPU although a GPU backend was expected, or None (no GPU backend
     was expected, or the user chose the CPU through ``jax_platforms``)."""
     if platform != "cpu":
         return None
     bridge = _bridge()
-    errors = dict(getattr(bridge, "_backend_errors", {}) or {})
+    errors = dict(getattr(bridge, "_backend_errors", {}) or {}) if _gpu_runtime_present(bridge) else {}
     for name in ("cuda", "rocm"):
         if name in errors:
             return f"the {name.upper()} backend failed to start: {errors[name]}"

@@ -1,13 +1,20 @@
-"""Who started JAX's backend: the Python stack at the moment it was created, recorded by a hook
-that is installed without importing jax.
+"""Who started JAX's backend: the Python stack at the moment the first backend was created,
+recorded by a thin wrapper that is installed without importing jax and removes itself.
 
-JAX runs each function in ``jax._src.xla_bridge._backend_initialization_hooks`` with every
-backend ``_init_backend`` creates, inside ``backends()``, on the thread that asked for it
-(``register_backend_initialization_hook``, jax/_src/xla_bridge.py, 0.10.2). The hook is
-registered as soon as that module exists: at load when jax is already imported, else right
-after ``jax._src.xla_bridge`` is imported (``import_watch``). The
-hook only copies the stack (file, line, function per frame): it never raises into JAX, never
-touches an array, and changes nothing the user's code sees.
+JAX creates every backend in one function, ``jax._src.xla_bridge._init_backend(platform)``,
+called only from ``backends()`` while it holds ``_backend_lock``, and looked up there as a
+module global at each call. It is so on every release this package supports: jax/_src/xla_bridge.py
+of 0.4.30 (called at line 879, defined at 959), 0.4.38 (917, 992), 0.7.2 (812, 885), 0.10.2
+(839, 912), 0.11.2 (827, 900) and 0.12.0.1 (851, 924). (JAX 0.10.x also had
+``register_backend_initialization_hook``; it came in 0.10.2 and was removed in 0.11 by jax
+commit 8450f5fe85, so it serves no other release.)
+
+The wrapper replaces that module global as soon as the module exists: at load when jax is
+imported but not started, else right after ``jax._src.xla_bridge`` is imported
+(``import_watch``). It calls JAX's function with the same argument, returns what it returns and
+lets its errors through unchanged; after the first backend is created it copies the stack (file,
+line, function per frame) and puts JAX's function back. Once JAX has started, nothing of it is
+left and nothing of it runs: a cell costs what it cost without it.
 """
 
 from __future__ import annotations
@@ -22,43 +29,75 @@ if TYPE_CHECKING:
     from jupyter_gpumem.core.sites import Origin
 
 BRIDGE = "jax._src.xla_bridge"
+CREATES_BACKENDS = "_init_backend"
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {
     "frames": None,  # the stack that created the first backend, innermost first
     "platform": None,
-    "registered": False,  # the hook is in JAX's list
+    "wrapped": None,  # (module, JAX's function, the wrapper) while the wrapper is in place
     "before_watch": False,  # the backend had started before watch() ran
     "cells": dict,  # gives the shell's cell-file map when the stack is reduced
 }
 
 
-def _on_backend(backend: Any) -> None:
-    """JAX's backend-initialisation hook: keep the stack of the first backend's creation."""
-    if _state["frames"] is not None:
-        return
-    frame = sys._getframe(1)
+def stack_of(frame: Any) -> tuple[tuple[str, int, str], ...]:
+    """(file, line, function) of ``frame`` and each frame that called it, innermost first."""
     frames = []
     while frame is not None:
         frames.append((frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name))
         frame = frame.f_back
-    _state["platform"] = getattr(backend, "platform", None)
-    _state["frames"] = tuple(frames)
+    return tuple(frames)
 
 
-def _register(bridge: Any) -> None:
+def _record(backend: Any, caller: Any) -> None:
+    if _state["frames"] is None:
+        _state["platform"] = getattr(backend, "platform", None)
+        _state["frames"] = stack_of(caller)
+
+
+def _restore() -> None:
+    """Put JAX's function back, where ours is still the one in the module."""
+    wrapped = _state["wrapped"]
+    if wrapped is None:
+        return
+    module, original, wrapper = wrapped
+    _state["wrapped"] = None
+    if vars(module).get(CREATES_BACKENDS) is wrapper:  # else someone wrapped it after us: leave theirs
+        setattr(module, CREATES_BACKENDS, original)
+
+
+def _wrapper(original: Callable[[str], Any]) -> Callable[[str], Any]:
+    def _init_backend(platform: str) -> Any:
+        backend = original(platform)  # JAX's errors pass through: backends() decides what they mean
+        try:
+            _record(backend, sys._getframe(1))
+            _restore()
+        except Exception:  # noqa: BLE001 - bookkeeping must never fail JAX's start
+            pass
+        return backend
+
+    _init_backend.__wrapped__ = original  # type: ignore[attr-defined]
+    _init_backend.__doc__ = original.__doc__
+    _init_backend.__module__ = getattr(original, "__module__", _init_backend.__module__)
+    _init_backend.__qualname__ = getattr(original, "__qualname__", CREATES_BACKENDS)
+    return _init_backend
+
+
+def _install(bridge: Any) -> None:
     with _lock:
-        if _state["registered"]:
+        if _state["wrapped"] is not None or _state["frames"] is not None:
             return
         started = getattr(bridge, "backends_are_initialized", None)
         if callable(started) and started():
             _state["before_watch"] = True
             return
-        register = getattr(bridge, "register_backend_initialization_hook", None)
-        if not callable(register):  # a JAX without the hook: who started it stays unknown
+        original = vars(bridge).get(CREATES_BACKENDS)
+        if not callable(original):  # a JAX that creates backends elsewhere: who started it stays unknown
             return
-        register(_on_backend)
-        _state["registered"] = True
+        wrapper = _wrapper(original)
+        _state["wrapped"] = (bridge, original, wrapper)
+        setattr(bridge, CREATES_BACKENDS, wrapper)
 
 
 def watch(cells: Callable[[], Mapping[str, int]] | None = None) -> None:
@@ -66,12 +105,20 @@ def watch(cells: Callable[[], Mapping[str, int]] | None = None) -> None:
     shell's map of cell files to execution counts, asked when the stack is reduced."""
     if cells is not None:
         _state["cells"] = cells
-    after_import(BRIDGE, _register)
+    after_import(BRIDGE, _install)
 
 
 def unwatch() -> None:
-    """Remove the import finder, where it is still waiting."""
+    """Remove the import finder where it is still waiting, and the wrapper where JAX has not
+    started yet."""
     cancel(BRIDGE)
+    with _lock:
+        _restore()
+
+
+def watching() -> bool:
+    """Whether the wrapper is in JAX's module now (only between jax's import and its start)."""
+    return _state["wrapped"] is not None
 
 
 def starter() -> "Origin | None":

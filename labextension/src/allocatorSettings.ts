@@ -103,6 +103,22 @@ export function parseSettings(raw: unknown): ParsedSettings {
   return { settings: problems.length ? null : out, problems };
 }
 
+/**
+ * What "Save to notebook" writes to metadata.jupyter_gpumem: the form's settings over what was
+ * there, so keys the panel does not know (another version's, or notes a person wrote) stay.
+ * Anything but an object there is replaced: it held no settings to keep.
+ */
+export function metadataWithSettings(
+  raw: unknown,
+  s: NotebookAllocatorSettings
+): Record<string, unknown> {
+  const kept =
+    raw !== null && typeof raw === 'object' && !Array.isArray(raw)
+      ? (raw as Record<string, unknown>)
+      : {};
+  return { ...kept, ...s };
+}
+
 /** A problem in words. */
 export function problemText(p: SettingsProblem, trans: Translate): string {
   switch (p.kind) {

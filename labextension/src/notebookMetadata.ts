@@ -2,7 +2,7 @@
 
 import { NotebookPanel } from '@jupyterlab/notebook';
 
-import { ParsedSettings, parseSettings } from './allocatorSettings';
+import { metadataWithSettings, ParsedSettings, parseSettings } from './allocatorSettings';
 import { METADATA_KEY } from './constants';
 import { NotebookAllocatorSettings } from './types';
 
@@ -15,5 +15,6 @@ export function writeNotebookSettings(
   panel: NotebookPanel,
   s: NotebookAllocatorSettings
 ): void {
-  panel.context.model.setMetadata(METADATA_KEY, { ...s });
+  const model = panel.context.model;
+  model.setMetadata(METADATA_KEY, metadataWithSettings(model.getMetadata(METADATA_KEY), s));
 }

@@ -7,12 +7,14 @@
  */
 
 import * as React from 'react';
+import { Notification } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { TranslationBundle } from '@jupyterlab/translation';
 import { ReactWidget } from '@jupyterlab/ui-components';
 import { Message } from '@lumino/messaging';
 
 import { PanelActions, PanelView } from './components/PanelView';
+import { newCullNotices } from './cullNotices';
 import { ApplyOutcome } from './kernelStartHook';
 import { DevicesModel } from './models/devicesModel';
 import { KernelModel } from './models/kernelModel';
@@ -32,6 +34,7 @@ export class GpuMemPanel extends ReactWidget {
   readonly devices: DevicesModel;
   readonly kernel: KernelModel;
   private _options: PanelOptions;
+  private _cullsShown = new Set<string>();
 
   constructor(private _props: GpuMemPanelOptions) {
     super();
@@ -44,6 +47,13 @@ export class GpuMemPanel extends ReactWidget {
       standby: () => !watched() || 'when-hidden'
     });
     this.kernel = new KernelModel({ isWatched: watched });
+    // The server warns before it shuts down an idle kernel holding GPU memory: say so once.
+    this.devices.changed.connect(() => {
+      for (const notice of newCullNotices(this.devices.reply, this._cullsShown)) {
+        this._cullsShown.add(notice.key);
+        Notification.warning(notice.message, { autoClose: false });
+      }
+    });
   }
 
   /** The notebook the panel shows; null when no notebook is active. */

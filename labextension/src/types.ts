@@ -31,6 +31,17 @@ export interface ProcessInfo {
   user: string | null;
   /** In replay: the trace's placeholder pid this live kernel stands in for. */
   replay_placeholder_pid?: number;
+  /** The server will shut this kernel down for holding GPU memory while idle (GpuMem.cull_idle_after). */
+  pending_cull?: PendingCull | null;
+}
+
+export interface PendingCull {
+  /** POSIX seconds: the kernel's last activity plus GpuMem.cull_idle_after. */
+  cull_at: number;
+  idle_seconds: number;
+  held_bytes: number;
+  /** "this kernel holds 30.00 GiB of GPU 2 and has been idle 55 min; it will be shut down in 5 min" */
+  message: string;
 }
 
 interface DeviceCommon {

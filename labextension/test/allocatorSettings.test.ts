@@ -6,6 +6,7 @@ import {
   fieldsOf,
   fractionProblem,
   hasAnySetting,
+  metadataWithSettings,
   parseFraction,
   parseSettings,
   problemText,
@@ -24,6 +25,19 @@ describe('parseSettings: metadata.jupyter_gpumem', () => {
   test('no entry means no settings and no problems', () => {
     assert.deepEqual(parseSettings(undefined), { settings: null, problems: [] });
     assert.deepEqual(parseSettings(null), { settings: null, problems: [] });
+  });
+
+  test('nonsense in every key (as tests/test_reliability_fuzz.py writes it) is refused whole, key by key', () => {
+    const nonsense = { preallocate: 'sometimes', fraction: [1, 2], allocator: { x: null }, surprise: 1e308 };
+    assert.deepEqual(parseSettings(nonsense), {
+      settings: null,
+      problems: [
+        { kind: 'unknown-key', key: 'surprise' },
+        { kind: 'preallocate' },
+        { kind: 'fraction', value: [1, 2] },
+        { kind: 'allocator' }
+      ]
+    });
   });
 
   test('a full entry is taken as it is', () => {
@@ -175,5 +189,31 @@ describe('settingsRows: what the restart dialog lists', () => {
       ['fraction', 'JAX default'],
       ['allocator', 'vmm']
     ]);
+  });
+});
+
+describe('metadataWithSettings: what Save to notebook writes', () => {
+  test('keys the panel does not know are kept beside the saved settings', () => {
+    const before = { fraction: 0.5, note: 'written by hand', future_key: [1, 2] };
+    const saved = { preallocate: false, fraction: 0.3, allocator: null };
+    assert.deepEqual(metadataWithSettings(before, saved), {
+      note: 'written by hand',
+      future_key: [1, 2],
+      preallocate: false,
+      fraction: 0.3,
+      allocator: null
+    });
+  });
+
+  test('the saved settings replace the old values of the same keys', () => {
+    const saved = { preallocate: null, fraction: null, allocator: 'platform' };
+    assert.deepEqual(metadataWithSettings({ preallocate: true, fraction: 0.9 }, saved), saved);
+  });
+
+  test('no entry, or one that is not an object, gives the settings alone', () => {
+    const saved = { preallocate: false, fraction: null, allocator: null };
+    for (const raw of [undefined, null, 'off', [1], 3]) {
+      assert.deepEqual(metadataWithSettings(raw, saved), saved);
+    }
   });
 });

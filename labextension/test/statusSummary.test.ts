@@ -28,8 +28,9 @@ function snapshot(change: Partial<KernelSnapshot>): KernelSnapshot {
 const onGpu1 = snapshot({
   backend_started: true,
   platform: 'gpu',
+  // The pool has grown to 30 GiB of a 38 GiB limit: the status bar shows the pool, not the limit.
   devices: [{ jax_id: 0, nvml_index: 1, allocator: 'bfc', bytes_in_use: 2 * GiB, pool_bytes: 30 * GiB,
-    bytes_limit: 30 * GiB, peak_bytes_in_use: 2 * GiB, largest_free_block_bytes: 28 * GiB, fragmentation: 0 }]
+    bytes_limit: 38 * GiB, peak_bytes_in_use: 2 * GiB, largest_free_block_bytes: 28 * GiB, fragmentation: 0 }]
 });
 
 describe('statusSummary', () => {

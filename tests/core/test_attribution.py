@@ -114,3 +114,33 @@ def test_jax_not_started_or_elsewhere_is_not_known_to_run_on_the_gpu():
     assert jax_pool_on(sample_with(NotAvailable(NOT_STARTED, "not yet")), 0) is None
     stats = normalise_stats({"bytes_in_use": GiB, "pool_bytes": 24 * GiB}, "bfc")
     assert jax_pool_on(sample_with((JaxDeviceReading(0, "gpu", "A100", 1, stats),)), 0) is None
+
+
+OTHER = ProcessReading(4242, 1 * GiB)  # a process here, not this one
+
+
+def test_one_host_pid_while_jax_is_not_on_the_gpu_is_said_whole_and_the_rest_are_others():
+    host = ProcessReading(812_345, 30 * GiB)
+    who = attribute(gpu(host, OTHER), ME, {812_345}, None)
+    assert (who.how, who.others, who.unknown) == (CANNOT_TELL, (OTHER,), (host,))
+    assert who.reason == (
+        "NVML lists pid 812345, not a process here (a container's view of the host's pids, or a process "
+        "that ended); JAX does not run on this GPU in this process, so it cannot tell whether this process "
+        "is among them"
+    )
+
+
+@pytest.mark.parametrize("count, listed", [
+    (5, "812000, 812001, 812002, 812003, 812004"),
+    (6, "812000, 812001, 812002, 812003, 812004 and 1 more"),
+    (8, "812000, 812001, 812002, 812003, 812004 and 3 more"),
+])
+def test_many_host_pids_are_named_five_at_most(count, listed):
+    hosts = tuple(ProcessReading(812_000 + i, GiB) for i in range(count))
+    who = attribute(gpu(*hosts, OTHER), ME, {p.pid for p in hosts}, 4 * GiB)
+    assert (who.how, who.others, who.unknown) == (CANNOT_TELL, (OTHER,), hosts)
+    assert who.reason == (
+        f"NVML lists pids {listed}, none a process here (a container sees the host's pids): it cannot tell "
+        "which of them is this process"
+    )
+    assert attribute(gpu(*hosts), ME, {p.pid for p in hosts}, None).reason.startswith(f"NVML lists pids {listed}, not")

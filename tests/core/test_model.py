@@ -400,3 +400,21 @@ def test_a_sample_finds_a_device_and_its_jax_reading_by_index_the_first_listed_w
     assert sample.device(3) is first and sample.device(0).name == "other" and sample.device(9) is None
     assert sample.jax_for(3).jax_id == 0 and sample.jax_for(0) is None
     assert Sample(t=1.0, pid=1, devices=NotAvailable("no_driver", "synthetic"), jax=()).device(0) is None
+
+
+def test_a_pid_listed_twice_on_a_device_holds_the_sum_of_its_entries():
+    # NVML lists a process once per context kind (compute and graphics) it has on a device.
+    device = model.DeviceReading(0, "GPU", "GPU-0", 40 * GiB, 9 * GiB, 31 * GiB, processes=(
+        model.ProcessReading(7, 3 * GiB), model.ProcessReading(8, 1 * GiB), model.ProcessReading(7, 5 * GiB),
+    ))
+    assert (device.process_bytes(7), device.process_bytes(8), device.process_bytes(9)) == (8 * GiB, 1 * GiB, 0)
+
+
+def test_a_timeline_keeps_the_last_36000_samples_and_10000_events_by_default():
+    timeline = model.Timeline()
+    for i in range(36_001):
+        timeline.append(model.Sample(t=float(i), pid=1, devices=(), jax=()))
+    for i in range(10_001):
+        timeline.add_event(model.Event(float(i), "marker", {}))
+    assert [s.t for s in timeline.samples()][:1] == [1.0] and len(timeline.samples()) == 36_000
+    assert timeline.events()[0].t == 1.0 and len(timeline.events()) == 10_000

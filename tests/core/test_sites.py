@@ -20,6 +20,8 @@ import pytest
 
 from jupyter_gpumem.core import sites
 
+pytestmark = pytest.mark.jax_versions
+
 SESSION = Path(__file__).parents[1] / "kernel_session.py"
 
 

@@ -35,6 +35,19 @@ def test_parse_bytes_rejects_garbage_naming_the_accepted_forms(text):
         parse_bytes(text)
 
 
+@pytest.mark.parametrize("value", [True, 1.5, None, b"1GiB"])
+def test_parse_bytes_of_something_not_a_count_says_what_to_write(value):
+    with pytest.raises(ValueError) as err:
+        parse_bytes(value)
+    assert str(err.value) == f"expected a byte count such as 512MiB or 2GiB, got {value!r}"
+
+
+def test_a_decimal_count_too_large_for_a_float_is_refused():
+    with pytest.raises(ValueError) as err:
+        parse_bytes("9" * 400 + ".5PiB")
+    assert str(err.value).endswith("is too large")
+
+
 def test_parse_bytes_rejects_a_negative_int():
     with pytest.raises(ValueError, match="negative"):
         parse_bytes(-5)
@@ -51,6 +64,30 @@ def test_parse_fraction_rejects_values_outside_zero_to_one(text):
         parse_fraction(text)
 
 
+@pytest.mark.parametrize("text, expected", [("5E-1", 0.5), ("5e-1", 0.5), ("2.5E1%", 0.25)])
+def test_parse_fraction_reads_exponents_in_either_case(text, expected):
+    assert parse_fraction(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("value", [True, None, [0.5]])
+def test_a_fraction_of_the_wrong_type_says_what_to_write(value):
+    with pytest.raises(ValueError) as err:
+        parse_fraction(value)
+    assert str(err.value) == f"expected a fraction, got {value!r}; write a fraction in (0, 1] such as .5, 0.5 or 50%"
+
+
+def test_a_number_out_of_range_is_shown_as_given():
+    with pytest.raises(ValueError) as err:
+        parse_fraction(1.5)
+    assert str(err.value) == "1.5 is outside (0, 1]; write a fraction such as .5, 0.5 or 50%"
+
+
+def test_text_that_is_not_a_fraction_is_quoted_in_the_error():
+    with pytest.raises(ValueError) as err:
+        parse_fraction(" half ")
+    assert str(err.value) == "' half ' is not a fraction; write a fraction in (0, 1] such as .5, 0.5 or 50%"
+
+
 def test_a_fraction_out_of_range_names_the_range_once():
     with pytest.raises(ValueError) as err:
         parse_fraction("2")
@@ -59,10 +96,20 @@ def test_a_fraction_out_of_range_names_the_range_once():
 
 @pytest.mark.parametrize(
     "n, expected",
-    [(0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536, "1.50 KiB"), (3 * 2**29, "1.50 GiB"), (2**20 - 1, "1.00 MiB"), (-2048, "-2.00 KiB")],
+    [(0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536, "1.50 KiB"), (3 * 2**29, "1.50 GiB"), (2**20 - 1, "1.00 MiB"), (-2048, "-2.00 KiB"),
+     # 1023.6 MiB stays in MiB; 1023.996 MiB would print as 1024.00 MiB, so it moves up a unit
+     (int(1023.6 * 2**20), "1023.60 MiB"), (int(1023.996 * 2**20), "1.00 GiB"), (5 * 2**30, "5.00 GiB"),
+     (3 * 2**39, "1.50 TiB"), (2048 * 2**40, "2048.00 TiB"), (1.5 * 2**30, "1.50 GiB")],
 )
 def test_format_bytes_uses_binary_units_with_two_decimals(n, expected):
     assert format_bytes(n) == expected
+
+
+@pytest.mark.parametrize("value", [True, "1024", None, float("inf"), float("nan")])
+def test_format_bytes_refuses_what_is_not_a_finite_number(value):
+    with pytest.raises(ValueError) as err:
+        format_bytes(value)
+    assert str(err.value) == f"expected a number of bytes, got {value!r}"
 
 
 @given(st.integers(min_value=0, max_value=2**60))

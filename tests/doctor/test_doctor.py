@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.jax_versions
+
 from jupyter_gpumem import doctor
 
 SESSION = r'''
@@ -149,12 +151,11 @@ def test_arrays_top_limits_the_rows(session):
 
 def test_free_history_frees_the_output_array_and_says_the_measure(session):
     fr = session["free"]
-    # float32[1000], shown as Out[3]: 4000 bytes, and as many again for the second array object
-    # that CPU JAX keeps on the same buffer once the array was printed (sizes are read from
-    # shardings, never from buffer pointers, so the two cannot be told apart; the measure says so).
-    assert fr["freed"] == 8000
-    assert fr["measure"].startswith("live JAX array bytes") and "counts twice" in fr["measure"]
-    assert fr["text"].startswith("Freed 7.81 KiB: ") and ", counted as live JAX array bytes (no allocator" in fr["text"]
+    # float32[1000], shown as Out[3]: 4000 bytes, once, although CPU JAX keeps a second array
+    # object on the same buffer once the array was printed (jax_arrays.cpu_buffer_key).
+    assert fr["freed"] == 4000
+    assert fr["measure"] == "live JAX array bytes (no allocator statistics here)"
+    assert fr["text"].startswith("Freed 3.91 KiB: ") and ", counted as live JAX array bytes (no allocator" in fr["text"]
     assert not any(n.startswith(("Out", "_")) for n in session["after_free_names"])
 
 
@@ -322,6 +323,15 @@ FAILED_CELLS = [
 ]
 
 
+def runtime_error_name() -> str:
+    """The class the installed JAX raises for a failed computation: ``jax.errors.JaxRuntimeError``
+    names jaxlib's ``XlaRuntimeError`` up to 0.7.2 and is a class of its own, so named, from 0.8
+    (read on the CPU wheels of 0.4.38, 0.7.2, 0.8.3 and 0.10.2)."""
+    import jax.errors
+
+    return getattr(jax.errors, "JaxRuntimeError", RuntimeError).__name__
+
+
 @pytest.fixture(scope="module")
 def failed_cells(tmp_path_factory) -> list[dict]:
     path = tmp_path_factory.mktemp("failed") / "cells.json"
@@ -347,7 +357,7 @@ def test_free_releases_the_array_a_failed_function_allocated(failed_cells):
 
 
 def test_free_releases_the_array_of_a_function_that_ran_out_of_memory(failed_cells):
-    assert failed_cells[6]["error"] == "JaxRuntimeError"
+    assert failed_cells[6]["error"] == runtime_error_name()
     out = failed_cells[7]["out"]
     assert out.startswith("Freed 64.00 MiB: 64.00 MiB -> 0 B")
     assert "the failed cell's result (last_execution_result)" in out and "(64.00 MiB): all freed" in out

@@ -11,6 +11,8 @@ room there is the driver pool's unused bytes and the device's free bytes, as the
 
 from __future__ import annotations
 
+import pytest
+
 from jupyter_gpumem.doctor.estimating import estimate_report, room_now
 from jupyter_gpumem.core.readings import (
     NO_DRIVER,
@@ -23,6 +25,8 @@ from jupyter_gpumem.core.readings import (
     normalise_stats,
 )
 from jupyter_gpumem.sources.jax_arrays import CompiledMemory
+
+pytestmark = pytest.mark.jax_versions
 
 GiB = 1 << 30
 PID = 4242

@@ -27,6 +27,8 @@ from jupyter_gpumem.core.readings import (
 )
 from jupyter_gpumem.core.tracefile import read_trace
 
+pytestmark = pytest.mark.jax_versions
+
 TEXTS = Path(__file__).parents[1] / "data" / "oom_texts"
 TRACES = demo_traces.FOLDER
 GiB = 1024**3
@@ -57,6 +59,23 @@ def test_platform_allocator_text_gives_exact_bytes_and_the_ordinal():
     assert parse_request(text("platform_allocator.txt")) == ("platform", 33_554_432, True, 0)
 
 
+@pytest.mark.parametrize(
+    "name, form",
+    [("gpu_bfc_human.txt", "gpu_human"), ("gpu_bfc_bytes_0.4.30.txt", "gpu_bytes"),
+     ("gpu_host_memory_0.10.2.txt", "host"), ("cpu_jax_0.10.2.txt", "cpu")],
+)
+def test_a_device_ordinal_named_anywhere_in_the_text_is_read_whatever_the_form(name, form):
+    # These forms' own patterns capture no ordinal; the text may still name one elsewhere (the
+    # platform allocator's wording, here appended to each: written for the test, not a recording).
+    found = parse_request(text(name) + "\nFailed to allocate on device ordinal 3")
+    assert (found[0], found[3]) == (form, 3)
+
+
+def test_resource_exhausted_without_a_size_keeps_the_device_ordinal_the_text_names():
+    found = recognise(JaxRuntimeError("RESOURCE_EXHAUSTED: ran out on device ordinal 2"))
+    assert (found.form, found.requested_bytes, found.ordinal) == ("resource_exhausted", None, 2)
+
+
 class JaxRuntimeError(RuntimeError):
     """Named like jax.errors.JaxRuntimeError; recognition goes by name, not by import."""
 
@@ -70,6 +89,76 @@ class XlaRuntimeError(RuntimeError):
 def test_every_form_is_recognised_on_either_runtime_error_class(cls, name):
     found = recognise(cls(text(name)))
     assert found is not None and found.class_name == cls.__name__ and found.requested_bytes > 0
+
+
+def test_recognise_gives_the_whole_error_of_a_runtime_error():
+    found = recognise(JaxRuntimeError(text("gpu_bfc_human.txt")))
+    assert found.to_json() == {
+        "form": "gpu_human", "requested_bytes": 23_493_471_109, "exact": False, "ordinal": None,
+        "requested_range": [23_488_102_400, 23_499_636_735], "class_name": "JaxRuntimeError", "message": text("gpu_bfc_human.txt"),
+    }
+
+
+def test_recognise_text_gives_the_whole_error_of_a_text_alone():
+    assert recognise_text(text("gpu_bfc_bytes_0.4.30.txt")).to_json() == {
+        "form": "gpu_bytes", "requested_bytes": 7_406_166_528, "exact": True, "ordinal": None,
+        "requested_range": [7_406_166_528, 7_406_166_528], "class_name": "", "message": text("gpu_bfc_bytes_0.4.30.txt"),
+    }
+
+
+def test_recognise_text_keeps_the_ordinal_of_the_form_it_matched():
+    assert recognise_text(text("platform_allocator.txt")).ordinal == 0
+
+
+def test_an_error_whose_text_cannot_be_read_is_not_an_oom_and_raises_nothing():
+    class Unprintable(JaxRuntimeError):
+        def __str__(self):
+            raise ValueError("no text")
+
+    assert recognise(Unprintable()) is None
+
+
+def test_resource_exhausted_in_a_text_alone_is_recognised_whole():
+    message = "RESOURCE_EXHAUSTED: ran out on device ordinal 1"
+    assert recognise_text(message).to_json() == {
+        "form": "resource_exhausted", "requested_bytes": None, "exact": False, "ordinal": 1,
+        "requested_range": None, "class_name": "", "message": message,
+    }
+
+
+def test_resource_exhausted_in_a_text_from_another_class_is_not_jax():
+    assert recognise_text("RESOURCE_EXHAUSTED: quota", "QuotaError") is None
+
+
+def test_resource_exhausted_on_jaxs_error_is_recognised_whole():
+    message = "RESOURCE_EXHAUSTED: ran out on device ordinal 2"
+    assert recognise(XlaRuntimeError(message)).to_json() == {
+        "form": "resource_exhausted", "requested_bytes": None, "exact": False, "ordinal": 2,
+        "requested_range": None, "class_name": "XlaRuntimeError", "message": message,
+    }
+
+
+def test_a_size_in_human_units_may_have_a_space_before_the_unit():
+    assert parse_request("Out of memory while trying to allocate 21.88 GiB.") == ("gpu_human", 23_493_471_109, False, None)
+
+
+def test_a_size_that_is_not_a_number_gives_no_size():
+    assert parse_request("Out of memory while trying to allocate 1.2.3GiB.") == ("gpu_human", None, False, None)
+
+
+def _chained(depth: int) -> BaseException:
+    """An OOM with ``depth`` other errors raised from it, the outermost returned."""
+    exc: BaseException = JaxRuntimeError(text("gpu_bfc_human.txt"))
+    for i in range(depth):
+        outer = KeyError(f"wrapper {i}")
+        outer.__cause__ = exc
+        exc = outer
+    return exc
+
+
+def test_an_oom_four_errors_down_the_chain_is_found_and_five_down_is_not():
+    assert recognise(_chained(4)).form == "gpu_human"
+    assert recognise(_chained(5)) is None
 
 
 def test_resource_exhausted_without_a_size_is_still_recognised():

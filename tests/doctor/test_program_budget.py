@@ -23,6 +23,8 @@ from jupyter_gpumem.doctor.oom_readings import OomReadings
 from jupyter_gpumem.doctor.oom_rules import advise
 from jupyter_gpumem.doctor.program_budget import ProgramBudget, _call_on_line, donation_gain
 
+pytestmark = pytest.mark.jax_versions
+
 SESSION = Path(__file__).parents[1] / "kernel_session.py"
 MiB = 1 << 20
 

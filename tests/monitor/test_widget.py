@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +116,28 @@ def test_live_sample_draws_each_band_in_gib(stub):
     assert drawn_y(m, "other processes") == [30.0]
     assert drawn_y(m, "fragmentation") == [60.0]
     m.close()
+
+
+def test_bands_stack_from_jax_arrays_at_the_bottom_to_free_at_the_top(stub):
+    # Plotly stacks a stackgroup's traces in the order the figure lists them, first at the bottom
+    # (the browser draws figure["series"] in order); docs/monitor.md's band table gives this order.
+    m = Monitor(sampler=stub)
+    stub.push(bfc_sample(t=1000.0))
+    bands = [s for s in m._views[0].figure()["series"] if s["kind"] == "band"]
+    assert [s["label"] for s in bands] == [
+        "JAX arrays (in use)", "JAX pool, unused", "this process, outside JAX", "other processes", "free",
+    ]
+    assert [s["rank"] for s in bands] == sorted(s["rank"] for s in bands)  # the legend in the same order
+    m.close()
+
+
+def test_the_monitor_docs_list_the_bands_in_the_order_they_stack():
+    from jupyter_gpumem.monitor.series import SERIES
+
+    docs = (Path(__file__).parent.parent / "docs" / "monitor.md").read_text()
+    table = docs.split("| band | what it is | from |", 1)[1].split("\n\n", 1)[0]
+    documented = [label.strip() for row in table.splitlines()[2:] for label in row.split("|")[1].split(" / ")]
+    assert documented == [s.label for s in SERIES if s.kind == "band"]
 
 
 def test_header_shows_the_live_numbers_in_human_units(stub):
@@ -337,6 +360,18 @@ def test_a_recording_is_shown_whole_and_has_nothing_to_pause():
     assert len(m._source_samples()) == len(trace.samples)
     assert m.pause_button.disabled and m.interval_box.disabled and not m.window_box.disabled
     assert "live" not in m.header.value
+    m.close()
+
+
+def test_a_window_under_a_minute_reads_in_seconds():
+    from jupyter_gpumem.monitor.widget import _minutes
+
+    assert [_minutes(v) for v in (0.95, 0.25, 1.0, 1.5, 60.0)] == ["57 s", "15 s", "1 min", "1.5 min", "60 min"]
+
+
+def test_a_replay_shorter_than_a_minute_offers_its_window_in_seconds():
+    m = Monitor(replay=SYNTHETIC[0], window=0.95)
+    assert ("57 s", 0.95) in m.window_box.options and "57 s" in m.header.value + m.status_box.value
     m.close()
 
 

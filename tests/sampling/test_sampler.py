@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -136,7 +137,7 @@ def test_failing_subscriber_does_not_stop_the_others(caplog):
     assert "subscriber failed" in caplog.text
 
 
-def test_slow_source_skips_ticks_instead_of_piling_up():
+def test_a_slow_source_is_read_one_reading_at_a_time_on_one_thread():
     gate = threading.Event()
     entered = threading.Semaphore(0)
     concurrent = {"now": 0, "max": 0}
@@ -156,10 +157,33 @@ def test_slow_source_skips_ticks_instead_of_piling_up():
     sub = sampler.subscribe(lambda s: None)
     assert entered.acquire(timeout=10)
     before = len(_sampler_threads())
-    gate.set()  # the reading took many intervals; the next ones were skipped, not queued
+    gate.set()  # the reading took many intervals; no second reading started meanwhile
     assert entered.acquire(timeout=10)
     sub.close()
     assert concurrent["max"] == 1 and before == 1
+
+
+def test_after_a_slow_reading_the_missed_ticks_are_skipped_not_caught_up():
+    # One reading takes ten intervals. A sampler that queued the missed ticks would then read
+    # back to back; this one waits for the next tick, so readings stay an interval apart.
+    interval = 0.1
+    starts: list[float] = []
+    enough = threading.Event()
+
+    def source():
+        starts.append(time.monotonic())
+        if len(starts) == 1:
+            time.sleep(10 * interval)
+        if len(starts) >= 5:
+            enough.set()
+        return ()
+
+    sampler = Sampler(source, lambda: (), interval=interval)
+    sub = sampler.subscribe(lambda s: None)
+    assert enough.wait(10)
+    sub.close()
+    gaps = [b - a for a, b in zip(starts[1:], starts[2:5])]
+    assert all(gap >= 0.5 * interval for gap in gaps), gaps
 
 
 def test_add_event_goes_to_timeline_and_event_subscribers():

@@ -7,9 +7,12 @@ import json
 import os
 import re
 import socket
+import sys
 import threading
 from datetime import datetime, timezone
+from pathlib import Path
 
+import psutil
 import pytest
 from tornado.httpclient import HTTPClientError
 
@@ -181,13 +184,35 @@ async def test_kernel_last_activity_is_jupyter_servers_own(jp_fetch, jp_serverap
     assert seen == sorted(seen) and seen[-1] <= latest <= datetime.now(timezone.utc)
 
 
-async def test_kernel_pid_comes_from_the_kernels_usage_reply(jp_fetch, service, world):
-    kernel_id = await start_session(jp_fetch, "b.ipynb")
+@pytest.fixture
+def wrapped_kernel(jp_kernel_dir):
+    """A kernel spec that starts ipykernel through a bash wrapper, as site launchers do: the
+    process the provisioner started is bash, and the kernel is its child. The ``; exit $?``
+    keeps bash from replacing itself with the kernel (bash execs only a lone last command)."""
+    spec = Path(jp_kernel_dir) / "wrapped"
+    spec.mkdir(parents=True, exist_ok=True)
+    script = f'"{sys.executable}" -m ipykernel_launcher -f "$0"; exit $?'
+    argv = ["bash", "-c", script, "{connection_file}"]
+    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "wrapped", "language": "python"}))
+    return "wrapped"
+
+
+@pytest.mark.parametrize("gpumem_config", [{"kernel_pid_timeout": 30}])  # a loaded machine starts kernels slowly
+async def test_kernel_pid_comes_from_the_kernels_usage_reply(jp_fetch, jp_serverapp, service, world, wrapped_kernel):
+    """ipykernel answers a control-channel ``usage_request`` with its own ``os.getpid()``
+    (ipykernel/kernelbase.py, ``usage_request``, 6.10 onwards), not the wrapper's."""
+    response = await jp_fetch(
+        "api", "sessions", method="POST",
+        body=json.dumps({"path": "w.ipynb", "type": "notebook", "name": "", "kernel": {"name": wrapped_kernel}}),
+    )
+    kernel_id = json.loads(response.body)["kernel"]["id"]
+    wrapper = jp_serverapp.kernel_manager.get_kernel(kernel_id).provisioner.process.pid
     await service.kernels()
     await service.kernels_dir.wait_for_pids()
-    entry = service.kernels_dir._pids[kernel_id]
-    assert entry.answered is True
-    assert entry.pid == service.kernels_dir.kernel_pid(kernel_id, service.kernels_dir.kernel_manager.get_kernel(kernel_id))
+    pid = await kernel_pid(jp_fetch, kernel_id)
+    kernel = psutil.Process(pid)
+    assert pid != wrapper and kernel.ppid() == wrapper
+    assert "ipykernel_launcher" in " ".join(kernel.cmdline())
 
 
 async def test_other_users_command_lines_are_hidden_and_their_users_shown(jp_fetch, world, monkeypatch):

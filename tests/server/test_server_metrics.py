@@ -168,7 +168,7 @@ def test_the_address_rule_matches_what_the_installed_jaxlib_accepts():
     (``generate_pjrt_gpu_plugin_options`` in jaxlib/xla_client.py, asked for each name)."""
     from jupyter_gpumem.server.kernels import installed_jax_version
     from jupyter_gpumem.settings.published import REJECTED, allocator_kind
-    from jupyter_gpumem.sources.jax_backend import accepted_allocators
+    from jupyter_gpumem.sources.jax_options import accepted_allocators
 
     accepted = accepted_allocators()
     assert accepted, "no jaxlib generator to ask"

@@ -30,6 +30,8 @@ from jupyter_gpumem.core.readings import AllocatorSettings, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.settings.status import status
 
+pytestmark = pytest.mark.jax_versions
+
 NO_NVML = NotAvailable("no_library", "synthetic: no NVML in this test")
 
 
@@ -209,8 +211,19 @@ def test_before_jax_is_imported_the_variable_jax_will_read_is_used_without_impor
     assert r == {"allocator": ["cuda_async", "jax.config"], "in_effect": "cuda_async", "jax_imported": False}
 
 
+def create_options_value() -> str:
+    """The options as the installed JAX takes them in ``jax.config.update``: a dict from 0.6
+    (``string_or_object_state``, jax/_src/config.py 0.6.2 line 948), only a "k1:v1;k2:v2" string
+    before (``optional_string_state``, 0.5.3 line 940, 0.4.38 line 900)."""
+    import importlib.metadata
+
+    release = tuple(int(p) for p in importlib.metadata.version("jax").split(".")[:2])
+    if release >= (0, 6):
+        return "{'allocator': 'cuda_async', 'preallocate': False}"
+    return "'allocator:cuda_async;preallocate:false'"
+
+
 def test_once_jax_is_imported_jax_config_is_read():
-    before = ("import jax\njax.config.update('jax_pjrt_client_create_options', "
-              "{'allocator': 'cuda_async', 'preallocate': False})")
+    before = f"import jax\njax.config.update('jax_pjrt_client_create_options', {create_options_value()})"
     r = _child(before, {"JAX_PJRT_CLIENT_CREATE_OPTIONS": "allocator:platform"})  # read at import, then replaced
     assert r == {"allocator": ["cuda_async", "jax.config"], "in_effect": "cuda_async", "jax_imported": True}

@@ -29,6 +29,8 @@ from jupyter_gpumem.sources.jax_backend import BackendDevice, BackendInfo
 from jupyter_gpumem.settings.status import status
 from jupyter_gpumem.testing import DROPIN_DIR, fake_nvml
 
+pytestmark = pytest.mark.jax_versions
+
 ROOT = Path(__file__).resolve().parents[2]
 GiB = 1024**3
 ON_CPU = BackendInfo(started=True, jax_imported=True, jax_version="0.0-synthetic", platform="cpu",

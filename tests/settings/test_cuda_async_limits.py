@@ -26,10 +26,17 @@ import pytest
 
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.settings.apply import SettingsError, validate
-from jupyter_gpumem.settings.cuda_async_limits import read_async_prealloc
+from jupyter_gpumem.settings.cuda_async_limits import (
+    async_prealloc_note,
+    async_prealloc_problem,
+    fraction_note,
+    read_async_prealloc,
+)
 from jupyter_gpumem.core.readings import AllocatorSettings, NotAvailable
-from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.sources import jax_backend, jax_options
 from jupyter_gpumem.settings.status import status
+
+pytestmark = pytest.mark.jax_versions
 
 NO_NVML = NotAvailable("no_library", "synthetic: no NVML in this test")
 
@@ -119,7 +126,7 @@ def test_a_line_that_also_fixes_the_async_prealloc_is_accepted(monkeypatch):
 
 
 def test_status_says_the_fraction_is_no_cap_under_cuda_async_with_preallocation_off(monkeypatch):
-    warnings = _warnings(monkeypatch, XLA_CLIENT_MEM_FRACTION=".4", **CUDA_ASYNC_OFF)
+    warnings = _warnings(monkeypatch, **{jax_options.fraction_var(): ".4"}, **CUDA_ASYNC_OFF)
     assert [w for w in warnings if "fraction (0.4) is no cap" in w and "no size limit" in w]
 
 
@@ -133,7 +140,7 @@ def test_the_fraction_with_preallocation_on_is_no_cap_either(monkeypatch):
     only attribute the ``GpuCudaMallocAsyncAllocator`` constructor sets on the pool it takes with
     ``cuDeviceGetDefaultMemPool`` (openxla/xla xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc,
     commit 16569562fc04a1d1eadcd6a79f2269c1ccf4c421), and a default pool has no maximum size."""
-    warnings = _warnings(monkeypatch, XLA_CLIENT_MEM_FRACTION=".4", XLA_PYTHON_CLIENT_ALLOCATOR="cuda_async")
+    warnings = _warnings(monkeypatch, **{jax_options.fraction_var(): ".4"}, XLA_PYTHON_CLIENT_ALLOCATOR="cuda_async")
     said = [w for w in warnings if "fraction (0.4) is no cap, even with preallocation on" in w]
     assert len(said) == 1 and "release threshold" in said[0] and "no size limit" in said[0]
 
@@ -149,7 +156,7 @@ def test_a_fraction_line_under_cuda_async_notes_it_is_no_cap():
 
 
 def test_turning_preallocation_off_under_cuda_async_with_a_fraction_notes_it_is_no_cap(monkeypatch):
-    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.5")
+    monkeypatch.setenv(jax_options.fraction_var(), "0.5")  # the name the installed JAX reads
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")
     notes = validate(AllocatorSettings(preallocate=False)).notes
     assert [n for n in notes if "fraction (0.5) is no cap" in n]
@@ -199,3 +206,57 @@ def test_applying_does_not_write_an_unreadable_value(monkeypatch):
     with pytest.raises(SettingsError):
         allocator_shim.apply_settings(AllocatorSettings(allocator="cuda_async", preallocate=False))
     assert "XLA_PYTHON_CLIENT_ALLOCATOR" not in os.environ and "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ
+
+
+# --- the sentences, whole (pure functions of the value) ---------------------------------------
+
+
+@pytest.mark.parametrize("raw, value", [("-9223372036854775808", -(2**63)), ("9223372036854775807", 2**63 - 1),
+                                        ("-9223372036854775809", None), ("9223372036854775808", None)])
+def test_async_prealloc_is_read_within_int64_inclusive(raw, value):
+    assert read_async_prealloc(raw) == value
+
+
+def test_an_unreadable_async_prealloc_is_said_to_kill_the_kernel():
+    assert async_prealloc_problem("2GiB") == (
+        "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC='2GiB' is not a whole number of bytes. XLA's cuda_async "
+        "allocator reads it inside a CHECK_OK when JAX's backend starts, and a value it cannot read aborts "
+        "the process: the kernel dies. Use `%gpumem async-prealloc SIZE` (bytes, 512MiB, all) or unset it."
+    )
+
+
+@pytest.mark.parametrize("raw", ["-2", "-1", "0"])
+def test_below_minus_one_async_prealloc_is_a_problem_and_minus_one_is_not(raw):
+    problem = async_prealloc_problem(raw)
+    if raw == "-2":
+        assert problem == (
+            "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC='-2' is negative: cuda_async would try to allocate that "
+            "many bytes as an unsigned size, fail and log an error. Use a size in bytes, or -1 (all)."
+        )
+    else:
+        assert problem is None
+
+
+def test_the_fraction_note_says_it_is_no_cap():
+    assert fraction_note(0.5, preallocate=False) == (
+        "under cuda_async with preallocation off, the fraction (0.5) is no cap: XLA reserves no pool, and "
+        "the CUDA driver's default pool that cuda_async allocates from has no size limit, so JAX can take "
+        "all of the GPU's free memory."
+    )
+
+
+@pytest.mark.parametrize("value, preallocate, note", [
+    (0, False, None),
+    (-2, False, None),
+    (-1, True, "async-prealloc (all) changes nothing while preallocation is on: cuda_async reserves its "
+               "whole pool (total × fraction) and keeps it."),
+    (2 * 1024**3, True, "async-prealloc (2.00 GiB) changes nothing while preallocation is on: cuda_async "
+                        "reserves its whole pool (total × fraction) and keeps it."),
+    (-1, False, "async-prealloc all reserves nothing with preallocation off: `all` means the pool's release "
+                "threshold, which is 0 then."),
+    (1, False, "async-prealloc (1 B) is not kept: with preallocation off the pool's release threshold is 0, "
+               "so the bytes cuda_async allocates and frees at start go back to the driver at the next "
+               "synchronisation."),
+])
+def test_the_async_prealloc_note_for_each_case(value, preallocate, note):
+    assert async_prealloc_note(value, preallocate) == note

@@ -14,6 +14,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
+pytestmark = pytest.mark.jax_versions
+
 _PRELUDE = '''
 import contextlib, io, json, os, sys
 from IPython.core.interactiveshell import InteractiveShell

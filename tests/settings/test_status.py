@@ -156,3 +156,23 @@ def test_control_characters_in_the_environment_are_shown_escaped_in_the_text(mon
     assert "\x1b" not in text and "\\x1b[2J\\nWarnings:\\n  - all fine" in text
     assert [line for line in text.splitlines() if line.startswith("Warnings:")] == ["Warnings:"]
     assert not any(line.startswith("  - all fine") for line in text.splitlines())
+
+
+def test_gpu_or_replay_is_live_where_nvml_reads_a_gpu_and_the_cuda_plugin_is_installed():
+    from jupyter_gpumem.core.readings import DeviceReading
+    from jupyter_gpumem.settings.status import gpu_or_replay_text
+
+    gpu = DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-synthetic", 80 << 30, 0, 80 << 30)
+    assert gpu_or_replay_text((gpu,), cuda_plugin=True) == (True, "Live: JAX can use NVIDIA H100 80GB HBM3")
+
+
+def test_gpu_or_replay_without_a_gpu_says_why_and_that_lessons_replay_synthetic_traces():
+    from jupyter_gpumem.core.readings import DeviceReading, NotAvailable
+    from jupyter_gpumem.settings.status import gpu_or_replay_text
+
+    live, text = gpu_or_replay_text(NotAvailable("no_driver", "no NVIDIA driver"), cuda_plugin=True)
+    assert not live and text.startswith("No GPU for JAX here (no NVIDIA driver).")
+    assert "REPLAY" in text and "SYNTHETIC" in text
+    gpu = DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-synthetic", 80 << 30, 0, 80 << 30)
+    live, text = gpu_or_replay_text((gpu,), cuda_plugin=False)
+    assert not live and text.startswith("No GPU for JAX here (JAX's CUDA plugin is not installed).")

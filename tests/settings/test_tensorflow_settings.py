@@ -117,7 +117,9 @@ def session(tmp_path: Path, cells: list[str]) -> list[dict]:
     write_tensorflow(tmp_path)
     (tmp_path / "cells.json").write_text(json.dumps(cells))
     proc = subprocess.run([sys.executable, str(SESSION), "cells.json", "--ext"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                          timeout=120, cwd=tmp_path,
+                          # this checkout's package, not whichever one the environment installed
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(SESSION.parents[1])})
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(line[4:])
@@ -164,6 +166,32 @@ def test_default_takes_back_the_variable_it_set(tmp_path):
     out = session(tmp_path, [PATH + "%gpumem tensorflow growth", "%gpumem tensorflow default",
                              "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))"])
     assert out[2]["out"].strip() == "None"
+
+
+def test_status_shows_what_tensorflow_growth_set(tmp_path):
+    out = session(tmp_path, [PATH + "%gpumem tensorflow growth", "%gpumem status"])
+    shown = [line for line in out[1]["out"].splitlines() if line.startswith("TensorFlow: ")]
+    assert shown == ["TensorFlow: growth (TensorFlow not imported; TF_FORCE_GPU_ALLOW_GROWTH=true)"], out[1]["out"]
+
+
+def test_status_has_no_tensorflow_line_while_nothing_was_set(tmp_path):
+    out = session(tmp_path, ["%gpumem status"])
+    assert "TensorFlow" not in out[0]["out"]
+
+
+def test_reset_takes_back_tensorflow_growth(tmp_path):
+    out = session(tmp_path, [PATH + "%gpumem tensorflow growth", "%gpumem reset",
+                             "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))\n%gpumem tensorflow"])
+    assert out[1]["out"].strip() == "gpumem: reset: tensorflow default (unset TF_FORCE_GPU_ALLOW_GROWTH)"
+    assert out[2]["out"].splitlines() == ["None", "gpumem: tensorflow default (TensorFlow not imported)"]
+
+
+def test_reset_after_tensorflow_started_keeps_its_setting_and_says_so(tmp_path):
+    out = session(tmp_path, [PATH + "%gpumem tensorflow growth", START, "%gpumem reset",
+                             "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))"])
+    assert out[2]["out"].strip() == ("gpumem: reset: tensorflow growth stays: TensorFlow's runtime has started and "
+                                     "reads its GPU settings once; restart the kernel to start without it")
+    assert out[3]["out"].strip() == "true"
 
 
 @pytest.mark.parametrize("word", ["fast", "on"])

@@ -19,6 +19,8 @@ from jupyter_gpumem.settings import apply as shim
 from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.sources import jax_backend
 
+pytestmark = pytest.mark.jax_versions
+
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
@@ -156,11 +158,35 @@ def test_a_backend_that_cannot_list_its_devices_says_why_in_backend_info(monkeyp
 
 
 def test_cpu_fallback_reason_is_the_cuda_backend_error(monkeypatch):
+    monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: True)
     fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")],
              errors={"cuda": "synthetic: no supported devices found", "tpu": "synthetic: no libtpu"})
     info = jax_backend.backend_info()
     assert info.platform == "cpu"
     assert info.fallback_reason == "the CUDA backend failed to start: synthetic: no supported devices found"
+
+
+@pytest.mark.parametrize("errors", [
+    {"cuda": "", "rocm": ""},  # jax 0.4.30 on a CPU-only jaxlib
+    {"rocm": "module 'jaxlib.xla_extension' has no attribute 'GpuAllocatorConfig'"},  # jax 0.4.38
+])
+def test_the_built_in_gpu_factories_of_a_cpu_only_jaxlib_are_not_a_gpu_fallback(monkeypatch, errors):
+    """Up to 0.5.x JAX registers ``cuda`` and ``rocm`` factories whatever jaxlib can do; on a
+    CPU-only jaxlib they fail quietly into ``_backend_errors`` (jax/_src/xla_bridge.py 0.4.38,
+    lines 484-503; the errors recorded from real CPU JAX 0.4.30 and 0.4.38). JAX then says "a
+    CUDA-enabled jaxlib is not installed" (line 955), and so do we: no plugin, no GPU jaxlib."""
+    monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: False)
+    bridge = fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")], errors=errors)
+    bridge.xla_extension = types.ModuleType("jaxlib.xla_extension")  # no GpuAllocatorConfig: CPU-only
+    assert jax_backend.backend_info().fallback_reason is None
+
+
+def test_a_gpu_jaxlib_s_cuda_error_is_the_fallback_reason(monkeypatch):
+    monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: False)
+    bridge = fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")],
+                      errors={"cuda": "synthetic: no supported devices found"})
+    bridge.xla_extension = SimpleNamespace(GpuAllocatorConfig=object)  # jaxlib 0.4.x built with CUDA
+    assert jax_backend.backend_info().fallback_reason == "the CUDA backend failed to start: synthetic: no supported devices found"
 
 
 def test_a_tpu_error_alone_is_not_a_gpu_fallback(monkeypatch):

@@ -1,4 +1,8 @@
-"""The CUDA pool reader: it never starts CUDA, and it asks the driver in the right order."""
+"""The CUDA pool reader: it never starts CUDA, and it asks the driver in the right order.
+
+The driver here is a stand-in (``doubles.FakeCudaDriver``) that answers libcuda's calls by their
+names and attribute numbers; no test here has run on a real CUDA driver.
+"""
 
 from __future__ import annotations
 

@@ -18,7 +18,9 @@ import sys
 import pytest
 
 from jupyter_gpumem.settings.effective import disabled_passes, remat_flags_problem
-from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.sources import jax_remat
+
+pytestmark = pytest.mark.jax_versions
 
 FLAGS = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1 --xla_disable_hlo_passes=algsimp,cse"}
 
@@ -54,9 +56,9 @@ def test_disabled_passes_are_read_from_every_flag():
 
 
 def test_release_boundary_is_the_last_affected_release():
-    assert jax_backend.REMAT_OVERWRITE_LAST_AFFECTED == (0, 11, 0)
-    assert jax_backend._release_tuple("0.11.0") <= jax_backend.REMAT_OVERWRITE_LAST_AFFECTED
-    assert not jax_backend._release_tuple("0.11.1") <= jax_backend.REMAT_OVERWRITE_LAST_AFFECTED
+    assert jax_remat.REMAT_OVERWRITE_LAST_AFFECTED == (0, 11, 0)
+    assert jax_remat.release_tuple("0.11.0") <= jax_remat.REMAT_OVERWRITE_LAST_AFFECTED
+    assert not jax_remat.release_tuple("0.11.1") <= jax_remat.REMAT_OVERWRITE_LAST_AFFECTED
 
 
 _PROBE = """
@@ -70,7 +72,7 @@ print(json.dumps(options.executable_build_options.debug_options.xla_disable_hlo_
 
 def test_detection_agrees_with_what_the_installed_jax_compiles_with():
     pytest.importorskip("jax")
-    replaces = jax_backend.remat_off_replaces_disabled_passes()
+    replaces = jax_remat.remat_off_replaces_disabled_passes()
     assert replaces is not None
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **FLAGS}
     out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)

@@ -77,7 +77,7 @@ export function kernelAllocatorChoices(page: IJupyterLabPageFixture): Promise<st
     const kernel = app.shell.currentWidget.sessionContext.session.kernel;
     const future = kernel.requestExecute({
       code:
-        'import json\nfrom jupyter_gpumem import kernel_comm\n' +
+        'import json\nfrom jupyter_gpumem.kernel import comm as kernel_comm\n' +
         "print(json.dumps(kernel_comm.snapshot().get('allocator_choices')))",
       store_history: false
     });

@@ -27,10 +27,16 @@ test('a replay monitor draws its memory bands and a header labelled replay and s
   const plot = monitor.locator('.js-plotly-plot').first();
   await expect(plot).toBeVisible({ timeout: 60000 });
   // Each drawn series has a legend entry and at least one drawn path.
+  // The series synthetic_bfc_growth_fragmenting has, in the order the monitor ranks them: the bands
+  // as they stack (docs/monitor.md), then the lines.
   const legend = plot.locator('.legend .legendtext');
-  for (const name of ['JAX arrays (in use)', 'JAX pool, unused', 'free', 'total', 'fragmentation']) {
-    await expect(legend.filter({ hasText: name }).first()).toBeVisible();
-  }
+  const drawn = [
+    'JAX arrays (in use)', 'JAX pool, unused', 'this process, outside JAX', 'other processes', 'free',
+    'bytes_limit', 'peak in use', 'total', 'fragmentation', 'largest free block', 'headroom (limit - pool)'
+  ];
+  await expect(legend.first()).toBeVisible();
+  const names = (await legend.allTextContents()).map(t => t.trim());
+  expect(names.filter(n => drawn.includes(n))).toEqual(drawn);
   expect(await plot.locator('.scatterlayer .trace path.js-line, .scatterlayer .trace path.js-fill').count()).toBeGreaterThan(10);
   await expect(plot.locator('.annotation-text')).toContainText('REPLAY · SYNTHETIC');
 

@@ -33,7 +33,10 @@ test('in Notebook 7 the panel opens from View > Left Sidebar and explains that t
   // The name, not the folder: screenshots show no test folder.
   await expect(panel.locator('.jp-GpuMem-path')).toHaveText('nb7.ipynb');
   await expect(panel.locator('.jp-GpuMem-path')).toHaveAttribute('title', `${tmpPath}/nb7.ipynb`);
-  await expect(panel.locator('.jp-GpuMem-load')).toBeVisible();
+  await expect(panel.locator('.jp-GpuMem-notice', { hasText: 'not loaded' })).toContainText(
+    'jupyter_gpumem is not loaded in this kernel'
+  );
+  await expect(panel.locator('.jp-GpuMem-load')).toHaveText('Load jupyter_gpumem');
   await page.screenshot({ path: path.join(IMAGES_DIR, 'panel-notebook7.png') });
   await page.close();
 });

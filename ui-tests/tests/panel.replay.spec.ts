@@ -19,9 +19,15 @@ test.use({ autoGoto: true, ...NO_KERNEL_TRACKER });
 
 test('a replayed trace shows its devices, labelled replay and synthetic', async ({ page }) => {
   const panel = await openPanel(page);
-  await expect(panel.locator('.jp-GpuMem-card')).toHaveCount(2);
-  await expect(panel.locator('[data-badge="replay"]')).toBeVisible();
-  await expect(panel.locator('[data-badge="synthetic"]')).toBeVisible();
+  // jupyter_gpumem/testing/demo_trace.py: two A100 40GB; GPU 1 holds 2.5 GiB (a process of no
+  // kernel, and the driver's reserve), 10% busy; GPU 0's use changes along the trace.
+  const heads = panel.locator('.jp-GpuMem-card .jp-GpuMem-cardHead');
+  await expect(heads).toHaveText([
+    /^GPU 0 · NVIDIA A100-SXM4-40GB\s*[\d.]+ GiB \/ 40\.0 GiB · 6\d% busy$/,
+    /^GPU 1 · NVIDIA A100-SXM4-40GB\s*2\.50 GiB \/ 40\.0 GiB · 10% busy$/
+  ]);
+  await expect(panel.locator('[data-badge="replay"]')).toHaveText('replay');
+  await expect(panel.locator('[data-badge="synthetic"]')).toHaveText('synthetic');
 });
 
 test('the kernel row of the open notebook is matched to it', async ({ page, tmpPath }) => {

@@ -87,7 +87,10 @@ test.describe('readings served by the test', () => {
 test('without the extension loaded the kernel section offers to load it', async ({ page, tmpPath }) => {
   await openNotebook(page, tmpPath, 'xla_env.ipynb');
   const panel = await openPanel(page);
-  await expect(panel.locator('.jp-GpuMem-load')).toBeVisible();
+  const notice = panel.locator('.jp-GpuMem-notice', { hasText: 'not loaded' });
+  await expect(notice).toContainText('jupyter_gpumem is not loaded in this kernel');
+  await expect(notice).toContainText('Loading does not start JAX.');
+  await expect(notice.locator('.jp-GpuMem-load')).toHaveText('Load jupyter_gpumem');
 });
 
 test('once loaded, JAX on CPU shows its backend, settings with sources, and why there are no statistics', async ({ page, tmpPath }) => {

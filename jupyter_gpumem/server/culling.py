@@ -1,0 +1,233 @@
+"""Shutting down kernels that hold GPU memory while idle (``GpuMem.cull_idle_after``).
+
+``cull_plan`` is the decision, a pure function of one /devices report (NVML's processes already
+joined to this server's kernels by pid), the kernel list and the time: which kernels to warn
+about and which to shut down. A kernel is a candidate only when jupyter_server says it is
+``idle``, it has a ``last_activity``, and the report's process rows of kind ``kernel`` give it at
+least ``cull_min_bytes``. A busy or starting kernel, one holding less, and one whose pid matches
+no GPU process (no row, or a host pid seen from a container) are never touched. A replay is
+never acted on: its memory is the recording's, not this machine's.
+
+``Culler`` is the thin shell: a periodic check on the server's IOLoop that asks the shared
+sampler for the latest reading, applies the plan through jupyter_server's kernel manager, logs
+and counts each cull. jupyter_server's MappingKernelManager moves ``last_activity`` on every
+iopub message (services/kernels/kernelmanager.py, 2.21.1), so any activity resets the clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from jupyter_gpumem.server.kernels import KernelInfo, last_activity
+from jupyter_gpumem.core.units import format_bytes
+
+log = logging.getLogger(__name__)
+
+# Bounds of the time between two checks: never busier than the readings, never slower than a minute.
+MAX_CHECK_EVERY = 60.0
+
+
+@dataclass(frozen=True)
+class PendingCull:
+    """One kernel to warn about or to shut down."""
+
+    kernel_id: str
+    notebook_path: str | None
+    held_bytes: int  # summed over GPUs
+    per_device: tuple[tuple[int, int], ...]  # (GPU index, bytes), most first
+    idle_seconds: float
+    cull_at: float  # POSIX seconds: last activity + cull_idle_after
+    message: str
+
+    def to_json(self) -> dict:
+        return {
+            "cull_at": self.cull_at,
+            "idle_seconds": round(self.idle_seconds, 1),
+            "held_bytes": self.held_bytes,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class CullPlan:
+    warn: tuple[PendingCull, ...] = ()  # within cull_warn_before of their cull
+    cull: tuple[PendingCull, ...] = ()  # idle for cull_idle_after or longer: shut down now
+
+    def pending(self) -> dict[str, PendingCull]:
+        """kernel id -> its pending cull, for every kernel warned about or due."""
+        return {p.kernel_id: p for p in (*self.warn, *self.cull)}
+
+
+def held_by_kernel(report: dict) -> dict[str, dict[int, int]]:
+    """kernel id -> {GPU index: bytes} from the report's process rows of kind ``kernel``."""
+    held: dict[str, dict[int, int]] = {}
+    for dev in report.get("devices", ()):
+        for proc in dev.get("processes", ()):
+            if proc.get("kind") != "kernel" or not proc.get("kernel_id"):
+                continue
+            per_device = held.setdefault(proc["kernel_id"], {})
+            per_device[dev["index"]] = per_device.get(dev["index"], 0) + (proc.get("used") or 0)
+    return held
+
+
+def human_duration(seconds: float) -> str:
+    """``"45 s"``, ``"55 min"``, ``"3.2 h"``."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def cull_message(per_device: Iterable[tuple[int, int]], idle_seconds: float, left_seconds: float) -> str:
+    """"this kernel holds 30.00 GiB of GPU 2 and has been idle 55 min; it will be shut down in 5 min"."""
+    held = " and ".join(f"{format_bytes(n)} of GPU {index}" for index, n in per_device)
+    when = f"in {human_duration(left_seconds)}" if left_seconds > 0 else "now"
+    return f"this kernel holds {held} and has been idle {human_duration(idle_seconds)}; it will be shut down {when}"
+
+
+def cull_plan(
+    report: dict,
+    kernels: Iterable[KernelInfo],
+    now: float,
+    *,
+    idle_after: float,
+    min_bytes: int,
+    warn_before: float,
+) -> CullPlan:
+    """Which kernels to warn about and which to shut down at ``now`` (POSIX seconds).
+
+    Culling is off when ``idle_after`` is 0. The warning starts ``warn_before`` seconds before
+    the cull, or as soon as the kernel is idle when ``warn_before`` is not less than
+    ``idle_after``.
+    """
+    if idle_after <= 0 or report.get("source") != "nvml" or report.get("state") != "ok":
+        return CullPlan()
+    held = held_by_kernel(report)
+    warn_from = max(0.0, idle_after - warn_before)
+    warn: list[PendingCull] = []
+    cull: list[PendingCull] = []
+    for kernel in kernels:
+        if kernel.execution_state != "idle" or kernel.last_activity is None or kernel.kernel_id not in held:
+            continue
+        per_device = tuple(sorted(held[kernel.kernel_id].items(), key=lambda item: (-item[1], item[0])))
+        total = sum(n for _, n in per_device)
+        since = kernel.last_activity.timestamp()
+        idle = max(0.0, now - since)  # a reading taken just before the last activity
+        if total < min_bytes or idle < warn_from:
+            continue
+        pending = PendingCull(
+            kernel_id=kernel.kernel_id,
+            notebook_path=kernel.notebook_path,
+            held_bytes=total,
+            per_device=per_device,
+            idle_seconds=idle,
+            cull_at=since + idle_after,
+            message=cull_message(per_device, idle, idle_after - idle),
+        )
+        (cull if idle >= idle_after else warn).append(pending)
+    return CullPlan(tuple(warn), tuple(cull))
+
+
+def annotate(report: dict, plan: CullPlan) -> dict:
+    """The report with ``pending_cull`` on each process row (None where no cull is pending)."""
+    pending = plan.pending()
+    for dev in report.get("devices", ()):
+        for proc in dev.get("processes", ()):
+            found = pending.get(proc.get("kernel_id")) if proc.get("kind") == "kernel" else None
+            proc["pending_cull"] = found.to_json() if found is not None else None
+    return report
+
+
+def check_every(idle_after: float, poll_interval: float) -> float:
+    """Seconds between two checks: an eighth of ``idle_after``, between the poll interval and a minute."""
+    return min(MAX_CHECK_EVERY, max(poll_interval, idle_after / 8))
+
+
+def still_idle_since(kernel_manager: Any, kernel: KernelInfo) -> bool:
+    """Whether the kernel is still idle with the same last activity as when the plan was made."""
+    try:
+        km = kernel_manager.get_kernel(kernel.kernel_id)
+    except KeyError:
+        return False
+    return getattr(km, "execution_state", None) == "idle" and last_activity(km) == kernel.last_activity
+
+
+class Culler:
+    """Applies ``cull_plan`` every ``check_every`` seconds on the server's IOLoop."""
+
+    def __init__(self, service: Any, kernel_manager: Any, on_cull: Any = None) -> None:
+        self.service = service
+        self.kernel_manager = kernel_manager
+        self.on_cull = on_cull  # called with each PendingCull shut down (the /metrics counter)
+        self._callback: Any = None
+        self._checking = False
+        self.culled: list[PendingCull] = []
+        self.log: logging.Logger | logging.LoggerAdapter = log  # the server's own log once loaded
+
+    @property
+    def config(self) -> Any:
+        return self.service.config
+
+    def start(self) -> None:
+        from tornado.ioloop import PeriodicCallback
+
+        c = self.config
+        if c.cull_idle_after <= 0 or self._callback is not None:
+            return
+        every = check_every(c.cull_idle_after, c.poll_interval)
+        self._callback = PeriodicCallback(self._tick, every * 1000)
+        self._callback.start()
+        self.log.info(
+            "jupyter-gpumem: shutting down kernels idle %gs or more that hold %s of GPU memory or more "
+            "(warning %gs before), checking every %gs",
+            c.cull_idle_after, format_bytes(c.cull_min_bytes), c.cull_warn_before, every,
+        )
+
+    def stop(self) -> None:
+        if self._callback is not None:
+            self._callback.stop()
+            self._callback = None
+
+    async def _tick(self) -> None:
+        if self._checking:  # a slow shutdown outlived the interval
+            return
+        self._checking = True
+        try:
+            # An error is not caught here: tornado's PeriodicCallback logs it with its traceback
+            # (tornado/ioloop.py, PeriodicCallback._run, tornado 6.6.1) and calls again at the next interval.
+            await self.check_once()
+        finally:
+            self._checking = False
+
+    async def check_once(self, now: float | None = None) -> list[PendingCull]:
+        """Shut down the kernels the plan says are due; the ones shut down."""
+        c = self.config
+        reading = await self.service.sampler.latest()
+        kernels = await self.service.kernels()
+        report = self.service.report(reading, kernels)
+        plan = cull_plan(
+            report, kernels, time.time() if now is None else now,
+            idle_after=c.cull_idle_after, min_bytes=c.cull_min_bytes, warn_before=c.cull_warn_before,
+        )
+        by_id = {k.kernel_id: k for k in kernels}
+        done: list[PendingCull] = []
+        for pending in plan.cull:
+            if not still_idle_since(self.kernel_manager, by_id[pending.kernel_id]):
+                continue  # activity since the listing: the clock starts again
+            await self.kernel_manager.shutdown_kernel(pending.kernel_id)
+            self.log.warning(
+                "jupyter-gpumem: shut down kernel %s (notebook %s): it held %d bytes (%s) of GPU memory "
+                "and had been idle %.0f s (GpuMem.cull_idle_after=%g)",
+                pending.kernel_id, pending.notebook_path or "none", pending.held_bytes,
+                format_bytes(pending.held_bytes), pending.idle_seconds, c.cull_idle_after,
+            )
+            done.append(pending)
+            self.culled.append(pending)
+            if self.on_cull is not None:
+                self.on_cull(pending)
+        return done

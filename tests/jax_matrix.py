@@ -1,0 +1,195 @@
+"""Run the tests marked ``jax_versions`` under every JAX release in ``JAX_VERSIONS``.
+
+    python tests/jax_matrix.py [--versions 0.4.38,0.7.2] [--jobs 2] [pytest args...]
+
+``JAX_VERSIONS`` is the one list of the releases the package is tested on: the floor that
+pyproject declares (``jax>=...``, checked by tests/test_jax_matrix.py), then the last release
+of each minor that installs on Python 3.11. The main test run covers whatever JAX the
+development environment has; this covers the others.
+
+For each release:
+
+1. a virtual environment with ``jax==X jaxlib==X`` and the packages the selected tests import
+   (``TEST_PACKAGES``), made once with uv and kept under
+   ``~/.cache/jupyter-gpumem/jax-matrix/jax-X-HASH`` (HASH: of the Python version and the
+   requirement lines, so a change to either makes a new one; a half-made one is made again);
+2. a throwaway environment for this run whose only ``.pth`` puts this repository on the path
+   and adds the cached environment as a site directory, so the tests' own subprocesses (run with
+   ``sys.executable`` and a bare environment) import this repository's ``jupyter_gpumem`` and
+   that release's JAX, and two checkouts can share one cache;
+3. ``python -m pytest -m jax_versions`` over the test files that name the marker.
+
+Releases run ``--jobs`` at a time (2 by default). Each release's result is one line; a failing
+release's output follows it. Exits 1 naming every release that failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+MARKER = "jax_versions"
+
+# The floor first (pyproject's jax>=), then the last release of each minor for Python 3.11.
+JAX_VERSIONS = ("0.4.38", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")
+
+# What the marked tests and tests/conftest.py import besides JAX; the package itself comes from
+# the repository.
+TEST_PACKAGES = (
+    "pytest>=8",
+    "pytest-jupyter[server]>=0.10",  # tests/conftest.py loads its plugin
+    "hypothesis>=6.100",
+    "ipython>=8",
+    "ipywidgets>=8",
+    "anywidget>=0.9",
+    "plotly>=6",
+    "nvidia-ml-py>=12",
+    "psutil>=5.9",
+    "prometheus_client>=0.17",
+)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "jupyter-gpumem" / "jax-matrix"
+
+
+def requirements(version: str) -> list[str]:
+    return [f"jax=={version}", f"jaxlib=={version}", *TEST_PACKAGES]
+
+
+def environment_key(version: str) -> str:
+    """``jax-X-HASH``: the release, and a hash of the interpreter and the requirement lines."""
+    text = "\n".join([sys.version.split()[0], *requirements(version)])
+    return f"jax-{version}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def uv() -> list[str]:
+    return [sys.executable, "-m", "uv"]
+
+
+def site_packages(home: Path) -> Path:
+    return home / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def cached_environment(version: str, log) -> tuple[Path, float]:
+    """The cached environment for ``version`` (made now where it is missing or half made), and
+    the seconds spent making it."""
+    home = cache_root() / environment_key(version)
+    done = home / ".complete"
+    if done.exists():
+        return home, 0.0
+    t0 = time.perf_counter()
+    shutil.rmtree(home, ignore_errors=True)
+    home.parent.mkdir(parents=True, exist_ok=True)
+    run = lambda *args, **kw: subprocess.run([*uv(), *args], check=True, stdout=log, stderr=subprocess.STDOUT, **kw)
+    run("venv", "-q", "--python", sys.executable, str(home))
+    run("pip", "install", "-q", "--python", str(home / "bin" / "python"), *requirements(version))
+    frozen = subprocess.run([*uv(), "pip", "freeze", "--python", str(home / "bin" / "python")],
+                            capture_output=True, text=True, check=True).stdout
+    done.write_text(frozen)
+    return home, time.perf_counter() - t0
+
+
+def run_environment(cached: Path, into: Path) -> Path:
+    """A venv at ``into`` that sees this repository, then the cached environment; its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(into)], check=True)
+    site = site_packages(into)
+    (site / "jupyter_gpumem_matrix.pth").write_text(
+        f"{ROOT}\nimport site; site.addsitedir({str(site_packages(cached))!r})\n")
+    return into / "bin" / "python"
+
+
+def marked_files() -> list[str]:
+    """The test files that name the marker: collecting only these keeps the run from importing
+    test modules whose packages the matrix does not install."""
+    mark = re.compile(rf"\bmark\.{MARKER}\b")
+    return sorted(str(p.relative_to(ROOT)) for p in TESTS.glob("test_*.py") if mark.search(p.read_text()))
+
+
+@dataclass
+class Outcome:
+    version: str
+    ok: bool
+    summary: str
+    output: str
+    build_seconds: float
+    test_seconds: float
+
+
+def last_line(output: str) -> str:
+    lines = [l.strip("= ") for l in output.strip().splitlines() if l.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def run_version(version: str, files: list[str], pytest_args: list[str]) -> Outcome:
+    with tempfile.TemporaryDirectory(prefix=f"jax-matrix-{version}-") as tmp:
+        log_path = Path(tmp) / "build.log"
+        with open(log_path, "w") as log:
+            try:
+                cached, build = cached_environment(version, log)
+            except subprocess.CalledProcessError:
+                log.flush()
+                return Outcome(version, False, "the environment could not be made", log_path.read_text(), 0.0, 0.0)
+        python = run_environment(cached, Path(tmp) / "venv")
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+        env["PATH"] = f"{python.parent}:{env.get('PATH', '/usr/bin:/bin')}"
+        t0 = time.perf_counter()
+        proc = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", MARKER,
+                               "-rfE", *files, *pytest_args], cwd=ROOT, env=env, capture_output=True, text=True)
+        seconds = time.perf_counter() - t0
+        output = proc.stdout + proc.stderr
+        return Outcome(version, proc.returncode == 0, last_line(proc.stdout), output, build, seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--versions", default=",".join(JAX_VERSIONS),
+                        help=f"comma-separated JAX releases (default: {','.join(JAX_VERSIONS)})")
+    parser.add_argument("--jobs", type=int, default=2, help="releases run at once (default 2)")
+    args, pytest_args = parser.parse_known_args(argv)
+    versions = [v.strip() for v in args.versions.split(",") if v.strip()]
+    files = marked_files()
+    if not files:
+        print(f"no test file names pytest.mark.{MARKER}", file=sys.stderr)
+        return 1
+    print(f"JAX matrix: {len(versions)} releases x {len(files)} files, {args.jobs} at a time; "
+          f"environments in {cache_root()}", flush=True)
+    t0 = time.perf_counter()
+    failed = []
+
+    def report(outcome: Outcome) -> None:
+        built = f", environment made in {outcome.build_seconds:.0f} s" if outcome.build_seconds else ""
+        print(f"jax {outcome.version}: {'ok' if outcome.ok else 'FAILED'}: {outcome.summary} "
+              f"({outcome.test_seconds:.0f} s{built})", flush=True)
+        if not outcome.ok:
+            failed.append(outcome.version)
+            print(f"----- jax {outcome.version} output -----\n{outcome.output[-20000:]}\n"
+                  f"----- end of jax {outcome.version} -----", flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(run_version, v, files, pytest_args) for v in versions]
+        for future in futures:
+            report(future.result())
+    took = time.perf_counter() - t0
+    if failed:
+        print(f"JAX matrix FAILED on jax {', '.join(failed)} ({took:.0f} s)", flush=True)
+        return 1
+    print(f"JAX matrix: all {len(versions)} releases passed ({took:.0f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

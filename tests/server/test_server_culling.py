@@ -1,0 +1,315 @@
+"""GpuMem.cull_idle_after: which kernels are warned about and which are shut down (``cull_plan``,
+worked out by hand), then real kernels on a fake NVML world culled, or left alone, by the server.
+
+jupyter_server's MappingKernelManager sets ``last_activity`` at start and on every iopub message
+and ``execution_state`` from iopub status messages (services/kernels/kernelmanager.py, 2.21.1);
+the kernel infos below stand for what it says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from jupyter_gpumem.server.culling import annotate, check_every, cull_plan, human_duration
+from jupyter_gpumem.server.kernels import KernelInfo
+from jupyter_gpumem.testing import fake_nvml
+
+GiB = 1024**3
+NOW = 1_800_000_000.0  # POSIX seconds
+HOUR = 3600.0
+RULES = {"idle_after": HOUR, "min_bytes": GiB, "warn_before": 300.0}
+
+
+def kernel(kid, idle_for, state="idle", notebook=None):
+    since = datetime.fromtimestamp(NOW - idle_for, tz=timezone.utc) if idle_for is not None else None
+    return KernelInfo(kernel_id=kid, kernel_name="python3", pid=100, notebook_path=notebook,
+                      execution_state=state, last_activity=since)
+
+
+def row(kid, used, kind="kernel"):
+    return {"pid": 100, "used": used, "kind": kind, "kernel_id": kid if kind == "kernel" else None}
+
+
+def report(*devices, source="nvml", state="ok"):
+    """A /devices report: each device is a list of process rows, indexed 0, 1, ..."""
+    return {"source": source, "state": state,
+            "devices": [{"index": i, "processes": list(rows)} for i, rows in enumerate(devices)]}
+
+
+def plan_ids(plan):
+    return ([p.kernel_id for p in plan.warn], [p.kernel_id for p in plan.cull])
+
+
+# --- the decision ------------------------------------------------------------------------------
+
+
+def test_an_idle_kernel_holding_enough_past_the_limit_is_culled():
+    plan = cull_plan(report([row("a", 30 * GiB)]), [kernel("a", HOUR + 1)], NOW, **RULES)
+    assert plan_ids(plan) == ([], ["a"])
+    (due,) = plan.cull
+    assert (due.held_bytes, due.per_device, due.cull_at) == (30 * GiB, ((0, 30 * GiB),), NOW - 1)
+
+
+def test_a_busy_kernel_is_never_culled_however_long_since_its_last_activity():
+    plan = cull_plan(report([row("a", 30 * GiB)]), [kernel("a", 10 * HOUR, state="busy")], NOW, **RULES)
+    assert plan_ids(plan) == ([], [])
+
+
+def test_a_kernel_holding_less_than_the_minimum_is_never_culled():
+    plan = cull_plan(report([row("a", GiB - 1)]), [kernel("a", 10 * HOUR)], NOW, **RULES)
+    assert plan_ids(plan) == ([], [])
+
+
+def test_bytes_on_several_gpus_add_up_to_the_minimum():
+    plan = cull_plan(report([row("a", GiB // 2)], [row("a", GiB // 2)]), [kernel("a", 2 * HOUR)], NOW, **RULES)
+    assert plan_ids(plan) == ([], ["a"])
+    assert plan.cull[0].per_device == ((0, GiB // 2), (1, GiB // 2))
+
+
+def test_a_kernel_whose_pid_matches_no_gpu_process_is_never_culled():
+    # No row of kind "kernel" names it: its pid is not listed, or NVML lists host pids (containers).
+    plan = cull_plan(report([row(None, 30 * GiB, kind="other"), row(None, 30 * GiB, kind="host_pid")]),
+                     [kernel("a", 10 * HOUR)], NOW, **RULES)
+    assert plan_ids(plan) == ([], [])
+
+
+def test_a_reading_older_than_the_last_activity_counts_as_no_idle_time():
+    plan = cull_plan(report([row("a", 5 * GiB)]), [kernel("a", -0.5)], NOW, idle_after=8, min_bytes=GiB, warn_before=300)
+    assert [(p.kernel_id, p.idle_seconds) for p in plan.warn] == [("a", 0.0)]
+
+
+def test_a_kernel_with_no_last_activity_is_never_culled():
+    plan = cull_plan(report([row("a", 30 * GiB)]), [kernel("a", None)], NOW, **RULES)
+    assert plan_ids(plan) == ([], [])
+
+
+def test_culling_is_off_at_zero():
+    plan = cull_plan(report([row("a", 30 * GiB)]), [kernel("a", 10 * HOUR)], NOW, **{**RULES, "idle_after": 0})
+    assert plan_ids(plan) == ([], [])
+
+
+@pytest.mark.parametrize("source, state", [("replay", "ok"), ("nvml", "no_driver")])
+def test_a_replay_or_an_unreadable_nvml_culls_nothing(source, state):
+    plan = cull_plan(report([row("a", 30 * GiB)], source=source, state=state), [kernel("a", 10 * HOUR)], NOW, **RULES)
+    assert plan_ids(plan) == ([], [])
+
+
+def test_the_warning_starts_warn_before_seconds_before_the_cull():
+    kernels = [kernel("early", HOUR - 301), kernel("warned", HOUR - 300), kernel("due", HOUR)]
+    plan = cull_plan(report([row("early", 2 * GiB), row("warned", 2 * GiB), row("due", 2 * GiB)]), kernels, NOW, **RULES)
+    assert plan_ids(plan) == (["warned"], ["due"])
+
+
+def test_a_warning_longer_than_the_limit_stands_from_the_first_idle_second():
+    plan = cull_plan(report([row("a", 5 * GiB)]), [kernel("a", 0)], NOW, idle_after=8, min_bytes=GiB, warn_before=300)
+    assert plan_ids(plan) == (["a"], [])
+
+
+def test_the_warning_says_what_is_held_where_how_long_idle_and_when_it_ends():
+    plan = cull_plan(report([], [], [row("a", 30 * GiB)]), [kernel("a", 55 * 60)], NOW, **RULES)
+    assert plan.warn[0].message == (
+        "this kernel holds 30.00 GiB of GPU 2 and has been idle 55 min; it will be shut down in 5 min")
+
+
+def test_annotate_puts_the_pending_cull_on_the_kernels_rows_only():
+    r = report([row("a", 30 * GiB), row("b", 30 * GiB), row(None, GiB, kind="other")])
+    plan = cull_plan(r, [kernel("a", 55 * 60), kernel("b", 0)], NOW, **RULES)
+    rows = annotate(r, plan)["devices"][0]["processes"]
+    assert rows[0]["pending_cull"] == {"cull_at": NOW + 5 * 60, "idle_seconds": 3300.0, "held_bytes": 30 * GiB,
+                                       "message": plan.warn[0].message}
+    assert rows[1]["pending_cull"] is None and rows[2]["pending_cull"] is None
+
+
+@pytest.mark.parametrize("seconds, words", [(45, "45 s"), (89, "89 s"), (90, "2 min"), (3300, "55 min"), (3 * HOUR, "3.0 h")])
+def test_durations_read_as_seconds_minutes_or_hours(seconds, words):
+    assert human_duration(seconds) == words
+
+
+def test_checks_come_an_eighth_of_the_limit_apart_within_the_poll_interval_and_a_minute():
+    assert (check_every(8, 2), check_every(240, 2), check_every(10 * HOUR, 2)) == (2, 30, 60)
+
+
+# --- a server with real kernels on the fake world ----------------------------------------------
+
+CULL_CONFIG = {"cull_idle_after": 8, "cull_min_bytes": 1073741824}  # --GpuMem.cull_idle_after=8 ...
+
+
+@pytest.fixture
+def jp_server_config():
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}, "GpuMem": CULL_CONFIG}
+
+
+@pytest.fixture
+def world():
+    with fake_nvml("three_gpus") as w:  # GPU 2 is idle in this world
+        yield w
+
+
+async def start_kernel(jp_fetch, path):
+    body = json.dumps({"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}})
+    response = await jp_fetch("api", "sessions", method="POST", body=body)
+    return json.loads(response.body)["kernel"]["id"]
+
+
+async def kernel_pid(jp_fetch, kernel_id):
+    """The kernel's pid from /kernels, once its list (shared for half a second) names it."""
+    while True:
+        body = json.loads((await jp_fetch("jupyter-gpumem", "api", "kernels")).body)
+        pids = [k["pid"] for k in body["kernels"] if k["kernel_id"] == kernel_id]
+        if pids:
+            return pids[0]
+        await asyncio.sleep(0.2)
+
+
+async def running_kernels(jp_fetch):
+    return {k["id"] for k in json.loads((await jp_fetch("api", "kernels")).body)}
+
+
+async def culled_total(jp_fetch):
+    """jupyter_gpumem_culled_kernels_total as the server's /metrics says it (one per process)."""
+    text = (await jp_fetch("metrics")).body.decode()
+    (line,) = [l for l in text.splitlines() if l.startswith("jupyter_gpumem_culled_kernels_total ")]
+    return float(line.split()[1])
+
+
+async def test_an_idle_kernel_holding_5_gib_is_shut_down_within_40_s_and_counted(jp_fetch, world):
+    started = time.monotonic()
+    kernel_id = await start_kernel(jp_fetch, "holder.ipynb")
+    world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 5 * GiB)
+    before = await culled_total(jp_fetch)
+    warned = None
+    while kernel_id in await running_kernels(jp_fetch):
+        assert time.monotonic() - started < 40, "the idle holder is still running after 40 s"
+        devices = json.loads((await jp_fetch("jupyter-gpumem", "api", "devices")).body)["devices"]
+        rows = [p for p in devices[2]["processes"] if p["kernel_id"] == kernel_id]
+        warned = warned or (rows and rows[0]["pending_cull"])
+        await asyncio.sleep(0.5)
+    assert warned and warned["message"].startswith("this kernel holds 5.00 GiB of GPU 2 and has been idle ")
+    assert await culled_total(jp_fetch) == before + 1
+
+
+async def test_the_socket_push_carries_the_pending_cull(jp_fetch, jp_ws_fetch, world):
+    kernel_id = await start_kernel(jp_fetch, "pushed.ipynb")
+    world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 5 * GiB)
+    ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws")
+    try:
+        while True:  # the answer on connecting, then each change, until the kernel is idle on GPU 2
+            devices = json.loads(await asyncio.wait_for(ws.read_message(), 10))["devices"]
+            rows = [p for p in devices[2]["processes"] if p["kernel_id"] == kernel_id]
+            if rows and rows[0]["execution_state"] == "idle":
+                break
+    finally:
+        ws.close()
+    pending = rows[0]["pending_cull"]
+    assert pending["held_bytes"] == 5 * GiB
+    assert pending["message"].startswith("this kernel holds 5.00 GiB of GPU 2 and has been idle ")
+
+
+async def test_an_idle_kernel_holding_no_gpu_memory_is_left_alone(jp_fetch, jp_serverapp, world):
+    kernel_id = await start_kernel(jp_fetch, "light.ipynb")
+    await kernel_pid(jp_fetch, kernel_id)  # its pid is known, and matches no GPU process
+    holder_id = await start_kernel(jp_fetch, "holder.ipynb")  # shows the culler is at work
+    world.add_process(2, await kernel_pid(jp_fetch, holder_id), 5 * GiB)
+    km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    # Idle past the limit and two checks (every 2 s) later, and after the holder was shut down.
+    while holder_id in await running_kernels(jp_fetch) or time.time() - km.last_activity.timestamp() < 8 + 2 * 2 + 1:
+        await asyncio.sleep(0.5)
+    assert kernel_id in await running_kernels(jp_fetch)
+    assert km.execution_state == "idle"
+
+
+async def test_activity_resets_the_clock_of_an_idle_holder(jp_fetch, jp_serverapp, world):
+    kernel_id = await start_kernel(jp_fetch, "kept.ipynb")
+    world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 5 * GiB)
+    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=30)
+        started = time.monotonic()
+        while time.monotonic() - started < 16:  # twice cull_idle_after, a cell every 3 s
+            client.execute("x = 1")
+            await client.get_shell_msg(timeout=10)  # the kernel ran it
+            await asyncio.sleep(3)
+            assert kernel_id in await running_kernels(jp_fetch)
+    finally:
+        client.stop_channels()
+    stopped = time.monotonic()
+    while kernel_id in await running_kernels(jp_fetch):  # quiet again: culled as before
+        assert time.monotonic() - stopped < 40
+        await asyncio.sleep(0.5)
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_server_started_with_the_cull_flags_culls_the_holder_and_keeps_the_other(tmp_path):
+    """``jupyter server --GpuMem.cull_idle_after=8 --GpuMem.cull_min_bytes=1073741824`` in a
+    subprocess on the fake world (the drop-in pynvml reading a world file, docs/fake-gpu.md)."""
+    import os
+    import subprocess
+    import sys
+    import urllib.request
+
+    from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR, scenario
+
+    world_file = tmp_path / "world.json"
+    world = scenario("three_gpus")
+    world.save(str(world_file))
+    port, token = free_port(), "cull-" + os.urandom(8).hex()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), os.getcwd()]), **{ENV_VAR: str(world_file)},
+               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    log = tmp_path / "server.log"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
+         "--allow-root", "--no-browser", f"--ServerApp.root_dir={tmp_path}", f"--IdentityProvider.token={token}",
+         "--ServerApp.jpserver_extensions=jupyter_gpumem=True",
+         "--GpuMem.cull_idle_after=8", "--GpuMem.cull_min_bytes=1073741824"],
+        env=env, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+    def api(path, body=None):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/{path}", method="POST" if body else "GET",
+                                         data=json.dumps(body).encode() if body else None,
+                                         headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def running():
+        return {k["id"] for k in api("api/kernels")}
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                api("api/status")
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+        started = time.monotonic()
+        heavy, light = (api("api/sessions", {"path": nb, "type": "notebook", "kernel": {"name": "python3"}})["kernel"]["id"]
+                        for nb in ("heavy.ipynb", "light.ipynb"))
+        pid = None
+        while pid is None:  # the listing names the kernel once its pid is known
+            pid = next((k["pid"] for k in api("jupyter-gpumem/api/kernels")["kernels"] if k["kernel_id"] == heavy), None)
+            time.sleep(0.2)
+        world.add_process(2, pid, 5 * GiB)
+        world.save(str(world_file))
+        while heavy in running():
+            assert time.monotonic() - started < 40, log.read_text()[-3000:]
+            time.sleep(0.5)
+        time.sleep(4)  # two more checks
+        assert light in running()
+        assert f"shut down kernel {heavy} (notebook heavy.ipynb): it held 5368709120 bytes" in log.read_text()
+    finally:
+        server.terminate()
+        server.wait(30)
