@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import jupyter_gpumem
 from jupyter_gpumem.settings import apply as allocator_shim
+from jupyter_gpumem.settings.configure import configure_from_notebook
 from jupyter_gpumem.settings.apply import SettingsError
 from jupyter_gpumem.kernel.magics import Command, MagicUsageError, parse_line
 from jupyter_gpumem.testing import fake_nvml
@@ -287,6 +288,6 @@ async def test_notebook_with_nonsense_gpumem_metadata_opens_and_its_kernel_is_li
 def test_nonsense_notebook_settings_reaching_the_kernel_are_refused_and_change_nothing():
     before = dict(os.environ)
     with pytest.raises(SettingsError) as err:
-        allocator_shim.configure_from_notebook(**NONSENSE_METADATA)
+        configure_from_notebook(**NONSENSE_METADATA)
     assert str(err.value)
     assert dict(os.environ) == before

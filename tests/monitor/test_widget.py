@@ -134,7 +134,7 @@ def test_bands_stack_from_jax_arrays_at_the_bottom_to_free_at_the_top(stub):
 def test_the_monitor_docs_list_the_bands_in_the_order_they_stack():
     from jupyter_gpumem.monitor.series import SERIES
 
-    docs = (Path(__file__).parent.parent / "docs" / "monitor.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "monitor.md").read_text()
     table = docs.split("| band | what it is | from |", 1)[1].split("\n\n", 1)[0]
     documented = [label.strip() for row in table.splitlines()[2:] for label in row.split("|")[1].split(" / ")]
     assert documented == [s.label for s in SERIES if s.kind == "band"]
