@@ -186,6 +186,17 @@ def test_shard_views_the_user_made_are_not_listed_as_arrays(tmp_path):
     assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in device memory"), loaded[2]["out"]
 
 
+@pytest.mark.jax_versions
+def test_the_cell_hooks_add_no_array_the_user_would_see(tmp_path):
+    """After each cell the doctor registers the cell's new arrays; on the CPU of JAX 0.7.2 to 0.9.2
+    asking an array for its buffer address (``unsafe_buffer_pointer()``) adds an Array to
+    ``jax.live_arrays()``, so the registry must not ask there (0.10.2 adds none)."""
+    cells = ["import jax, jax.numpy as jnp\nx = jnp.ones((1024,))", "print(len(jax.live_arrays()))"]
+    plain, loaded = compare(tmp_path, cells)
+    assert plain[1]["out"].strip() == "1"
+    assert loaded[1]["out"].strip() == "1"
+
+
 def test_an_array_shown_on_the_cpu_is_counted_once(tmp_path):
     """Showing a CPU array makes JAX keep a second Array of the same buffer as its numpy view's
     owner (JAX 0.10.2, jax/_src/array.py ``ArrayImpl._value``): jax.live_arrays() lists 3 arrays

@@ -138,6 +138,27 @@ def failed(array: Any) -> bool | None:
     return False
 
 
+_POINTER_MAKES_NO_ARRAY: bool | None = None
+
+
+def _pointer_makes_no_array() -> bool:
+    """Whether ``unsafe_buffer_pointer()`` leaves ``jax.live_arrays()`` as it was. On jaxlib up to
+    0.9.2 it goes through the array's per-device Arrays, made on first use, so the user's
+    ``jax.live_arrays()`` lists one more array after it (seen on CPU JAX 0.7.2, 0.8.3 and 0.9.2:
+    1 array before the call, 2 after; 0.10.2 keeps 1). The method is in jaxlib's C++, so the
+    installed release is what can be checked."""
+    global _POINTER_MAKES_NO_ARRAY
+    if _POINTER_MAKES_NO_ARRAY is None:
+        import jax
+
+        try:
+            major, minor = (int(part) for part in jax.__version__.split(".")[:2])
+            _POINTER_MAKES_NO_ARRAY = (major, minor) >= (0, 10)
+        except ValueError:
+            _POINTER_MAKES_NO_ARRAY = False
+    return _POINTER_MAKES_NO_ARRAY
+
+
 def cpu_buffer_key(array: Any) -> tuple[int, int] | None:
     """(device id, buffer address) of a single-device array on a CPU device that is ready and
     did not fail (``failed``); None for anything else. On the CPU a jax.Array's numpy value is a
@@ -145,13 +166,14 @@ def cpu_buffer_key(array: Any) -> tuple[int, int] | None:
     view's owner: after ``repr`` of an array, ``jax.live_arrays()`` lists one more, with the same
     ``unsafe_buffer_pointer()`` (JAX 0.10.2, jax/_src/array.py ``ArrayImpl._value`` ->
     ``_single_device_array_to_np_array_did_copy``, which keeps no copy on the CPU). Arrays with
-    one key are one allocation."""
+    one key are one allocation. None on a JAX whose ``unsafe_buffer_pointer()`` would add an array
+    the user sees (``_pointer_makes_no_array``): such arrays are counted one by one there."""
     try:
         devices = array.sharding.device_set
         if len(devices) != 1:
             return None
         (device,) = devices
-        if device.platform != "cpu" or failed(array) is not False:
+        if device.platform != "cpu" or not _pointer_makes_no_array() or failed(array) is not False:
             return None
         pointer = array.unsafe_buffer_pointer()
     except _ASK_ERRORS:

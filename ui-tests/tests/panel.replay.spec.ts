@@ -21,11 +21,16 @@ test('a replayed trace shows its devices, labelled replay and synthetic', async 
   const panel = await openPanel(page);
   // jupyter_gpumem/testing/demo_trace.py: two A100 40GB; GPU 1 holds 2.5 GiB (a process of no
   // kernel, and the driver's reserve), 10% busy; GPU 0's use changes along the trace.
-  const heads = panel.locator('.jp-GpuMem-card .jp-GpuMem-cardHead');
-  await expect(heads).toHaveText([
-    /^GPU 0 · NVIDIA A100-SXM4-40GB\s*[\d.]+ GiB \/ 40\.0 GiB · 6\d% busy$/,
-    /^GPU 1 · NVIDIA A100-SXM4-40GB\s*2\.50 GiB \/ 40\.0 GiB · 10% busy$/
+  const cards = panel.locator('.jp-GpuMem-card');
+  await expect(cards.locator('.jp-GpuMem-cardHead')).toHaveText([
+    'GPU 0 · NVIDIA A100-SXM4-40GB',
+    'GPU 1 · NVIDIA A100-SXM4-40GB'
   ]);
+  await expect(cards.locator('.jp-GpuMem-memUsed')).toHaveText([
+    /^[\d.]+ GiB \/ 40\.0 GiB used$/,
+    '2.50 GiB / 40.0 GiB used'
+  ]);
+  await expect(cards.locator('.jp-GpuMem-util')).toHaveText([/^GPU busy 6\d%$/, 'GPU busy 10%']);
   await expect(panel.locator('[data-badge="replay"]')).toHaveText('replay');
   await expect(panel.locator('[data-badge="synthetic"]')).toHaveText('synthetic');
 });
