@@ -94,7 +94,14 @@ def _cuda_visible() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+# Tests that start JAX's backend in this pytest process; JAX cannot stop it again, so they run
+# last: the settings and status tests before them read a process whose JAX has not started.
+# (tests/doctor/ sorts before tests/settings/, so file order alone would run them first.)
+_STARTS_JAX_HERE = ("tests/doctor/test_peak_report.py",)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] in _STARTS_JAX_HERE)  # stable: others keep their order
     # Worlds no machine can have are not collected at all (rather than skipped).
     params = [getattr(getattr(item, "callspec", None), "params", {}) for item in items]
     drop = [i for i, p in zip(items, params) if "scenario_name" in p and "driver" in p and impossible_world(p["scenario_name"], p["driver"])]
@@ -107,3 +114,4 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
