@@ -13,8 +13,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 DROPIN = ROOT / "jupyter_gpumem" / "testing" / "pynvml_dropin"
@@ -73,8 +73,15 @@ class JupyterServer:
     """A jupyter_server subprocess on 127.0.0.1 with the given server extensions enabled, the
     pynvml drop-in reading ``three_gpus`` (synthetic), and a random token. ``close()`` stops it."""
 
-    def __init__(self, name: str, workdir: Path, extensions: dict[str, bool], python_path: list[str],
-                 args: list[str], poll_interval: float = 2.0):
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        extensions: dict[str, bool],
+        python_path: list[str],
+        args: list[str],
+        poll_interval: float = 2.0,
+    ):
         import psutil
 
         self.name = name
@@ -102,8 +109,9 @@ class JupyterServer:
         env["JUPYTER_CONFIG_DIR"] = str(workdir / "config")
         env["JUPYTER_RUNTIME_DIR"] = str(workdir / "runtime")
         self.log = open(workdir / "server.log", "w+")
-        self.proc = subprocess.Popen([sys.executable, *args], env=env, cwd=str(workdir),
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, *args], env=env, cwd=str(workdir), stdout=self.log, stderr=subprocess.STDOUT
+        )
         self.ps = psutil.Process(self.proc.pid)
 
     def url(self, path: str, scheme: str = "http") -> str:

@@ -93,8 +93,13 @@ class ToolServer(JupyterServer):
         self.calls_file = workdir / "nvml_calls"
         extensions = {m: False for m in ("jupyter_gpumem", "jupyterlab_nvdashboard", "jupyter_resource_usage")}
         extensions[TOOLS[tool][0]] = True
-        super().__init__(f"{tool} server", workdir, extensions, [str(DROPIN), str(ANCHORS), str(ROOT)],
-                         ["-c", LAUNCHER, str(self.calls_file), "changing" if changing else "still"])
+        super().__init__(
+            f"{tool} server",
+            workdir,
+            extensions,
+            [str(DROPIN), str(ANCHORS), str(ROOT)],
+            ["-c", LAUNCHER, str(self.calls_file), "changing" if changing else "still"],
+        )
 
     def nvml_calls(self) -> int:
         try:
@@ -122,8 +127,9 @@ async def _level(server: ToolServer, clients: int, duration: float) -> dict:
             start = time.monotonic()
             headers = dict(server.headers(), **({"If-None-Match": etag} if etag else {}))
             try:
-                response = await http.fetch(HTTPRequest(server.url(route), headers=headers, request_timeout=30),
-                                            raise_error=False)
+                response = await http.fetch(
+                    HTTPRequest(server.url(route), headers=headers, request_timeout=30), raise_error=False
+                )
                 if response.code not in (200, 304):
                     raise RuntimeError(f"HTTP {response.code}")
                 latencies.append(time.monotonic() - start)
@@ -198,15 +204,22 @@ def _rows(results: dict, duration: float, changing: bool = False) -> list[dict]:
     for (tool, clients), r in results.items():
         _, route, kind, period = TOOLS[tool]
         answers = "" if r["not_modified_share"] is None else f"; {r['not_modified_share']:.0%} answered 304"
-        note = (f"{clients} clients x {duration:g} s; {'GET' if kind == 'poll' else 'websocket'} /{route} "
-                f"every {period:g} s; fake NVML three_gpus (synthetic{', GPU 0 changing' if changing else ''}); "
-                f"{r['errors']} errors{answers}")
+        note = (
+            f"{clients} clients x {duration:g} s; {'GET' if kind == 'poll' else 'websocket'} /{route} "
+            f"every {period:g} s; fake NVML three_gpus (synthetic{', GPU 0 changing' if changing else ''}); "
+            f"{r['errors']} errors{answers}"
+        )
         tag = f"{tool} {clients:>3} clients"
         rows += [
             {"name": f"{tag}: NVML calls", "value": round(r["nvml_calls_per_s"], 1), "unit": "calls/s", "note": note},
             {"name": f"{tag}: server CPU", "value": round(r["server_cpu_pct"], 1), "unit": "% of a core", "note": note},
             {"name": f"{tag}: server RSS", "value": round(r["server_rss_mib"], 1), "unit": "MiB", "note": note},
-            {"name": f"{tag}: sent per client", "value": round(r["bytes_per_client_per_min"]), "unit": "bytes/min", "note": note},
+            {
+                "name": f"{tag}: sent per client",
+                "value": round(r["bytes_per_client_per_min"]),
+                "unit": "bytes/min",
+                "note": note,
+            },
         ]
         if r["p50_ms"] is not None:
             rows += [
@@ -219,8 +232,14 @@ def _rows(results: dict, duration: float, changing: bool = False) -> list[dict]:
 def run(duration: float = 10.0, levels: tuple[int, ...] = LEVELS, changing: bool = False, only: str = "") -> list[dict]:
     """Rows ``{"name", "value", "unit", "note"}``; a clear row when the anchors are not installed."""
     if not (ANCHORS / "jupyterlab_nvdashboard").is_dir() or not (ANCHORS / "jupyter_resource_usage").is_dir():
-        return [{"name": "anchors", "value": None, "unit": "",
-                 "note": "not installed: run python bench/bench_anchors.py --install first"}]
+        return [
+            {
+                "name": "anchors",
+                "value": None,
+                "unit": "",
+                "note": "not installed: run python bench/bench_anchors.py --install first",
+            }
+        ]
     duration = max(2.0, min(float(duration), 120.0))
     return _rows(asyncio.run(_run(tuple(levels), duration, changing, only)), duration, changing)
 
@@ -230,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--install", action="store_true", help=f"install {', '.join(ANCHOR_PINS)} into {ANCHORS}")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per level (2 to 120)")
     parser.add_argument("--levels", default=",".join(map(str, LEVELS)), help="client counts, e.g. 1,10,50")
-    parser.add_argument("--changing", action="store_true",
-                        help="GPU 0's used memory changes every 0.1 s, so every reading differs (few 304s, a push per reading)")
+    parser.add_argument(
+        "--changing",
+        action="store_true",
+        help="GPU 0's used memory changes every 0.1 s, so every reading differs (few 304s, a push per reading)",
+    )
     parser.add_argument("--only", default="", help="only the tools whose name contains this, e.g. jupyter-gpumem")
     args = parser.parse_args(argv)
     if args.install:

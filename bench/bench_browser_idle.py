@@ -36,7 +36,9 @@ SETTLE_S = 5.0  # after the monitor draws and the panel opens, before the idle s
 def _notebook(monitors: int) -> dict:
     cells = ["%load_ext jupyter_gpumem"] + ["%gpumem monitor --interval 1"] * monitors
     return {
-        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c} for c in cells],
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c} for c in cells
+        ],
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -50,8 +52,13 @@ def _kernels(server: JupyterServer) -> list:
 def _one_run(server: JupyterServer, seconds: float) -> tuple[float, int, int]:
     """(kernel CPU seconds per wall second, Busy count, points the plots gained) over one idle span."""
     url = server.url(f"lab?token={server.token}")
-    node = subprocess.Popen(["node", str(DRIVER), url, "idle.ipynb", str(seconds), str(SETTLE_S)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+    node = subprocess.Popen(
+        ["node", str(DRIVER), url, "idle.ipynb", str(seconds), str(SETTLE_S)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+    )
     try:
         line = node.stdout.readline().strip()
         if line != "READY":
@@ -79,15 +86,32 @@ def _one_run(server: JupyterServer, seconds: float) -> tuple[float, int, int]:
 
 def run(monitors: int = 1, runs: int = 3, seconds: float = 10.0) -> list[dict]:
     name = f"idle kernel, {monitors} live monitor{'s' if monitors > 1 else ''} at 1 s + panel"
-    missing = [w for w, ok in (("chromium", Path(CHROMIUM).exists()), ("node", shutil.which("node")),
-                               ("ui-tests/node_modules", PLAYWRIGHT.exists())) if not ok]
+    missing = [
+        w
+        for w, ok in (
+            ("chromium", Path(CHROMIUM).exists()),
+            ("node", shutil.which("node")),
+            ("ui-tests/node_modules", PLAYWRIGHT.exists()),
+        )
+        if not ok
+    ]
     if missing:
         return [dict(name=name, value=None, unit="", note="skipped: no " + ", ".join(missing))]
     with tempfile.TemporaryDirectory(prefix="gpumem-bench-idle-") as tmp:
         workdir = Path(tmp)
-        server = JupyterServer("JupyterLab", workdir, {"jupyterlab": True, "jupyter_gpumem": True},
-                               [str(DROPIN), str(ROOT)], ["-m", "jupyterlab", "--no-browser", "--LabApp.expose_app_in_browser=True",
-                                f"--LabApp.workspaces_dir={workdir / 'workspaces'}"])
+        server = JupyterServer(
+            "JupyterLab",
+            workdir,
+            {"jupyterlab": True, "jupyter_gpumem": True},
+            [str(DROPIN), str(ROOT)],
+            [
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--LabApp.expose_app_in_browser=True",
+                f"--LabApp.workspaces_dir={workdir / 'workspaces'}",
+            ],
+        )
         try:
             asyncio.run(server.wait_ready("api/status", 120))
             (workdir / "root" / "idle.ipynb").write_text(json.dumps(_notebook(monitors)))
@@ -98,10 +122,18 @@ def run(monitors: int = 1, runs: int = 3, seconds: float = 10.0) -> list[dict]:
     busy = [r[1] for r in results]
     each = ", ".join(f"{c * 100:.2f}%/{b}/{p}" for c, b, p in results)
     return [
-        dict(name=f"{name}: kernel CPU", value=statistics.median(cpu) * 100, unit="% of a core",
-             note=f"median of {runs} x {seconds:g} s (each run CPU/Busy/points drawn: {each}); target < 1%"),
-        dict(name=f"{name}: Busy flickers", value=statistics.median(busy), unit=f"per {seconds:g} s",
-             note="kernel status changes to busy; target 0"),
+        dict(
+            name=f"{name}: kernel CPU",
+            value=statistics.median(cpu) * 100,
+            unit="% of a core",
+            note=f"median of {runs} x {seconds:g} s (each run CPU/Busy/points drawn: {each}); target < 1%",
+        ),
+        dict(
+            name=f"{name}: Busy flickers",
+            value=statistics.median(busy),
+            unit=f"per {seconds:g} s",
+            note="kernel status changes to busy; target 0",
+        ),
     ]
 
 

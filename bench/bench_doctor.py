@@ -33,11 +33,14 @@ def run() -> list[dict]:
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
-    _cell_seconds(shell, "import jax, jax.numpy as jnp\n"
-                         "x = jnp.ones((4,))\n"
-                         "@jax.jit\n"
-                         "def slow(a):\n    return jax.lax.fori_loop(0, 60, lambda i, a: jnp.tanh(a @ a) * 0.5, a)\n"
-                         "m = jnp.full((384, 384), 0.01)\nslow(m).block_until_ready()")
+    _cell_seconds(
+        shell,
+        "import jax, jax.numpy as jnp\n"
+        "x = jnp.ones((4,))\n"
+        "@jax.jit\n"
+        "def slow(a):\n    return jax.lax.fori_loop(0, 60, lambda i, a: jnp.tanh(a @ a) * 0.5, a)\n"
+        "m = jnp.full((384, 384), 0.01)\nslow(m).block_until_ready()",
+    )
     cell = "y = x + 1"
     chain = "c1 = slow(m)\nc2 = slow(c1)"
     times: dict[str, list[float]] = {"plain": [], "default": [], "cells": [], "chain plain": [], "chain default": []}
@@ -78,17 +81,37 @@ def run() -> list[dict]:
     note = f"{ARRAYS} live arrays held in one list, JAX on CPU; median of {ROUNDS * CELLS_PER_ROUND} cells"
     return [
         {"name": "cell, no extension", "value": ms(med["plain"]), "unit": "ms", "note": note},
-        {"name": "cell added: default hooks", "value": ms(med["default"] - med["plain"]), "unit": "ms",
-         "note": note + "; target < 5 ms"},
-        {"name": "cell added: %gpumem cells on", "value": ms(med["cells"] - med["plain"]), "unit": "ms",
-         "note": note + "; target < 20 ms"},
-        {"name": "%gpumem arrays", "value": ms(statistics.median(arrays)), "unit": "ms",
-         "note": f"{ARRAYS} live arrays, named by the walk; median of 5; target < 300 ms"},
-        {"name": "%gpumem free --history", "value": ms(statistics.median(free)), "unit": "ms",
-         "note": f"{ARRAYS} live arrays; median of 5"},
-        {"name": "pending chain cell, ratio to plain", "value": round(med["chain default"] / med["chain plain"], 2),
-         "unit": "x", "note": f"two slow calls dispatched, not waited on, a few live arrays: "
-                              f"{ms(med['chain default'])} ms against {ms(med['chain plain'])} ms; target within 1.1"},
+        {
+            "name": "cell added: default hooks",
+            "value": ms(med["default"] - med["plain"]),
+            "unit": "ms",
+            "note": note + "; target < 5 ms",
+        },
+        {
+            "name": "cell added: %gpumem cells on",
+            "value": ms(med["cells"] - med["plain"]),
+            "unit": "ms",
+            "note": note + "; target < 20 ms",
+        },
+        {
+            "name": "%gpumem arrays",
+            "value": ms(statistics.median(arrays)),
+            "unit": "ms",
+            "note": f"{ARRAYS} live arrays, named by the walk; median of 5; target < 300 ms",
+        },
+        {
+            "name": "%gpumem free --history",
+            "value": ms(statistics.median(free)),
+            "unit": "ms",
+            "note": f"{ARRAYS} live arrays; median of 5",
+        },
+        {
+            "name": "pending chain cell, ratio to plain",
+            "value": round(med["chain default"] / med["chain plain"], 2),
+            "unit": "x",
+            "note": f"two slow calls dispatched, not waited on, a few live arrays: "
+            f"{ms(med['chain default'])} ms against {ms(med['chain plain'])} ms; target within 1.1",
+        },
     ]
 
 

@@ -28,9 +28,9 @@ def run(rounds: int = ROUNDS) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
+    from jupyter_gpumem.sampling.sampler import Sampler
     from jupyter_gpumem.settings.apply import read_jax_devices
     from jupyter_gpumem.sources.nvml import NvmlSource
-    from jupyter_gpumem.sampling.sampler import Sampler
     from jupyter_gpumem.testing import fake_nvml
 
     step = jax.jit(lambda a: jnp.tanh(a @ a) * 0.5)
@@ -64,7 +64,7 @@ def run(rounds: int = ROUNDS) -> list[dict]:
         sampler.sample_once = timed_sample
         block()
         for r in range(rounds):
-            order = arms[r % len(arms):] + arms[: r % len(arms)]  # rotate: no arm always first
+            order = arms[r % len(arms) :] + arms[: r % len(arms)]  # rotate: no arm always first
             for arm in order:
                 if arm == 0:
                     times[0].append(block())
@@ -75,15 +75,29 @@ def run(rounds: int = ROUNDS) -> list[dict]:
                     times[arm].append(block())
                 seen[arm].append((len(sampler.timeline) - before) / times[arm][-1])
     off = statistics.median(times[0])
-    note = f"{STEPS} jitted 256x256 matmuls per block, {rounds} blocks per arm, rotated; fake NVML three_gpus (synthetic)"
+    note = (
+        f"{STEPS} jitted 256x256 matmuls per block, {rounds} blocks per arm, rotated; fake NVML three_gpus (synthetic)"
+    )
     rows = [{"name": "block, no sampler", "value": off * 1e3, "unit": "ms", "note": note}]
     for rate in RATES:
         on = statistics.median(times[rate])
-        rows.append({"name": f"overhead at {rate} Hz", "value": (on / off - 1) * 100, "unit": "%",
-                     "note": f"median(on)/median(off) - 1; {statistics.median(seen[rate]):.1f} samples/s seen"
-                             + ("; target < 1%" if rate == 10 else "")})
-        rows.append({"name": f"sampler thread CPU at {rate} Hz", "value": cpu[rate] / sum(times[rate]) * 100,
-                     "unit": "% of a core", "note": "thread CPU seconds sampling / wall seconds sampled"})
+        rows.append(
+            {
+                "name": f"overhead at {rate} Hz",
+                "value": (on / off - 1) * 100,
+                "unit": "%",
+                "note": f"median(on)/median(off) - 1; {statistics.median(seen[rate]):.1f} samples/s seen"
+                + ("; target < 1%" if rate == 10 else ""),
+            }
+        )
+        rows.append(
+            {
+                "name": f"sampler thread CPU at {rate} Hz",
+                "value": cpu[rate] / sum(times[rate]) * 100,
+                "unit": "% of a core",
+                "note": "thread CPU seconds sampling / wall seconds sampled",
+            }
+        )
     return rows
 
 

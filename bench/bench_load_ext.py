@@ -41,7 +41,7 @@ def run() -> list[dict]:
     _child(True)  # warm the file cache
     with_ext, without, in_process, heavy = [], [], [], set()
     for i in range(RUNS):
-        for load in ((True, False) if i % 2 else (False, True)):
+        for load in (True, False) if i % 2 else (False, True):
             wall, info = _child(load)
             (with_ext if load else without).append(wall)
             if load:
@@ -49,10 +49,30 @@ def run() -> list[dict]:
                 heavy.update(info["heavy"])
     added = statistics.median(with_ext) - statistics.median(without)
     return [
-        {"name": "fresh IPython start, no extension", "value": statistics.median(without) * 1e3, "unit": "ms", "note": f"median of {RUNS} processes"},
-        {"name": "fresh IPython start + %load_ext", "value": statistics.median(with_ext) * 1e3, "unit": "ms", "note": f"median of {RUNS}, interleaved"},
-        {"name": "added by %load_ext (wall)", "value": added * 1e3, "unit": "ms", "note": "difference of medians; target < 50 ms"},
-        {"name": "%load_ext call itself", "value": statistics.median(in_process) * 1e3, "unit": "ms", "note": f"in-process; heavy modules imported: {sorted(heavy) or 'none'}"},
+        {
+            "name": "fresh IPython start, no extension",
+            "value": statistics.median(without) * 1e3,
+            "unit": "ms",
+            "note": f"median of {RUNS} processes",
+        },
+        {
+            "name": "fresh IPython start + %load_ext",
+            "value": statistics.median(with_ext) * 1e3,
+            "unit": "ms",
+            "note": f"median of {RUNS}, interleaved",
+        },
+        {
+            "name": "added by %load_ext (wall)",
+            "value": added * 1e3,
+            "unit": "ms",
+            "note": "difference of medians; target < 50 ms",
+        },
+        {
+            "name": "%load_ext call itself",
+            "value": statistics.median(in_process) * 1e3,
+            "unit": "ms",
+            "note": f"in-process; heavy modules imported: {sorted(heavy) or 'none'}",
+        },
     ]
 
 

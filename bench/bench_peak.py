@@ -59,10 +59,19 @@ def run() -> list[dict]:
     top = report.lines_by_source[0] if report is not None and report.lines_by_source else None
     return [
         {"name": "%gpumem peak, whole command", "value": ms(whole), "unit": "ms", "note": note},
-        {"name": "%gpumem peak, its lower and compile with the dump", "value": ms(compiles), "unit": "ms", "note": note},
+        {
+            "name": "%gpumem peak, its lower and compile with the dump",
+            "value": ms(compiles),
+            "unit": "ms",
+            "note": note,
+        },
         {"name": "the same call compiled without the dump", "value": ms(plain), "unit": "ms", "note": note},
-        {"name": "peak bytes found", "value": report.peak.peak_bytes if report else None, "unit": "B",
-         "note": f"top line {top.where}, {top.size} B" if top else "no line"},
+        {
+            "name": "peak bytes found",
+            "value": report.peak.peak_bytes if report else None,
+            "unit": "B",
+            "note": f"top line {top.where}, {top.size} B" if top else "no line",
+        },
     ]
 
 

@@ -20,9 +20,9 @@ def run() -> list[dict]:
     import jax
     import jax.numpy as jnp
 
+    from jupyter_gpumem.sampling.sampler import Sampler
     from jupyter_gpumem.settings.apply import read_jax_devices
     from jupyter_gpumem.sources.nvml import NvmlSource
-    from jupyter_gpumem.sampling.sampler import Sampler
     from jupyter_gpumem.testing import fake_nvml
 
     jnp.ones(4).block_until_ready()  # start the backend
@@ -35,7 +35,12 @@ def run() -> list[dict]:
     jax_read = _per_call_cpu(read_jax_devices)
     return [
         {"name": "NVML read, fake three_gpus", "value": nvml * 1e6, "unit": "us", "note": note},
-        {"name": f"JAX read, CPU ({jax.__version__}, {len(jax.devices())} device)", "value": jax_read * 1e6, "unit": "us", "note": note},
+        {
+            "name": f"JAX read, CPU ({jax.__version__}, {len(jax.devices())} device)",
+            "value": jax_read * 1e6,
+            "unit": "us",
+            "note": note,
+        },
         {"name": "Sampler.sample_once (both)", "value": whole * 1e6, "unit": "us", "note": note},
     ]
 

@@ -35,8 +35,14 @@ MAX_DURATION = 120.0
 
 def _server(workdir: Path) -> JupyterServer:
     python_path = [str(DROPIN), str(ROOT), os.environ.get("PYTHONPATH", "")]
-    return JupyterServer("the server", workdir, {"jupyter_gpumem": True}, python_path,
-                         ["-m", "jupyter_server", "--no-browser"], poll_interval=POLL_INTERVAL)
+    return JupyterServer(
+        "the server",
+        workdir,
+        {"jupyter_gpumem": True},
+        python_path,
+        ["-m", "jupyter_server", "--no-browser"],
+        poll_interval=POLL_INTERVAL,
+    )
 
 
 async def _get(server: JupyterServer, client: AsyncHTTPClient, path: str) -> dict:
@@ -82,12 +88,20 @@ async def _level(server: JupyterServer, clients: int, duration: float) -> list[d
     return [
         {"name": f"{tag}_p50_latency", "value": _ms(percentile(latencies, 50)), "unit": "ms", "note": note},
         {"name": f"{tag}_p99_latency", "value": _ms(percentile(latencies, 99)), "unit": "ms", "note": note},
-        {"name": f"{tag}_requests", "value": round(len(latencies) / wall, 1), "unit": "req/s",
-         "note": f"{note}; {errors} errors"},
+        {
+            "name": f"{tag}_requests",
+            "value": round(len(latencies) / wall, 1),
+            "unit": "req/s",
+            "note": f"{note}; {errors} errors",
+        },
         {"name": f"{tag}_server_cpu", "value": round(cpu, 1), "unit": "% of one core", "note": note},
         {"name": f"{tag}_server_rss", "value": round(rss, 1), "unit": "MiB", "note": note},
-        {"name": f"{tag}_nvml_calls", "value": round(calls, 2), "unit": "calls/s",
-         "note": f"{note}; server poll interval {POLL_INTERVAL:g} s"},
+        {
+            "name": f"{tag}_nvml_calls",
+            "value": round(calls, 2),
+            "unit": "calls/s",
+            "note": f"{note}; server poll interval {POLL_INTERVAL:g} s",
+        },
     ]
 
 

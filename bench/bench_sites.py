@@ -56,11 +56,19 @@ def run() -> list[dict]:
     ms = lambda s: round(s * 1e3, 2)  # noqa: E731
     note = f"{ARRAYS} live arrays, JAX on CPU; median of {REPEATS}"
     return [
-        {"name": "%gpumem arrays --by line, one site", "value": ms(one_whole), "unit": "ms",
-         "note": note + "; target < 300 ms"},
+        {
+            "name": "%gpumem arrays --by line, one site",
+            "value": ms(one_whole),
+            "unit": "ms",
+            "note": note + "; target < 300 ms",
+        },
         {"name": "sites alone, one site", "value": ms(one_labels), "unit": "ms", "note": note},
-        {"name": "%gpumem arrays --by line, 500 sites", "value": ms(many_whole), "unit": "ms",
-         "note": note + "; target < 300 ms"},
+        {
+            "name": "%gpumem arrays --by line, 500 sites",
+            "value": ms(many_whole),
+            "unit": "ms",
+            "note": note + "; target < 300 ms",
+        },
         {"name": "sites alone, 500 sites", "value": ms(many_labels), "unit": "ms", "note": note},
     ]
 

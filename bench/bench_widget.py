@@ -52,10 +52,23 @@ def synthetic_sample(t: float, i: int) -> Sample:
     pool = (8 if i < 1000 else 16) * GiB
     mine = pool + GiB // 2
     other = 10 * GiB
-    dev = DeviceReading(0, "synthetic GPU", "GPU-synthetic", 80 * GiB, mine + other, 80 * GiB - mine - other,
-                        processes=(ProcessReading(PID, mine), ProcessReading(1, other)))
-    raw = {"bytes_in_use": in_use, "peak_bytes_in_use": 9 * GiB, "bytes_limit": 60 * GiB, "pool_bytes": pool,
-           "peak_pool_bytes": pool, "largest_free_block_bytes": max(0, pool - in_use) // 2}
+    dev = DeviceReading(
+        0,
+        "synthetic GPU",
+        "GPU-synthetic",
+        80 * GiB,
+        mine + other,
+        80 * GiB - mine - other,
+        processes=(ProcessReading(PID, mine), ProcessReading(1, other)),
+    )
+    raw = {
+        "bytes_in_use": in_use,
+        "peak_bytes_in_use": 9 * GiB,
+        "bytes_limit": 60 * GiB,
+        "pool_bytes": pool,
+        "peak_pool_bytes": pool,
+        "largest_free_block_bytes": max(0, pool - in_use) // 2,
+    }
     return Sample(t, PID, (dev,), (JaxDeviceReading(0, "gpu", "synthetic", 0, normalise_stats(raw, "bfc")),))
 
 
@@ -86,6 +99,7 @@ class _ThreadlessSampler:
 
 def _live_updates(minutes: float = 10.0, hz: float = 2.0, window_min: float = 10.0) -> dict:
     from comm_bytes import measure_comm_bytes
+
     from jupyter_gpumem.monitor.widget import Monitor
 
     sampler = _ThreadlessSampler()
@@ -105,14 +119,14 @@ def _live_updates(minutes: float = 10.0, hz: float = 2.0, window_min: float = 10
             per_tick_cpu.append(time.process_time() - cpu)
             per_tick_bytes.append(sum(sizes[before:]))
     monitor.close()
-    steady = per_tick_bytes[len(per_tick_bytes) // 2:]  # after the window has filled halfway
+    steady = per_tick_bytes[len(per_tick_bytes) // 2 :]  # after the window has filled halfway
     return {
         "setup": setup_bytes,
         "first": first_bytes,
         "mean": statistics.fmean(steady),
         "median": statistics.median(steady),
         "max": max(steady),
-        "cpu_mean": statistics.fmean(per_tick_cpu[len(per_tick_cpu) // 2:]),
+        "cpu_mean": statistics.fmean(per_tick_cpu[len(per_tick_cpu) // 2 :]),
         "cpu_p95": sorted(per_tick_cpu)[int(len(per_tick_cpu) * 0.95)],
         "ticks": ticks,
         "hz": hz,
@@ -237,8 +251,18 @@ def _plotly_js() -> Path:
 
 
 def _draw_once(browser: str, page: Path, profile: Path) -> dict:
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-           "--allow-file-access-from-files", f"--user-data-dir={profile}", "--dump-dom", page.as_uri()]
+    cmd = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-extensions",
+        "--allow-file-access-from-files",
+        f"--user-data-dir={profile}",
+        "--dump-dom",
+        page.as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BROWSER_TIMEOUT)
     found = re.search(r'<pre id="draw-result">(.*?)</pre>', proc.stdout, re.S)
     if not found:
@@ -264,39 +288,71 @@ def _browser_draw(figures: dict[str, str], runs: int = BROWSER_RUNS) -> dict | s
         for name, figure in figures.items():
             pages[name] = Path(tmp) / f"{name}.html"
             # "</" inside a script element would end it; JSON allows "<\/" for "</".
-            pages[name].write_text(_PAGE.format(plotly=plotly_js.as_uri(), figure=figure.replace("</", "<\\/")),
-                                   encoding="utf-8")
+            pages[name].write_text(
+                _PAGE.format(plotly=plotly_js.as_uri(), figure=figure.replace("</", "<\\/")), encoding="utf-8"
+            )
         _draw_once(browser, pages[next(iter(pages))], Path(tmp) / "profile-warm")  # warm the file cache
         for i in range(runs):
             order = list(figures) if i % 2 == 0 else list(reversed(figures))
             for name in order:
                 times[name].append(_draw_once(browser, pages[name], Path(tmp) / f"profile-{name}-{i}"))
-    return {name: {"newplot_ms": statistics.median(r["newplot_ms"] for r in rs),
-                   "parse_ms": statistics.median(r["parse_ms"] for r in rs),
-                   "paths": rs[0]["paths"], "runs": len(rs)} for name, rs in times.items()}
+    return {
+        name: {
+            "newplot_ms": statistics.median(r["newplot_ms"] for r in rs),
+            "parse_ms": statistics.median(r["parse_ms"] for r in rs),
+            "paths": rs[0]["paths"],
+            "runs": len(rs),
+        }
+        for name, rs in times.items()
+    }
 
 
 def run() -> list[dict]:
     live = _live_updates()
     hour = _hour_at_10hz()
     rows = [
-        dict(name="widget: bytes per update (mean, steady state)", value=round(live["mean"]), unit="B",
-             note=f"2 Hz, 10-min window, {live['ticks']} ticks; median {live['median']:.0f} B, max {live['max']} B"),
-        dict(name="widget: bytes per minute at 2 Hz", value=round(live["mean"] * 120), unit="B",
-             note="mean bytes per update x 120"),
-        dict(name="widget: bytes for the first figure", value=live["first"], unit="B",
-             note="includes plotly.min.js, sent once per kernel (the first monitor's), and the plot's small ESM"),
-        dict(name="widget: kernel CPU per update (mean)", value=round(live["cpu_mean"] * 1000, 2), unit="ms",
-             note=f"p95 {live['cpu_p95'] * 1000:.2f} ms; process CPU on the calling thread, shared 2-core machine"),
-        dict(name="widget: 1 h at 10 Hz, figure JSON, every point", value=hour["raw_bytes"], unit="B",
-             note=f"{hour['raw_points']} points per series, the figure the kernel sends"),
-        dict(name="widget: 1 h at 10 Hz, figure JSON, decimated", value=hour["drawn_bytes"], unit="B",
-             note=f"{hour['drawn_points']} points per series in {hour['traces']} series (what the monitor sends)"),
+        dict(
+            name="widget: bytes per update (mean, steady state)",
+            value=round(live["mean"]),
+            unit="B",
+            note=f"2 Hz, 10-min window, {live['ticks']} ticks; median {live['median']:.0f} B, max {live['max']} B",
+        ),
+        dict(
+            name="widget: bytes per minute at 2 Hz",
+            value=round(live["mean"] * 120),
+            unit="B",
+            note="mean bytes per update x 120",
+        ),
+        dict(
+            name="widget: bytes for the first figure",
+            value=live["first"],
+            unit="B",
+            note="includes plotly.min.js, sent once per kernel (the first monitor's), and the plot's small ESM",
+        ),
+        dict(
+            name="widget: kernel CPU per update (mean)",
+            value=round(live["cpu_mean"] * 1000, 2),
+            unit="ms",
+            note=f"p95 {live['cpu_p95'] * 1000:.2f} ms; process CPU on the calling thread, shared 2-core machine",
+        ),
+        dict(
+            name="widget: 1 h at 10 Hz, figure JSON, every point",
+            value=hour["raw_bytes"],
+            unit="B",
+            note=f"{hour['raw_points']} points per series, the figure the kernel sends",
+        ),
+        dict(
+            name="widget: 1 h at 10 Hz, figure JSON, decimated",
+            value=hour["drawn_bytes"],
+            unit="B",
+            note=f"{hour['drawn_points']} points per series in {hour['traces']} series (what the monitor sends)",
+        ),
     ]
     layout_only = json.dumps({"data": [], "layout": json.loads(hour["drawn_json"])["layout"]})
     try:
-        drawn = _browser_draw({"every_point": hour["raw_json"], "decimated": hour["drawn_json"],
-                               "layout_only": layout_only})
+        drawn = _browser_draw(
+            {"every_point": hour["raw_json"], "decimated": hour["drawn_json"], "layout_only": layout_only}
+        )
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         drawn = f"browser draw failed: {exc}"
     if isinstance(drawn, str):
@@ -305,14 +361,30 @@ def run() -> list[dict]:
     full, dec, bare = drawn["every_point"], drawn["decimated"], drawn["layout_only"]
     how = f"headless Chromium, median of {full['runs']} fresh browsers, interleaved; Plotly.newPlot, performance.now()"
     rows += [
-        dict(name="widget: 1 h at 10 Hz, browser draw, every point", value=round(full["newplot_ms"], 1), unit="ms",
-             note=f"{how}; JSON.parse {full['parse_ms']:.0f} ms more"),
-        dict(name="widget: 1 h at 10 Hz, browser draw, decimated", value=round(dec["newplot_ms"], 1), unit="ms",
-             note=f"{how}; {hour['traces']} traces (one per series); JSON.parse {dec['parse_ms']:.0f} ms more"),
-        dict(name="widget: browser draw, layout only (no data)", value=round(bare["newplot_ms"], 1), unit="ms",
-             note="the same page and layout without traces: plotly.js's fixed cost per figure"),
-        dict(name="widget: 1 h at 10 Hz, browser draw, ratio", value=round(full["newplot_ms"] / dec["newplot_ms"], 1),
-             unit="x", note="every point / decimated, Plotly.newPlot medians"),
+        dict(
+            name="widget: 1 h at 10 Hz, browser draw, every point",
+            value=round(full["newplot_ms"], 1),
+            unit="ms",
+            note=f"{how}; JSON.parse {full['parse_ms']:.0f} ms more",
+        ),
+        dict(
+            name="widget: 1 h at 10 Hz, browser draw, decimated",
+            value=round(dec["newplot_ms"], 1),
+            unit="ms",
+            note=f"{how}; {hour['traces']} traces (one per series); JSON.parse {dec['parse_ms']:.0f} ms more",
+        ),
+        dict(
+            name="widget: browser draw, layout only (no data)",
+            value=round(bare["newplot_ms"], 1),
+            unit="ms",
+            note="the same page and layout without traces: plotly.js's fixed cost per figure",
+        ),
+        dict(
+            name="widget: 1 h at 10 Hz, browser draw, ratio",
+            value=round(full["newplot_ms"] / dec["newplot_ms"], 1),
+            unit="x",
+            note="every point / decimated, Plotly.newPlot medians",
+        ),
     ]
     return rows
 

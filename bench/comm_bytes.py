@@ -1,11 +1,10 @@
-"""How many bytes reach the front end over the widget comms while a block runs (for benches).
-"""
+"""How many bytes reach the front end over the widget comms while a block runs (for benches)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 
 @contextlib.contextmanager

@@ -29,8 +29,8 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -62,16 +62,30 @@ class Recording:
 RECORDINGS: tuple[Recording, ...] = (
     Recording("bfc_preallocated", "allocation_story.py"),
     Recording("bfc_growing", "allocation_story.py", {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}),
-    Recording("cuda_async_growing", "allocation_story.py",
-              {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}),
-    Recording("cuda_async_async_prealloc", "allocation_story.py",
-              {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-               "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC": str(4 << 30)}),
+    Recording(
+        "cuda_async_growing",
+        "allocation_story.py",
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+    ),
+    Recording(
+        "cuda_async_async_prealloc",
+        "allocation_story.py",
+        {
+            "XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async",
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+            "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC": str(4 << 30),
+        },
+    ),
     Recording("cuda_async_preallocated", "allocation_story.py", {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async"}),
     Recording("platform", "allocation_story.py", {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}),
     Recording("oom_runtime", "oom_runtime.py", expect_rc=1, texts=("oom_runtime_",)),
-    Recording("oom_compile", "oom_compile.py", {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_CLIENT_MEM_FRACTION": "1.0"},
-              expect_rc=1, texts=("oom_compile_",)),
+    Recording(
+        "oom_compile",
+        "oom_compile.py",
+        {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_CLIENT_MEM_FRACTION": "1.0"},
+        expect_rc=1,
+        texts=("oom_compile_",),
+    ),
 )
 
 # Recorded at once, as two processes on one GPU.
@@ -104,8 +118,19 @@ def step_timeout(wanted: float, now: float, deadline: float) -> float:
 
 def recording_command(python: str, rec: Recording, traces: str) -> list[str]:
     out = os.path.join(traces, f"{rec.name}.jsonl")
-    cmd = [python, "-m", "jupyter_gpumem.record", out, "--force", "--interval", "0.1", "--seconds", "0.5",
-           "--run", os.path.join(JOBS, rec.job)]
+    cmd = [
+        python,
+        "-m",
+        "jupyter_gpumem.record",
+        out,
+        "--force",
+        "--interval",
+        "0.1",
+        "--seconds",
+        "0.5",
+        "--run",
+        os.path.join(JOBS, rec.job),
+    ]
     return cmd + (["--", *rec.args] if rec.args else [])
 
 
@@ -164,8 +189,9 @@ def run(cmd: Sequence[str], env: dict, timeout: float, log: Log, cwd: str = REPO
     """Run ``cmd`` in its own process group; its output goes to the log. Returns (exit status,
     output), the status None when it ran past ``timeout`` (then its whole group is killed)."""
     log(f"$ {' '.join(cmd)}   (limit {timeout:.0f} s)")
-    proc = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        list(cmd), env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         rc: int | None = proc.returncode
@@ -232,9 +258,30 @@ class Proof:
     def install(self, limit: float) -> tuple[bool, str]:
         wheels = sorted(glob.glob(os.path.join(self.wheels, "*.whl")))
         if not wheels:
-            return False, f"no wheels in {self.wheels}: carry .whl (make gpu-proof-wheels); IPython-based tests will fail"
-        rc, _ = run([self.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                     "--no-cache-dir", "--upgrade", "--target", self.site, *wheels], self.env, limit, self.log)
+            return (
+                False,
+                f"no wheels in {self.wheels}: carry .whl (make gpu-proof-wheels); IPython-based tests will fail",
+            )
+        rc, _ = run(
+            [
+                self.python,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--no-cache-dir",
+                "--upgrade",
+                "--target",
+                self.site,
+                *wheels,
+            ],
+            self.env,
+            limit,
+            self.log,
+        )
         return rc == 0, f"{len(wheels)} wheels into {self.site}" if rc == 0 else f"pip exit {rc}"
 
     def versions(self, limit: float) -> tuple[bool, str]:
@@ -252,8 +299,9 @@ class Proof:
             "print(json.dumps(v))\n"
         )
         rc, out = run([self.python, "-c", code], self.env, limit, self.log)
-        _, smi = run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,uuid", "--format=csv"],
-                     self.env, 20, self.log)
+        _, smi = run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,uuid", "--format=csv"], self.env, 20, self.log
+        )
         with open(os.path.join(self.work, "reports", "versions.txt"), "w", encoding="utf-8") as f:
             f.write(out + "\n" + smi)
         platforms = jax_platforms(out) if rc == 0 else []
@@ -271,8 +319,17 @@ class Proof:
         for rec in recs:
             cmd = recording_command(self.python, rec, traces)
             self.log(f"$ {' '.join(cmd)} &")
-            procs.append(subprocess.Popen(cmd, env=clean_env(self.env, rec.env, self.pythonpath), cwd=REPO, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    env=clean_env(self.env, rec.env, self.pythonpath),
+                    cwd=REPO,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         end = time.monotonic() + limit
         notes, ok = [], True
         for rec, proc in zip(recs, procs):
@@ -297,7 +354,9 @@ class Proof:
             return False, f"exit {rc}; {problem}"
         folder = os.path.join(self.work, "texts")
         texts = os.listdir(folder)
-        missing = [p for p in rec.texts if not any(t.startswith(p) and _oom_file(os.path.join(folder, t)) for t in texts)]
+        missing = [
+            p for p in rec.texts if not any(t.startswith(p) and _oom_file(os.path.join(folder, t)) for t in texts)
+        ]
         if missing:
             return False, f"exit {rc}; no out-of-memory text kept for {', '.join(missing)}"
         if rc != rec.expect_rc:
@@ -307,8 +366,22 @@ class Proof:
 
     def facts(self, limit: float) -> tuple[bool, str]:
         # The probes stop starting 10 s before the step's limit, so the table is always written.
-        rc, out = run([self.python, os.path.join(HERE, "gpu_proof_facts.py"), "--out", self.out,
-                       "--timeout", "45", "--budget", str(max(1.0, limit - 10)), *self.probes], self.env, limit, self.log)
+        rc, out = run(
+            [
+                self.python,
+                os.path.join(HERE, "gpu_proof_facts.py"),
+                "--out",
+                self.out,
+                "--timeout",
+                "45",
+                "--budget",
+                str(max(1.0, limit - 10)),
+                *self.probes,
+            ],
+            self.env,
+            limit,
+            self.log,
+        )
         summary = re.findall(r"^\d+ hold, \d+ do not hold, \d+ without a reading\.$", out, re.MULTILINE)
         return rc == 0, summary[-1] if summary else f"exit {rc}"
 
@@ -318,8 +391,20 @@ class Proof:
             return False, f"no test file carries @pytest.mark.{marker} yet"
         report = os.path.join(self.work, "reports", f"{name}.xml")
         per_test = ["--timeout=120"] if importlib.util.find_spec("pytest_timeout") else []  # the plugin loads itself
-        cmd = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", *per_test, "-m", expression,
-               f"--junitxml={report}", *files]
+        cmd = [
+            self.python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rfEs",
+            *per_test,
+            "-m",
+            expression,
+            f"--junitxml={report}",
+            *files,
+        ]
         rc, out = run(cmd, self.env, limit, self.log)
         if rc == 5:
             return False, f"no test selected by -m {expression!r}"
@@ -344,7 +429,9 @@ def _oom_file(path: str) -> bool:
 def pytest_summary(output: str) -> str:
     """pytest's closing count line ("3 passed, 1 failed in 9.1s"), else the output's last line."""
     lines = [line.strip("= ") for line in output.splitlines() if line.strip()]
-    counted = [line for line in lines if re.search(r"\d+ (passed|failed|errors?|skipped|deselected)|no tests ran", line)]
+    counted = [
+        line for line in lines if re.search(r"\d+ (passed|failed|errors?|skipped|deselected)|no tests ran", line)
+    ]
     return (counted or lines or ["(no output)"])[-1][:200]
 
 
@@ -381,15 +468,21 @@ def gpu_visible(smi: str = "nvidia-smi") -> bool:
 
 def main() -> int:
     if not gpu_visible(os.environ.get("GPU_PROOF_NVIDIA_SMI", "nvidia-smi")):
-        print(f"{NO_GPU_MESSAGE} (nvidia-smi -L lists no GPU here); run this on the device machine: "
-              "bench/README.md, 'On a GPU'", file=sys.stderr)
+        print(
+            f"{NO_GPU_MESSAGE} (nvidia-smi -L lists no GPU here); run this on the device machine: "
+            "bench/README.md, 'On a GPU'",
+            file=sys.stderr,
+        )
         return NO_GPU_EXIT
     out = os.environ.get("OUT") or os.path.join(REPO, "bench", "results", "gpu-proof")
-    proof = Proof(out=out, work=os.environ.get("GPU_PROOF_WORK", "/tmp/gpu-proof"),
-                  python=os.environ.get("GPU_PROOF_PYTHON", sys.executable),
-                  wheels=os.environ.get("GPU_PROOF_WHEELS", os.path.join(REPO, ".whl")),
-                  site=os.environ.get("GPU_PROOF_SITE", "/tmp/site"),
-                  budget=float(os.environ.get("GPU_PROOF_BUDGET_S", DEFAULT_BUDGET_S)))
+    proof = Proof(
+        out=out,
+        work=os.environ.get("GPU_PROOF_WORK", "/tmp/gpu-proof"),
+        python=os.environ.get("GPU_PROOF_PYTHON", sys.executable),
+        wheels=os.environ.get("GPU_PROOF_WHEELS", os.path.join(REPO, ".whl")),
+        site=os.environ.get("GPU_PROOF_SITE", "/tmp/site"),
+        budget=float(os.environ.get("GPU_PROOF_BUDGET_S", DEFAULT_BUDGET_S)),
+    )
     proof.log(f"GPU proof from {REPO} into {out}, budget {proof.deadline - proof.start:.0f} s")
     proof.step("install", 120, proof.install)
     proof.step("versions", 90, proof.versions)
@@ -400,7 +493,11 @@ def main() -> int:
         proof.step(f"record {rec.name}", 90, lambda limit, rec=rec: proof.record(rec, limit))
     proof.step("facts", 200, proof.facts)
     proof.step("pytest gpu", 180, lambda limit: proof.pytest("pytest_gpu", "gpu", "gpu", limit))
-    proof.step("pytest jax_versions", 120, lambda limit: proof.pytest("pytest_jax_versions", "jax_versions", "jax_versions and not gpu", limit))
+    proof.step(
+        "pytest jax_versions",
+        120,
+        lambda limit: proof.pytest("pytest_jax_versions", "jax_versions", "jax_versions and not gpu", limit),
+    )
     proof.write_steps()
     try:
         packed = proof.pack()

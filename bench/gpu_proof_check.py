@@ -45,17 +45,53 @@ NO_GPU_SECONDS = 10.0
 
 # Python packages on the GPU machine's image (its package list as read on 2026-11-17), those a
 # carried wheel may need or the proof imports.
-DEVICE_PACKAGES = frozenset({
-    "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "numpy", "ml-dtypes", "opt-einsum", "scipy",
-    "nvidia-ml-py", "psutil", "pygments", "pytest", "pytest-timeout", "pytest-xdist", "pluggy", "iniconfig",
-    "packaging", "hypothesis", "attrs", "sortedcontainers", "typing-extensions", "colorama", "setuptools",
-    "wheel", "pip", "six", "matplotlib", "pyyaml", "jinja2", "markupsafe",
-})
+DEVICE_PACKAGES = frozenset(
+    {
+        "jax",
+        "jaxlib",
+        "jax-cuda13-plugin",
+        "jax-cuda13-pjrt",
+        "numpy",
+        "ml-dtypes",
+        "opt-einsum",
+        "scipy",
+        "nvidia-ml-py",
+        "psutil",
+        "pygments",
+        "pytest",
+        "pytest-timeout",
+        "pytest-xdist",
+        "pluggy",
+        "iniconfig",
+        "packaging",
+        "hypothesis",
+        "attrs",
+        "sortedcontainers",
+        "typing-extensions",
+        "colorama",
+        "setuptools",
+        "wheel",
+        "pip",
+        "six",
+        "matplotlib",
+        "pyyaml",
+        "jinja2",
+        "markupsafe",
+    }
+)
 
 # What pip's markers see on the GPU machine.
-DEVICE_MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
-                  "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-                  "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+DEVICE_MARKERS = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
 
 
 # --- pure checks ---------------------------------------------------------------------------
@@ -75,9 +111,13 @@ def wheel_fits_device(filename: str) -> bool:
     """Whether a wheel's tags install on CPython 3.12, x86-64 Linux (glibc)."""
     parts = os.path.basename(filename)[: -len(".whl")].split("-")
     python, abi, platform = parts[-3], parts[-2], parts[-1]
-    py_ok = any(t in ("py3", "py2.py3", "cp312") or re.fullmatch(r"cp3(\d+)", t) and abi == "abi3" and int(t[3:]) <= 12
-                for t in python.split("."))
-    platform_ok = platform == "any" or any(re.fullmatch(r"manylinux(1|2010|2014|_2_\d+)_x86_64", t) for t in platform.split("."))
+    py_ok = any(
+        t in ("py3", "py2.py3", "cp312") or re.fullmatch(r"cp3(\d+)", t) and abi == "abi3" and int(t[3:]) <= 12
+        for t in python.split(".")
+    )
+    platform_ok = platform == "any" or any(
+        re.fullmatch(r"manylinux(1|2010|2014|_2_\d+)_x86_64", t) for t in platform.split(".")
+    )
     return bool(py_ok) and platform_ok
 
 
@@ -141,8 +181,14 @@ def wheel_metadata(path: str) -> str:
 def check_structure() -> list[tuple[bool, str]]:
     from jupyter_gpumem.core import env_table
 
-    known_vars = {env_table.PREALLOCATE_VAR, env_table.FRACTION_VAR, env_table.OLD_FRACTION_VAR,
-                  env_table.ALLOCATOR_VAR, env_table.ASYNC_PREALLOC_VAR, env_table.STALE_ALLOCATOR_VAR}
+    known_vars = {
+        env_table.PREALLOCATE_VAR,
+        env_table.FRACTION_VAR,
+        env_table.OLD_FRACTION_VAR,
+        env_table.ALLOCATOR_VAR,
+        env_table.ASYNC_PREALLOC_VAR,
+        env_table.STALE_ALLOCATOR_VAR,
+    }
     results = []
     recordings = gpu_proof.RECORDINGS + gpu_proof.TWO_PROCESSES
     names = [r.name for r in recordings]
@@ -166,7 +212,12 @@ def check_structure() -> list[tuple[bool, str]]:
         except SyntaxError as exc:
             ok, what = False, f"probe {probe.name}: {exc}"
         unknown = set(probe.env) - known_vars
-        results.append((ok and not unknown and bool(probe.checks), what + (f"; unknown variables {sorted(unknown)}" if unknown else "")))
+        results.append(
+            (
+                ok and not unknown and bool(probe.checks),
+                what + (f"; unknown variables {sorted(unknown)}" if unknown else ""),
+            )
+        )
     script = os.path.join(HERE, "gpu_proof.sh")
     results.append((os.access(script, os.X_OK), "bench/gpu_proof.sh is executable"))
     return results
@@ -174,8 +225,13 @@ def check_structure() -> list[tuple[bool, str]]:
 
 def repository_bytes() -> int:
     """What travels besides carried paths: tracked and untracked-not-ignored files."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     return sum(os.path.getsize(os.path.join(REPO, p)) for p in listed if p and os.path.isfile(os.path.join(REPO, p)))
 
 
@@ -191,16 +247,26 @@ def check_wheels(folder: str) -> list[tuple[bool, str]]:
     gaps = pin_gaps(pins, wheels)
     results.append((not gaps, f"the {len(pins)} pinned wheels, nothing else" if not gaps else "; ".join(gaps)))
     misfits = [os.path.basename(w) for w in wheels if not wheel_fits_device(w)]
-    results.append((not misfits, "every wheel installs on CPython 3.12, x86-64 Linux" if not misfits
-                    else f"not for CPython 3.12 x86-64 Linux: {', '.join(misfits)}"))
+    results.append(
+        (
+            not misfits,
+            "every wheel installs on CPython 3.12, x86-64 Linux"
+            if not misfits
+            else f"not for CPython 3.12 x86-64 Linux: {', '.join(misfits)}",
+        )
+    )
     available = set(DEVICE_PACKAGES) | {wheel_name_version(w)[0] for w in wheels}
     needs = requirement_gaps({os.path.basename(w): wheel_metadata(w) for w in wheels}, available)
     results.append((not needs, "every requirement is carried or on the GPU machine" if not needs else "; ".join(needs)))
     size = sum(os.path.getsize(w) for w in wheels)
     repo = repository_bytes()
     results.append((size <= WHEELS_LIMIT, f"wheels {size / 2**20:.1f} MiB (limit {WHEELS_LIMIT >> 20} MiB)"))
-    results.append((size + repo <= TRAVEL_LIMIT,
-                    f"wheels and repository {(size + repo) / 2**20:.1f} MiB of the {TRAVEL_LIMIT >> 20} MiB that travels"))
+    results.append(
+        (
+            size + repo <= TRAVEL_LIMIT,
+            f"wheels and repository {(size + repo) / 2**20:.1f} MiB of the {TRAVEL_LIMIT >> 20} MiB that travels",
+        )
+    )
     return results
 
 
@@ -208,30 +274,94 @@ def check_imports(python: str, folder: str) -> list[tuple[bool, str]]:
     """Install the wheels as the device does, into a fresh folder, then import what the proof runs."""
     wheels = sorted(glob.glob(os.path.join(folder, "*.whl")))
     with tempfile.TemporaryDirectory(prefix="gpu-proof-site-") as site, tempfile.TemporaryDirectory() as tmp:
-        install = subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                                  "--no-cache-dir", "--upgrade", "--target", site, *wheels], capture_output=True, text=True)
-        results = [(install.returncode == 0, f"wheels install with {python}" if install.returncode == 0
-                    else f"pip failed: {install.stderr.strip()[-300:]}")]
+        install = subprocess.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--no-cache-dir",
+                "--upgrade",
+                "--target",
+                site,
+                *wheels,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        results = [
+            (
+                install.returncode == 0,
+                f"wheels install with {python}"
+                if install.returncode == 0
+                else f"pip failed: {install.stderr.strip()[-300:]}",
+            )
+        ]
         env = gpu_proof.clean_env(dict(os.environ), {"JAX_PLATFORMS": "cpu"}, os.pathsep.join([REPO, site]))
         trace = os.path.join(tmp, "t.jsonl")
-        rec = subprocess.run([python, "-m", "jupyter_gpumem.record", trace, "--seconds", "0.2", "--interval", "0.1"],
-                             cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-        results.append((rec.returncode == 0 and os.path.exists(trace), "python -m jupyter_gpumem.record runs"
-                        if rec.returncode == 0 else f"the recorder failed: {rec.stderr.strip()[-300:]}"))
-        files = sorted(set(gpu_proof.marked_test_files(os.path.join(REPO, "tests"), "gpu")
-                           + gpu_proof.marked_test_files(os.path.join(REPO, "tests"), "jax_versions")))
-        collect = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-                                  "-m", "gpu or jax_versions", *files], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        rec = subprocess.run(
+            [python, "-m", "jupyter_gpumem.record", trace, "--seconds", "0.2", "--interval", "0.1"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        results.append(
+            (
+                rec.returncode == 0 and os.path.exists(trace),
+                "python -m jupyter_gpumem.record runs"
+                if rec.returncode == 0
+                else f"the recorder failed: {rec.stderr.strip()[-300:]}",
+            )
+        )
+        files = sorted(
+            set(
+                gpu_proof.marked_test_files(os.path.join(REPO, "tests"), "gpu")
+                + gpu_proof.marked_test_files(os.path.join(REPO, "tests"), "jax_versions")
+            )
+        )
+        collect = subprocess.run(
+            [
+                python,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--collect-only",
+                "-m",
+                "gpu or jax_versions",
+                *files,
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         last = (collect.stdout.strip().splitlines() or ["(no output)"])[-1]
-        results.append((collect.returncode == 0, f"pytest collects {len(files)} files: {last}" if collect.returncode == 0
-                        else f"pytest cannot collect: {collect.stdout.strip()[-600:]}"))
+        results.append(
+            (
+                collect.returncode == 0,
+                f"pytest collects {len(files)} files: {last}"
+                if collect.returncode == 0
+                else f"pytest cannot collect: {collect.stdout.strip()[-600:]}",
+            )
+        )
     return results
 
 
 def check_no_gpu() -> list[tuple[bool, str]]:
     """Run the real script where nvidia-smi cannot be found: the clear, fast, non-zero answer."""
     with tempfile.TemporaryDirectory() as out:
-        env = dict(os.environ, GPU_PROOF_NVIDIA_SMI=os.path.join(out, "no-nvidia-smi"), OUT=os.path.join(out, "results"))
+        env = dict(
+            os.environ, GPU_PROOF_NVIDIA_SMI=os.path.join(out, "no-nvidia-smi"), OUT=os.path.join(out, "results")
+        )
         env.pop("GPU_PROOF_DRY", None)
         began = time.monotonic()
         done = subprocess.run([os.path.join(HERE, "gpu_proof.sh")], env=env, capture_output=True, text=True, timeout=60)
@@ -239,8 +369,13 @@ def check_no_gpu() -> list[tuple[bool, str]]:
         said = gpu_proof.NO_GPU_MESSAGE in done.stderr
         wrote = os.path.exists(os.path.join(out, "results"))
     ok = said and done.returncode == gpu_proof.NO_GPU_EXIT and seconds < NO_GPU_SECONDS and not wrote
-    return [(ok, f"with no GPU: exit {done.returncode} in {seconds:.2f} s, "
-                 f"{'says' if said else 'does NOT say'} {gpu_proof.NO_GPU_MESSAGE!r}{', wrote results' if wrote else ''}")]
+    return [
+        (
+            ok,
+            f"with no GPU: exit {done.returncode} in {seconds:.2f} s, "
+            f"{'says' if said else 'does NOT say'} {gpu_proof.NO_GPU_MESSAGE!r}{', wrote results' if wrote else ''}",
+        )
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,8 +22,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS_DIR = os.path.join(HERE, "gpu_proof_jobs")
@@ -222,6 +223,7 @@ def _no_free_block(key):
         s = o[key]
         seen = f"largest_free_block_bytes = {s.get('largest_free_block_bytes')}, pool_bytes {'present' if 'pool_bytes' in s else 'absent'}"
         return seen, s.get("largest_free_block_bytes") == 0 and "pool_bytes" not in s
+
     return judge
 
 
@@ -240,6 +242,7 @@ def _limit_share(key, low, high):
             return f"bytes_limit = {limit}", False
         value = share(limit, o["total"])
         return f"bytes_limit = {value:.3f} × total ({gib(limit)})", between(value, low, high)
+
     return judge
 
 
@@ -249,17 +252,22 @@ def _pool_reserved_share(low):
         if r is None:
             return f"no pool reading: {o['pool']}", False
         return f"default pool reserved {share(r, o['total']):.3f} × total", share(r, o["total"]) >= low
+
     return judge
 
 
 def _past_fraction(o):
     if o["error"]:
         return first_line(o["error"]), False
-    return f"held {gib(o['held'])} = {share(o['held'], o['total']):.2f} × total under a fraction of 0.1", o["held"] >= 0.19 * o["total"]
+    return f"held {gib(o['held'])} = {share(o['held'], o['total']):.2f} × total under a fraction of 0.1", o[
+        "held"
+    ] >= 0.19 * o["total"]
 
 
 def _stats_none(o):
-    return f"memory_stats() = {'None' if o['stats_is_none'] else o['s']} on {o['platform']}", bool(o["stats_is_none"]) and o["platform"] != "cpu"
+    return f"memory_stats() = {'None' if o['stats_is_none'] else o['s']} on {o['platform']}", bool(
+        o["stats_is_none"]
+    ) and o["platform"] != "cpu"
 
 
 def _platform_oom_text(o):
@@ -270,6 +278,7 @@ def _platform_oom_text(o):
 def _mine_below(limit):
     def judge(o):
         return f"this process holds {gib(o['mine'])} on {o['platform']}", o["mine"] < limit and o["platform"] != "cpu"
+
     return judge
 
 
@@ -277,6 +286,7 @@ def _mine_share_at_least(low):
     def judge(o):
         value = share(o["mine"], o["total"])
         return f"this process holds {value:.3f} × total on {o['platform']}", value >= low and o["platform"] != "cpu"
+
     return judge
 
 
@@ -286,8 +296,10 @@ def _first_region(o):
 
 def _reserved_zero(o):
     s = o["s2"]
-    return (f"bytes_reserved = {s.get('bytes_reserved')}, peak_bytes_reserved = {s.get('peak_bytes_reserved')}",
-            s.get("bytes_reserved") == 0 and s.get("peak_bytes_reserved") == 0)
+    return (
+        f"bytes_reserved = {s.get('bytes_reserved')}, peak_bytes_reserved = {s.get('peak_bytes_reserved')}",
+        s.get("bytes_reserved") == 0 and s.get("peak_bytes_reserved") == 0,
+    )
 
 
 def _in_use_multiple_of_256(o):
@@ -320,7 +332,9 @@ def _peak_buffers(o):
 def _analysis_counts_temp(o):
     if o["temp"] is None:
         return f"compile failed first: {first_line(o['error'])}", False
-    return f"temp_size_in_bytes {gib(o['temp'])} for a {gib(o['product_bytes'])} product", o["temp"] >= o["product_bytes"]
+    return f"temp_size_in_bytes {gib(o['temp'])} for a {gib(o['product_bytes'])} product", o["temp"] >= o[
+        "product_bytes"
+    ]
 
 
 def _silent_cpu(o):
@@ -338,7 +352,9 @@ def _aborts(o):
 
 def _pool_bytes_present(o):
     s = o["s"] or {}
-    return f"pool_bytes {'present' if 'pool_bytes' in s else 'absent'} on {o['platform']}", "pool_bytes" in s and o["platform"] != "cpu"
+    return f"pool_bytes {'present' if 'pool_bytes' in s else 'absent'} on {o['platform']}", "pool_bytes" in s and o[
+        "platform"
+    ] != "cpu"
 
 
 def _section(name: str) -> str:
@@ -346,99 +362,290 @@ def _section(name: str) -> str:
 
 
 PROBES: tuple[Probe, ...] = (
-    Probe("cuda_async_growing", {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
-          _CUDA_ASYNC_GROWING, (
-        Check("cuda_async: bytes_in_use counts the exact requested bytes", _section("memory_stats() per device"),
-              "rises by exactly 4,000,004 for 1,000,001 float32", _cuda_async_exact),
-        Check("cuda_async, preallocation off: bytes_limit is 0", _section("memory_stats() per device"),
-              "bytes_limit == 0", _limit_zero),
-        Check("cuda_async: largest_free_block_bytes is 0 and there is no pool_bytes", _section("memory_stats() per device"),
-              "0, and no pool_bytes key", _no_free_block("s0")),
-        Check("an in-process reader of the default pool sees JAX's cuda_async pool", _section("memory_stats() per device"),
-              "read_default_pool used ≥ JAX bytes_in_use ≥ 1 GiB", _default_pool_is_jax),
-    )),
-    Probe("cuda_async_preallocated", {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async"}, _CUDA_ASYNC_PREALLOCATED, (
-        Check("cuda_async, preallocation on: bytes_limit is total × fraction", _section("memory_stats() per device"),
-              "0.74–0.76 × total (default fraction 0.75)", _limit_share("s", 0.74, 0.76)),
-        Check("cuda_async, preallocation on: still no free-block figure and no pool_bytes", _section("memory_stats() per device"),
-              "0, and no pool_bytes key", _no_free_block("s")),
-        Check("cuda_async, preallocation on: the pool is reserved at start", "docs/settings.md, allocator",
-              "default pool reserved ≥ 0.7 × total after the first operation", _pool_reserved_share(0.7)),
-    )),
-    Probe("cuda_async_no_cap", {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_CLIENT_MEM_FRACTION": "0.1"},
-          _CUDA_ASYNC_NO_CAP, (
-        Check("cuda_async, preallocation on: the fraction is no cap (the pool grows past it)",
-              _section("Read from JAX 0.10.2, 0.11.0 … (second pass)"), "0.2 × total held under a fraction of 0.1",
-              _past_fraction),
-    )),
-    Probe("platform", {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, _STATS_AND_OOM.format(name="platform_oom"), (
-        Check("platform: memory_stats() is None", _section("memory_stats() per device"), "None, on the GPU", _stats_none),
-        Check("platform: the OOM text is 'Failed to allocate request for … on device ordinal N'", _section("Out-of-memory errors"),
-              "that form", _platform_oom_text),
-    )),
-    Probe("vmm", {"XLA_PYTHON_CLIENT_ALLOCATOR": "vmm"}, _STATS_AND_OOM.format(name="vmm_oom"), (
-        Check("vmm: memory_stats() is None", _section("memory_stats() per device"), "None, on the GPU", _stats_none),
-    )),
-    Probe("address", {"XLA_PYTHON_CLIENT_ALLOCATOR": "address"}, _STATS_AND_OOM.format(name="address_oom"), (
-        Check("address: memory_stats() is None", _section("memory_stats() per device"), "None, on the GPU", _stats_none),
-        Check("address: the OOM text is 'Failed to allocate request for … on device ordinal N'", _section("Out-of-memory errors"),
-              "that form", _platform_oom_text),
-    )),
-    Probe("create_options", {}, _CREATE_OPTIONS, (
-        Check("jax_pjrt_client_create_options memory_fraction is merged after the env options", _section("The variables"),
-              "bytes_limit 0.49–0.51 × total", _limit_share("s", 0.49, 0.51)),
-        Check("jax_pjrt_client_create_options preallocate=False is merged after the env options", _section("The variables"),
-              "this process holds < 2 GiB after the first operation", _mine_below(2 * GiB)),
-    )),
-    Probe("bfc_growing", {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, _BFC_GROWING, (
-        Check("BFC, preallocation off: the first region is min(limit, 2 MiB)", _section("How memory grows"),
-              "pool_bytes == 2 MiB after the first small operation", _first_region),
-        Check("BFC: bytes_limit is total × 0.75, reported with preallocation off", _section("memory_stats() per device"),
-              "0.74–0.76 × total", _limit_share("s0", 0.74, 0.76)),
-        Check("BFC: bytes_reserved and peak_bytes_reserved are 0 on GPU", _section("memory_stats() per device"),
-              "both 0", _reserved_zero),
-        Check("BFC: bytes_in_use counts chunks, multiples of 256 B", _section("memory_stats() per device"),
-              "every reading a multiple of 256", _in_use_multiple_of_256),
-        Check("BFC: pool_bytes never shrinks and peak_pool_bytes == pool_bytes", _section("How memory grows"),
-              "unchanged by a delete; peak equal", _pool_never_shrinks),
-        Check("Array.delete() frees at once", _section("Inspecting live memory"), "bytes_in_use falls by ≥ 1 GiB",
-              _delete_frees_at_once),
-        Check("BFC OOM names the size in human units", _section("Out-of-memory errors"),
-              "'Out of memory while trying to allocate 12.34GiB.'", _human_units),
-    )),
-    Probe("preallocate_FALSE", {"XLA_PYTHON_CLIENT_PREALLOCATE": "FALSE"}, _SHARE_AFTER_FIRST_OP, (
-        Check("XLA_PYTHON_CLIENT_PREALLOCATE=FALSE leaves preallocation on", _section("The variables"),
-              "this process holds ≥ 0.7 × total", _mine_share_at_least(0.7)),
-    )),
-    Probe("fraction_above_one", {"XLA_CLIENT_MEM_FRACTION": "1.5"}, _SHARE_AFTER_FIRST_OP, (
-        Check("a fraction of 1.5 passes and BFC, preallocating, takes about all free memory", "docs/settings.md, what the generator rejects",
-              "this process holds ≥ 0.9 × total", _mine_share_at_least(0.9)),
-    )),
-    Probe("env_after_import", {}, _ENV_AFTER_IMPORT, (
-        Check("XLA_PYTHON_CLIENT_* set after import jax, before the first operation, take effect", _section("When settings are read"),
-              "this process holds < 2 GiB", _mine_below(2 * GiB)),
-    )),
-    Probe("bad_allocator", {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_malloc_async"}, _PLATFORM_OR_ERROR, (
-        Check("a bad allocator value makes JAX fall back to the CPU silently", _section("The variables"),
-              "runs on cpu, no exception (the second pass read 'Unable to initialize backend' instead)", _silent_cpu),
-    ), cpu_is_an_answer=True),
-    Probe("async_prealloc_malformed", {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-                                       "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC": "2GiB"},
-          _PLATFORM_OR_ERROR, (
-        Check("a malformed TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC aborts the process when cuda_async starts",
-              _section("Read from the sources in a later review"), "non-zero exit, no result line", _aborts),
-    ), expect_exit=False),
-    Probe("tf_gpu_allocator", {"TF_GPU_ALLOCATOR": "cuda_malloc_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
-          _SHARE_AFTER_FIRST_OP, (
-        Check("TF_GPU_ALLOCATOR=cuda_malloc_async is not read by JAX", _section("The variables"),
-              "BFC's pool_bytes still reported", _pool_bytes_present),
-    )),
-    Probe("jit_oom", {}, _JIT_OOM, (
-        Check("a GPU program's OOM carries 'BufferAssignment OOM Debugging' and 'Peak buffers:'",
-              _section("Read from JAX 0.10.2, 0.11.0 … (second pass)"), "both in the text", _peak_buffers),
-        Check("memory_analysis() gives the temp size before running", _section("Inspecting live memory"),
-              "temp_size_in_bytes ≥ the n×n product", _analysis_counts_temp),
-    )),
+    Probe(
+        "cuda_async_growing",
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        _CUDA_ASYNC_GROWING,
+        (
+            Check(
+                "cuda_async: bytes_in_use counts the exact requested bytes",
+                _section("memory_stats() per device"),
+                "rises by exactly 4,000,004 for 1,000,001 float32",
+                _cuda_async_exact,
+            ),
+            Check(
+                "cuda_async, preallocation off: bytes_limit is 0",
+                _section("memory_stats() per device"),
+                "bytes_limit == 0",
+                _limit_zero,
+            ),
+            Check(
+                "cuda_async: largest_free_block_bytes is 0 and there is no pool_bytes",
+                _section("memory_stats() per device"),
+                "0, and no pool_bytes key",
+                _no_free_block("s0"),
+            ),
+            Check(
+                "an in-process reader of the default pool sees JAX's cuda_async pool",
+                _section("memory_stats() per device"),
+                "read_default_pool used ≥ JAX bytes_in_use ≥ 1 GiB",
+                _default_pool_is_jax,
+            ),
+        ),
+    ),
+    Probe(
+        "cuda_async_preallocated",
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async"},
+        _CUDA_ASYNC_PREALLOCATED,
+        (
+            Check(
+                "cuda_async, preallocation on: bytes_limit is total × fraction",
+                _section("memory_stats() per device"),
+                "0.74–0.76 × total (default fraction 0.75)",
+                _limit_share("s", 0.74, 0.76),
+            ),
+            Check(
+                "cuda_async, preallocation on: still no free-block figure and no pool_bytes",
+                _section("memory_stats() per device"),
+                "0, and no pool_bytes key",
+                _no_free_block("s"),
+            ),
+            Check(
+                "cuda_async, preallocation on: the pool is reserved at start",
+                "docs/settings.md, allocator",
+                "default pool reserved ≥ 0.7 × total after the first operation",
+                _pool_reserved_share(0.7),
+            ),
+        ),
+    ),
+    Probe(
+        "cuda_async_no_cap",
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_CLIENT_MEM_FRACTION": "0.1"},
+        _CUDA_ASYNC_NO_CAP,
+        (
+            Check(
+                "cuda_async, preallocation on: the fraction is no cap (the pool grows past it)",
+                _section("Read from JAX 0.10.2, 0.11.0 … (second pass)"),
+                "0.2 × total held under a fraction of 0.1",
+                _past_fraction,
+            ),
+        ),
+    ),
+    Probe(
+        "platform",
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"},
+        _STATS_AND_OOM.format(name="platform_oom"),
+        (
+            Check(
+                "platform: memory_stats() is None",
+                _section("memory_stats() per device"),
+                "None, on the GPU",
+                _stats_none,
+            ),
+            Check(
+                "platform: the OOM text is 'Failed to allocate request for … on device ordinal N'",
+                _section("Out-of-memory errors"),
+                "that form",
+                _platform_oom_text,
+            ),
+        ),
+    ),
+    Probe(
+        "vmm",
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "vmm"},
+        _STATS_AND_OOM.format(name="vmm_oom"),
+        (Check("vmm: memory_stats() is None", _section("memory_stats() per device"), "None, on the GPU", _stats_none),),
+    ),
+    Probe(
+        "address",
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "address"},
+        _STATS_AND_OOM.format(name="address_oom"),
+        (
+            Check(
+                "address: memory_stats() is None",
+                _section("memory_stats() per device"),
+                "None, on the GPU",
+                _stats_none,
+            ),
+            Check(
+                "address: the OOM text is 'Failed to allocate request for … on device ordinal N'",
+                _section("Out-of-memory errors"),
+                "that form",
+                _platform_oom_text,
+            ),
+        ),
+    ),
+    Probe(
+        "create_options",
+        {},
+        _CREATE_OPTIONS,
+        (
+            Check(
+                "jax_pjrt_client_create_options memory_fraction is merged after the env options",
+                _section("The variables"),
+                "bytes_limit 0.49–0.51 × total",
+                _limit_share("s", 0.49, 0.51),
+            ),
+            Check(
+                "jax_pjrt_client_create_options preallocate=False is merged after the env options",
+                _section("The variables"),
+                "this process holds < 2 GiB after the first operation",
+                _mine_below(2 * GiB),
+            ),
+        ),
+    ),
+    Probe(
+        "bfc_growing",
+        {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        _BFC_GROWING,
+        (
+            Check(
+                "BFC, preallocation off: the first region is min(limit, 2 MiB)",
+                _section("How memory grows"),
+                "pool_bytes == 2 MiB after the first small operation",
+                _first_region,
+            ),
+            Check(
+                "BFC: bytes_limit is total × 0.75, reported with preallocation off",
+                _section("memory_stats() per device"),
+                "0.74–0.76 × total",
+                _limit_share("s0", 0.74, 0.76),
+            ),
+            Check(
+                "BFC: bytes_reserved and peak_bytes_reserved are 0 on GPU",
+                _section("memory_stats() per device"),
+                "both 0",
+                _reserved_zero,
+            ),
+            Check(
+                "BFC: bytes_in_use counts chunks, multiples of 256 B",
+                _section("memory_stats() per device"),
+                "every reading a multiple of 256",
+                _in_use_multiple_of_256,
+            ),
+            Check(
+                "BFC: pool_bytes never shrinks and peak_pool_bytes == pool_bytes",
+                _section("How memory grows"),
+                "unchanged by a delete; peak equal",
+                _pool_never_shrinks,
+            ),
+            Check(
+                "Array.delete() frees at once",
+                _section("Inspecting live memory"),
+                "bytes_in_use falls by ≥ 1 GiB",
+                _delete_frees_at_once,
+            ),
+            Check(
+                "BFC OOM names the size in human units",
+                _section("Out-of-memory errors"),
+                "'Out of memory while trying to allocate 12.34GiB.'",
+                _human_units,
+            ),
+        ),
+    ),
+    Probe(
+        "preallocate_FALSE",
+        {"XLA_PYTHON_CLIENT_PREALLOCATE": "FALSE"},
+        _SHARE_AFTER_FIRST_OP,
+        (
+            Check(
+                "XLA_PYTHON_CLIENT_PREALLOCATE=FALSE leaves preallocation on",
+                _section("The variables"),
+                "this process holds ≥ 0.7 × total",
+                _mine_share_at_least(0.7),
+            ),
+        ),
+    ),
+    Probe(
+        "fraction_above_one",
+        {"XLA_CLIENT_MEM_FRACTION": "1.5"},
+        _SHARE_AFTER_FIRST_OP,
+        (
+            Check(
+                "a fraction of 1.5 passes and BFC, preallocating, takes about all free memory",
+                "docs/settings.md, what the generator rejects",
+                "this process holds ≥ 0.9 × total",
+                _mine_share_at_least(0.9),
+            ),
+        ),
+    ),
+    Probe(
+        "env_after_import",
+        {},
+        _ENV_AFTER_IMPORT,
+        (
+            Check(
+                "XLA_PYTHON_CLIENT_* set after import jax, before the first operation, take effect",
+                _section("When settings are read"),
+                "this process holds < 2 GiB",
+                _mine_below(2 * GiB),
+            ),
+        ),
+    ),
+    Probe(
+        "bad_allocator",
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_malloc_async"},
+        _PLATFORM_OR_ERROR,
+        (
+            Check(
+                "a bad allocator value makes JAX fall back to the CPU silently",
+                _section("The variables"),
+                "runs on cpu, no exception (the second pass read 'Unable to initialize backend' instead)",
+                _silent_cpu,
+            ),
+        ),
+        cpu_is_an_answer=True,
+    ),
+    Probe(
+        "async_prealloc_malformed",
+        {
+            "XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async",
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+            "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC": "2GiB",
+        },
+        _PLATFORM_OR_ERROR,
+        (
+            Check(
+                "a malformed TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC aborts the process when cuda_async starts",
+                _section("Read from the sources in a later review"),
+                "non-zero exit, no result line",
+                _aborts,
+            ),
+        ),
+        expect_exit=False,
+    ),
+    Probe(
+        "tf_gpu_allocator",
+        {"TF_GPU_ALLOCATOR": "cuda_malloc_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        _SHARE_AFTER_FIRST_OP,
+        (
+            Check(
+                "TF_GPU_ALLOCATOR=cuda_malloc_async is not read by JAX",
+                _section("The variables"),
+                "BFC's pool_bytes still reported",
+                _pool_bytes_present,
+            ),
+        ),
+    ),
+    Probe(
+        "jit_oom",
+        {},
+        _JIT_OOM,
+        (
+            Check(
+                "a GPU program's OOM carries 'BufferAssignment OOM Debugging' and 'Peak buffers:'",
+                _section("Read from JAX 0.10.2, 0.11.0 … (second pass)"),
+                "both in the text",
+                _peak_buffers,
+            ),
+            Check(
+                "memory_analysis() gives the temp size before running",
+                _section("Inspecting live memory"),
+                "temp_size_in_bytes ≥ the n×n product",
+                _analysis_counts_temp,
+            ),
+        ),
+    ),
 )
 
 
@@ -457,7 +664,7 @@ def parse_result(stdout: str) -> dict | None:
     """The probe's observations: the last line that starts with the result prefix."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
+            return json.loads(line[len(RESULT_PREFIX) :])
     return None
 
 
@@ -465,8 +672,14 @@ def run_probe(probe: Probe, python: str, base_env: Mapping[str, str], timeout: f
     """Run one probe in a fresh interpreter; its observations plus ``_rc``, ``_result``,
     ``_timed_out``, ``_stderr`` (the tail) and ``_seconds``."""
     start = time.monotonic()
-    proc = subprocess.Popen([python, "-c", _PRELUDE + probe.code], env=probe_env(base_env, probe), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [python, "-c", _PRELUDE + probe.code],
+        env=probe_env(base_env, probe),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -480,8 +693,13 @@ def run_probe(probe: Probe, python: str, base_env: Mapping[str, str], timeout: f
     except ValueError:
         pass
     observed = dict(result or {})
-    observed.update(_rc=proc.returncode, _result=result is not None, _timed_out=timed_out,
-                    _stderr=err[-3000:], _seconds=round(time.monotonic() - start, 2))
+    observed.update(
+        _rc=proc.returncode,
+        _result=result is not None,
+        _timed_out=timed_out,
+        _stderr=err[-3000:],
+        _seconds=round(time.monotonic() - start, 2),
+    )
     return observed
 
 
@@ -494,7 +712,10 @@ def judge(probe: Probe, observed: Mapping[str, Any]) -> list[Row]:
         elif observed.get("_timed_out"):
             seen, verdict = f"timed out after {observed.get('_seconds')} s", NO_READING
         elif probe.expect_exit and not observed.get("_result"):
-            seen, verdict = f"no result (exit {observed.get('_rc')}): {_last_error_line(observed.get('_stderr'))}", NO_READING
+            seen, verdict = (
+                f"no result (exit {observed.get('_rc')}): {_last_error_line(observed.get('_stderr'))}",
+                NO_READING,
+            )
         elif observed.get("_result") and not ran_on_gpu_or_raised(observed) and not probe.cpu_is_an_answer:
             seen, verdict = f"JAX ran on {observed.get('platform')}, not on a GPU", NO_READING
         else:
@@ -521,6 +742,7 @@ def _last_error_line(stderr: str | None) -> str:
 
 def render_table(rows: list[Row]) -> str:
     """The rows as a Markdown table: fact, expected, seen, verdict."""
+
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
@@ -547,7 +769,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="folder for facts.json and facts.md")
     parser.add_argument("--only", nargs="*", help="probe names to run (default: all)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per probe (default 60)")
-    parser.add_argument("--budget", type=float, default=None, help="seconds for all probes; those left then get no reading")
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds for all probes; those left then get no reading"
+    )
     parser.add_argument("--python", default=sys.executable, help="interpreter for the probes")
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -559,7 +783,9 @@ def main(argv: list[str] | None = None) -> int:
         if left is not None and left < 5:
             observed = {"_skipped": "not run: the time budget was spent"}
         else:
-            observed = run_probe(probe, args.python, os.environ, args.timeout if left is None else min(args.timeout, left))
+            observed = run_probe(
+                probe, args.python, os.environ, args.timeout if left is None else min(args.timeout, left)
+            )
         raw[probe.name] = observed
         probe_rows = judge(probe, observed)
         rows += probe_rows

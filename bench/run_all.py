@@ -37,7 +37,7 @@ def run_one(path: pathlib.Path, timeout: float = 900) -> list[dict]:
         return [{"name": path.stem, "value": None, "unit": "", "note": f"timed out after {timeout:.0f} s"}]
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(_MARK):
-            return json.loads(line[len(_MARK):])
+            return json.loads(line[len(_MARK) :])
     last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     return [{"name": path.stem, "value": None, "unit": "", "note": f"failed: {last}"}]
 

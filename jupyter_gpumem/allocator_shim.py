@@ -4,19 +4,19 @@ JAX's allocator settings before the backend starts: validate, apply, refuse, res
 """
 
 from jupyter_gpumem.settings.apply import (
-    SettingsError,
-    BackendStartedError,
-    coerce_setting,
-    settings_from_kwargs,
-    SettingState,
-    setting_variables,
-    settings_in_effect,
     Applied,
-    validate,
-    apply_settings,
-    reset,
+    BackendStartedError,
+    SettingsError,
+    SettingState,
     allocator_in_effect,
+    apply_settings,
+    coerce_setting,
     read_jax_devices,
+    reset,
+    setting_variables,
+    settings_from_kwargs,
+    settings_in_effect,
+    validate,
 )
 from jupyter_gpumem.settings.configure import configure, configure_from_notebook
 

@@ -4,14 +4,14 @@ The ``%gpumem`` magic: which command a line is (``parse_line``, pure) and a thin
 """
 
 from jupyter_gpumem.kernel.magics import (
-    HELP,
     DELEGATES,
+    HELP,
     SETTINGS,
     Command,
-    parse_line,
-    run_command,
     GpumemMagics,
     load,
+    parse_line,
+    run_command,
     unload,
 )
 

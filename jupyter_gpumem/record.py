@@ -15,14 +15,22 @@ import os
 import runpy
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
-from jupyter_gpumem.core.magic_args import MAX_INTERVAL_S, MIN_INTERVAL_S, Grammar, MagicUsageError, Option, check_interval
+from jupyter_gpumem.core.magic_args import (
+    MAX_INTERVAL_S,
+    MIN_INTERVAL_S,
+    Grammar,
+    MagicUsageError,
+    Option,
+    check_interval,
+)
 from jupyter_gpumem.core.readings import NOT_STARTED, NotAvailable
-from jupyter_gpumem.sources.nvml import is_fake as nvml_is_fake
-from jupyter_gpumem.sampling.sampler import Sampler, get_sampler
 from jupyter_gpumem.core.tracefile import TraceWriter, header_devices
+from jupyter_gpumem.sampling.sampler import Sampler, get_sampler
+from jupyter_gpumem.sources.nvml import is_fake as nvml_is_fake
 
 # The settings that decide how JAX's allocator behaves, as the environment gave them.
 _SETTINGS_ENV = (
@@ -35,7 +43,7 @@ _SETTINGS_ENV = (
     "JAX_PLATFORMS",
 )
 
-_active: "Recorder | None" = None
+_active: Recorder | None = None
 _active_lock = threading.Lock()
 
 
@@ -55,7 +63,13 @@ def _jax_version() -> str | None:
 class Recorder:
     """Writes every sample and event of ``sampler`` to a trace at ``path`` until ``stop()``."""
 
-    def __init__(self, path: str | os.PathLike, sampler: Sampler, interval: float | None = None, header_fields: dict | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        sampler: Sampler,
+        interval: float | None = None,
+        header_fields: dict | None = None,
+    ):
         first = sampler.sample_once()  # the header's device list comes from a real reading
         fields = {
             "synthetic": nvml_is_fake(),
@@ -167,7 +181,9 @@ def _script(text: str) -> str:
     return text
 
 
-_INTERVAL = Option("--interval", "S", read=check_interval, help=f"seconds between samples, {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}")
+_INTERVAL = Option(
+    "--interval", "S", read=check_interval, help=f"seconds between samples, {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}"
+)
 
 RECORD_ARGS = Grammar(
     "%gpumem record",
@@ -178,10 +194,19 @@ RECORD_ARGS = Grammar(
 CLI_ARGS = Grammar(
     "python -m jupyter_gpumem.record",
     options=(
-        Option("--seconds", "N", read=_seconds,
-               help="how long to record; with --run, how long to go on after the script ends (default: until Ctrl-C, or 0 with --run)"),
+        Option(
+            "--seconds",
+            "N",
+            read=_seconds,
+            help="how long to record; with --run, how long to go on after the script ends (default: until Ctrl-C, or 0 with --run)",
+        ),
         replace(_INTERVAL, default=0.5, help=_INTERVAL.help + " (default 0.5)"),
-        Option("--run", "SCRIPT.py", read=_script, help="run this script in-process while recording; arguments after -- go to it"),
+        Option(
+            "--run",
+            "SCRIPT.py",
+            read=_script,
+            help="run this script in-process while recording; arguments after -- go to it",
+        ),
         Option("--force", help="overwrite OUT.jsonl if it exists"),
     ),
     positionals=(Option("out", "OUT.jsonl", read=_trace_path, required=True, help="the trace file to write"),),
@@ -229,13 +254,15 @@ def magic_record(argv: Sequence[str], shell: Any = None) -> str:
 
 
 def _cli_help() -> str:
-    return "\n".join([
-        f"usage: {CLI_ARGS.usage()} [-- ARGS]",
-        "",
-        "Record GPU memory readings to a JSON Lines trace (docs/trace-format.md).",
-        "",
-        *CLI_ARGS.describe(),
-    ])
+    return "\n".join(
+        [
+            f"usage: {CLI_ARGS.usage()} [-- ARGS]",
+            "",
+            "Record GPU memory readings to a JSON Lines trace (docs/trace-format.md).",
+            "",
+            *CLI_ARGS.describe(),
+        ]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -254,13 +281,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.path.exists(opts["out"]) and not opts["force"]:
             raise MagicUsageError(f"{CLI_ARGS.prog}: {opts['out']} exists; pass --force to overwrite it")
         if script_args and opts["run"] is None:
-            raise MagicUsageError(f"{CLI_ARGS.prog}: arguments after -- are for the script, but no --run SCRIPT.py was given")
+            raise MagicUsageError(
+                f"{CLI_ARGS.prog}: arguments after -- are for the script, but no --run SCRIPT.py was given"
+            )
     except MagicUsageError as exc:
         print(exc, file=sys.stderr)
         return 2
 
     out, interval = opts["out"], opts["interval"]
-    sampler = Sampler(get_sampler().read_devices, get_sampler().read_jax, interval=interval, timeline=get_sampler().timeline)
+    sampler = Sampler(
+        get_sampler().read_devices, get_sampler().read_jax, interval=interval, timeline=get_sampler().timeline
+    )
     try:
         recorder = Recorder(out, sampler, interval=interval)
     except OSError as err:

@@ -4,14 +4,14 @@ The memory monitor: ipywidgets around one plot per device, drawn from a Timeline
 """
 
 from jupyter_gpumem.monitor.widget import (
-    INTERVALS,
-    WINDOWS_MIN,
     DEFAULT_INTERVAL_S,
     DEFAULT_WINDOW_MIN,
+    INTERVALS,
     MAX_WINDOW_MIN,
     MONITOR_ARGS,
-    magic_monitor,
+    WINDOWS_MIN,
     Monitor,
+    magic_monitor,
 )
 
 __all__ = [

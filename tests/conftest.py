@@ -59,7 +59,9 @@ def nvidia_ml_py(request) -> str:
 
 def impossible_world(scenario_name: str, driver: str) -> bool:
     """No driver before 520 runs a Hopper GPU (compute capability 9.0 came with CUDA 11.8)."""
-    return int(driver.split(".")[0]) < 520 and any(gpu.compute_capability >= (9, 0) for gpu in scenario(scenario_name).gpus)
+    return int(driver.split(".")[0]) < 520 and any(
+        gpu.compute_capability >= (9, 0) for gpu in scenario(scenario_name).gpus
+    )
 
 
 @pytest.fixture
@@ -104,7 +106,11 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.nodeid.split("::", 1)[0] in _STARTS_JAX_HERE)  # stable: others keep their order
     # Worlds no machine can have are not collected at all (rather than skipped).
     params = [getattr(getattr(item, "callspec", None), "params", {}) for item in items]
-    drop = [i for i, p in zip(items, params) if "scenario_name" in p and "driver" in p and impossible_world(p["scenario_name"], p["driver"])]
+    drop = [
+        i
+        for i, p in zip(items, params)
+        if "scenario_name" in p and "driver" in p and impossible_world(p["scenario_name"], p["driver"])
+    ]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = [item for item in items if item not in drop]
@@ -114,4 +120,3 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-

@@ -46,12 +46,23 @@ def bfc_sample(t: float = 100.0) -> Sample:
     JAX (BFC): 6 GiB in use, a 16 GiB pool, limit 60 GiB, peak 9 GiB, largest free block 4 GiB.
     """
     dev = DeviceReading(
-        index=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-0", total_bytes=80 * GiB,
-        used_bytes=50 * GiB, free_bytes=30 * GiB,
+        index=0,
+        name="NVIDIA H100 80GB HBM3",
+        uuid="GPU-0",
+        total_bytes=80 * GiB,
+        used_bytes=50 * GiB,
+        free_bytes=30 * GiB,
         processes=(ProcessReading(PID, 20 * GiB), ProcessReading(999, 30 * GiB)),
     )
-    raw = {"bytes_in_use": 6 * GiB, "pool_bytes": 16 * GiB, "peak_pool_bytes": 16 * GiB, "bytes_limit": 60 * GiB,
-           "peak_bytes_in_use": 9 * GiB, "largest_free_block_bytes": 4 * GiB, "num_allocs": 12}
+    raw = {
+        "bytes_in_use": 6 * GiB,
+        "pool_bytes": 16 * GiB,
+        "peak_pool_bytes": 16 * GiB,
+        "bytes_limit": 60 * GiB,
+        "peak_bytes_in_use": 9 * GiB,
+        "largest_free_block_bytes": 4 * GiB,
+        "num_allocs": 12,
+    }
     jax = JaxDeviceReading(0, "gpu", "NVIDIA H100 80GB HBM3", 0, normalise_stats(raw, "bfc"))
     return Sample(t=t, pid=PID, devices=(dev,), jax=(jax,))
 
@@ -60,7 +71,9 @@ def cuda_async_sample() -> Sample:
     """GPU 0: this process holds 9 GiB; cuda_async has 3 GiB in use of an 8 GiB driver pool."""
     dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 9 * GiB, 71 * GiB, processes=(ProcessReading(PID, 9 * GiB),))
     stats = normalise_stats({"bytes_in_use": 3 * GiB, "peak_bytes_in_use": 5 * GiB, "bytes_limit": 0}, "cuda_async")
-    pool = CudaPoolReading(reserved_bytes=8 * GiB, reserved_high_bytes=8 * GiB, used_bytes=3 * GiB, used_high_bytes=5 * GiB)
+    pool = CudaPoolReading(
+        reserved_bytes=8 * GiB, reserved_high_bytes=8 * GiB, used_bytes=3 * GiB, used_high_bytes=5 * GiB
+    )
     return Sample(t=1.0, pid=PID, devices=(dev,), jax=(JaxDeviceReading(0, "gpu", "GPU", 0, stats, pool),))
 
 
@@ -210,8 +223,16 @@ class FakeCudaDriver:
     the UUID of the MIG instance it is instead.
     """
 
-    def __init__(self, attributes: dict[int, int] | None = None, fail: dict[str, int] | None = None, devices: int = 1,
-                 *, world: Any = None, env: dict[str, str] | None = None, mig: dict[int, str] | None = None):
+    def __init__(
+        self,
+        attributes: dict[int, int] | None = None,
+        fail: dict[str, int] | None = None,
+        devices: int = 1,
+        *,
+        world: Any = None,
+        env: dict[str, str] | None = None,
+        mig: dict[int, str] | None = None,
+    ):
         self.attributes = attributes or {}
         self.fail = fail or {}
         self.world = world
@@ -277,8 +298,11 @@ def extension_paths(web_app: Any, websockets: bool = False) -> list[str]:
             target = rule.target
             if hasattr(target, "rules"):
                 walk(target)
-            elif (isinstance(target, type) and target.__module__.startswith("jupyter_gpumem")
-                  and issubclass(target, WebSocketHandler) == websockets):
+            elif (
+                isinstance(target, type)
+                and target.__module__.startswith("jupyter_gpumem")
+                and issubclass(target, WebSocketHandler) == websockets
+            ):
                 paths.add(re.sub(r"/\?\$$|\$$", "", rule.matcher.regex.pattern))
 
     walk(web_app.default_router)

@@ -97,8 +97,9 @@ def cached_environment(version: str, log) -> tuple[Path, float]:
     run = lambda *args, **kw: subprocess.run([*uv(), *args], check=True, stdout=log, stderr=subprocess.STDOUT, **kw)
     run("venv", "-q", "--python", sys.executable, str(home))
     run("pip", "install", "-q", "--python", str(home / "bin" / "python"), *requirements(version))
-    frozen = subprocess.run([*uv(), "pip", "freeze", "--python", str(home / "bin" / "python")],
-                            capture_output=True, text=True, check=True).stdout
+    frozen = subprocess.run(
+        [*uv(), "pip", "freeze", "--python", str(home / "bin" / "python")], capture_output=True, text=True, check=True
+    ).stdout
     done.write_text(frozen)
     return home, time.perf_counter() - t0
 
@@ -108,7 +109,8 @@ def run_environment(cached: Path, into: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(into)], check=True)
     site = site_packages(into)
     (site / "jupyter_gpumem_matrix.pth").write_text(
-        f"{ROOT}\nimport site; site.addsitedir({str(site_packages(cached))!r})\n")
+        f"{ROOT}\nimport site; site.addsitedir({str(site_packages(cached))!r})\n"
+    )
     return into / "bin" / "python"
 
 
@@ -147,8 +149,13 @@ def run_version(version: str, files: list[str], pytest_args: list[str]) -> Outco
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
         env["PATH"] = f"{python.parent}:{env.get('PATH', '/usr/bin:/bin')}"
         t0 = time.perf_counter()
-        proc = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", MARKER,
-                               "-rfE", *files, *pytest_args], cwd=ROOT, env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", MARKER, "-rfE", *files, *pytest_args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         seconds = time.perf_counter() - t0
         output = proc.stdout + proc.stderr
         return Outcome(version, proc.returncode == 0, last_line(proc.stdout), output, build, seconds)
@@ -156,8 +163,11 @@ def run_version(version: str, files: list[str], pytest_args: list[str]) -> Outco
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--versions", default=",".join(JAX_VERSIONS),
-                        help=f"comma-separated JAX releases (default: {','.join(JAX_VERSIONS)})")
+    parser.add_argument(
+        "--versions",
+        default=",".join(JAX_VERSIONS),
+        help=f"comma-separated JAX releases (default: {','.join(JAX_VERSIONS)})",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="releases run at once (default 2)")
     args, pytest_args = parser.parse_known_args(argv)
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
@@ -165,19 +175,28 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print(f"no test file names pytest.mark.{MARKER}", file=sys.stderr)
         return 1
-    print(f"JAX matrix: {len(versions)} releases x {len(files)} files, {args.jobs} at a time; "
-          f"environments in {cache_root()}", flush=True)
+    print(
+        f"JAX matrix: {len(versions)} releases x {len(files)} files, {args.jobs} at a time; "
+        f"environments in {cache_root()}",
+        flush=True,
+    )
     t0 = time.perf_counter()
     failed = []
 
     def report(outcome: Outcome) -> None:
         built = f", environment made in {outcome.build_seconds:.0f} s" if outcome.build_seconds else ""
-        print(f"jax {outcome.version}: {'ok' if outcome.ok else 'FAILED'}: {outcome.summary} "
-              f"({outcome.test_seconds:.0f} s{built})", flush=True)
+        print(
+            f"jax {outcome.version}: {'ok' if outcome.ok else 'FAILED'}: {outcome.summary} "
+            f"({outcome.test_seconds:.0f} s{built})",
+            flush=True,
+        )
         if not outcome.ok:
             failed.append(outcome.version)
-            print(f"----- jax {outcome.version} output -----\n{outcome.output[-20000:]}\n"
-                  f"----- end of jax {outcome.version} -----", flush=True)
+            print(
+                f"----- jax {outcome.version} output -----\n{outcome.output[-20000:]}\n"
+                f"----- end of jax {outcome.version} -----",
+                flush=True,
+            )
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [pool.submit(run_version, v, files, pytest_args) for v in versions]

@@ -35,8 +35,14 @@ def main() -> None:
             result = shell.run_cell(source, store_history=True)
         seconds = time.perf_counter() - t0
         error = result.error_in_exec or result.error_before_exec
-        records.append({"ok": result.success, "error": type(error).__name__ if error else None,
-                        "seconds": seconds, "out": buf.getvalue()})
+        records.append(
+            {
+                "ok": result.success,
+                "error": type(error).__name__ if error else None,
+                "seconds": seconds,
+                "out": buf.getvalue(),
+            }
+        )
         print(f"cell {len(records)} done in {seconds:.3f} s", file=sys.__stderr__, flush=True)
     print("JSON" + json.dumps(records), flush=True)
 

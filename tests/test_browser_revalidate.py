@@ -37,17 +37,31 @@ def test_the_panels_fetch_is_answered_304_while_the_values_stay(tmp_path):
 
     token = "revalidate-" + os.urandom(8).hex()
     (tmp_path / "config").mkdir()
-    config = {"ServerApp": {"ip": "127.0.0.1", "port": PORT, "port_retries": 0, "open_browser": False,
-                            "allow_root": True, "root_dir": str(tmp_path),
-                            "jpserver_extensions": {"jupyter_gpumem": True, "jupyterlab": False}},
-              "IdentityProvider": {"token": token},
-              "GpuMem": {"poll_interval": 60}}  # one reading for the whole test: the values stay
+    config = {
+        "ServerApp": {
+            "ip": "127.0.0.1",
+            "port": PORT,
+            "port_retries": 0,
+            "open_browser": False,
+            "allow_root": True,
+            "root_dir": str(tmp_path),
+            "jpserver_extensions": {"jupyter_gpumem": True, "jupyterlab": False},
+        },
+        "IdentityProvider": {"token": token},
+        "GpuMem": {"poll_interval": 60},
+    }  # one reading for the whole test: the values stay
     (tmp_path / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), str(ROOT)]), **{ENV_VAR: "three_gpus"},
-               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), str(ROOT)]),
+        **{ENV_VAR: "three_gpus"},
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
     log = tmp_path / "server.log"
-    server = subprocess.Popen([sys.executable, "-m", "jupyter_server"], env=env, cwd=tmp_path,
-                              stdout=log.open("w"), stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server"], env=env, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
     base = f"http://127.0.0.1:{PORT}/"
 
     def api(path: str) -> dict:
@@ -65,8 +79,12 @@ def test_the_panels_fetch_is_answered_304_while_the_values_stay(tmp_path):
                 assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
                 time.sleep(0.2)
         browser = subprocess.run(
-            ["node", str(ROOT / "tests" / "browser_revalidate.js"), base, token], capture_output=True, text=True,
-            timeout=120, env=dict(os.environ, GPUMEM_PLAYWRIGHT=str(PLAYWRIGHT), GPUMEM_CHROMIUM=CHROMIUM))
+            ["node", str(ROOT / "tests" / "browser_revalidate.js"), base, token],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ, GPUMEM_PLAYWRIGHT=str(PLAYWRIGHT), GPUMEM_CHROMIUM=CHROMIUM),
+        )
         assert browser.returncode == 0, browser.stderr[-3000:]
         # The page sees three full answers; the server sent one body and two 304s.
         assert json.loads(browser.stdout) == [[200, 3], [200, 3], [200, 3]]

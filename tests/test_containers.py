@@ -27,26 +27,34 @@ from __future__ import annotations
 import os
 
 from jupyter_gpumem import doctor
+from jupyter_gpumem.core.readings import JaxDeviceReading, normalise_stats
+from jupyter_gpumem.core.tracefile import sample_from_json, sample_to_json
 from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
 from jupyter_gpumem.doctor.oom_rules import advise
 from jupyter_gpumem.doctor.oom_text import OomError
-from jupyter_gpumem.core.readings import JaxDeviceReading, normalise_stats
-from jupyter_gpumem.sampling.sampler import Sampler
 from jupyter_gpumem.monitor.series import notes_for, series_values
+from jupyter_gpumem.sampling.sampler import Sampler
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelInfo
 from jupyter_gpumem.server.readings import NvmlDevices
 from jupyter_gpumem.sources.nvml import NvmlSource
 from jupyter_gpumem.testing import fake_nvml
-from jupyter_gpumem.core.tracefile import sample_from_json, sample_to_json
 
 GiB = 1024**3
 
 
 def jax_on(nvml_index: int, pool: int, in_use: int) -> JaxDeviceReading:
     """This kernel's JAX (BFC) on one GPU: its backend started there and holds ``pool``."""
-    stats = normalise_stats({"bytes_in_use": in_use, "peak_bytes_in_use": in_use, "pool_bytes": pool,
-                             "bytes_limit": pool, "largest_free_block_bytes": pool - in_use}, "bfc")
+    stats = normalise_stats(
+        {
+            "bytes_in_use": in_use,
+            "peak_bytes_in_use": in_use,
+            "pool_bytes": pool,
+            "bytes_limit": pool,
+            "largest_free_block_bytes": pool - in_use,
+        },
+        "bfc",
+    )
     return JaxDeviceReading(0, "gpu", "NVIDIA A100-SXM4-40GB", nvml_index, stats)
 
 
@@ -84,7 +92,9 @@ def test_monitor_says_it_cannot_tell_once_for_every_gpu_it_applies_to():
 
     with fake_nvml("containerized"):
         sample = Sampler(NvmlSource().read, lambda: ()).sample_once()
-    lines = [line for line in grouped_notes({0: notes_for(sample, 0), 1: notes_for(sample, 1)}) if "cannot tell" in line]
+    lines = [
+        line for line in grouped_notes({0: notes_for(sample, 0), 1: notes_for(sample, 1)}) if "cannot tell" in line
+    ]
     assert len(lines) == 1 and lines[0].startswith("GPUs 0, 1: ")
 
 
@@ -155,19 +165,38 @@ def test_a_trace_keeps_which_pids_were_not_processes_here():
 
 def test_other_process_rule_never_names_a_pid_that_is_no_process_here():
     gone = OtherProcess(4_200_999, 30 * GiB, "not a process here", here=False)
-    r = OomReadings(requested=8 * GiB, device_total=40 * GiB, device_free=2 * GiB, bytes_in_use=7 * GiB,
-                    pool_bytes=8 * GiB, bytes_limit=30 * GiB, largest_free_block=GiB, others=(gone,), synthetic=True)
+    r = OomReadings(
+        requested=8 * GiB,
+        device_total=40 * GiB,
+        device_free=2 * GiB,
+        bytes_in_use=7 * GiB,
+        pool_bytes=8 * GiB,
+        bytes_limit=30 * GiB,
+        largest_free_block=GiB,
+        others=(gone,),
+        synthetic=True,
+    )
     fix = next(f for f in advise(r) if f.kind == "other_process")
     assert "Shut down" not in fix.action and "pids 4200999" in fix.action
 
 
 def test_host_pids_beyond_this_kernels_pool_are_a_fix_that_names_no_pid_to_shut_down():
     # 12 + 6 GiB listed by host pid; this kernel's pool (4 GiB) is in one of them: up to 14 GiB others'.
-    listed = (OtherProcess(4_201_002, 12 * GiB, "host pid, not a process here", here=False),
-              OtherProcess(4_201_003, 6 * GiB, "host pid, not a process here", here=False))
-    r = OomReadings(requested=8 * GiB, device_total=40 * GiB, device_free=GiB, bytes_in_use=4 * GiB,
-                    pool_bytes=4 * GiB, bytes_limit=4 * GiB, largest_free_block=0, host_pid_processes=listed,
-                    synthetic=True)
+    listed = (
+        OtherProcess(4_201_002, 12 * GiB, "host pid, not a process here", here=False),
+        OtherProcess(4_201_003, 6 * GiB, "host pid, not a process here", here=False),
+    )
+    r = OomReadings(
+        requested=8 * GiB,
+        device_total=40 * GiB,
+        device_free=GiB,
+        bytes_in_use=4 * GiB,
+        pool_bytes=4 * GiB,
+        bytes_limit=4 * GiB,
+        largest_free_block=0,
+        host_pid_processes=listed,
+        synthetic=True,
+    )
     (fix,) = [f for f in advise(r) if f.kind == "other_process"]
     assert fix.title == "Processes NVML lists by host pid may hold up to 14.00 GiB (35%) of this device"
     assert "Shut down" not in fix.action and "pids 4201002, 4201003" in fix.action

@@ -34,27 +34,40 @@ SETUP = textwrap.dedent("""\
     x.block_until_ready()""")
 
 
-def run_session(tmp_path: Path, cells: list[str], ext: bool, env: dict | None = None, timeout: float = 120) -> list[dict]:
+def run_session(
+    tmp_path: Path, cells: list[str], ext: bool, env: dict | None = None, timeout: float = 120
+) -> list[dict]:
     """Each cell's record; fails the test with the process's output if it died or hung."""
     path = tmp_path / ("cells-ext.json" if ext else "cells-plain.json")
     path.write_text(json.dumps(cells))
     # PYTHONPATH: this checkout's package, not whichever one the environment installed
-    full_env = {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-                "PYTHONPATH": str(SESSION.parents[1]), **(env or {})}
+    full_env = {
+        "JAX_PLATFORMS": "cpu",
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(SESSION.parents[1]),
+        **(env or {}),
+    }
     args = [sys.executable, str(SESSION), str(path)] + (["--ext"] if ext else [])
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=tmp_path)
     except subprocess.TimeoutExpired as err:
-        pytest.fail(f"{'with' if ext else 'without'} the extension, the session hung for {timeout} s; "
-                    f"progress: {(err.stderr or b'')[-2000:]!r}")
+        pytest.fail(
+            f"{'with' if ext else 'without'} the extension, the session hung for {timeout} s; "
+            f"progress: {(err.stderr or b'')[-2000:]!r}"
+        )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert proc.returncode == 0 and line is not None, (
         f"{'with' if ext else 'without'} the extension the process ended with code {proc.returncode}\n"
-        + proc.stdout[-3000:] + proc.stderr[-3000:])
+        + proc.stdout[-3000:]
+        + proc.stderr[-3000:]
+    )
     return json.loads(line[4:])
 
 
-def compare(tmp_path: Path, cells: list[str], env: dict | None = None, timeout: float = 120) -> tuple[list[dict], list[dict]]:
+def compare(
+    tmp_path: Path, cells: list[str], env: dict | None = None, timeout: float = 120
+) -> tuple[list[dict], list[dict]]:
     """(plain, with extension): the same cells, the same outcome for each."""
     plain = run_session(tmp_path, cells, ext=False, env=env, timeout=timeout)
     loaded = run_session(tmp_path, cells, ext=True, env=env, timeout=timeout)
@@ -66,20 +79,26 @@ ASYNC_OOM_CASES = {
     "assigned": ["y = f(x)", "1 + 1"],
     "handled": ["try:\n    y = f(x); y.block_until_ready()\nexcept Exception:\n    pass", "1 + 1"],
     "in a function": ["def run(x):\n    y = f(x)\n    return float(y.sum())", "run(x)", "1 + 1"],
-    "in a list": ["losses = []\nfor i in range(2):\n    losses.append(f(x))", "len(losses)",
-                  "try:\n    float(losses[0].sum())\nexcept Exception as err:\n    print(type(err).__name__)"],
+    "in a list": [
+        "losses = []\nfor i in range(2):\n    losses.append(f(x))",
+        "len(losses)",
+        "try:\n    float(losses[0].sum())\nexcept Exception as err:\n    print(type(err).__name__)",
+    ],
 }
 
 
 # The version matrix runs one case, with and without the doctor, to keep its time down.
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.jax_versions) if c == "in a function" else c
-                                  for c in ASYNC_OOM_CASES])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.jax_versions) if c == "in a function" else c for c in ASYNC_OOM_CASES]
+)
 @pytest.mark.parametrize("doctor", ["on", "off"])
 def test_an_array_whose_allocation_failed_does_not_abort_the_kernel(tmp_path, case, doctor):
     """Every cell ends as it does without the extension, the process lives, the next cell runs."""
     cells = [SETUP] + ([] if doctor == "on" else ["pass"]) + ASYNC_OOM_CASES[case]
     if doctor == "off":
-        cells[1] = "get_ipython().run_line_magic('gpumem', 'doctor off') if 'gpumem' in get_ipython().magics_manager.magics['line'] else None"
+        cells[1] = (
+            "get_ipython().run_line_magic('gpumem', 'doctor off') if 'gpumem' in get_ipython().magics_manager.magics['line'] else None"
+        )
     plain, loaded = compare(tmp_path, cells)
     assert loaded[-1]["ok"]
 
@@ -106,16 +125,22 @@ def test_typed_commands_survive_failed_arrays(tmp_path):
 def test_an_array_whose_computation_failed_is_not_listed_as_held_memory(tmp_path):
     """The 16 TiB output of a failed computation was never allocated: %gpumem arrays leaves it
     out of the live arrays and their bytes, and names it, sized from shape and dtype only."""
-    cells = [SETUP, "y = f(x)", "try:\n    y.block_until_ready()\nexcept Exception as err:\n    print(type(err).__name__)",
-             "%gpumem arrays"]
+    cells = [
+        SETUP,
+        "y = f(x)",
+        "try:\n    y.block_until_ready()\nexcept Exception as err:\n    print(type(err).__name__)",
+        "%gpumem arrays",
+    ]
     loaded = run_session(tmp_path, cells, ext=True)
     assert "RESOURCE_EXHAUSTED" in loaded[2]["out"] or "Error" in loaded[2]["out"], loaded[2]
     shown = loaded[3]["out"]
     assert shown.startswith("1 live JAX arrays, 3.91 KiB in device memory"), shown
     table = shown.splitlines()[1:]
     assert not [row for row in table if "float32[4398046511104]" in row]
-    assert ("Left out: 1 array whose computation failed, holding no memory: float32[4398046511104] "
-            "(16.00 TiB asked for) held by y.") in shown
+    assert (
+        "Left out: 1 array whose computation failed, holding no memory: float32[4398046511104] "
+        "(16.00 TiB asked for) held by y."
+    ) in shown
 
 
 @pytest.mark.jax_versions
@@ -179,8 +204,11 @@ def test_sharded_arrays_are_not_multiplied_by_the_extension(tmp_path):
 @pytest.mark.jax_versions
 def test_shard_views_the_user_made_are_not_listed_as_arrays(tmp_path):
     """After ``addressable_shards``, JAX lists the per-shard views too; they are not new memory."""
-    cells = [SHARDED, "views = [s.data for s in arrays[0].addressable_shards]\nprint(len(jax.live_arrays()))",
-             "%gpumem arrays"]
+    cells = [
+        SHARDED,
+        "views = [s.data for s in arrays[0].addressable_shards]\nprint(len(jax.live_arrays()))",
+        "%gpumem arrays",
+    ]
     loaded = run_session(tmp_path, cells, ext=True, env=FOUR_CPUS)
     assert loaded[1]["out"].strip() == "9"
     assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in device memory"), loaded[2]["out"]
@@ -201,9 +229,13 @@ def test_an_array_shown_on_the_cpu_is_counted_once(tmp_path):
     """Showing a CPU array makes JAX keep a second Array of the same buffer as its numpy view's
     owner (JAX 0.10.2, jax/_src/array.py ``ArrayImpl._value``): jax.live_arrays() lists 3 arrays
     for 2 buffers. The listing and the running total count each buffer once."""
-    cells = ["import jax, jax.numpy as jnp\nbatch = jnp.ones((512, 1024))", "batch * 2",
-             "print(len(jax.live_arrays()))", "%gpumem arrays",
-             "from jupyter_gpumem.doctor import array_cells\nprint(array_cells.device_bytes())"]
+    cells = [
+        "import jax, jax.numpy as jnp\nbatch = jnp.ones((512, 1024))",
+        "batch * 2",
+        "print(len(jax.live_arrays()))",
+        "%gpumem arrays",
+        "from jupyter_gpumem.doctor import array_cells\nprint(array_cells.device_bytes())",
+    ]
     loaded = run_session(tmp_path, cells, ext=True)
     assert loaded[2]["out"].strip() == "3"
     assert loaded[3]["out"].startswith("2 live JAX arrays, 4.00 MiB in device memory"), loaded[3]["out"]
@@ -212,9 +244,12 @@ def test_an_array_shown_on_the_cpu_is_counted_once(tmp_path):
 
 
 def test_arrays_are_sized_per_device_from_the_sharding(tmp_path):
-    cells = [SHARDED, "from jupyter_gpumem import doctor\n"
-                      "r = next(r for r in doctor.live_arrays() if 'arrays[0]' in r.names)\n"
-                      "print(sorted(r.bytes_per_device.items()), r.nbytes)"]
+    cells = [
+        SHARDED,
+        "from jupyter_gpumem import doctor\n"
+        "r = next(r for r in doctor.live_arrays() if 'arrays[0]' in r.names)\n"
+        "print(sorted(r.bytes_per_device.items()), r.nbytes)",
+    ]
     loaded = run_session(tmp_path, cells, ext=True, env=FOUR_CPUS)
     assert loaded[1]["out"].strip() == "[(0, 100), (1, 100), (2, 100), (3, 100)] 400"
 
@@ -260,19 +295,24 @@ def test_odd_objects_in_the_namespace_are_skipped_and_counted(tmp_path):
 
 def test_a_long_list_of_arrays_is_walked_whole(tmp_path):
     """20,000 arrays in one list are each named by their index, not 'held elsewhere'."""
-    cells = [SETUP, "xs = [jnp.full((), i) for i in range(20_000)]",
-             "from jupyter_gpumem import doctor\n"
-             "recs = doctor.live_arrays()\n"
-             "print(sum(1 for r in recs if any(n.startswith('xs[') for n in r.names)))"]
+    cells = [
+        SETUP,
+        "xs = [jnp.full((), i) for i in range(20_000)]",
+        "from jupyter_gpumem import doctor\n"
+        "recs = doctor.live_arrays()\n"
+        "print(sum(1 for r in recs if any(n.startswith('xs[') for n in r.names)))",
+    ]
     loaded = run_session(tmp_path, cells, ext=True)
     assert loaded[2]["out"].strip() == "20000"
 
 
 @pytest.mark.jax_versions
 def test_an_array_reusing_a_donated_buffer_belongs_to_the_cell_that_made_it(tmp_path):
-    cells = ["import jax, jax.numpy as jnp\nx = jnp.ones((1000,))",
-             "g = jax.jit(lambda a: a * 2, donate_argnums=0)\nx = g(x)",
-             "from jupyter_gpumem import doctor\nprint([r.cell for r in doctor.live_arrays() if 'x' in r.names])"]
+    cells = [
+        "import jax, jax.numpy as jnp\nx = jnp.ones((1000,))",
+        "g = jax.jit(lambda a: a * 2, donate_argnums=0)\nx = g(x)",
+        "from jupyter_gpumem import doctor\nprint([r.cell for r in doctor.live_arrays() if 'x' in r.names])",
+    ]
     loaded = run_session(tmp_path, cells, ext=True)
     assert loaded[2]["out"].strip() == "[2]"  # the second cell made today's x
 
@@ -288,7 +328,8 @@ MEMORY_KINDS = [
     "    h = jax.device_put(jnp.ones((1000,)), SingleDeviceSharding(jax.devices()[0], memory_kind='pinned_host'))",
     "r = next((r for r in doctor.live_arrays() if 'h' in r.names), None)\n"
     "print(r and (r.device_bytes, r.host_bytes, r.memory_kind))",
-    "%gpumem arrays --top 3"]
+    "%gpumem arrays --top 3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -311,15 +352,20 @@ def test_host_memory_arrays_are_not_device_bytes(memory_kinds):
     if memory_kinds[1]["out"].split()[1] != "True":
         pytest.skip("this JAX's CPU device has no pinned_host memory")
     assert memory_kinds[4]["out"].strip() == "(0, 4000, 'pinned_host')"
-    assert "host (pinned_host): 3.91 KiB" in memory_kinds[5]["out"] and "and 3.91 KiB in host memory" in memory_kinds[5]["out"]
+    assert (
+        "host (pinned_host): 3.91 KiB" in memory_kinds[5]["out"]
+        and "and 3.91 KiB in host memory" in memory_kinds[5]["out"]
+    )
 
 
 @pytest.mark.jax_versions
 def test_jax_lists_live_arrays_newest_first(tmp_path):
     """The per-cell bookkeeping stops at the first array it knows; that needs this order
     (jaxlib py_array.cc links each new array at the head of the client's list)."""
-    cells = ["import jax, jax.numpy as jnp\na = jnp.ones(3); b = jnp.ones(4); c = jnp.ones(5)\n"
-             "print([x.shape[0] for x in jax.live_arrays()])"]
+    cells = [
+        "import jax, jax.numpy as jnp\na = jnp.ones(3); b = jnp.ones(4); c = jnp.ones(5)\n"
+        "print([x.shape[0] for x in jax.live_arrays()])"
+    ]
     plain = run_session(tmp_path, cells, ext=False)
     assert plain[0]["out"].strip() == "[5, 4, 3]"
 
@@ -360,8 +406,15 @@ def test_free_interrupted_says_what_was_done(tmp_path):
 
 def test_a_recording_stops_at_unload_without_a_last_bogus_sample(tmp_path):
     count = "print(len(open('rec.jsonl').read().splitlines()))"
-    cells = [SETUP, "%gpumem record rec.jsonl --interval 0.05", "import time; time.sleep(0.3)",
-             "%unload_ext jupyter_gpumem", count, "time.sleep(0.3)", count]
+    cells = [
+        SETUP,
+        "%gpumem record rec.jsonl --interval 0.05",
+        "import time; time.sleep(0.3)",
+        "%unload_ext jupyter_gpumem",
+        count,
+        "time.sleep(0.3)",
+        count,
+    ]
     loaded = run_session(tmp_path, cells, ext=True)
     assert all(c["ok"] for c in loaded), loaded
     assert int(loaded[4]["out"]) >= 5 and loaded[4]["out"] == loaded[6]["out"]
@@ -414,7 +467,9 @@ def test_the_oom_reports_peak_section_compiles_nothing(monkeypatch):
 
     monkeypatch.setattr(jax_arrays, "compile_with_dump", refuse)
     monkeypatch.setattr(jax_arrays, "_compiled", refuse)
-    sample = Sample(t=0.0, pid=1, devices=NotAvailable("no_nvml", "synthetic"), jax=NotAvailable("not_started", "synthetic"))
+    sample = Sample(
+        t=0.0, pid=1, devices=NotAvailable("no_nvml", "synthetic"), jax=NotAvailable("not_started", "synthetic")
+    )
     text = (HERE / "data" / "peak_buffers" / "synthetic_cell_oom.txt").read_text()
     report = doctor.oom_report(JaxRuntimeError(text), sample=sample, live=[], synthetic=True)
     assert report.peak_rows and report.peak_rows[0].split()[:3] == ["3.00", "GiB", "75%"]

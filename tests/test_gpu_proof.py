@@ -94,7 +94,11 @@ def test_a_requirement_counts_only_where_its_marker_holds_on_the_gpu_machine():
 
 
 def test_two_versions_of_one_package_are_refused():
-    names = ["traitlets-5.16.1-py3-none-any.whl", "traitlets-5.14.0-py3-none-any.whl", "jedi-0.20.1-py2.py3-none-any.whl"]
+    names = [
+        "traitlets-5.16.1-py3-none-any.whl",
+        "traitlets-5.14.0-py3-none-any.whl",
+        "jedi-0.20.1-py2.py3-none-any.whl",
+    ]
     assert gpu_proof_check.duplicate_packages(names) == ["traitlets (5.16.1, 5.14.0)"]
 
 
@@ -102,17 +106,23 @@ def test_the_wheels_must_be_the_pins_exactly():
     pins = gpu_proof_check.parse_pins("# comment\nprompt_toolkit==3.0.53\nparso==0.8.7\n")
     wheels = ["prompt_toolkit-3.0.52-py3-none-any.whl", "wcwidth-0.9.4-cp310-abi3-manylinux2014_x86_64.whl"]
     assert gpu_proof_check.pin_gaps(pins, wheels) == [
-        "parso==0.8.7 missing", "prompt-toolkit is 3.0.52, pinned 3.0.53", "wcwidth 0.9.4 is not pinned"]
+        "parso==0.8.7 missing",
+        "prompt-toolkit is 3.0.52, pinned 3.0.53",
+        "wcwidth 0.9.4 is not pinned",
+    ]
 
 
-@pytest.mark.parametrize("wheel, fits", [
-    ("ipython-9.18.1-py3-none-any.whl", True),
-    ("wcwidth-0.9.4-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl", True),
-    ("psutil-7.0.0-cp312-cp312-manylinux_2_28_x86_64.whl", True),
-    ("psutil-7.0.0-cp311-cp311-manylinux_2_28_x86_64.whl", False),
-    ("psutil-7.0.0-cp312-cp312-manylinux_2_28_aarch64.whl", False),
-    ("psutil-7.0.0-cp312-cp312-macosx_11_0_arm64.whl", False),
-])
+@pytest.mark.parametrize(
+    "wheel, fits",
+    [
+        ("ipython-9.18.1-py3-none-any.whl", True),
+        ("wcwidth-0.9.4-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl", True),
+        ("psutil-7.0.0-cp312-cp312-manylinux_2_28_x86_64.whl", True),
+        ("psutil-7.0.0-cp311-cp311-manylinux_2_28_x86_64.whl", False),
+        ("psutil-7.0.0-cp312-cp312-manylinux_2_28_aarch64.whl", False),
+        ("psutil-7.0.0-cp312-cp312-macosx_11_0_arm64.whl", False),
+    ],
+)
 def test_a_wheel_fits_the_gpu_machine_only_for_cpython_312_on_x86_64_linux(wheel, fits):
     assert gpu_proof_check.wheel_fits_device(wheel) is fits
 
@@ -127,8 +137,12 @@ def test_the_pinned_wheels_list_parses_and_names_ipython():
 
 
 def test_each_recording_starts_without_the_callers_allocator_variables():
-    base = {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "TF_GPU_ALLOCATOR": "cuda_malloc_async", "HOME": "/root",
-            "PYTHONPATH": "/elsewhere"}
+    base = {
+        "XLA_PYTHON_CLIENT_ALLOCATOR": "platform",
+        "TF_GPU_ALLOCATOR": "cuda_malloc_async",
+        "HOME": "/root",
+        "PYTHONPATH": "/elsewhere",
+    }
     env = gpu_proof.clean_env(base, {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, "/repo:/tmp/site")
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert "XLA_PYTHON_CLIENT_ALLOCATOR" not in env and "TF_GPU_ALLOCATOR" not in env
@@ -169,7 +183,12 @@ def test_a_probe_meant_to_abort_is_judged_by_its_exit():
 
 def test_cuda_async_exactness_is_judged_on_the_rise_in_bytes_in_use():
     probe = _probe("cuda_async_growing")
-    exact = {"_result": True, "s0": {"bytes_in_use": 4096}, "s1": {"bytes_in_use": 4096 + 4_000_004}, "requested": 4_000_004}
+    exact = {
+        "_result": True,
+        "s0": {"bytes_in_use": 4096},
+        "s1": {"bytes_in_use": 4096 + 4_000_004},
+        "requested": 4_000_004,
+    }
     rounded = dict(exact, s1={"bytes_in_use": 4096 + 4_000_256})
     check = probe.checks[0]
     assert check.judge(exact)[1] is True
@@ -177,13 +196,18 @@ def test_cuda_async_exactness_is_judged_on_the_rise_in_bytes_in_use():
 
 
 def test_the_oom_size_is_read_in_xlas_human_units_only():
-    assert gpu_proof_facts.human_oom_size("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 21.88GiB.") == "21.88GiB"
+    assert (
+        gpu_proof_facts.human_oom_size("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 21.88GiB.")
+        == "21.88GiB"
+    )
     assert gpu_proof_facts.human_oom_size("Out of memory while trying to allocate 7406166528 bytes.") is None
 
 
 def test_the_fact_table_has_a_row_per_check_and_counts_each_verdict():
-    rows = [gpu_proof_facts.Row("p", "a | b", "page", "x", "y", gpu_proof_facts.HOLDS),
-            gpu_proof_facts.Row("p", "c", "page", "x", "z", gpu_proof_facts.NO_READING)]
+    rows = [
+        gpu_proof_facts.Row("p", "a | b", "page", "x", "y", gpu_proof_facts.HOLDS),
+        gpu_proof_facts.Row("p", "c", "page", "x", "z", gpu_proof_facts.NO_READING),
+    ]
     table = gpu_proof_facts.render_table(rows)
     assert "| p | a \\| b | x | y | **holds** |" in table
     assert table.rstrip().endswith("1 hold, 0 do not hold, 1 without a reading.")
@@ -196,25 +220,43 @@ def test_an_unknown_probe_name_is_refused_with_the_valid_ones():
 
 def test_a_probe_that_ran_on_the_cpu_gives_no_reading_whatever_it_saw():
     # A CPU's memory_stats() is None too: that must not count as "platform: memory_stats() is None".
-    on_cpu = {"_rc": 0, "_result": True, "_timed_out": False, "_stderr": "", "stats_is_none": True, "s": None,
-              "platform": "cpu", "error": "RESOURCE_EXHAUSTED: Out of memory allocating 412316860416 bytes."}
+    on_cpu = {
+        "_rc": 0,
+        "_result": True,
+        "_timed_out": False,
+        "_stderr": "",
+        "stats_is_none": True,
+        "s": None,
+        "platform": "cpu",
+        "error": "RESOURCE_EXHAUSTED: Out of memory allocating 412316860416 bytes.",
+    }
     rows = gpu_proof_facts.judge(_probe("platform"), on_cpu)
     assert [r.verdict for r in rows] == [gpu_proof_facts.NO_READING] * 2
     assert rows[0].seen == "JAX ran on cpu, not on a GPU"
 
 
 def test_a_backend_that_failed_to_start_is_still_judged():
-    raised = {"_rc": 0, "_result": True, "_timed_out": False, "_stderr": "", "platform": None,
-              "error": "RuntimeError: Unable to initialize backend 'cuda'", "cuda_plugins": ["jax-cuda13-plugin"]}
+    raised = {
+        "_rc": 0,
+        "_result": True,
+        "_timed_out": False,
+        "_stderr": "",
+        "platform": None,
+        "error": "RuntimeError: Unable to initialize backend 'cuda'",
+        "cuda_plugins": ["jax-cuda13-plugin"],
+    }
     row = gpu_proof_facts.judge(_probe("bad_allocator"), raised)[0]
     assert row.verdict == gpu_proof_facts.FAILS and row.seen.startswith("raised: RuntimeError: Unable to initialize")
 
 
-@pytest.mark.parametrize("text, is_oom", [
-    ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 128.00GiB.", True),
-    ("INTERNAL: Failed to load in-memory CUBIN: CUDA_ERROR_OUT_OF_MEMORY: out of memory", True),
-    ("jax.errors.JaxRuntimeError: INTERNAL: ptxas exited with non-zero error code 255", False),
-])
+@pytest.mark.parametrize(
+    "text, is_oom",
+    [
+        ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 128.00GiB.", True),
+        ("INTERNAL: Failed to load in-memory CUBIN: CUDA_ERROR_OUT_OF_MEMORY: out of memory", True),
+        ("jax.errors.JaxRuntimeError: INTERNAL: ptxas exited with non-zero error code 255", False),
+    ],
+)
 def test_only_an_out_of_memory_text_counts_as_the_oom_a_recording_wanted(text, is_oom):
     assert gpu_proof.is_oom_text(text) is is_oom
 
@@ -226,7 +268,13 @@ def test_a_trace_without_a_gpu_reading_is_not_a_recording_of_the_gpu(tmp_path):
     path = tmp_path / "t.jsonl"
     with TraceWriter(path, {"synthetic": False}) as writer:
         for t in range(3):
-            writer.write_sample(Sample(float(t), 1, NotAvailable("no_library", "no NVML"),
-                                       NotAvailable("not_started", "JAX has not started")))
+            writer.write_sample(
+                Sample(
+                    float(t),
+                    1,
+                    NotAvailable("no_library", "no NVML"),
+                    NotAvailable("not_started", "JAX has not started"),
+                )
+            )
     assert gpu_proof.trace_problem(str(path)) == "no sample has a JAX reading on a GPU (JAX ran on the CPU?)"
     assert gpu_proof.trace_problem(str(tmp_path / "absent.jsonl")) == "no trace written"

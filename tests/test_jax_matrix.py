@@ -56,10 +56,13 @@ def test_an_environment_is_kept_per_release_and_requirements(monkeypatch):
     assert jax_matrix.environment_key("0.7.2") != key
 
 
-@pytest.mark.parametrize("output, line", [
-    ("....\n12 passed in 3.10s\n", "12 passed in 3.10s"),
-    ("F.\n=== 1 failed, 1 passed in 2.00s ===\n", "1 failed, 1 passed in 2.00s"),
-    ("", "(no output)"),
-])
+@pytest.mark.parametrize(
+    "output, line",
+    [
+        ("....\n12 passed in 3.10s\n", "12 passed in 3.10s"),
+        ("F.\n=== 1 failed, 1 passed in 2.00s ===\n", "1 failed, 1 passed in 2.00s"),
+        ("", "(no output)"),
+    ],
+)
 def test_each_release_is_summed_up_by_pytest_s_last_line(output, line):
     assert jax_matrix.last_line(output) == line

@@ -27,7 +27,9 @@ def _catch_alls(tree: ast.AST) -> int:
     for node in ast.walk(tree):
         if isinstance(node, ast.ExceptHandler):
             kinds = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
-            if node.type is None or any(isinstance(k, ast.Name) and k.id in ("Exception", "BaseException") for k in kinds):
+            if node.type is None or any(
+                isinstance(k, ast.Name) and k.id in ("Exception", "BaseException") for k in kinds
+            ):
                 count += 1
     return count
 
@@ -82,8 +84,12 @@ def test_no_module_is_over_650_lines(path):
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_function_is_over_60_lines(path):
     """From ``def`` to its last line, docstring included: a longer one reads and computes at once."""
-    long = {node.name: node.end_lineno - node.lineno + 1 for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= MAX_FUNCTION_LINES}
+    long = {
+        node.name: node.end_lineno - node.lineno + 1
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno >= MAX_FUNCTION_LINES
+    }
     assert long == {}
 
 
@@ -118,7 +124,11 @@ def test_the_private_name_check_sees_imports_and_attribute_reads():
         "names._walk(); units._scale; names.public(); self._own\n"
     )
     taken = private_names_taken(ast.parse(code), "jupyter_gpumem.doctor.report")
-    assert sorted(taken) == ["jupyter_gpumem.core.units._scale", "jupyter_gpumem.doctor.names._walk", "jupyter_gpumem.doctor.text._hidden"]
+    assert sorted(taken) == [
+        "jupyter_gpumem.core.units._scale",
+        "jupyter_gpumem.doctor.names._walk",
+        "jupyter_gpumem.doctor.text._hidden",
+    ]
 
 
 def test_a_module_may_use_its_own_private_names():
@@ -130,10 +140,19 @@ def test_import_contracts_hold_in_a_checkout_that_was_never_built(tmp_path):
     """``lint-imports`` before any build: no ``_version.py``, no built lab extension. The layers and
     single-entry contracts in pyproject.toml are checked on the source alone."""
     shutil.copy(PACKAGE.parent / "pyproject.toml", tmp_path)
-    shutil.copytree(PACKAGE, tmp_path / "jupyter_gpumem",
-                    ignore=shutil.ignore_patterns("labextension", "_version.py", "__pycache__"))
+    shutil.copytree(
+        PACKAGE,
+        tmp_path / "jupyter_gpumem",
+        ignore=shutil.ignore_patterns("labextension", "_version.py", "__pycache__"),
+    )
     lint = Path(sys.executable).with_name("lint-imports")
-    result = subprocess.run([str(lint), "--no-cache"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    result = subprocess.run(
+        [str(lint), "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert 'type = "layers"' in (tmp_path / "pyproject.toml").read_text() and ", 0 broken." in result.stdout

@@ -41,9 +41,21 @@ def _free_port() -> int:
 def lab_command(port: int) -> list[str]:
     """``make lab``'s command for this environment's jupyter and ``port``."""
     shown = subprocess.run(
-        ["make", "-s", "--no-print-directory", "--eval", "show-lab: ; @echo $(LAB_COMMAND)", "show-lab",
-         f"LAB_PORT={port}", f"VENV={sys.prefix}"],
-        cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        [
+            "make",
+            "-s",
+            "--no-print-directory",
+            "--eval",
+            "show-lab: ; @echo $(LAB_COMMAND)",
+            "show-lab",
+            f"LAB_PORT={port}",
+            f"VENV={sys.prefix}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return shlex.split(shown)
 
 
@@ -52,11 +64,16 @@ def lab():
     """The server ``make lab`` starts, and the URL it printed."""
     port = _free_port()
     home = pathlib.Path(tempfile.mkdtemp(prefix="gpumem-lab-"))
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-           "HOME": str(home)}
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "HOME": str(home),
+    }
     log = open(home / "log.txt", "w+")
-    proc = subprocess.Popen(lab_command(port) + ["--ServerApp.ip=127.0.0.1"], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        lab_command(port) + ["--ServerApp.ip=127.0.0.1"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 120
         printed = None

@@ -68,10 +68,14 @@ def executed(name: str) -> nbformat.NotebookNode:
         # IPC sockets: TCP port picking races with other processes on a busy machine
         # ("ZMQError: Address already in use").
         # The socket path is absolute: the kernel runs in notebooks/, the client here.
-        km = KernelManager(kernel_name="python3", transport="ipc",
-                           ip=os.path.join(tempfile.mkdtemp(prefix="gpumem-nb-"), "kernel"))
+        km = KernelManager(
+            kernel_name="python3", transport="ipc", ip=os.path.join(tempfile.mkdtemp(prefix="gpumem-nb-"), "kernel")
+        )
         client = NotebookClient(
-            nb, km=km, timeout=120, startup_timeout=60,
+            nb,
+            km=km,
+            timeout=120,
+            startup_timeout=60,
             resources={"metadata": {"path": str(NOTEBOOKS)}},
         )
         client.execute(env=env)
@@ -105,7 +109,7 @@ def raised(cell) -> tuple[str, str] | None:
         if out["output_type"] == "error":
             return out["ename"], out["evalue"]
         if out["output_type"] == "stream" and out["text"].startswith("UsageError: "):
-            return "UsageError", out["text"][len("UsageError: "):]
+            return "UsageError", out["text"][len("UsageError: ") :]
     return None
 
 
@@ -131,8 +135,12 @@ def test_committed_notebook_carries_the_outputs_of_one_run_from_the_wheel(name):
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "run it again: make notebooks"
     ran = nb.metadata[RUN_NOTES_KEY]
     assert ran["executed_from"].startswith("jupyter_gpumem-") and ran["executed_from"].endswith(".whl")
-    assert not [o for c in code for o in c.outputs if o["output_type"] == "error"
-                and "raises-exception" not in c.metadata.get("tags", [])]
+    assert not [
+        o
+        for c in code
+        for o in c.outputs
+        if o["output_type"] == "error" and "raises-exception" not in c.metadata.get("tags", [])
+    ]
 
 
 # What the panel reads from metadata.jupyter_gpumem (labextension/src/allocatorSettings.ts,
@@ -189,8 +197,11 @@ def test_committed_outputs_have_the_shape_of_a_fresh_run(name):
         pytest.skip("one run had a GPU and the other had not")
 
     def shape(nb):
-        kinds = [[(o["output_type"], o.get("name") or o.get("ename") or sorted(o.get("data", {})))
-                  for o in c.outputs] for c in nb.cells if c.cell_type == "code"]
+        kinds = [
+            [(o["output_type"], o.get("name") or o.get("ename") or sorted(o.get("data", {}))) for o in c.outputs]
+            for c in nb.cells
+            if c.cell_type == "code"
+        ]
         # adjacent writes to one stream count once: how the kernel split them is timing
         return [[k for i, k in enumerate(cell) if i == 0 or k[0] != "stream" or k != cell[i - 1]] for cell in kinds]
 
@@ -205,7 +216,7 @@ def test_images_in_notebooks_are_embedded(name):
             continue
         for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", cell.source):
             assert target.startswith("attachment:"), target
-            assert target[len("attachment:"):] in cell.get("attachments", {}), target
+            assert target[len("attachment:") :] in cell.get("attachments", {}), target
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -241,7 +252,9 @@ def test_each_notebook_opens_with_one_public_call_for_whether_it_runs_live(name)
     opener = next(c for c in committed(name).cells if c.cell_type == "code")
     assert opener.source.splitlines()[0] == "%load_ext jupyter_gpumem"
     assert "LIVE = jupyter_gpumem.gpu_or_replay()" in opener.source
-    assert len(opener.source.splitlines()) <= 4 and "jupyter_gpumem." not in opener.source.replace("jupyter_gpumem.gpu_or_replay", "")
+    assert len(opener.source.splitlines()) <= 4 and "jupyter_gpumem." not in opener.source.replace(
+        "jupyter_gpumem.gpu_or_replay", ""
+    )
 
 
 MAX_MARKDOWN_WORDS = 200
@@ -249,8 +262,11 @@ MAX_MARKDOWN_WORDS = 200
 
 @pytest.mark.parametrize("name", NAMES)
 def test_markdown_cells_are_short_enough_to_read_between_cells(name):
-    long = {c.source[:50]: len(c.source.split()) for c in committed(name).cells
-            if c.cell_type == "markdown" and len(c.source.split()) > MAX_MARKDOWN_WORDS}
+    long = {
+        c.source[:50]: len(c.source.split())
+        for c in committed(name).cells
+        if c.cell_type == "markdown" and len(c.source.split()) > MAX_MARKDOWN_WORDS
+    }
     assert long == {}
 
 
@@ -267,7 +283,7 @@ def test_quickstart_says_run_all_goes_on_past_the_refused_cell_as_its_tag_makes_
     before = cells[refused - 1].source
     assert "would stop" not in before and '"Run All" goes on past it' in before
     ran = executed("quickstart")
-    assert all(c.execution_count is not None for c in ran.cells[refused + 1:] if c.cell_type == "code")
+    assert all(c.execution_count is not None for c in ran.cells[refused + 1 :] if c.cell_type == "code")
 
 
 def test_fragmentation_text_quotes_only_numbers_its_table_shows():
@@ -331,7 +347,7 @@ def test_oom_notebook_shows_the_report_after_the_error():
     error = cell.outputs[kinds.index("error")]
     assert error["ename"] in ("JaxRuntimeError", "XlaRuntimeError")
     assert "RESOURCE_EXHAUSTED" in error["evalue"]
-    after = cell.outputs[kinds.index("error") + 1:]
+    after = cell.outputs[kinds.index("error") + 1 :]
     report = "\n".join(o.get("data", {}).get("text/plain", "") for o in after)
     assert "JAX ran out of memory (jupyter-gpumem doctor)" in report
     assert "What to do, best first:" in report
@@ -421,7 +437,10 @@ def test_every_yes_in_the_comparison_names_a_test_that_exists():
     # pytest collects each named Python test: a name that is only a substring of another fails.
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *sorted(set(python))],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
     ids = {line.split("[")[0] for line in collected.stdout.splitlines() if "::" in line}

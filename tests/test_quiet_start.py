@@ -29,15 +29,23 @@ _FIRST_OP = """
 assert shell.run_cell("import jax.numpy as jnp; x = (jnp.ones(3) + 1).block_until_ready()").success
 """
 
-WITH_EXTENSION = _SHELL + """
+WITH_EXTENSION = (
+    _SHELL
+    + """
 shell.run_line_magic("load_ext", "jupyter_gpumem")
 assert shell.run_cell("%gpumem preallocate off").success
-""" + _FIRST_OP
+"""
+    + _FIRST_OP
+)
 
-PLAIN_JAX = _SHELL + """
+PLAIN_JAX = (
+    _SHELL
+    + """
 import os
 os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-""" + _FIRST_OP
+"""
+    + _FIRST_OP
+)
 
 # glog's prefix: severity, date, time, thread id. The rest of a line is what was said.
 _GLOG_PREFIX = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ", re.M)
@@ -80,7 +88,11 @@ def test_checking_settings_and_status_leave_jaxlib_s_extension_unloaded():
 
 _ENVIRONMENTS = [
     {},
-    {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_CLIENT_MEM_FRACTION": ".4", "XLA_PYTHON_CLIENT_ALLOCATOR": "CUDA_ASYNC"},
+    {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "XLA_CLIENT_MEM_FRACTION": ".4",
+        "XLA_PYTHON_CLIENT_ALLOCATOR": "CUDA_ASYNC",
+    },
     {"XLA_PYTHON_CLIENT_PREALLOCATE": "FALSE", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"},
     {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_malloc_async"},
     {"XLA_CLIENT_MEM_FRACTION": ".5", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".6"},
@@ -117,20 +129,23 @@ def test_the_generator_from_source_answers_as_jaxlib_s_own(monkeypatch, env):
 
 def test_a_generator_that_needs_more_of_its_module_is_not_compiled_alone(tmp_path):
     source = tmp_path / "xla_client.py"
-    source.write_text(textwrap.dedent("""
+    source.write_text(
+        textwrap.dedent("""
         import os
         _ALLOWED = ("default", "bfc")   # a literal: kept
         _LOADED = object()              # not a literal: left out
         def generate_pjrt_gpu_plugin_options():
             assert _LOADED is not None
             return {"allocator": os.getenv("XLA_PYTHON_CLIENT_ALLOCATOR", "default")}
-    """))
+    """)
+    )
     assert jax_options.generator_from_source(str(source)) is None
 
 
 def test_module_constants_the_generator_reads_are_compiled_with_it(tmp_path):
     source = tmp_path / "xla_client.py"
-    source.write_text(textwrap.dedent("""
+    source.write_text(
+        textwrap.dedent("""
         import os
         _ALLOWED = ("default", "bfc")
         def generate_pjrt_gpu_plugin_options() -> "_NameValueMapping":
@@ -138,5 +153,6 @@ def test_module_constants_the_generator_reads_are_compiled_with_it(tmp_path):
             if allocator not in _ALLOWED:
                 raise ValueError(allocator)
             return {"allocator": allocator}
-    """))
+    """)
+    )
     assert jax_options.generator_from_source(str(source))() == {"allocator": "default"}

@@ -20,9 +20,9 @@ import time
 import pytest
 
 from jupyter_gpumem.core.readings import DeviceReading, DeviceUnreadable, NotAvailable
-from jupyter_gpumem.sources.nvml import NvmlSource
 from jupyter_gpumem.sampling.sampler import Sampler
 from jupyter_gpumem.server import readings as sources_module
+from jupyter_gpumem.sources.nvml import NvmlSource
 from jupyter_gpumem.testing import fake_nvml
 
 from doubles import Clock
@@ -190,7 +190,9 @@ async def test_devices_endpoint_explains_a_driver_removed_mid_run(jp_fetch, serv
     assert "driver" in body["reason"].lower() and body["devices"] == []
 
 
-async def test_process_vanishing_between_the_list_and_the_query_is_a_plain_other_process(jp_fetch, service, world, monkeypatch):
+async def test_process_vanishing_between_the_list_and_the_query_is_a_plain_other_process(
+    jp_fetch, service, world, monkeypatch
+):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         world.add_process(0, child.pid, 2 * GiB)
@@ -234,7 +236,9 @@ def _reader_threads():
 
 async def test_devices_keeps_answering_while_a_watched_kernel_is_killed(jp_fetch, service, world):
     response = await jp_fetch(
-        "api", "sessions", method="POST",
+        "api",
+        "sessions",
+        method="POST",
         body=json.dumps({"path": "killed.ipynb", "type": "notebook", "name": "", "kernel": {"name": "python3"}}),
     )
     kernel_id = json.loads(response.body)["kernel"]["id"]
@@ -303,24 +307,42 @@ async def test_a_server_with_nvml_hung_exits_promptly_and_its_sockets_get_1001(t
     world, world_file = scenario("three_gpus"), tmp_path / "world.json"
     world.save(world_file)
     (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "jupyter_server_config.json").write_text(json.dumps({
-        "ServerApp": {"ip": "127.0.0.1", "port": port, "port_retries": 0, "open_browser": False, "allow_root": True,
-                      "root_dir": str(tmp_path), "jpserver_extensions": {"jupyter_gpumem": True}},
-        "IdentityProvider": {"token": token},
-        "GpuMem": {"poll_interval": 0.2},
-    }))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), root]), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    (tmp_path / "config" / "jupyter_server_config.json").write_text(
+        json.dumps(
+            {
+                "ServerApp": {
+                    "ip": "127.0.0.1",
+                    "port": port,
+                    "port_retries": 0,
+                    "open_browser": False,
+                    "allow_root": True,
+                    "root_dir": str(tmp_path),
+                    "jpserver_extensions": {"jupyter_gpumem": True},
+                },
+                "IdentityProvider": {"token": token},
+                "GpuMem": {"poll_interval": 0.2},
+            }
+        )
+    )
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), root]),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
     env[ENV_VAR] = str(world_file)
     log = tmp_path / "server.log"
-    server = subprocess.Popen([sys.executable, "-m", "jupyter_server"], env=env, cwd=tmp_path,
-                              stdout=log.open("w"), stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server"], env=env, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
     base = f"127.0.0.1:{port}/jupyter-gpumem/api/devices"
     try:
         for _ in range(300):
             try:
                 request = urllib.request.Request(f"http://{base}", headers={"Authorization": f"token {token}"})
-                await asyncio.get_running_loop().run_in_executor(None, lambda: urllib.request.urlopen(request, timeout=5).read())
+                await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: urllib.request.urlopen(request, timeout=5).read()
+                )
                 break
             except OSError:
                 assert server.poll() is None, log.read_text()[-3000:]

@@ -20,20 +20,55 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jupyter_gpumem
-from jupyter_gpumem.settings import apply as allocator_shim
-from jupyter_gpumem.settings.configure import configure_from_notebook
-from jupyter_gpumem.settings.apply import SettingsError
-from jupyter_gpumem.kernel.magics import Command, MagicUsageError, parse_line
-from jupyter_gpumem.testing import fake_nvml
 from jupyter_gpumem.core.tracefile import Trace, TraceError, read_trace_bytes
+from jupyter_gpumem.kernel.magics import Command, MagicUsageError, parse_line
+from jupyter_gpumem.settings.apply import SettingsError
+from jupyter_gpumem.settings.configure import configure_from_notebook
+from jupyter_gpumem.testing import fake_nvml
 
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
 SETTING_NAMES = ("preallocate", "fraction", "allocator", "async_prealloc", "remat")
 GRAMMAR_WORDS = [
-    "preallocate", "prealloc", "fraction", "mem_fraction", "allocator", "async_prealloc", "remat",
-    "on", "off", "true", "false", ".5", "50%", "0", "1.5", "-1", "nan", "inf", "2GiB", "all",
-    "bfc", "platform", "cuda_async", "default", "status", "reset", "help", "-h", "--help",
-    "monitor", "record", "estimate", "doctor", "'", '"', "\\", "%", "=", "\x00", "😀",
+    "preallocate",
+    "prealloc",
+    "fraction",
+    "mem_fraction",
+    "allocator",
+    "async_prealloc",
+    "remat",
+    "on",
+    "off",
+    "true",
+    "false",
+    ".5",
+    "50%",
+    "0",
+    "1.5",
+    "-1",
+    "nan",
+    "inf",
+    "2GiB",
+    "all",
+    "bfc",
+    "platform",
+    "cuda_async",
+    "default",
+    "status",
+    "reset",
+    "help",
+    "-h",
+    "--help",
+    "monitor",
+    "record",
+    "estimate",
+    "doctor",
+    "'",
+    '"',
+    "\\",
+    "%",
+    "=",
+    "\x00",
+    "😀",
 ]
 
 
@@ -63,8 +98,11 @@ HEADER = {"kind": "header", "format": 1, "synthetic": True, "devices": []}
 SAMPLE = {"kind": "sample", "t": 1.0, "pid": 1, "devices": [], "jax": []}
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=10),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=10),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
@@ -128,8 +166,12 @@ def test_a_cut_trace_keeps_every_complete_line_before_the_cut(cut):
 
 unknown_names = st.text(min_size=1, max_size=15).filter(lambda s: s.isidentifier() and s not in SETTING_NAMES)
 bad_fraction = st.one_of(
-    st.floats(max_value=0.0), st.floats(min_value=1.0, exclude_min=True), st.just(float("nan")),
-    st.booleans(), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    st.floats(max_value=0.0),
+    st.floats(min_value=1.0, exclude_min=True),
+    st.just(float("nan")),
+    st.booleans(),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
 )
 
 
@@ -148,7 +190,9 @@ def test_configure_with_nonsense_raises_a_clear_error_and_changes_nothing(nonsen
     with pytest.raises(SettingsError) as err:
         jupyter_gpumem.configure(**kwargs)
     message = str(err.value)
-    assert any(word in message for word in ("settings are", "(0, 1]", "takes", "valid", "expected", "refused", "started"))
+    assert any(
+        word in message for word in ("settings are", "(0, 1]", "takes", "valid", "expected", "refused", "started")
+    )
     assert dict(os.environ) == env
     assert [(s.name, s.value, s.source) for s in jupyter_gpumem.status().settings] == state
 
@@ -166,7 +210,9 @@ query_keys = st.one_of(st.sampled_from(["notebook", "NOTEBOOK", "", "x", "notebo
     lambda k: k != "token"
 )
 query_values = st.one_of(
-    st.sampled_from(["a.ipynb", "../../etc/passwd", "/etc/passwd", "a//b.ipynb", "./a.ipynb", "a\\b", "%00", "x" * 5000]),
+    st.sampled_from(
+        ["a.ipynb", "../../etc/passwd", "/etc/passwd", "a//b.ipynb", "./a.ipynb", "a\\b", "%00", "x" * 5000]
+    ),
     st.text(max_size=40),
 )
 query_strings = st.one_of(
@@ -179,7 +225,9 @@ query_strings = st.one_of(
 )
 
 
-async def test_random_query_strings_on_every_route_get_200_or_a_json_400(jp_fetch, jp_http_port, jp_base_url, jp_auth_header):
+async def test_random_query_strings_on_every_route_get_200_or_a_json_400(
+    jp_fetch, jp_http_port, jp_base_url, jp_auth_header
+):
     base = f"http://127.0.0.1:{jp_http_port}{jp_base_url}jupyter-gpumem/api/"
     seen = set()
 
@@ -216,13 +264,16 @@ long_names = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("
 ws_query_strings = st.one_of(
     query_strings,
     st.lists(st.tuples(st.one_of(long_names, query_keys), query_values), min_size=1, max_size=3).map(
-        lambda pairs: "&".join(f"{urllib.parse.quote(k, safe='')}={urllib.parse.quote(v, safe='')}"
-                               for k, v in pairs if k != "token")
+        lambda pairs: "&".join(
+            f"{urllib.parse.quote(k, safe='')}={urllib.parse.quote(v, safe='')}" for k, v in pairs if k != "token"
+        )
     ),
 )
 
 
-async def test_random_query_strings_on_the_socket_get_the_answer_or_a_1008_close(jp_fetch, jp_http_port, jp_base_url, jp_auth_header):
+async def test_random_query_strings_on_the_socket_get_the_answer_or_a_1008_close(
+    jp_fetch, jp_http_port, jp_base_url, jp_auth_header
+):
     """Each client either gets the /devices JSON or a 1008 close with a reason of at most 123
     UTF-8 bytes and no control characters; never an abnormal close (no code)."""
     from tornado.httpclient import HTTPRequest
@@ -267,9 +318,12 @@ async def test_notebook_with_nonsense_gpumem_metadata_opens_and_its_kernel_is_li
     session on it with its path. (The panel's reading of the same metadata, which refuses every key,
     is labextension/test/allocatorSettings.test.ts; the kernel's is the next test.)"""
     notebook = {
-        "nbformat": 4, "nbformat_minor": 5,
+        "nbformat": 4,
+        "nbformat_minor": 5,
         "metadata": {"jupyter_gpumem": NONSENSE_METADATA},
-        "cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "source": "1 + 1", "outputs": [], "execution_count": None}],
+        "cells": [
+            {"cell_type": "code", "id": "c1", "metadata": {}, "source": "1 + 1", "outputs": [], "execution_count": None}
+        ],
     }
     (jp_root_dir / "odd.ipynb").write_text(json.dumps(notebook))
     response = await jp_fetch("api", "contents", "odd.ipynb")
@@ -277,7 +331,9 @@ async def test_notebook_with_nonsense_gpumem_metadata_opens_and_its_kernel_is_li
     assert response.code == 200 and model["type"] == "notebook"
     assert model["content"]["metadata"]["jupyter_gpumem"] == NONSENSE_METADATA
     session = await jp_fetch(
-        "api", "sessions", method="POST",
+        "api",
+        "sessions",
+        method="POST",
         body=json.dumps({"path": "odd.ipynb", "type": "notebook", "name": "", "kernel": {"name": "python3"}}),
     )
     kernel_id = json.loads(session.body)["kernel"]["id"]

@@ -34,7 +34,9 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-async def test_hundred_clients_are_all_answered_with_flat_nvml_reads_and_flat_memory(jp_fetch, jp_serverapp, jp_http_port, jp_base_url, jp_auth_header):
+async def test_hundred_clients_are_all_answered_with_flat_nvml_reads_and_flat_memory(
+    jp_fetch, jp_serverapp, jp_http_port, jp_base_url, jp_auth_header
+):
     service = jp_serverapp.web_app.settings["jupyter_gpumem"]
     url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}jupyter-gpumem/api/devices"
     client = AsyncHTTPClient(force_instance=True, max_clients=CLIENTS + 5)

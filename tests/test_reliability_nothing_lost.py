@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from jupyter_gpumem.core.readings import Sample
-from jupyter_gpumem.testing import DROPIN_DIR
 from jupyter_gpumem.core.tracefile import TraceWriter, read_trace
+from jupyter_gpumem.testing import DROPIN_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,10 +38,18 @@ def _wait_for_lines(path: Path, proc: subprocess.Popen, lines: int, timeout: flo
 
 def test_recording_killed_mid_run_keeps_every_sample_written_before_the_kill(tmp_path):
     out = tmp_path / "killed.jsonl"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), str(ROOT)]),
-               JUPYTER_GPUMEM_FAKE_NVML="three_gpus", JAX_PLATFORMS="cpu")
-    proc = subprocess.Popen([sys.executable, "-m", "jupyter_gpumem.record", str(out), "--interval", "0.02"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), str(ROOT)]),
+        JUPYTER_GPUMEM_FAKE_NVML="three_gpus",
+        JAX_PLATFORMS="cpu",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_gpumem.record", str(out), "--interval", "0.02"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         _wait_for_lines(out, proc, 12)
         os.kill(proc.pid, signal.SIGKILL)

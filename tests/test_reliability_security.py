@@ -14,8 +14,9 @@ import urllib.parse
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from doubles import extension_paths
 from jupyter_gpumem.testing import fake_nvml
+
+from doubles import extension_paths
 
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
 GiB = 1024**3
@@ -33,11 +34,12 @@ def world():
 
 
 async def test_every_extension_websocket_refuses_a_wrong_token_and_opens_with_the_right_one(
-        jp_serverapp, jp_ws_fetch, jp_base_url, world):
+    jp_serverapp, jp_ws_fetch, jp_base_url, world
+):
     paths = extension_paths(jp_serverapp.web_app, websockets=True)
     assert paths, "the /devices push socket at least"
     for path in paths:
-        parts = [urllib.parse.unquote(p) for p in path[len(jp_base_url):].split("/")]
+        parts = [urllib.parse.unquote(p) for p in path[len(jp_base_url) :].split("/")]
         for header in ("", "token not-the-token", "Bearer not-the-token"):
             with pytest.raises(HTTPClientError) as denied:
                 await jp_ws_fetch(*parts, headers={"Authorization": header})
@@ -47,12 +49,14 @@ async def test_every_extension_websocket_refuses_a_wrong_token_and_opens_with_th
         ws.close()
 
 
-async def test_every_extension_route_refuses_a_wrong_token_and_serves_the_right_one(jp_serverapp, jp_fetch, jp_base_url, world):
+async def test_every_extension_route_refuses_a_wrong_token_and_serves_the_right_one(
+    jp_serverapp, jp_fetch, jp_base_url, world
+):
     paths = extension_paths(jp_serverapp.web_app)
     assert len(paths) >= 3, paths  # devices, kernels, config at least
     for path in paths:
         assert path.startswith(jp_base_url) and "(" not in path, path  # no path arguments
-        parts = [urllib.parse.unquote(p) for p in path[len(jp_base_url):].split("/")]
+        parts = [urllib.parse.unquote(p) for p in path[len(jp_base_url) :].split("/")]
         for header in ("", "token not-the-token", "Bearer not-the-token"):
             with pytest.raises(HTTPClientError) as denied:
                 await jp_fetch(*parts, headers={"Authorization": header})
@@ -69,7 +73,7 @@ async def test_every_extension_route_takes_the_token_as_a_query_parameter(jp_ser
     no_header = {"Authorization": ""}
     assert (await jp_fetch("metrics", params={"token": token}, headers=no_header)).code == 200
     for path in extension_paths(jp_serverapp.web_app):
-        parts = [urllib.parse.unquote(p) for p in path[len(jp_base_url):].split("/")]
+        parts = [urllib.parse.unquote(p) for p in path[len(jp_base_url) :].split("/")]
         assert (await jp_fetch(*parts, params={"token": token}, headers=no_header)).code == 200, path
         with pytest.raises(HTTPClientError) as denied:
             await jp_fetch(*parts, params={"token": "not-the-token"}, headers=no_header)
@@ -88,10 +92,21 @@ async def test_metrics_with_our_gauges_needs_a_token(jp_fetch, world):
     assert "jupyter_gpumem_device_used_bytes" in (await jp_fetch("metrics")).body.decode()
 
 
-@pytest.mark.parametrize("notebook", [
-    "../../etc/passwd", "/etc/passwd", "a/../../etc/passwd", "..", "a/..", "./a.ipynb",
-    "a//b.ipynb", "..\\..\\etc\\passwd", "a\x00.ipynb", "notebooks/../../../etc/passwd",
-])
+@pytest.mark.parametrize(
+    "notebook",
+    [
+        "../../etc/passwd",
+        "/etc/passwd",
+        "a/../../etc/passwd",
+        "..",
+        "a/..",
+        "./a.ipynb",
+        "a//b.ipynb",
+        "..\\..\\etc\\passwd",
+        "a\x00.ipynb",
+        "notebooks/../../../etc/passwd",
+    ],
+)
 async def test_notebook_parameter_cannot_leave_the_server_root(jp_fetch, world, notebook):
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("jupyter-gpumem", "api", "devices", params={"notebook": notebook})
@@ -102,6 +117,7 @@ async def test_notebook_parameter_cannot_leave_the_server_root(jp_fetch, world, 
 
 def _other_users_process():
     """A real process owned by uid 65534 (nobody): needs root to start."""
+
     def drop():
         os.setgid(65534)
         os.setuid(65534)

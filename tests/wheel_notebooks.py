@@ -67,21 +67,39 @@ def make_environment(home: pathlib.Path, wheel: pathlib.Path) -> pathlib.Path:
     answers its python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
     python = home / "bin" / "python"
-    site = pathlib.Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                       capture_output=True, text=True, check=True).stdout.strip())
+    site = pathlib.Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # A plain path line: the dependencies, without running their .pth files (the editable install's).
     (site / "_dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
-                   check=True)
-    where = subprocess.run([str(python), "-c", "import jupyter_gpumem; print(jupyter_gpumem.__file__)"],
-                           capture_output=True, text=True, check=True, cwd=home).stdout.strip()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)], check=True
+    )
+    where = subprocess.run(
+        [str(python), "-c", "import jupyter_gpumem; print(jupyter_gpumem.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=home,
+    ).stdout.strip()
     if not where.startswith(str(site)):
         raise SystemExit(f"the environment imports jupyter_gpumem from {where}, not from the wheel in {site}")
     spec = home / "share" / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "jupyter-gpumem from its wheel", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "jupyter-gpumem from its wheel",
+                "language": "python",
+            }
+        )
+    )
     return python
 
 
@@ -93,10 +111,21 @@ def execute(path: pathlib.Path, home: pathlib.Path) -> tuple[nbformat.NotebookNo
     env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     specs = KernelSpecManager(kernel_dirs=[str(home / "share" / "jupyter" / "kernels")])
     # IPC sockets: TCP port picking races with other processes on a busy machine.
-    km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs, transport="ipc",
-                       ip=str(pathlib.Path(tempfile.mkdtemp(prefix="gpumem-ipc-")) / "kernel"))
-    client = NotebookClient(nb, km=km, timeout=180, startup_timeout=90, record_timing=False,
-                            store_widget_state=False, resources={"metadata": {"path": str(path.parent)}})
+    km = KernelManager(
+        kernel_name=KERNEL,
+        kernel_spec_manager=specs,
+        transport="ipc",
+        ip=str(pathlib.Path(tempfile.mkdtemp(prefix="gpumem-ipc-")) / "kernel"),
+    )
+    client = NotebookClient(
+        nb,
+        km=km,
+        timeout=180,
+        startup_timeout=90,
+        record_timing=False,
+        store_widget_state=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     try:
         client.execute(env=env)
     except CellExecutionError as err:
@@ -127,8 +156,12 @@ def _streams_joined(outputs: list) -> list:
     joined: list = []
     for out in outputs:
         last = joined[-1] if joined else None
-        if (out["output_type"] == "stream" and last is not None and last["output_type"] == "stream"
-                and last["name"] == out["name"]):
+        if (
+            out["output_type"] == "stream"
+            and last is not None
+            and last["output_type"] == "stream"
+            and last["name"] == out["name"]
+        ):
             last["text"] += out["text"]
         else:
             joined.append(out)
@@ -136,19 +169,30 @@ def _streams_joined(outputs: list) -> list:
 
 
 def where_it_ran(python: pathlib.Path, wheel: pathlib.Path) -> dict:
-    probe = ("import json, importlib.util, jax, jupyter_gpumem; from jupyter_gpumem.sources.nvml import NvmlSource; "
-             "from jupyter_gpumem.core.readings import NotAvailable; gpus = NvmlSource().read(); "
-             "plugin = any(importlib.util.find_spec(m) for m in ('jax_cuda12_plugin', 'jax_cuda13_plugin')); "
-             "print(json.dumps({'jax': jax.__version__, 'gpu': plugin and not isinstance(gpus, NotAvailable)}))")
+    probe = (
+        "import json, importlib.util, jax, jupyter_gpumem; from jupyter_gpumem.sources.nvml import NvmlSource; "
+        "from jupyter_gpumem.core.readings import NotAvailable; gpus = NvmlSource().read(); "
+        "plugin = any(importlib.util.find_spec(m) for m in ('jax_cuda12_plugin', 'jax_cuda13_plugin')); "
+        "print(json.dumps({'jax': jax.__version__, 'gpu': plugin and not isinstance(gpus, NotAvailable)}))"
+    )
     seen = json.loads(subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout)
-    return {"executed_from": wheel.name, "jax": seen["jax"], "gpu": bool(seen["gpu"]),
-            "note": ("outputs from a run on a GPU" if seen["gpu"] else
-                     "outputs from a run without a GPU: JAX on the CPU, replays of synthetic demo traces")}
+    return {
+        "executed_from": wheel.name,
+        "jax": seen["jax"],
+        "gpu": bool(seen["gpu"]),
+        "note": (
+            "outputs from a run on a GPU"
+            if seen["gpu"]
+            else "outputs from a run without a GPU: JAX on the CPU, replays of synthetic demo traces"
+        ),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="folder for the executed notebooks (notebooks: the committed ones)")
+    parser.add_argument(
+        "--out", required=True, help="folder for the executed notebooks (notebooks: the committed ones)"
+    )
     parser.add_argument("names", nargs="*", help="notebook names without .ipynb (default: all)")
     args = parser.parse_args(argv)
     out = pathlib.Path(args.out).resolve()

@@ -13,10 +13,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _gpu import GiB, MiB, first_op, hold, mark, nvml_memory, pause, save_text  # noqa: E402
-
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from _gpu import GiB, MiB, first_op, hold, mark, nvml_memory, pause, save_text  # noqa: E402
 
 first_op()
 a = jnp.ones((2048, 2048), jnp.float32).block_until_ready()

@@ -18,11 +18,21 @@ server's ``/devices`` (``server/device_report.py``) all decide with ``attribute`
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Collection
+from typing import Any
 
-from jupyter_gpumem.core.readings import NO_STATS, PIDS_HIDDEN, AllocatorStats, DeviceReading, Maybe, NotAvailable, ProcessReading, Sample
 from jupyter_gpumem.core.metrics import held_bytes
+from jupyter_gpumem.core.readings import (
+    NO_STATS,
+    PIDS_HIDDEN,
+    AllocatorStats,
+    DeviceReading,
+    Maybe,
+    NotAvailable,
+    ProcessReading,
+    Sample,
+)
 
 __all__ = [
     "BY_PID",
@@ -150,29 +160,54 @@ def attribute(
     return _by_elimination(elsewhere, here, jax_pool)
 
 
-def _by_elimination(elsewhere: tuple[ProcessReading, ...], here: tuple[ProcessReading, ...],
-                    jax_pool: int | None) -> Attribution:
+def _by_elimination(
+    elsewhere: tuple[ProcessReading, ...], here: tuple[ProcessReading, ...], jax_pool: int | None
+) -> Attribution:
     """This process is the one listed pid that is not a process here, where that is unambiguous:
     one such pid, JAX runs on the GPU, in no more memory than that entry holds."""
     foreign = sorted({p.pid for p in elsewhere})
     listed = _pid_list(foreign)
     if jax_pool is None:
-        return Attribution(CANNOT_TELL, (
-            f"NVML lists pid{'s' if len(foreign) > 1 else ''} {listed}, not a process here (a container's view "
-            "of the host's pids, or a process that ended); JAX does not run on this GPU in this process, "
-            "so it cannot tell whether this process is among them"), others=here, unknown=elsewhere)
+        return Attribution(
+            CANNOT_TELL,
+            (
+                f"NVML lists pid{'s' if len(foreign) > 1 else ''} {listed}, not a process here (a container's view "
+                "of the host's pids, or a process that ended); JAX does not run on this GPU in this process, "
+                "so it cannot tell whether this process is among them"
+            ),
+            others=here,
+            unknown=elsewhere,
+        )
     if len(foreign) > 1:
-        return Attribution(CANNOT_TELL, (
-            f"NVML lists pids {listed}, none a process here (a container sees the host's pids): "
-            "it cannot tell which of them is this process"), others=here, unknown=elsewhere)
+        return Attribution(
+            CANNOT_TELL,
+            (
+                f"NVML lists pids {listed}, none a process here (a container sees the host's pids): "
+                "it cannot tell which of them is this process"
+            ),
+            others=here,
+            unknown=elsewhere,
+        )
     candidate_bytes = _known_bytes(elsewhere)
     if all(not isinstance(p.used_bytes, NotAvailable) for p in elsewhere) and candidate_bytes < jax_pool:
-        return Attribution(CANNOT_TELL, (
-            f"NVML lists pid {listed}, not a process here, with less memory than JAX's pool in this process: "
-            "it cannot tell which process is this one"), others=here, unknown=elsewhere)
-    return Attribution(BY_ELIMINATION, (
-        f"NVML lists this process as pid {listed}: the only pid on this GPU that is not a process here "
-        "(a container sees the host's pids), and JAX runs on this GPU"), own=elsewhere, others=here)
+        return Attribution(
+            CANNOT_TELL,
+            (
+                f"NVML lists pid {listed}, not a process here, with less memory than JAX's pool in this process: "
+                "it cannot tell which process is this one"
+            ),
+            others=here,
+            unknown=elsewhere,
+        )
+    return Attribution(
+        BY_ELIMINATION,
+        (
+            f"NVML lists this process as pid {listed}: the only pid on this GPU that is not a process here "
+            "(a container sees the host's pids), and JAX runs on this GPU"
+        ),
+        own=elsewhere,
+        others=here,
+    )
 
 
 def jax_pool_on(sample: Sample, index: int) -> int | None:

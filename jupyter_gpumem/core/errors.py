@@ -2,7 +2,7 @@
 gets. Kept alone so importing it is free."""
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class GpumemError(Exception):

@@ -21,7 +21,8 @@ import fcntl
 import os
 import secrets
 import stat
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)

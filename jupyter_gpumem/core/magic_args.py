@@ -11,8 +11,9 @@ and command line), the doctor's commands and the sampler all use it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from jupyter_gpumem.core.errors import GpumemError, did_you_mean
 
@@ -177,8 +178,9 @@ class Grammar:
             for choice in option.choices:
                 if text.lower() == choice.lower():
                     return choice
-            raise self._error(f"{option.name} takes {_either(option.choices)}, got {text!r}"
-                              f"{did_you_mean(text, option.choices)}")
+            raise self._error(
+                f"{option.name} takes {_either(option.choices)}, got {text!r}{did_you_mean(text, option.choices)}"
+            )
         if option.read is None:
             return text
         try:

@@ -90,8 +90,9 @@ def growth_room(stats: AllocatorStats, cuda_pool: PoolReading = None, *, device_
     return room
 
 
-def largest_likely_request(stats: AllocatorStats, cuda_pool: PoolReading = None, *,
-                           device_free: int | None = None) -> int | None:
+def largest_likely_request(
+    stats: AllocatorStats, cuda_pool: PoolReading = None, *, device_free: int | None = None
+) -> int | None:
     """The largest single allocation likely to succeed now.
 
     Either it fits in a free block of the pool, or the pool grows by it (``growth_room``).
@@ -110,8 +111,9 @@ def largest_likely_request(stats: AllocatorStats, cuda_pool: PoolReading = None,
     return max(largest or 0, growth or 0)
 
 
-def available_bytes(stats: AllocatorStats, cuda_pool: PoolReading = None, *,
-                    device_free: int | None = None) -> int | None:
+def available_bytes(
+    stats: AllocatorStats, cuda_pool: PoolReading = None, *, device_free: int | None = None
+) -> int | None:
     """The most JAX could still get for arrays, in pieces: the pool's unused bytes plus
     ``growth_room``. None where the pool (BFC) or the device's free bytes (cuda_async) are not
     known.
@@ -143,8 +145,9 @@ def fragmentation(stats: AllocatorStats, cuda_pool: PoolReading = None) -> float
     return max(0.0, min(1.0, (free - largest) / free))
 
 
-def outside_allocator_bytes(process_used: int | None, stats: AllocatorStats | None,
-                            cuda_pool: PoolReading = None) -> int | None:
+def outside_allocator_bytes(
+    process_used: int | None, stats: AllocatorStats | None, cuda_pool: PoolReading = None
+) -> int | None:
     """Bytes this process holds on the device outside JAX's pool.
 
     The CUDA context, loaded kernels, CUDA graphs, NCCL, other frameworks (XLA's convolution

@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import threading
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Union
-
+from typing import Any, Union
 
 # --- "not available, because ..." -----------------------------------------------------------
 
@@ -234,7 +234,9 @@ class Timeline:
     None for readings taken in this process.
     """
 
-    def __init__(self, max_samples: int = 36_000, max_events: int = 10_000, trace_header: Mapping[str, Any] | None = None):
+    def __init__(
+        self, max_samples: int = 36_000, max_events: int = 10_000, trace_header: Mapping[str, Any] | None = None
+    ):
         self.trace_header = dict(trace_header) if trace_header is not None else None
         self._samples: deque[Sample] = deque(maxlen=max_samples)
         self._events: deque[Event] = deque(maxlen=max_events)
@@ -319,7 +321,7 @@ class AllocatorSettings:
                 out[name] = value
         return out
 
-    def merged(self, other: "AllocatorSettings") -> "AllocatorSettings":
+    def merged(self, other: AllocatorSettings) -> AllocatorSettings:
         """These settings with ``other``'s given values on top."""
         return replace(self, **other.given())
 
@@ -352,7 +354,9 @@ def _as_count(value: Any) -> int | None:
     return value if value >= 0 else None
 
 
-def normalise_stats(raw: Mapping[str, Any] | None, allocator: str, platform: str = "gpu") -> AllocatorStats | NotAvailable:
+def normalise_stats(
+    raw: Mapping[str, Any] | None, allocator: str, platform: str = "gpu"
+) -> AllocatorStats | NotAvailable:
     """Turn ``Device.memory_stats()`` into ``AllocatorStats``; never raises.
 
     - CPU, and allocators without stats, answer None: a state to explain, not an error.

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 # A frame as (file, line, function).
 FrameTuple = tuple[str, int, str]
@@ -29,8 +30,12 @@ def _stdlib() -> tuple[str, ...]:
         import sysconfig
 
         paths = sysconfig.get_paths()
-        _stdlib_dirs.append(tuple({os.path.abspath(p) + os.sep for p in (paths.get("stdlib"), paths.get("platstdlib")) if p}))
+        _stdlib_dirs.append(
+            tuple({os.path.abspath(p) + os.sep for p in (paths.get("stdlib"), paths.get("platstdlib")) if p})
+        )
     return _stdlib_dirs[0]
+
+
 # IPython before ipykernel names a cell's code object "<ipython-input-N-hash>" (compilerop.py).
 _INPUT_NAME = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
 
@@ -59,7 +64,7 @@ def _short_path(path: str) -> str:
     parts = path.replace("\\", "/").split("/")
     for i, part in enumerate(parts[:-1]):
         if part in _LIBRARY_DIRS:
-            return "/".join(parts[i + 1:])
+            return "/".join(parts[i + 1 :])
     if parts[-1] == "__init__.py" and len(parts) > 1:
         return "/".join(parts[-2:])
     return parts[-1]
@@ -204,8 +209,9 @@ def _reduced(traceback: Any) -> tuple[FrameTuple, ...]:
     if found is None:
         frames = traceback.frames
         names = _qualified_names(traceback, len(frames)) or [f.function_name for f in frames]
-        found = tuple((f.file_name, f.line_num, name) for f, name in zip(frames, names)
-                      if kind_of(f.file_name) != "internal")
+        found = tuple(
+            (f.file_name, f.line_num, name) for f, name in zip(frames, names) if kind_of(f.file_name) != "internal"
+        )
         if len(_by_traceback) > 8192:  # code comes and goes; a few thousand stacks is plenty
             _by_traceback.clear()
         _by_traceback[traceback] = found
@@ -265,7 +271,18 @@ def forget() -> None:
     _by_traceback.clear()
 
 
-__all__ = ["Site", "Origin", "kind_of", "cell_numbers", "counts_cells_first", "running_cell_number",
-           "finished_cell_number", "origin_of", "site_labeller", "top_sites", "stack_origin",
-           "frame_site",
-           "forget"]
+__all__ = [
+    "Site",
+    "Origin",
+    "kind_of",
+    "cell_numbers",
+    "counts_cells_first",
+    "running_cell_number",
+    "finished_cell_number",
+    "origin_of",
+    "site_labeller",
+    "top_sites",
+    "stack_origin",
+    "frame_site",
+    "forget",
+]

@@ -14,12 +14,14 @@ import math
 import os
 import socket
 import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core.files import open_for_appending_lines, open_regular_for_reading
+from jupyter_gpumem.core.package_version import package_version
 from jupyter_gpumem.core.readings import (
     CudaPoolReading,
     DeviceReading,
@@ -30,7 +32,6 @@ from jupyter_gpumem.core.readings import (
     ProcessReading,
     Sample,
 )
-from jupyter_gpumem.core.package_version import package_version
 
 FORMAT = 1
 # Traces larger than this are refused before any of it is read: reading one builds Python
@@ -44,7 +45,7 @@ _MAX_INT = 2**63 - 1
 class TraceError(ValueError):
     """A trace line that cannot be read. ``partial`` is the Trace of the lines before it."""
 
-    def __init__(self, line: int, message: str, partial: "Trace | None" = None):
+    def __init__(self, line: int, message: str, partial: Trace | None = None):
         super().__init__(f"line {line}: {message}")
         self.line = line
         self.message = message
@@ -149,7 +150,11 @@ def _jax_to_json(dev: JaxDeviceReading) -> dict:
 
 def sample_to_json(sample: Sample) -> dict:
     """A Sample as the JSON object of a ``"kind": "sample"`` line."""
-    devices = _na(sample.devices) if isinstance(sample.devices, NotAvailable) else [_device_to_json(d) for d in sample.devices]
+    devices = (
+        _na(sample.devices)
+        if isinstance(sample.devices, NotAvailable)
+        else [_device_to_json(d) for d in sample.devices]
+    )
     jax = _na(sample.jax) if isinstance(sample.jax, NotAvailable) else [_jax_to_json(d) for d in sample.jax]
     out = {"kind": "sample", "t": sample.t, "pid": sample.pid, "devices": devices, "jax": jax}
     if sample.pids_not_here is not None:
@@ -237,7 +242,7 @@ class TraceWriter:
                 self._file.close()
                 self._file = None
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -320,7 +325,11 @@ def _is_na(value: Any) -> bool:
 
 
 def _na_in(value: Any, where: str) -> NotAvailable:
-    if set(value) - {"na", "reason"} or not isinstance(value.get("na"), str) or not isinstance(value.get("reason"), str):
+    if (
+        set(value) - {"na", "reason"}
+        or not isinstance(value.get("na"), str)
+        or not isinstance(value.get("reason"), str)
+    ):
         raise _Bad(f'{where} must be {{"na": code, "reason": text}} with two strings')
     return NotAvailable(value["na"], value["reason"])
 
@@ -373,7 +382,9 @@ def _device_in(value: Any, where: str) -> DeviceReading | DeviceUnreadable:
                 procs.append(
                     ProcessReading(
                         pid=_int(pobj, "pid", pwhere),
-                        used_bytes=_maybe_int(pobj, "used_bytes", pwhere, NotAvailable(model.NOT_SUPPORTED, "not recorded")),
+                        used_bytes=_maybe_int(
+                            pobj, "used_bytes", pwhere, NotAvailable(model.NOT_SUPPORTED, "not recorded")
+                        ),
                         name=_str(pobj, "name", pwhere, nullable=True, default=None),
                         user=_str(pobj, "user", pwhere, nullable=True, default=None),
                     )
@@ -471,7 +482,9 @@ def _sample_in(value: Any) -> Sample:
     not_here = None
     if "pids_not_here" in obj:  # optional: without it, pids are matched as they are
         listed = _list(obj["pids_not_here"], "sample.pids_not_here")
-        not_here = frozenset(_int({f"pids_not_here[{i}]": p}, f"pids_not_here[{i}]", "sample") for i, p in enumerate(listed))
+        not_here = frozenset(
+            _int({f"pids_not_here[{i}]": p}, f"pids_not_here[{i}]", "sample") for i, p in enumerate(listed)
+        )
     return Sample(t=t, pid=pid, devices=devices, jax=jax, pids_not_here=not_here)
 
 
@@ -611,8 +624,10 @@ def _read_line(trace: Trace, number: int, raw: bytes) -> None:
     if kind == "sample":
         sample = _sample_in(obj)
         if trace.samples and sample.t < trace.samples[-1].t:
-            raise _Bad(f"sample.t is {sample.t!r}, earlier than the sample before it ({trace.samples[-1].t!r}): "
-                       "samples must be in time order (was the clock set back?); the trace is read up to here")
+            raise _Bad(
+                f"sample.t is {sample.t!r}, earlier than the sample before it ({trace.samples[-1].t!r}): "
+                "samples must be in time order (was the clock set back?); the trace is read up to here"
+            )
         trace.samples.append(sample)
     elif kind == "event":
         trace.events.append(_event_in(obj))

@@ -44,7 +44,7 @@ def parse_bytes(text: str | int) -> int:
         )
     num, unit = match.group("num"), match.group("unit").lower()
     letter = unit[:1] if unit[:1] in _DECIMAL else ""
-    rest = unit[len(letter):]
+    rest = unit[len(letter) :]
     # The regex lets through a letter or none, then "", "b" or "ib".
     if rest == "b" and letter:
         scale = _DECIMAL[letter]  # KB, MB, GB: powers of 1000

@@ -27,8 +27,9 @@ def path(name: str) -> pathlib.Path:
     stem = name[: -len(".jsonl")] if name.endswith(".jsonl") else name
     if stem in names():
         return FOLDER / f"{stem}.jsonl"
-    raise GpumemError(f"no demo trace named {name!r}{did_you_mean(stem, names())}; "
-                      f"the package ships: {', '.join(names())}")
+    raise GpumemError(
+        f"no demo trace named {name!r}{did_you_mean(stem, names())}; the package ships: {', '.join(names())}"
+    )
 
 
 def resolve(given: str | os.PathLike) -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_gpumem.doctor import oom_text
-from jupyter_gpumem.doctor.session import SESSION
 from jupyter_gpumem.doctor.report import oom_report
+from jupyter_gpumem.doctor.session import SESSION
 from jupyter_gpumem.doctor.text import bytes_or_na
 from jupyter_gpumem.doctor.tracking import Track
 
@@ -38,7 +38,7 @@ def _on_error(error: BaseException | None, shell: Any) -> None:
 _said = {"cpu_caveat": False}
 
 
-def after_cell(result: Any, shell: Any, tracker: "Track | None") -> None:
+def after_cell(result: Any, shell: Any, tracker: Track | None) -> None:
     """The doctor's work after a cell (called by ``doctor_hooks``, once the cell's arrays are
     noted): the per-cell line and the OOM report."""
     from jupyter_gpumem.core import sites

@@ -8,22 +8,23 @@ from __future__ import annotations
 
 import gc as _gc
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.core import sites
+from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.doctor import array_cells
 from jupyter_gpumem.doctor.names import (
     WALK_SECONDS_COMMAND,
     NameWalk,
     current_shell,
     is_history_name,
-    user_namespace,
     names_by_array,
+    user_namespace,
 )
 from jupyter_gpumem.doctor.text import bytes_or_na, escape_html, pretty_as_text
-from jupyter_gpumem.core.magic_args import Grammar, Option
+from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.sources import jax_arrays
 
 
@@ -131,8 +132,16 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
             fp = footprint(a)
         except Exception:  # deleted between listing and reading
             continue
-        record = ArrayRecord(fp.shape, fp.dtype, fp.device_bytes, tuple(names.get(id(a), ())), cell_of(a),
-                             fp.host_bytes, fp.memory_kind, site_of(getattr(a, "traceback", None)))
+        record = ArrayRecord(
+            fp.shape,
+            fp.dtype,
+            fp.device_bytes,
+            tuple(names.get(id(a), ())),
+            cell_of(a),
+            fp.host_bytes,
+            fp.memory_kind,
+            site_of(getattr(a, "traceback", None)),
+        )
         sized.append((-(fp.on_device + fp.host_bytes), fp.shape, len(sized), record))
     sized.sort(key=lambda t: t[:3])
     records = [t[3] for t in sized]
@@ -142,8 +151,18 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
             fp = footprint(a)  # shape, dtype and sharding: the failed buffer is not read
         except (AttributeError, RuntimeError, TypeError, ValueError):
             continue
-        never_made.append(ArrayRecord(fp.shape, fp.dtype, fp.device_bytes, tuple(names.get(id(a), ())), cell_of(a),
-                                      fp.host_bytes, fp.memory_kind, site_of(getattr(a, "traceback", None))))
+        never_made.append(
+            ArrayRecord(
+                fp.shape,
+                fp.dtype,
+                fp.device_bytes,
+                tuple(names.get(id(a), ())),
+                cell_of(a),
+                fp.host_bytes,
+                fp.memory_kind,
+                site_of(getattr(a, "traceback", None)),
+            )
+        )
     return ArrayCensus(tuple(records), walk, time.perf_counter() - t0, tuple(never_made))
 
 
@@ -198,8 +217,16 @@ def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int
             keys = roots[:1] or ["(no name: held elsewhere)"]
         for k in keys:
             groups.setdefault(k, []).append(r)
-    out = [(k, len(v), sum(r.device_bytes for r in v), min((r.cell for r in v if r.cell is not None), default=None),
-            _main_site(v)) for k, v in groups.items()]
+    out = [
+        (
+            k,
+            len(v),
+            sum(r.device_bytes for r in v),
+            min((r.cell for r in v if r.cell is not None), default=None),
+            _main_site(v),
+        )
+        for k, v in groups.items()
+    ]
     return sorted(out, key=lambda g: (-g[2], g[0]))
 
 
@@ -241,14 +268,24 @@ class ArraysReport:
             groups = _group(list(self.records), self.by)[: self.top]
             if self.by == "line":
                 return [(k, str(c), bytes_or_na(n), "" if cell is None else str(cell)) for k, c, n, cell, _ in groups]
-            return [(k, str(c), bytes_or_na(n), "" if cell is None else str(cell), site) for k, c, n, cell, site in groups]
+            return [
+                (k, str(c), bytes_or_na(n), "" if cell is None else str(cell), site) for k, c, n, cell, site in groups
+            ]
         out = []
         for r in self.records[: self.top]:
             per_dev = ", ".join(f"{d}: {bytes_or_na(n)}" for d, n in sorted(r.bytes_per_device.items()))
             if r.host_bytes:
                 per_dev = f"host ({r.memory_kind}): {bytes_or_na(r.host_bytes)}"
-            out.append((f"{r.dtype}{list(r.shape)}", bytes_or_na(r.nbytes), per_dev, ", ".join(r.names) or "(no name)",
-                        "" if r.cell is None else str(r.cell), r.site))
+            out.append(
+                (
+                    f"{r.dtype}{list(r.shape)}",
+                    bytes_or_na(r.nbytes),
+                    per_dev,
+                    ", ".join(r.names) or "(no name)",
+                    "" if r.cell is None else str(r.cell),
+                    r.site,
+                )
+            )
         return out
 
     def headers(self) -> tuple[str, ...]:
@@ -263,20 +300,27 @@ class ArraysReport:
         what = f"grouped by {self.by}" if self.by else "largest first"
         host = f" and {bytes_or_na(self.host_bytes)} in host memory" if self.host_bytes else ""
         took = f" Listed in {self.seconds * 1e3:.0f} ms." if self.seconds is not None else ""
-        text = (f"{len(self.records)} live JAX arrays, {bytes_or_na(self.total_bytes)} in device memory{host}; "
-                f"{shown} shown, {what}.{took}")
+        text = (
+            f"{len(self.records)} live JAX arrays, {bytes_or_na(self.total_bytes)} in device memory{host}; "
+            f"{shown} shown, {what}.{took}"
+        )
         return text + (" " + self.walk_note if self.walk_note else "") + self.failed_note()
 
     def failed_note(self) -> str:
         """The arrays left out because their computation failed, named; empty without any."""
         if not self.failed:
             return ""
-        shown = "; ".join(f"{r.dtype}{list(r.shape)} ({bytes_or_na(r.nbytes)} asked for)"
-                          + (f" held by {', '.join(r.names)}" if r.names else "") for r in self.failed[:5])
+        shown = "; ".join(
+            f"{r.dtype}{list(r.shape)} ({bytes_or_na(r.nbytes)} asked for)"
+            + (f" held by {', '.join(r.names)}" if r.names else "")
+            for r in self.failed[:5]
+        )
         more = f"; and {len(self.failed) - 5} more" if len(self.failed) > 5 else ""
         n = len(self.failed)
-        return (f" Left out: {n} {'array' if n == 1 else 'arrays'} whose computation failed, holding no "
-                f"memory: {shown}{more}.")
+        return (
+            f" Left out: {n} {'array' if n == 1 else 'arrays'} whose computation failed, holding no "
+            f"memory: {shown}{more}."
+        )
 
     def __str__(self) -> str:
         lines = [self.summary()]
@@ -297,8 +341,14 @@ class ArraysReport:
         return f"<div class='jupyter-gpumem-arrays'><p>{escape_html(self.summary())}</p>{table}</div>"
 
     def to_json(self) -> dict:
-        return {"records": [r.to_json() for r in self.records], "total_bytes": self.total_bytes,
-                "host_bytes": self.host_bytes, "by": self.by, "walk_note": self.walk_note, "seconds": self.seconds}
+        return {
+            "records": [r.to_json() for r in self.records],
+            "total_bytes": self.total_bytes,
+            "host_bytes": self.host_bytes,
+            "by": self.by,
+            "walk_note": self.walk_note,
+            "seconds": self.seconds,
+        }
 
 
 def not_started_note() -> str:
@@ -331,5 +381,4 @@ def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
     if not allocator_shim.backend_started():
         return ArraysReport((), top, by, not_started_note())
     found = census(shell)
-    return ArraysReport(found.records, top, by, walk_note=found.walk.note(), seconds=found.seconds,
-                        failed=found.failed)
+    return ArraysReport(found.records, top, by, walk_note=found.walk.note(), seconds=found.seconds, failed=found.failed)

@@ -1,19 +1,18 @@
-"""Move a pytree through the host so the allocator can place it afresh: ``defragment(tree)``.
-"""
+"""Move a pytree through the host so the allocator can place it afresh: ``defragment(tree)``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem.settings import apply as allocator_shim
-from jupyter_gpumem.doctor.usage import jax_device_readings
-from jupyter_gpumem.doctor.names import user_namespace, names_by_array
-from jupyter_gpumem.doctor.report import DeviceState, device_state
-from jupyter_gpumem.doctor.text import bytes_or_na, pretty_as_text, TextReport
 from jupyter_gpumem.core.readings import (
     AllocatorStats,
 )
+from jupyter_gpumem.doctor.names import names_by_array, user_namespace
+from jupyter_gpumem.doctor.report import DeviceState, device_state
+from jupyter_gpumem.doctor.text import TextReport, bytes_or_na, pretty_as_text
+from jupyter_gpumem.doctor.usage import jax_device_readings
+from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.sources import jax_arrays
 
 
@@ -37,15 +36,22 @@ class DefragSummary(TextReport):
                 out.append(f"  {b.label}: {b.note}")
                 continue
             if b.driver_pool:
-                out.append(f"  {b.label}: pool {bytes_or_na(b.pool)} -> {bytes_or_na(a.pool)}; cuda_async's driver pool reports no "
-                           "largest free block, so fragmentation is not measured")
+                out.append(
+                    f"  {b.label}: pool {bytes_or_na(b.pool)} -> {bytes_or_na(a.pool)}; cuda_async's driver pool reports no "
+                    "largest free block, so fragmentation is not measured"
+                )
                 continue
             fb = "n/a" if b.fragmentation is None else f"{b.fragmentation:.0%}"
             fa = "n/a" if a.fragmentation is None else f"{a.fragmentation:.0%}"
-            out.append(f"  {b.label}: fragmentation {fb} -> {fa}; largest free block {bytes_or_na(b.largest_free)} -> {bytes_or_na(a.largest_free)}")
+            out.append(
+                f"  {b.label}: fragmentation {fb} -> {fa}; largest free block {bytes_or_na(b.largest_free)} -> {bytes_or_na(a.largest_free)}"
+            )
         if self.other_names:
-            out.append("  These names held the moved arrays and now hold deleted ones: " + ", ".join(self.other_names)
-                       + ". Rebind any that is not the tree you rebound to the result.")
+            out.append(
+                "  These names held the moved arrays and now hold deleted ones: "
+                + ", ".join(self.other_names)
+                + ". Rebind any that is not the tree you rebound to the result."
+            )
         if self.note:
             out.append("  " + self.note)
         return out
@@ -72,5 +78,7 @@ def defragment(tree: Any, shell: Any = None) -> tuple[Any, DefragSummary]:
     after = tuple(device_state(r) for r in jax_device_readings())
     note = ""
     if not any(isinstance(r.stats, AllocatorStats) for r in jax_device_readings()):
-        note = "No allocator statistics here (CPU): fragmentation cannot be measured; the arrays were moved all the same."
+        note = (
+            "No allocator statistics here (CPU): fragmentation cannot be measured; the arrays were moved all the same."
+        )
     return new_tree, DefragSummary(moved, nbytes, before, after, tuple(other), note)

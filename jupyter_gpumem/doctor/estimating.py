@@ -1,5 +1,4 @@
-"""Will this jitted call fit before it runs? ``%gpumem estimate EXPR``, from XLA's memory analysis.
-"""
+"""Will this jitted call fit before it runs? ``%gpumem estimate EXPR``, from XLA's memory analysis."""
 
 from __future__ import annotations
 
@@ -9,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.core import metrics
-from jupyter_gpumem.doctor.names import user_namespace
-from jupyter_gpumem.doctor.text import bytes_or_na, PreReport, pretty_as_text
 from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.core.readings import AllocatorStats, DeviceReading, NotAvailable, Sample
+from jupyter_gpumem.doctor.names import user_namespace
+from jupyter_gpumem.doctor.text import PreReport, bytes_or_na, pretty_as_text
 from jupyter_gpumem.sources import host_memory, jax_arrays
 
 
@@ -33,12 +32,15 @@ class EstimateReport(PreReport):
 
     def lines(self) -> list[str]:
         m = self.memory
-        out = [f"{self.expression}: {self.verdict}: {self.why()}"
-               + ("" if m.jitted else " (not jitted: estimated as jax.jit of it, its array arguments traced)"),
-               f"  arguments {bytes_or_na(m.argument_bytes)}, outputs {bytes_or_na(m.output_bytes)}, temporaries {bytes_or_na(m.temp_bytes)}, "
-               f"aliased {bytes_or_na(m.alias_bytes)}, code {bytes_or_na(m.code_bytes)}" + (f", XLA peak {bytes_or_na(m.peak_bytes)}" if m.peak_bytes else ""),
-               f"  needs {bytes_or_na(self.needed)} beyond its arguments; largest free block {bytes_or_na(self.largest_block)}, "
-               f"free in total {bytes_or_na(self.total_free)}; from {self.measure}"]
+        out = [
+            f"{self.expression}: {self.verdict}: {self.why()}"
+            + ("" if m.jitted else " (not jitted: estimated as jax.jit of it, its array arguments traced)"),
+            f"  arguments {bytes_or_na(m.argument_bytes)}, outputs {bytes_or_na(m.output_bytes)}, temporaries {bytes_or_na(m.temp_bytes)}, "
+            f"aliased {bytes_or_na(m.alias_bytes)}, code {bytes_or_na(m.code_bytes)}"
+            + (f", XLA peak {bytes_or_na(m.peak_bytes)}" if m.peak_bytes else ""),
+            f"  needs {bytes_or_na(self.needed)} beyond its arguments; largest free block {bytes_or_na(self.largest_block)}, "
+            f"free in total {bytes_or_na(self.total_free)}; from {self.measure}",
+        ]
         return out
 
     def why(self) -> str:
@@ -46,8 +48,10 @@ class EstimateReport(PreReport):
         if self.verdict == "unknown":
             return f"needs {bytes_or_na(self.needed)}; how much is free cannot be read here"
         if self.verdict == "fits only after defragmenting":
-            return (f"needs {bytes_or_na(self.needed)} of {bytes_or_na(self.total_free)} free, but its largest piece "
-                    f"({bytes_or_na(self.largest_piece)}) is larger than the largest free block ({bytes_or_na(self.largest_block)})")
+            return (
+                f"needs {bytes_or_na(self.needed)} of {bytes_or_na(self.total_free)} free, but its largest piece "
+                f"({bytes_or_na(self.largest_piece)}) is larger than the largest free block ({bytes_or_na(self.largest_block)})"
+            )
         if self.verdict == "does not fit":
             return f"needs {bytes_or_na(self.needed)}, only {bytes_or_na(self.total_free)} free"
         return f"needs {bytes_or_na(self.needed)}, {bytes_or_na(self.total_free)} free"
@@ -87,8 +91,10 @@ def room_now(sample: Sample) -> tuple[int | None, int | None, str]:
     largest = metrics.largest_likely_request(stats, pool, device_free=device_free)
     total = metrics.available_bytes(stats, pool, device_free=device_free)
     if metrics.uses_driver_pool(stats, pool):
-        measure = (f"cuda_async on device {reading.jax_id}: the driver pool's unused bytes and the device's free "
-                   "memory; no fraction caps that pool")
+        measure = (
+            f"cuda_async on device {reading.jax_id}: the driver pool's unused bytes and the device's free "
+            "memory; no fraction caps that pool"
+        )
         if device_free is None:
             measure += " (the device's free memory cannot be read here)"
     else:
@@ -141,7 +147,9 @@ def evaluate_call(text: str, shell: Any, command: str) -> tuple[Any, list, dict]
         try:
             return eval(code, ns)  # the user's own expression, in the user's namespace
         except Exception as err:
-            raise ValueError(f"{command}: evaluating {ast.unparse(node)!r} failed: {type(err).__name__}: {err}") from None
+            raise ValueError(
+                f"{command}: evaluating {ast.unparse(node)!r} failed: {type(err).__name__}: {err}"
+            ) from None
 
     callee = value(call.func)
     if not callable(callee):

@@ -9,20 +9,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem.settings import apply as allocator_shim
+from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.doctor import last_error
 from jupyter_gpumem.doctor.arrays import ArrayRecord, census
-from jupyter_gpumem.doctor.session import SESSION
 from jupyter_gpumem.doctor.names import (
     HISTORY_SINGLE,
     WALK_SECONDS_REPORT,
     current_shell,
-    user_namespace,
     names_by_array,
+    user_namespace,
 )
-from jupyter_gpumem.doctor.text import bytes_or_na, PreReport, pretty_as_text
+from jupyter_gpumem.doctor.session import SESSION
+from jupyter_gpumem.doctor.text import PreReport, bytes_or_na, pretty_as_text
 from jupyter_gpumem.doctor.usage import memory_now
-from jupyter_gpumem.core.magic_args import Grammar, Option
+from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.sources import jax_arrays
 
 
@@ -51,7 +51,9 @@ class FreeReport(PreReport):
         return max(0, self.before - self.after)
 
     def lines(self) -> list[str]:
-        out = [f"Freed {bytes_or_na(self.freed)}: {bytes_or_na(self.before)} -> {bytes_or_na(self.after)}, counted as {self.measure}."]
+        out = [
+            f"Freed {bytes_or_na(self.freed)}: {bytes_or_na(self.before)} -> {bytes_or_na(self.after)}, counted as {self.measure}."
+        ]
         out += [f"  - {a}" for a in self.actions]
         out += [f"  - FAILED {a}" for a in self.failed]
         if self.not_done:
@@ -59,7 +61,9 @@ class FreeReport(PreReport):
         if self.still_held:
             out.append("Still held (largest):")
             for r in self.still_held:
-                out.append(f"  {bytes_or_na(r.nbytes):>11}  {r.dtype}{list(r.shape)}  {', '.join(r.names) or '(no name: held elsewhere)'}")
+                out.append(
+                    f"  {bytes_or_na(r.nbytes):>11}  {r.dtype}{list(r.shape)}  {', '.join(r.names) or '(no name: held elsewhere)'}"
+                )
         if self.note:
             out.append(self.note)
         return out
@@ -102,12 +106,18 @@ def _clear_history(shell: Any) -> tuple[int, list[str]]:
 def _history_step(shell: Any) -> str:
     count, names = _clear_history(shell)
     shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
-    return f"output history: dropped {count} reference{'s' if count != 1 else ''} to arrays" + (f" ({shown})" if names else "")
+    return f"output history: dropped {count} reference{'s' if count != 1 else ''} to arrays" + (
+        f" ({shown})" if names else ""
+    )
 
 
 def _caches_step() -> str:
     ran = jax_arrays.clear_caches()
-    return "compiled-program caches: jax.clear_caches()" if ran else "compiled-program caches: JAX is not imported, nothing to clear"
+    return (
+        "compiled-program caches: jax.clear_caches()"
+        if ran
+        else "compiled-program caches: JAX is not imported, nothing to clear"
+    )
 
 
 def _gc_step(shell: Any) -> str:
@@ -128,11 +138,15 @@ def free(history: bool = True, caches: bool = True, gc: bool = True, shell: Any 
     shell = shell if shell is not None else (SESSION.shell or current_shell())
     t0 = time.perf_counter()
     before = memory_now()
-    steps = [(name, run) for name, wanted, run in (
-        ("output history", history, lambda: _history_step(shell)),
-        ("compiled-program caches", caches, _caches_step),
-        ("garbage", gc, lambda: _gc_step(shell)),
-    ) if wanted]
+    steps = [
+        (name, run)
+        for name, wanted, run in (
+            ("output history", history, lambda: _history_step(shell)),
+            ("compiled-program caches", caches, _caches_step),
+            ("garbage", gc, lambda: _gc_step(shell)),
+        )
+        if wanted
+    ]
     actions: list[str] = []
     failed: list[str] = []
     not_done: list[str] = []

@@ -101,7 +101,9 @@ def uninstall(shell: Any) -> None:
 
 
 # What %gpumem doctor and %gpumem cells take: on, off, or nothing to ask.
-SWITCH_ARGS = {key: Grammar(f"%gpumem {key}", positionals=(Option(key, choices=("on", "off")),)) for key in ("doctor", "cells")}
+SWITCH_ARGS = {
+    key: Grammar(f"%gpumem {key}", positionals=(Option(key, choices=("on", "off")),)) for key in ("doctor", "cells")
+}
 
 
 def _switch(argv: list[str], key: Switch, shell: Any, on_text: str) -> str:

@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from jupyter_gpumem.core.units import format_bytes
 from jupyter_gpumem.doctor.names import names_by_array
 from jupyter_gpumem.sources import jax_arrays
-from jupyter_gpumem.core.units import format_bytes
 
 _SYS_NAMES = ("last_traceback", "last_value", "last_type", "last_exc")
 
@@ -124,7 +124,9 @@ def _clearable(frame: types.FrameType) -> bool:
     return bool(flags & inspect.CO_OPTIMIZED) and not flags & _RESUMABLE
 
 
-def _holders(shell: Any) -> tuple[list[tuple[str, Callable[[], None]]], list[types.TracebackType], dict[int, BaseException]]:
+def _holders(
+    shell: Any,
+) -> tuple[list[tuple[str, Callable[[], None]]], list[types.TracebackType], dict[int, BaseException]]:
     """Where the last error is held: ``(label, drop)`` for each place, the tracebacks, the errors."""
     places: list[tuple[str, Callable[[], None]]] = []
     tracebacks: list[types.TracebackType] = []
@@ -147,8 +149,12 @@ def _holders(shell: Any) -> tuple[list[tuple[str, Callable[[], None]]], list[typ
         places.append(("the traceback display (InteractiveTB.tb)", lambda: setattr(display, "tb", None)))
     pdb = getattr(display, "pdb", None)
     # Only a debugger that is not in a session now (forget() sets curframe to None).
-    if pdb is not None and getattr(pdb, "curframe", None) is None and (
-            getattr(pdb, "curframe_locals", None) or getattr(pdb, "botframe", None) is not None):
+    if (
+        pdb is not None
+        and getattr(pdb, "curframe", None) is None
+        and (getattr(pdb, "curframe_locals", None) or getattr(pdb, "botframe", None) is not None)
+    ):
+
         def drop_pdb() -> None:
             pdb.curframe_locals = {}
             pdb.botframe = None
@@ -232,8 +238,17 @@ def release(shell: Any, seconds: float = 1.0) -> ErrorRelease:
     gone = [size for ref, size in refs if ref() is None]
     survivors = [ref for ref, _ in refs if ref() is not None]
     still = tuple(what_holds(ref, seconds / len(survivors[:3])) for ref in survivors[:3])
-    return ErrorRelease(name, tuple(label for label, _ in places), cleared, len(refs),
-                        sum(size for _, size in refs), len(gone), sum(gone), still, unfinished)
+    return ErrorRelease(
+        name,
+        tuple(label for label, _ in places),
+        cleared,
+        len(refs),
+        sum(size for _, size in refs),
+        len(gone),
+        sum(gone),
+        still,
+        unfinished,
+    )
 
 
 def what_holds(ref: Callable[[], Any], seconds: float = 1.0, depth: int = 8) -> str:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from jupyter_gpumem.doctor.session import SESSION
 from jupyter_gpumem.sources import jax_arrays
@@ -29,8 +30,18 @@ _SKIP_TYPES = (str, bytes, bytearray, int, float, complex, bool, type(None), typ
 
 # Mappings walked through their items: in-memory containers only. Any other Mapping may read a
 # disk or a network when iterated (shelve, dbm, h5py, zarr) or build arrays as it does.
-_MAPPING_MODULES = ("builtins", "collections", "types", "flax", "haiku", "equinox", "immutabledict",
-                    "frozendict", "ml_collections", "jax")
+_MAPPING_MODULES = (
+    "builtins",
+    "collections",
+    "types",
+    "flax",
+    "haiku",
+    "equinox",
+    "immutabledict",
+    "frozendict",
+    "ml_collections",
+    "jax",
+)
 
 
 @dataclass
@@ -51,11 +62,15 @@ class NameWalk:
         """One sentence on what the walk could not see, or ''."""
         parts = []
         if self.unfinished:
-            parts.append(f"the walk of your variables stopped after {self.seconds:.1f} s, so some arrays "
-                         "show no name though a variable may hold them")
+            parts.append(
+                f"the walk of your variables stopped after {self.seconds:.1f} s, so some arrays "
+                "show no name though a variable may hold them"
+            )
         if self.skipped:
-            parts.append(f"{self.skipped} object{'s' if self.skipped != 1 else ''} in your variables could not be "
-                         "read and were skipped")
+            parts.append(
+                f"{self.skipped} object{'s' if self.skipped != 1 else ''} in your variables could not be "
+                "read and were skipped"
+            )
         return ("Names: " + "; ".join(parts) + ".") if parts else ""
 
 

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from jupyter_gpumem.core import metrics
 from jupyter_gpumem.core.units import format_bytes
@@ -96,8 +96,13 @@ def other_processes(r: OomReadings, need: int | None) -> Fix | None:
     one = len(others) == 1
     who = "1 other process" if one else f"{len(others)} other processes"
     if kernels:
-        who += " (a Jupyter kernel)" if one else (" (1 of them a Jupyter kernel)" if len(kernels) == 1
-                                                       else f" ({len(kernels)} of them Jupyter kernels)")
+        who += (
+            " (a Jupyter kernel)"
+            if one
+            else (
+                " (1 of them a Jupyter kernel)" if len(kernels) == 1 else f" ({len(kernels)} of them Jupyter kernels)"
+            )
+        )
     if named:
         biggest = max(named, key=lambda p: p.used_bytes or 0)
         action = (
@@ -105,8 +110,10 @@ def other_processes(r: OomReadings, need: int | None) -> Fix | None:
             f"({biggest.label}, {_b(biggest.used_bytes)}); the JupyterLab GPU panel shows which notebook it is."
         )
     else:  # never a pid that names no process here
-        action = (f"Find out which processes NVML's pids {_pids(others)} are where they run (`nvidia-smi` on the "
-                  "host, for a container): none of them is a process here.")
+        action = (
+            f"Find out which processes NVML's pids {_pids(others)} are where they run (`nvidia-smi` on the "
+            "host, for a container): none of them is a process here."
+        )
     extra: tuple[str, ...] = ()
     if kernels and share >= 0.5:
         extra = (
@@ -262,8 +269,10 @@ def compiled_programs(r: OomReadings, need: int | None) -> Fix | None:
         f"most what it frees: NVML counts {_b(r.own_process_bytes)} for this process, {which} {_b(pool)}.",
         outside,
         _enough(outside, need),
-        ("To stop CUDA graphs holding memory: %env XLA_FLAGS=--xla_gpu_enable_command_buffer= (before JAX starts)",
-         "TensorFlow or PyTorch in this kernel hold their own memory here: limit or release it on their side"),
+        (
+            "To stop CUDA graphs holding memory: %env XLA_FLAGS=--xla_gpu_enable_command_buffer= (before JAX starts)",
+            "TensorFlow or PyTorch in this kernel hold their own memory here: limit or release it on their side",
+        ),
     )
 
 
@@ -285,14 +294,23 @@ def rematerialisation(r: OomReadings, need: int | None) -> Fix | None:
             ("Or wrap the heavy layers in jax.checkpoint (jax.remat) to recompute activations in the backward pass.",),
         )
     # without the arrays (a replay), the allocator's in-use bytes: every live array on the device is in them
-    held, what = (r.live_bytes, "all live arrays") if r.live_bytes is not None else (r.bytes_in_use, "all the allocator had in use")
+    held, what = (
+        (r.live_bytes, "all live arrays")
+        if r.live_bytes is not None
+        else (r.bytes_in_use, "all the allocator had in use")
+    )
     if held is not None and req > held and (total is None or req > 0.1 * total):
         return Fix(
             "remat",
             f"The request ({_b(req)}) is larger than {what} ({_b(held)}): a program's temporaries",
             "Wrap the heavy layers in jax.checkpoint (jax.remat), or use a smaller batch",
-            ("Temporaries" if r.live_bytes is not None else "Every live array on the device is within the allocator's "
-             "in-use bytes, and the request alone exceeds them: temporaries") + ", not live arrays, need the memory; "
+            (
+                "Temporaries"
+                if r.live_bytes is not None
+                else "Every live array on the device is within the allocator's "
+                "in-use bytes, and the request alone exceeds them: temporaries"
+            )
+            + ", not live arrays, need the memory; "
             "recomputing activations trades time for memory.",
             None,
             None,
@@ -329,15 +347,18 @@ def kernel_load(r: OomReadings, need: int | None) -> Fix | None:
         seen.append(f"other processes hold {_b(r.others_bytes)}")
     numbers = ("; ".join(seen) + ".") if seen else "no device numbers were readable."
     lower_line = _lower_fraction_line(r)
-    why = ("Loading a compiled kernel's code (CUBIN) takes device memory outside JAX's pool, and the device "
-           f"was full: {numbers}")
+    why = (
+        "Loading a compiled kernel's code (CUBIN) takes device memory outside JAX's pool, and the device "
+        f"was full: {numbers}"
+    )
     if r.preallocate is True and not r.driver_pool:
         unused = r.pool_free
         return Fix(
             "kernel_load",
             "The device had no room left to load a compiled kernel: the preallocated pool holds it",
             "%gpumem preallocate off  (restart the kernel, then run it first)",
-            why + " Preallocation takes the pool up front, so only what is left beside it is there for kernels"
+            why
+            + " Preallocation takes the pool up front, so only what is left beside it is there for kernels"
             + (f"; {_b(unused)} of the pool is unused." if unused else "."),
             unused,
             None,
@@ -364,11 +385,20 @@ def command_buffers(r: OomReadings, need: int | None) -> Fix | None:
     """
     if r.error_form != "command_buffer":
         return None
-    room = None if r.driver_pool else (
-        "%gpumem preallocate off  (restart the kernel, then run it first)" if r.preallocate is True
-        else _lower_fraction_line(r) if r.bytes_limit is not None else None)
+    room = (
+        None
+        if r.driver_pool
+        else (
+            "%gpumem preallocate off  (restart the kernel, then run it first)"
+            if r.preallocate is True
+            else _lower_fraction_line(r)
+            if r.bytes_limit is not None
+            else None
+        )
+    )
     extra = ((f"Leave the driver more room: {room}",) if room else ()) + (
-        "%gpumem free --caches   (compiled programs hold their CUDA graphs until JAX's caches are cleared)",)
+        "%gpumem free --caches   (compiled programs hold their CUDA graphs until JAX's caches are cleared)",
+    )
     return Fix(
         "command_buffer",
         "The device had no memory left to instantiate a CUDA graph (one of XLA's command buffers)",
@@ -396,8 +426,11 @@ def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
     req, held = r.requested, r.host_array_bytes
     needed = (req or 0) + (held or 0)
     limit = max(65, math.ceil(needed * 1.25 / 1024**3)) if needed else None
-    action = (f"%env XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB={limit}  (restart the kernel, then run it before JAX starts)"
-              if limit else "Raise XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB (GiB, default 64) before JAX starts, then restart")
+    action = (
+        f"%env XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB={limit}  (restart the kernel, then run it before JAX starts)"
+        if limit
+        else "Raise XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB (GiB, default 64) before JAX starts, then restart"
+    )
     held_words = f"; live arrays in host memory kinds hold {_b(held)}" if held else ""
     return Fix(
         "host_memory",
@@ -408,8 +441,10 @@ def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
         "default 64; 16 with XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE=true). Pinned memory cannot be paged out: keep the limit below the machine's free RAM.",
         None,
         None,
-        ("Or keep less in host memory: `del` pinned_host arrays you no longer need, or move them to the "
-         "device (jax.device_put); `%gpumem arrays` lists them as host bytes.",),
+        (
+            "Or keep less in host memory: `del` pinned_host arrays you no longer need, or move them to the "
+            "device (jax.device_put); `%gpumem arrays` lists them as host bytes.",
+        ),
     )
 
 
@@ -436,11 +471,16 @@ def program_itself(r: OomReadings, need: int | None) -> Fix | None:
     if p is None or free is None or p.needs - p.donation_gain <= free:
         return None
     alone = p.temp_bytes > free
-    what = (f"its temporaries alone ({_b(p.temp_bytes)}) exceed" if alone
-            else f"its outputs and temporaries ({_b(p.needs)}) exceed")
+    what = (
+        f"its temporaries alone ({_b(p.temp_bytes)}) exceed"
+        if alone
+        else f"its outputs and temporaries ({_b(p.needs)}) exceed"
+    )
     if not alone and p.output_bytes >= p.temp_bytes:
-        action = ("Make its outputs smaller: a smaller batch or array, a lower precision dtype, or outputs "
-                  "sharded across devices (jax.sharding); jax.checkpoint shrinks only temporaries")
+        action = (
+            "Make its outputs smaller: a smaller batch or array, a lower precision dtype, or outputs "
+            "sharded across devices (jax.sharding); jax.checkpoint shrinks only temporaries"
+        )
     else:
         action = "Make the program need less: wrap the heavy layers in jax.checkpoint (remat), or use a smaller batch"
     return Fix(

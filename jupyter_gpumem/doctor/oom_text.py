@@ -69,8 +69,11 @@ def xla_human_bytes(text: str) -> tuple[int, int] | None:
         return None
     step = 1024 ** _HUMAN_UNITS.index(unit)  # bytes per count left after the divisions
     centre = round(float(printed) * 1024)
-    counts = [c for c in range(centre - 64, centre + 65)
-              if 1024 <= c < 1024 * 1024 and format(c / 1024, f".{decimals}f") == printed]
+    counts = [
+        c
+        for c in range(centre - 64, centre + 65)
+        if 1024 <= c < 1024 * 1024 and format(c / 1024, f".{decimals}f") == printed
+    ]
     if not counts:
         return None
     return counts[0] * step, (counts[-1] + 1) * step - 1
@@ -118,8 +121,10 @@ _FORMS: tuple[tuple[str, re.Pattern], ...] = (
     # GPU BFC, current: "Out of memory while trying to allocate 21.88GiB." (rounded to 2 decimals)
     (
         "gpu_human",
-        re.compile(r"Out of memory while trying to allocate\s+(?P<size>" + _HUMAN_SIZE + r"|[\d.]+\s*[KMGTP]?i?B)\b",
-                   re.IGNORECASE),
+        re.compile(
+            r"Out of memory while trying to allocate\s+(?P<size>" + _HUMAN_SIZE + r"|[\d.]+\s*[KMGTP]?i?B)\b",
+            re.IGNORECASE,
+        ),
     ),
     # CPU: "RESOURCE_EXHAUSTED: Out of memory allocating 17592186044416 bytes."
     ("cpu", re.compile(r"Out of memory allocating\s+(?P<exact>\d+)\s*bytes", re.IGNORECASE)),

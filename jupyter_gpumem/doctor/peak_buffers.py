@@ -25,8 +25,8 @@ Everything here is pure: texts in, typed values out.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Mapping
 
 from jupyter_gpumem.core import sites
 
@@ -141,8 +141,9 @@ _FIELD = re.compile(r'(\w+)=(?:"((?:[^"\\]|\\.)*)"|(\S+))')
 
 def metadata_fields(text: str) -> dict[str, str]:
     """``key=value`` pairs of an ``OpMetadata`` as XLA prints it (quoted or bare values)."""
-    return {m.group(1): m.group(2) if m.group(2) is not None else m.group(3).rstrip(",}")
-            for m in _FIELD.finditer(text)}
+    return {
+        m.group(1): m.group(2) if m.group(2) is not None else m.group(3).rstrip(",}") for m in _FIELD.finditer(text)
+    }
 
 
 def _line_number(text: str | None) -> int | None:
@@ -151,9 +152,13 @@ def _line_number(text: str | None) -> int | None:
 
 # ---- the OOM text ----------------------------------------------------------------------------
 
-_STATS = {"parameter allocation": "argument", "constant allocation": "constant",
-          "maybe_live_out allocation": "output", "preallocated temp allocation": "temp",
-          "total allocation": "total"}
+_STATS = {
+    "parameter allocation": "argument",
+    "constant allocation": "constant",
+    "maybe_live_out allocation": "output",
+    "preallocated temp allocation": "temp",
+    "total allocation": "total",
+}
 OOM_SECTION = "BufferAssignment OOM Debugging."
 OOM_PEAK_LIMIT = 15  # kMaxBuffersToShow in ToVerboseString
 
@@ -165,7 +170,7 @@ def parse_oom_text(text: str) -> ProgramPeak | None:
     text does not say which)."""
     if not isinstance(text, str) or OOM_SECTION not in text:
         return None
-    section = text[text.index(OOM_SECTION):]
+    section = text[text.index(OOM_SECTION) :]
     stats: dict[str, int] = {}
     for raw in section.splitlines():
         label, colon, value = raw.strip().partition(":")
@@ -181,8 +186,17 @@ def parse_oom_text(text: str) -> ProgramPeak | None:
         for block in re.split(r"\n\s*Buffer \d+:", "\n" + listing)[1:]:
             buffers.append(_oom_buffer(block))
     total = stats.get("total") or (stats.get("argument", 0) + stats.get("output", 0) + stats.get("temp", 0))
-    return ProgramPeak(stats.get("argument", 0), stats.get("output", 0), stats.get("temp", 0), stats.get("constant", 0),
-                       0, total, tuple(sorted(buffers, key=lambda b: -b.size)), "error text", OOM_PEAK_LIMIT)
+    return ProgramPeak(
+        stats.get("argument", 0),
+        stats.get("output", 0),
+        stats.get("temp", 0),
+        stats.get("constant", 0),
+        0,
+        total,
+        tuple(sorted(buffers, key=lambda b: -b.size)),
+        "error text",
+        OOM_PEAK_LIMIT,
+    )
 
 
 def _oom_buffer(block: str) -> PeakBuffer:
@@ -344,8 +358,16 @@ def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
             frame = frames.get(int(meta.get("stack_frame_id", "0") or 0)) if "stack_frame_id" in meta else None
             if frame is not None:
                 file, line, function = frame
-            made_by[value_id] = PeakBuffer(size_of[value_id], role_of[value_id], meta.get("op_name", ""), file, line,
-                                           function, label, shape_of.get(value_id, ""))
+            made_by[value_id] = PeakBuffer(
+                size_of[value_id],
+                role_of[value_id],
+                meta.get("op_name", ""),
+                file,
+                line,
+                function,
+                label,
+                shape_of.get(value_id, ""),
+            )
             value_id = None
 
     live = _peak_listing(buffer_assignment) or _peak_from_ranges(buffer_assignment, key_of, size_of)
@@ -354,12 +376,24 @@ def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
         found = key_of.get(key)
         buffer = made_by.get(found) if found is not None else None
         if buffer is None:
-            buffer = PeakBuffer(size, role_of.get(found, TEMPORARY) if found is not None else TEMPORARY, label=key,
-                                shape=shape_of.get(found, "") if found is not None else "")
+            buffer = PeakBuffer(
+                size,
+                role_of.get(found, TEMPORARY) if found is not None else TEMPORARY,
+                label=key,
+                shape=shape_of.get(found, "") if found is not None else "",
+            )
         buffers.append(replace(buffer, size=size))
     buffers.sort(key=lambda b: -b.size)
-    return ProgramPeak(totals[ARGUMENT], totals[OUTPUT], totals[TEMPORARY], totals[CONSTANT], totals["alias"],
-                       sum(b.size for b in buffers), tuple(buffers), "compiled")
+    return ProgramPeak(
+        totals[ARGUMENT],
+        totals[OUTPUT],
+        totals[TEMPORARY],
+        totals[CONSTANT],
+        totals["alias"],
+        sum(b.size for b in buffers),
+        tuple(buffers),
+        "compiled",
+    )
 
 
 def _peak_listing(text: str) -> list[tuple[str, int]]:
@@ -367,7 +401,7 @@ def _peak_listing(text: str) -> list[tuple[str, int]]:
     for i, raw in enumerate(lines):
         if _PEAK_AT.match(raw):
             found = []
-            for entry in lines[i + 1:]:
+            for entry in lines[i + 1 :]:
                 match = _LIVE.match(entry)
                 if match is None:
                     break
@@ -418,8 +452,10 @@ def peak_by_line(peak: ProgramPeak, cells: Mapping[str, int] | None = None) -> l
     for b in peak.buffers:
         groups.setdefault(where_made(b, cells or {}), []).append(b)
     total = peak.peak_bytes or sum(b.size for b in peak.buffers) or 1
-    lines = [PeakLine(where, sum(b.size for b in bs), sum(b.size for b in bs) / total, tuple(bs))
-             for where, bs in groups.items()]
+    lines = [
+        PeakLine(where, sum(b.size for b in bs), sum(b.size for b in bs) / total, tuple(bs))
+        for where, bs in groups.items()
+    ]
     return sorted(lines, key=lambda line: (-line.size, line.where))
 
 
@@ -438,8 +474,10 @@ def totals_text(peak: ProgramPeak) -> str:
     """``arguments 1.0 MiB, outputs ..., temporaries ...`` as the peak's source gives them."""
     from jupyter_gpumem.core.units import format_bytes
 
-    text = (f"arguments {format_bytes(peak.argument_bytes)}, outputs {format_bytes(peak.output_bytes)}, "
-            f"temporaries {format_bytes(peak.temp_bytes)}")
+    text = (
+        f"arguments {format_bytes(peak.argument_bytes)}, outputs {format_bytes(peak.output_bytes)}, "
+        f"temporaries {format_bytes(peak.temp_bytes)}"
+    )
     if peak.alias_bytes:
         text += f", aliased {format_bytes(peak.alias_bytes)}"
     return text
@@ -465,8 +503,9 @@ def _share(part: int, whole: int) -> str:
     return f"{part / whole:.0%}" if whole else "n/a"
 
 
-def peak_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None = None,
-               arguments: tuple = (), outputs: tuple = ()) -> list[PeakFix]:
+def peak_fixes(
+    peak: ProgramPeak, cells: Mapping[str, int] | None = None, arguments: tuple = (), outputs: tuple = ()
+) -> list[PeakFix]:
     """What would lower ``peak``, largest saving first, from its numbers alone:
 
     - a function whose values saved for the backward pass (forward values of a gradient, live at
@@ -493,31 +532,60 @@ def peak_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None = None,
             kept = f"({format_bytes(size)}, {_share(size, whole)} of the peak)"
             loop = next((b for b in buffers if b.label == "while"), None)
             if loop is not None:
-                fixes.append(PeakFix("checkpoint", size, (
-                    f"the loop (scan) at {where_made(loop, cells or {})} stacks its steps' values for the backward "
-                    f"pass {kept}: wrap the function it scans in jax.checkpoint "
-                    "(jax.lax.scan(jax.checkpoint(body), ...)), so each step's values are recomputed, not kept")))
+                fixes.append(
+                    PeakFix(
+                        "checkpoint",
+                        size,
+                        (
+                            f"the loop (scan) at {where_made(loop, cells or {})} stacks its steps' values for the backward "
+                            f"pass {kept}: wrap the function it scans in jax.checkpoint "
+                            "(jax.lax.scan(jax.checkpoint(body), ...)), so each step's values are recomputed, not kept"
+                        ),
+                    )
+                )
                 continue
             name = function if buffers[0].function else f"the function around {function}"
-            fixes.append(PeakFix("checkpoint", size, (
-                f"wrap {name} in jax.checkpoint (jax.checkpoint({buffers[0].function or 'fn'}), or "
-                f"@jax.checkpoint on its def): its {len(buffers)} values kept for the backward pass "
-                f"{kept} would be recomputed instead of kept")))
+            fixes.append(
+                PeakFix(
+                    "checkpoint",
+                    size,
+                    (
+                        f"wrap {name} in jax.checkpoint (jax.checkpoint({buffers[0].function or 'fn'}), or "
+                        f"@jax.checkpoint on its def): its {len(buffers)} values kept for the backward pass "
+                        f"{kept} would be recomputed instead of kept"
+                    ),
+                )
+            )
     fixes += _upcast_fixes(peak, cells, whole)
     gain, positions = _donation(arguments, outputs)
     if gain and positions:
         listed = ", ".join(str(p) for p in positions if isinstance(p, int))
         keywords = [str(p) for p in positions if not isinstance(p, int)]
         how = (f"donate_argnums=({listed},)" if listed else "") + (
-            (" and " if listed else "") + f"donate_argnames={tuple(keywords)!r}" if keywords else "")
-        fixes.append(PeakFix("donate", gain, (
-            f"jax.jit(..., {how}): outputs of the same shape and dtype would reuse these arguments' buffers, "
-            f"{format_bytes(gain)} ({_share(gain, whole)} of the peak) less; the caller must not use them afterwards")))
+            (" and " if listed else "") + f"donate_argnames={tuple(keywords)!r}" if keywords else ""
+        )
+        fixes.append(
+            PeakFix(
+                "donate",
+                gain,
+                (
+                    f"jax.jit(..., {how}): outputs of the same shape and dtype would reuse these arguments' buffers, "
+                    f"{format_bytes(gain)} ({_share(gain, whole)} of the peak) less; the caller must not use them afterwards"
+                ),
+            )
+        )
     if peak.output_bytes >= 2 * DOMINANT_SHARE * whole and peak.output_bytes:
-        fixes.append(PeakFix("outputs", 0, (
-            f"the outputs are {format_bytes(peak.output_bytes)} ({_share(peak.output_bytes, whole)} of the peak): they "
-            "are the result, so jax.checkpoint (remat) would not lower them; return less (reduce inside the "
-            "function), a lower precision, or fewer at a time")))
+        fixes.append(
+            PeakFix(
+                "outputs",
+                0,
+                (
+                    f"the outputs are {format_bytes(peak.output_bytes)} ({_share(peak.output_bytes, whole)} of the peak): they "
+                    "are the result, so jax.checkpoint (remat) would not lower them; return less (reduce inside the "
+                    "function), a lower precision, or fewer at a time"
+                ),
+            )
+        )
     return sorted(fixes, key=lambda f: -f.saves)
 
 
@@ -533,10 +601,17 @@ def _upcast_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None, whole: int
     for where, buffers in upcasts.items():
         size = sum(b.size for b in buffers)
         if size >= DOMINANT_SHARE * whole:
-            out.append(PeakFix("dtype", size // 2, (
-                f"keep {where} in its input's dtype: its float32 copies ({buffers[0].shape}, {format_bytes(size)}, "
-                f"{_share(size, whole)} of the peak) are made by an upcast (astype / convert_element_type); "
-                "in bfloat16 they would take half, or pass preferred_element_type to the op that needs float32")))
+            out.append(
+                PeakFix(
+                    "dtype",
+                    size // 2,
+                    (
+                        f"keep {where} in its input's dtype: its float32 copies ({buffers[0].shape}, {format_bytes(size)}, "
+                        f"{_share(size, whole)} of the peak) are made by an upcast (astype / convert_element_type); "
+                        "in bfloat16 they would take half, or pass preferred_element_type to the op that needs float32"
+                    ),
+                )
+            )
     return out
 
 
@@ -569,5 +644,21 @@ def _donation(arguments: tuple, outputs: tuple) -> tuple[int, list]:
     return gain, positions
 
 
-__all__ = ["PeakFix", "peak_fixes", "loop_states", "PeakBuffer", "ProgramPeak", "PeakLine", "parse_oom_text", "parse_dump", "stack_frames", "peak_by_line",
-           "peak_lines_text", "totals_text", "where_made", "human_bytes", "metadata_fields", "OOM_SECTION"]
+__all__ = [
+    "PeakFix",
+    "peak_fixes",
+    "loop_states",
+    "PeakBuffer",
+    "ProgramPeak",
+    "PeakLine",
+    "parse_oom_text",
+    "parse_dump",
+    "stack_frames",
+    "peak_by_line",
+    "peak_lines_text",
+    "totals_text",
+    "where_made",
+    "human_bytes",
+    "metadata_fields",
+    "OOM_SECTION",
+]

@@ -6,14 +6,15 @@ its buffer assignment is read by ``doctor.peak_buffers``. Totals are ``memory_an
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from jupyter_gpumem.core import sites
+from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.doctor import peak_buffers
 from jupyter_gpumem.doctor.estimating import evaluate_call
 from jupyter_gpumem.doctor.text import PreReport, bytes_or_na, pretty_as_text
-from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.sources import jax_arrays
 
 PEAK_ARGS = Grammar("%gpumem peak", positionals=(Option("expression", "CALL", required=True),))
@@ -38,18 +39,24 @@ class PeakReport(PreReport):
 
     def lines(self) -> list[str]:
         m = self.memory
-        out = [f"{self.expression}: peak {bytes_or_na(self.peak.peak_bytes)} (compiled in {self.seconds:.2f} s, not run"
-               + ("" if m.jitted else "; not jitted: compiled as jax.jit of it, its array arguments traced") + ")",
-               f"  arguments {bytes_or_na(m.argument_bytes)}, outputs {bytes_or_na(m.output_bytes)}, temporaries {bytes_or_na(m.temp_bytes)}, "
-               f"aliased {bytes_or_na(m.alias_bytes)} (memory_analysis)",
-               "  Live at the peak, by source line (largest first):"]
+        out = [
+            f"{self.expression}: peak {bytes_or_na(self.peak.peak_bytes)} (compiled in {self.seconds:.2f} s, not run"
+            + ("" if m.jitted else "; not jitted: compiled as jax.jit of it, its array arguments traced")
+            + ")",
+            f"  arguments {bytes_or_na(m.argument_bytes)}, outputs {bytes_or_na(m.output_bytes)}, temporaries {bytes_or_na(m.temp_bytes)}, "
+            f"aliased {bytes_or_na(m.alias_bytes)} (memory_analysis)",
+            "  Live at the peak, by source line (largest first):",
+        ]
         for line in self.lines_by_source[:TOP_LINES]:
             out.append(f"  {bytes_or_na(line.size):>11} {line.share:>4.0%}  {line.where}: {line.roles}; {line.ops}")
         if len(self.lines_by_source) > TOP_LINES:
             rest = self.lines_by_source[TOP_LINES:]
             out.append(f"  {bytes_or_na(sum(x.size for x in rest)):>11}        {len(rest)} more lines")
-        out.append("  What would lower it:" if self.fixes else
-                   "  No fix stands out: no single function's saved values, upcast, undonated argument or output dominates.")
+        out.append(
+            "  What would lower it:"
+            if self.fixes
+            else "  No fix stands out: no single function's saved values, upcast, undonated argument or output dominates."
+        )
         out += [f"  {i}. {f.text}" for i, f in enumerate(self.fixes, 1)]
         return out
 
@@ -62,8 +69,10 @@ class PeakReport(PreReport):
             "temp_bytes": self.memory.temp_bytes,
             "alias_bytes": self.memory.alias_bytes,
             "seconds": self.seconds,
-            "lines": [{"where": x.where, "bytes": x.size, "share": x.share, "roles": x.roles, "ops": x.ops}
-                      for x in self.lines_by_source],
+            "lines": [
+                {"where": x.where, "bytes": x.size, "share": x.share, "roles": x.roles, "ops": x.ops}
+                for x in self.lines_by_source
+            ],
             "fixes": [{"kind": f.kind, "saves": f.saves, "text": f.text} for f in self.fixes],
         }
 
@@ -72,12 +81,14 @@ def peak_report(expression: str, dump: jax_arrays.CompiledDump, cells: Mapping[s
     """The report for a compiled dump; pure."""
     peak = peak_buffers.parse_dump(dump.buffer_assignment, dump.hlo)
     fixes = peak_buffers.peak_fixes(peak, cells, dump.arguments, dump.memory.outputs)
-    return PeakReport(expression, dump.memory, peak, tuple(peak_buffers.peak_by_line(peak, cells)), tuple(fixes),
-                      dump.seconds)
+    return PeakReport(
+        expression, dump.memory, peak, tuple(peak_buffers.peak_by_line(peak, cells)), tuple(fixes), dump.seconds
+    )
 
 
-def peak(callee: Any, *args: Any, _expression: str = "", _cells: Mapping[str, int] | None = None,
-         **kwargs: Any) -> PeakReport:
+def peak(
+    callee: Any, *args: Any, _expression: str = "", _cells: Mapping[str, int] | None = None, **kwargs: Any
+) -> PeakReport:
     """Compile ``callee(*args, **kwargs)`` without running it and report its peak by line."""
     dump = jax_arrays.compile_with_dump(callee, tuple(args), kwargs)
     return peak_report(_expression or getattr(callee, "__name__", "call"), dump, _cells or {})

@@ -10,24 +10,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.core import metrics
-from jupyter_gpumem.settings.cpu_fallback import read_cpu_fallback
 from jupyter_gpumem.core.attribution import attribute, jax_pool_on
-from jupyter_gpumem.doctor import oom_rules, oom_text, peak_buffers
-from jupyter_gpumem.doctor.arrays import ArrayRecord, not_started_note, census
-from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
-from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
-from jupyter_gpumem.doctor.oom_rules import Fix
-from jupyter_gpumem.doctor.oom_text import OomError
-from jupyter_gpumem.sources import host_memory
-from jupyter_gpumem.doctor.text import (
-    action_label,
-    bytes_or_na,
-    escape_html,
-    pretty_as_text,
-    TextReport,
-)
 from jupyter_gpumem.core.readings import (
     AllocatorStats,
     CudaPoolReading,
@@ -37,6 +21,22 @@ from jupyter_gpumem.core.readings import (
     ProcessReading,
     Sample,
 )
+from jupyter_gpumem.doctor import oom_rules, oom_text, peak_buffers
+from jupyter_gpumem.doctor.arrays import ArrayRecord, census, not_started_note
+from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
+from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
+from jupyter_gpumem.doctor.oom_rules import Fix
+from jupyter_gpumem.doctor.oom_text import OomError
+from jupyter_gpumem.doctor.text import (
+    TextReport,
+    action_label,
+    bytes_or_na,
+    escape_html,
+    pretty_as_text,
+)
+from jupyter_gpumem.settings import apply as allocator_shim
+from jupyter_gpumem.settings.cpu_fallback import read_cpu_fallback
+from jupyter_gpumem.sources import host_memory
 
 
 def _process_label(pid: int) -> str:
@@ -63,8 +63,10 @@ def _unlisted_note(dev: DeviceReading, own: int | None, listed: tuple[OtherProce
     unlisted = max(0, dev.used_bytes - own)
     if not unlisted:
         return ""
-    return (f"none listed by NVML, yet {bytes_or_na(unlisted)} of the device's used memory is not this kernel's: "
-            "the driver's own, or processes NVML does not list here (another container's)")
+    return (
+        f"none listed by NVML, yet {bytes_or_na(unlisted)} of the device's used memory is not this kernel's: "
+        "the driver's own, or processes NVML does not list here (another container's)"
+    )
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,10 @@ class DeviceState:
     def driver_pool_words(self) -> str:
         """What the cuda_async pool is and what the fraction does to it, for people."""
         if self.limit is None:
-            threshold = ("with preallocation off its release threshold is 0, so unused pool memory goes back "
-                         "to the device at each synchronisation")
+            threshold = (
+                "with preallocation off its release threshold is 0, so unused pool memory goes back "
+                "to the device at each synchronisation"
+            )
         else:
             threshold = f"the fraction sets only its release threshold ({bytes_or_na(self.limit)}), below which it keeps unused memory"
         return f"the pool is the CUDA driver's default pool (cuda_async), and no fraction caps it: {threshold}"
@@ -123,21 +127,30 @@ class OomReport(TextReport):
             return f"Requested: {bytes_or_na(e.requested_bytes)} ({e.requested_bytes:,} bytes)."
         low_high = e.requested_range
         if low_high and low_high[0] != low_high[1]:
-            return (f"Requested: {bytes_or_na(e.requested_bytes)} (the error printed it rounded: "
-                    f"{low_high[0]:,} to {low_high[1]:,} bytes).")
-        return f"Requested: {bytes_or_na(e.requested_bytes)} ({e.requested_bytes:,} bytes; the error printed it rounded)."
+            return (
+                f"Requested: {bytes_or_na(e.requested_bytes)} (the error printed it rounded: "
+                f"{low_high[0]:,} to {low_high[1]:,} bytes)."
+            )
+        return (
+            f"Requested: {bytes_or_na(e.requested_bytes)} ({e.requested_bytes:,} bytes; the error printed it rounded)."
+        )
 
     def program_line(self) -> str:
         p = self.readings.program
         if p is None:
             return ""
         donated = "some arguments donated" if p.donated else "no argument donated"
-        return (f"{p.call}: arguments {bytes_or_na(p.argument_bytes)}, outputs {bytes_or_na(p.output_bytes)}, temporaries "
-                f"{bytes_or_na(p.temp_bytes)}, code {bytes_or_na(p.code_bytes)}, aliased {bytes_or_na(p.alias_bytes)}; {donated}.")
+        return (
+            f"{p.call}: arguments {bytes_or_na(p.argument_bytes)}, outputs {bytes_or_na(p.output_bytes)}, temporaries "
+            f"{bytes_or_na(p.temp_bytes)}, code {bytes_or_na(p.code_bytes)}, aliased {bytes_or_na(p.alias_bytes)}; {donated}."
+        )
 
     def lines(self) -> list[str]:
-        out = ["JAX ran out of memory (jupyter-gpumem doctor)" + (" [synthetic readings]" if self.readings.synthetic else ""),
-               self.requested_line()]
+        out = [
+            "JAX ran out of memory (jupyter-gpumem doctor)"
+            + (" [synthetic readings]" if self.readings.synthetic else ""),
+            self.requested_line(),
+        ]
         if self.peak_rows:
             out += ["", self.peak_title, *self.peak_rows]
         out += ["", "Allocator settings in effect:"]
@@ -149,11 +162,15 @@ class OomReport(TextReport):
                 out.append(f"  {d.label}: {d.note}")
                 continue
             if d.driver_pool:
-                out.append(f"  {d.label}: in use {bytes_or_na(d.in_use)}, pool {bytes_or_na(d.pool)}; {d.driver_pool_words()}")
+                out.append(
+                    f"  {d.label}: in use {bytes_or_na(d.in_use)}, pool {bytes_or_na(d.pool)}; {d.driver_pool_words()}"
+                )
                 continue
             frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
-            out.append(f"  {d.label}: in use {bytes_or_na(d.in_use)}, pool {bytes_or_na(d.pool)}, limit {bytes_or_na(d.limit)}, "
-                       f"largest free block {bytes_or_na(d.largest_free)}, fragmentation {frag}, headroom {bytes_or_na(d.headroom)}")
+            out.append(
+                f"  {d.label}: in use {bytes_or_na(d.in_use)}, pool {bytes_or_na(d.pool)}, limit {bytes_or_na(d.limit)}, "
+                f"largest free block {bytes_or_na(d.largest_free)}, fragmentation {frag}, headroom {bytes_or_na(d.headroom)}"
+            )
         out += ["", "Other processes on the device:"]
         listed = self.others + self.readings.host_pid_processes
         out += [f"  pid {p.pid} ({p.label}): {bytes_or_na(p.used_bytes)}" for p in listed]
@@ -161,8 +178,11 @@ class OomReport(TextReport):
             out.append(f"  {self.others_note or 'none'}")
         out += ["", "Largest live arrays:"]
         if self.arrays:
-            out += [f"  {bytes_or_na(r.nbytes):>11}  {r.dtype}{list(r.shape)}  held by {', '.join(r.names) or '(no name: held elsewhere)'}"
-                    + (f"  (cell {r.cell})" if r.cell is not None else "") for r in self.arrays]
+            out += [
+                f"  {bytes_or_na(r.nbytes):>11}  {r.dtype}{list(r.shape)}  held by {', '.join(r.names) or '(no name: held elsewhere)'}"
+                + (f"  (cell {r.cell})" if r.cell is not None else "")
+                for r in self.arrays
+            ]
             if self.arrays_note:
                 out.append(f"  {self.arrays_note}")
         else:
@@ -171,8 +191,10 @@ class OomReport(TextReport):
             out += ["", "The failing call's program (compiled again, not run):", f"  {self.program_line()}"]
         out += ["", "What to do, best first:"]
         if not self.fixes:
-            out.append("  No fix stands out from these numbers: make the program need less (smaller batch, "
-                       "lower precision), or run `%gpumem arrays` to see what holds memory.")
+            out.append(
+                "  No fix stands out from these numbers: make the program need less (smaller batch, "
+                "lower precision), or run `%gpumem arrays` to see what holds memory."
+            )
         for i, f in enumerate(self.fixes, 1):
             out.append(f"  {i}. {f.title}.")
             out.append(f"     {action_label(f.action)}: {f.action}")
@@ -188,44 +210,76 @@ class OomReport(TextReport):
             if d.note:
                 devs.append(f"<tr><td>{escape_html(d.label)}</td><td colspan='6'>{escape_html(d.note)}</td></tr>")
             elif d.driver_pool:
-                cells = "".join(f"<td>{escape_html(c)}</td>" for c in (d.label, bytes_or_na(d.in_use), bytes_or_na(d.pool)))
+                cells = "".join(
+                    f"<td>{escape_html(c)}</td>" for c in (d.label, bytes_or_na(d.in_use), bytes_or_na(d.pool))
+                )
                 devs.append(f"<tr>{cells}<td colspan='4'>{escape_html(d.driver_pool_words())}</td></tr>")
             else:
                 frag = "n/a" if d.fragmentation is None else f"{d.fragmentation:.0%}"
-                cells = [d.label, bytes_or_na(d.in_use), bytes_or_na(d.pool), bytes_or_na(d.limit), bytes_or_na(d.largest_free), frag, bytes_or_na(d.headroom)]
+                cells = [
+                    d.label,
+                    bytes_or_na(d.in_use),
+                    bytes_or_na(d.pool),
+                    bytes_or_na(d.limit),
+                    bytes_or_na(d.largest_free),
+                    frag,
+                    bytes_or_na(d.headroom),
+                ]
                 devs.append("<tr>" + "".join(f"<td>{escape_html(c)}</td>" for c in cells) + "</tr>")
         return devs
 
     def _array_rows_html(self) -> str:
         """The largest live arrays as table rows, or the note that says why there are none."""
-        return ("".join(f"<tr><td>{escape_html(bytes_or_na(r.nbytes))}</td><td>{escape_html(r.dtype)}{escape_html(list(r.shape))}</td>"
-                   f"<td>{escape_html(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
-                   for r in self.arrays)
-           + (f"<tr><td colspan='4'>{escape_html(self.arrays_note)}</td></tr>" if self.arrays and self.arrays_note else "")
-           or f"<tr><td colspan='4'>{escape_html(self.arrays_note or 'none')}</td></tr>")
+        return (
+            "".join(
+                f"<tr><td>{escape_html(bytes_or_na(r.nbytes))}</td><td>{escape_html(r.dtype)}{escape_html(list(r.shape))}</td>"
+                f"<td>{escape_html(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
+                for r in self.arrays
+            )
+            + (
+                f"<tr><td colspan='4'>{escape_html(self.arrays_note)}</td></tr>"
+                if self.arrays and self.arrays_note
+                else ""
+            )
+            or f"<tr><td colspan='4'>{escape_html(self.arrays_note or 'none')}</td></tr>"
+        )
 
     def _repr_html_(self) -> str:
-        settings = "".join(f"<tr><td>{escape_html(n.replace('_', '-'))}</td><td><b>{escape_html(s)}</b></td><td>{escape_html(src)}</td></tr>" for n, s, src in self.settings)
+        settings = "".join(
+            f"<tr><td>{escape_html(n.replace('_', '-'))}</td><td><b>{escape_html(s)}</b></td><td>{escape_html(src)}</td></tr>"
+            for n, s, src in self.settings
+        )
         devs = self._device_rows_html()
         listed = self.others + self.readings.host_pid_processes
-        others = ("".join(f"<li>pid {p.pid} ({escape_html(p.label)}): {escape_html(bytes_or_na(p.used_bytes))}</li>" for p in listed)
-                  + (f"<li>{escape_html(self.others_note or 'none')}</li>" if self.others_note or not listed else ""))
+        others = "".join(
+            f"<li>pid {p.pid} ({escape_html(p.label)}): {escape_html(bytes_or_na(p.used_bytes))}</li>" for p in listed
+        ) + (f"<li>{escape_html(self.others_note or 'none')}</li>" if self.others_note or not listed else "")
         arrays = self._array_rows_html()
-        fixes = "".join(
-            f"<li><b>{escape_html(f.title)}</b><br>{action_label(f.action)}: <code>{escape_html(f.action)}</code>"
-            + "".join(f"<br>Or: <code>{escape_html(a)}</code>" for a in f.extra_actions)
-            + f"<br><small>{escape_html(f.why)}</small></li>"
-            for f in self.fixes
-        ) or "<li>No fix stands out from these numbers: make the program need less, or run <code>%gpumem arrays</code>.</li>"
+        fixes = (
+            "".join(
+                f"<li><b>{escape_html(f.title)}</b><br>{action_label(f.action)}: <code>{escape_html(f.action)}</code>"
+                + "".join(f"<br>Or: <code>{escape_html(a)}</code>" for a in f.extra_actions)
+                + f"<br><small>{escape_html(f.why)}</small></li>"
+                for f in self.fixes
+            )
+            or "<li>No fix stands out from these numbers: make the program need less, or run <code>%gpumem arrays</code>.</li>"
+        )
         synthetic = " <i>(synthetic readings)</i>" if self.readings.synthetic else ""
         return (
             "<div class='jupyter-gpumem-oom' style='border-left:4px solid var(--jp-error-color1, #d32f2f);padding-left:8px'>"
             f"<p><b>JAX ran out of memory</b>{synthetic}. {escape_html(self.requested_line())}</p>"
             # the fixes first: the traceback above is already long, the numbers behind them follow
             f"<p>What to do, best first:</p><ol>{fixes}</ol>"
-            + (f"<p>{escape_html(self.peak_title)}</p><pre>{escape_html(chr(10).join(self.peak_rows))}</pre>" if self.peak_rows else "")
-            + (f"<p>The failing call's program (compiled again, not run): {escape_html(self.program_line())}</p>"
-               if self.readings.program is not None else "")
+            + (
+                f"<p>{escape_html(self.peak_title)}</p><pre>{escape_html(chr(10).join(self.peak_rows))}</pre>"
+                if self.peak_rows
+                else ""
+            )
+            + (
+                f"<p>The failing call's program (compiled again, not run): {escape_html(self.program_line())}</p>"
+                if self.readings.program is not None
+                else ""
+            )
             + f"<p>Allocator settings in effect:</p><table>{settings}</table>"
             "<p>Device state at failure:</p><table><thead><tr><th>device</th><th>in use</th><th>pool</th><th>limit</th>"
             f"<th>largest free block</th><th>fragmentation</th><th>headroom</th></tr></thead><tbody>{''.join(devs)}</tbody></table>"
@@ -278,13 +332,25 @@ def device_state(r: JaxDeviceReading, arrays_known: bool = True) -> DeviceState:
         instead = "live-array bytes are used instead" if arrays_known else "a replay has no arrays to count instead"
         return DeviceState(label, note=f"{s.reason}; {instead}")
     pool = r.cuda_pool
-    return DeviceState(label, s.bytes_in_use, metrics.pool_bytes(s, pool), s.bytes_limit, s.largest_free_block_bytes,
-                       metrics.fragmentation(s, pool), metrics.headroom(s, pool), driver_pool=metrics.uses_driver_pool(s, pool))
+    return DeviceState(
+        label,
+        s.bytes_in_use,
+        metrics.pool_bytes(s, pool),
+        s.bytes_limit,
+        s.largest_free_block_bytes,
+        metrics.fragmentation(s, pool),
+        metrics.headroom(s, pool),
+        driver_pool=metrics.uses_driver_pool(s, pool),
+    )
 
 
 def _replay_note(stats: AllocatorStats | None) -> str:
     """Why a replayed report lists no arrays, and what the reading says they came to."""
-    held = f": together at most the {bytes_or_na(stats.bytes_in_use)} in use" if stats is not None and stats.bytes_in_use is not None else ""
+    held = (
+        f": together at most the {bytes_or_na(stats.bytes_in_use)} in use"
+        if stats is not None and stats.bytes_in_use is not None
+        else ""
+    )
     return f"not known for a replayed trace, which records the allocator's readings, not the arrays{held}"
 
 
@@ -334,14 +400,20 @@ def _who_else(sample: Sample, failing: _Failing, label_of: Any = _process_label)
         if isinstance(sample.devices, NotAvailable):
             return _WhoElse(note=f"NVML: {sample.devices.reason}")
         why = (failing.jax.nvml_unmatched if failing.jax is not None else None) or "it was not found in NVML"
-        return _WhoElse(note=f"no NVIDIA device matches the failing JAX device: {why}" if failing.platform == "gpu"
-                        else "the CPU is not a GPU: NVML does not list its users")
+        return _WhoElse(
+            note=f"no NVIDIA device matches the failing JAX device: {why}"
+            if failing.platform == "gpu"
+            else "the CPU is not a GPU: NVML does not list its users"
+        )
     if isinstance(dev.processes, NotAvailable):
         return _WhoElse(note=dev.processes.reason)
     who = attribute(dev, sample.pid, sample.pids_not_here, jax_pool_on(sample, dev.index))
-    others = (tuple(_other_process(p, label_of(p.pid)) for p in who.others)
-              + tuple(_other_process(p, "not a process here", here=False) for p in who.gone))
-    host_pids = tuple(_other_process(p, "host pid, not a process here; may be this kernel", here=False) for p in who.unknown)
+    others = tuple(_other_process(p, label_of(p.pid)) for p in who.others) + tuple(
+        _other_process(p, "not a process here", here=False) for p in who.gone
+    )
+    host_pids = tuple(
+        _other_process(p, "host pid, not a process here; may be this kernel", here=False) for p in who.unknown
+    )
     own = who.own_bytes if isinstance(who.own_bytes, int) else None
     return _WhoElse(others, host_pids, own, who.reason or _unlisted_note(dev, own, others + host_pids))
 
@@ -361,13 +433,23 @@ def _typed(values: dict[str, Any], name: str, kind: type) -> Any:
     return value if isinstance(value, kind) else None
 
 
-def _oom_readings(error: OomError, failing: _Failing, who: _WhoElse, values: dict[str, Any], records: list[ArrayRecord],
-                  arrays_known: bool, read: _Beside, synthetic: bool) -> OomReadings:
+def _oom_readings(
+    error: OomError,
+    failing: _Failing,
+    who: _WhoElse,
+    values: dict[str, Any],
+    records: list[ArrayRecord],
+    arrays_known: bool,
+    read: _Beside,
+    synthetic: bool,
+) -> OomReadings:
     """Pure: the numbers the rules read, from what was read at failure."""
     beside, gpus = read.cpu_fallback, read.gpus
     stats, nvml_dev, device_id = failing.stats, failing.nvml, failing.jax.jax_id if failing.jax is not None else None
     on_device = [r for r in records if device_id is None or device_id in r.bytes_per_device]
-    live_bytes = sum(r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device)
+    live_bytes = sum(
+        r.bytes_per_device.get(device_id, 0) if device_id is not None else r.device_bytes for r in on_device
+    )
     return OomReadings(
         requested=error.requested_bytes,
         device_total=nvml_dev.total_bytes if nvml_dev is not None else read.host_total,
@@ -392,7 +474,9 @@ def _oom_readings(error: OomError, failing: _Failing, who: _WhoElse, values: dic
         cuda_pool=failing.cuda_pool,
         visible_gpus=beside.gpus if beside is not None else 0,
         idle_gpus=sum(1 for d in gpus if isinstance(d, DeviceReading) and d.processes == ()),
-        gpu_fix=(beside.fix if beside.is_command else beside.fix[:1].upper() + beside.fix[1:]) if beside is not None else None,
+        gpu_fix=(beside.fix if beside.is_command else beside.fix[:1].upper() + beside.fix[1:])
+        if beside is not None
+        else None,
         program=read.program,
     )
 
@@ -435,8 +519,9 @@ def oom_report(
     settings = tuple((s.name, s.shown, s.source) for s in states)
     devices, fixes = _device_states(sample, replayed), tuple(oom_rules.advise(readings))
     title, rows = _peak_section(error, readings.program, shell)
-    return OomReport(error, settings, devices, who.others, who.note, tuple(records[:5]), arrays_note, readings, fixes,
-                     rows, title)
+    return OomReport(
+        error, settings, devices, who.others, who.note, tuple(records[:5]), arrays_note, readings, fixes, rows, title
+    )
 
 
 @dataclass(frozen=True)
@@ -484,15 +569,21 @@ def _peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple
         if program is None:
             return "", ()
         name = program.call.split(" (", 1)[0]
-        return (f"Live at the peak{call}:", (
-            f"  the error text carries no XLA peak buffers; `%gpumem peak {name}(...)`, with the call's arguments, "
-            "compiles it again with XLA's buffer assignment, without running it, and shows it by source line",))
+        return (
+            f"Live at the peak{call}:",
+            (
+                f"  the error text carries no XLA peak buffers; `%gpumem peak {name}(...)`, with the call's arguments, "
+                "compiles it again with XLA's buffer assignment, without running it, and shows it by source line",
+            ),
+        )
     from jupyter_gpumem.core import sites
     from jupyter_gpumem.doctor.names import current_shell
 
     cells = sites.cell_numbers(shell if shell is not None else current_shell())
-    title = (f"Live at the peak{call}, by source line (XLA's {len(peak.buffers)} largest values; "
-             f"{peak_buffers.totals_text(peak)}, total {bytes_or_na(peak.peak_bytes)}):")
+    title = (
+        f"Live at the peak{call}, by source line (XLA's {len(peak.buffers)} largest values; "
+        f"{peak_buffers.totals_text(peak)}, total {bytes_or_na(peak.peak_bytes)}):"
+    )
     rows = peak_buffers.peak_lines_text(peak, cells)
     rows += [f"  to lower it: {fix.text}" for fix in peak_buffers.peak_fixes(peak, cells)]
     return title, tuple(rows)
@@ -502,4 +593,5 @@ def _device_states(sample: Sample, replayed: bool) -> tuple[DeviceState, ...]:
     """Pure: each JAX device's state at failure, or one line saying why there are none."""
     jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
     return tuple(device_state(r, not replayed) for r in jax_readings) or (
-        DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),)
+        DeviceState("JAX", note="no JAX device readings: " + getattr(sample.jax, "reason", "")),
+    )

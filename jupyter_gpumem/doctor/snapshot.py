@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem.doctor.text import bytes_or_na, pretty_as_text
 from jupyter_gpumem.core.files import check_writable_name, replaced_on_success
 from jupyter_gpumem.core.magic_args import Grammar, Option
+from jupyter_gpumem.doctor.text import bytes_or_na, pretty_as_text
 from jupyter_gpumem.sources import jax_arrays
 
 
@@ -25,10 +25,12 @@ class Snapshot:
     nbytes: int
 
     def __str__(self) -> str:
-        return (f"Wrote JAX's device memory profile ({bytes_or_na(self.nbytes)}, pprof, gzip) to {self.path}.\n"
-                f"Open it with pprof: pprof -http=localhost:8080 {self.path}  "
-                f"(or pprof -top -sample_index=space {self.path}); each sample is a live array or "
-                f"program with the stack that allocated it.")
+        return (
+            f"Wrote JAX's device memory profile ({bytes_or_na(self.nbytes)}, pprof, gzip) to {self.path}.\n"
+            f"Open it with pprof: pprof -http=localhost:8080 {self.path}  "
+            f"(or pprof -top -sample_index=space {self.path}); each sample is a live array or "
+            f"program with the stack that allocated it."
+        )
 
     _repr_pretty_ = pretty_as_text
 
@@ -60,8 +62,10 @@ def write_snapshot(path: str) -> Snapshot:
     full = check_path(path)
     profile = jax_arrays.device_memory_profile()
     if profile is None:
-        raise ValueError("JAX's backend has not started: there is no device memory to profile yet "
-                         "(taking a profile would start it); nothing was written")
+        raise ValueError(
+            "JAX's backend has not started: there is no device memory to profile yet "
+            "(taking a profile would start it); nothing was written"
+        )
     try:
         with replaced_on_success(full) as fh:
             fh.write(profile)
@@ -70,8 +74,9 @@ def write_snapshot(path: str) -> Snapshot:
     return Snapshot(full, len(profile))
 
 
-SNAPSHOT_ARGS = Grammar("%gpumem snapshot",
-                        positionals=(Option("path", "PATH", required=True, help="the file to write, e.g. memory.prof"),))
+SNAPSHOT_ARGS = Grammar(
+    "%gpumem snapshot", positionals=(Option("path", "PATH", required=True, help="the file to write, e.g. memory.prof"),)
+)
 
 
 def magic_snapshot(argv: list[str], shell: Any) -> Snapshot:

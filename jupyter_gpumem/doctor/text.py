@@ -1,5 +1,4 @@
-"""How the doctor's reports read: plain text in a terminal, HTML in a notebook, bytes in words.
-"""
+"""How the doctor's reports read: plain text in a terminal, HTML in a notebook, bytes in words."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ def bytes_or_na(n: int | None) -> str:
 
 
 def action_label(action: str) -> str:
-    """"Run" for a line of code to type, "Do" for an action in words."""
+    """ "Run" for a line of code to type, "Do" for an action in words."""
     code = action.startswith("%") or "(" in action.split(" ", 1)[0] or action.startswith(("jax.", "jupyter_gpumem."))
     return "Run" if code else "Do"
 

@@ -1,18 +1,17 @@
-"""How much memory did a block of code (or a cell) add, and how high did it peak? ``track()``.
-"""
+"""How much memory did a block of code (or a cell) add, and how high did it peak? ``track()``."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from jupyter_gpumem.doctor.usage import MemoryNow, sum_known, with_stats, memory_now
-from jupyter_gpumem.doctor.text import bytes_or_na
 from jupyter_gpumem.core.readings import (
     NotAvailable,
     Sample,
 )
 from jupyter_gpumem.core.units import format_bytes
+from jupyter_gpumem.doctor.text import bytes_or_na
+from jupyter_gpumem.doctor.usage import MemoryNow, memory_now, sum_known, with_stats
 
 
 class Track:
@@ -47,7 +46,7 @@ class Track:
         self._device_max: dict[int, int] = {}
         self._t0 = 0.0
 
-    def start(self) -> "Track":
+    def start(self) -> Track:
         self._start = memory_now()
         self._t0 = time.perf_counter()
         if self._start.measure == "allocator" and self.sample_interval:
@@ -67,7 +66,7 @@ class Track:
             self._sub = get_sampler().subscribe(on_sample, interval=self.sample_interval)
         return self
 
-    def stop(self) -> "Track":
+    def stop(self) -> Track:
         if self._sub is not None:
             self._sub.close()
             self._sub = None
@@ -102,7 +101,7 @@ class Track:
                 total += max(v for v in (in_use_0, in_use, self._device_max.get(jax_id), 0) if v is not None)
         return total
 
-    def __enter__(self) -> "Track":
+    def __enter__(self) -> Track:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -124,8 +123,20 @@ class Track:
         return text
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in ("measure", "before", "after", "delta", "peak", "peak_rise",
-                                               "sampled_max", "pool_growth", "seconds")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "measure",
+                "before",
+                "after",
+                "delta",
+                "peak",
+                "peak_rise",
+                "sampled_max",
+                "pool_growth",
+                "seconds",
+            )
+        }
 
     def __repr__(self) -> str:
         return f"<Track {self.line()}>"

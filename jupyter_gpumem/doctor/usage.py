@@ -4,13 +4,13 @@ live arrays' bytes where not (the CPU), with the measure named.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
-from jupyter_gpumem.settings import apply as allocator_shim
-from jupyter_gpumem.doctor import array_cells
-from jupyter_gpumem.core.readings import AllocatorStats, NotAvailable
 from jupyter_gpumem.core.metrics import pool_bytes
+from jupyter_gpumem.core.readings import AllocatorStats, NotAvailable
+from jupyter_gpumem.doctor import array_cells
+from jupyter_gpumem.settings import apply as allocator_shim
 
 
 def jax_device_readings() -> tuple:
@@ -51,7 +51,12 @@ def memory_now() -> MemoryNow:
     in_use = sum_known(s.bytes_in_use for s in stats)
     if stats and in_use is not None:
         devices = tuple((r.jax_id, r.stats.bytes_in_use, r.stats.peak_bytes_in_use) for r in readings)
-        return MemoryNow("allocator", in_use, sum_known(s.peak_bytes_in_use for s in stats),
-                         sum_known(pool_bytes(r.stats, r.cuda_pool) for r in readings), devices)
+        return MemoryNow(
+            "allocator",
+            in_use,
+            sum_known(s.peak_bytes_in_use for s in stats),
+            sum_known(pool_bytes(r.stats, r.cuda_pool) for r in readings),
+            devices,
+        )
     # Kept current by the cell hooks at the cost of new arrays: O(1) here, whatever lives.
     return MemoryNow("live_arrays", array_cells.device_bytes())

@@ -19,10 +19,11 @@ import logging
 import reprlib
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from jupyter_gpumem.settings import publish as settings_file
 from jupyter_gpumem.sampling.cell_hooks import CellHooks
+from jupyter_gpumem.settings import publish as settings_file
 
 TARGET = "jupyter_gpumem"
 REQUESTS = ("snapshot",)
@@ -214,15 +215,22 @@ def reply(data: Any) -> dict:
 
 
 # The AllocatorStats fields each device row of a snapshot carries, in the panel's order.
-_STATS_FIELDS = ("allocator", "bytes_in_use", "pool_bytes", "bytes_limit", "peak_bytes_in_use", "largest_free_block_bytes")
+_STATS_FIELDS = (
+    "allocator",
+    "bytes_in_use",
+    "pool_bytes",
+    "bytes_limit",
+    "peak_bytes_in_use",
+    "largest_free_block_bytes",
+)
 
 
 def snapshot() -> dict:
     """Settings in effect, backend state, warnings and per-device allocator statistics."""
     # Imported on the first request: registering the target at %load_ext stays cheap.
-    from jupyter_gpumem.settings.apply import accepted_allocators, read_jax_devices, setting_variables
-    from jupyter_gpumem.core.readings import NotAvailable
     from jupyter_gpumem.core.metrics import fragmentation, pool_bytes, unused_pool_bytes
+    from jupyter_gpumem.core.readings import NotAvailable
+    from jupyter_gpumem.settings.apply import accepted_allocators, read_jax_devices, setting_variables
     from jupyter_gpumem.settings.status import status
 
     # NVML is read by the server; reading it here too would only slow the kernel down. (status()

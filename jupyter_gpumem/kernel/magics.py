@@ -21,7 +21,17 @@ from jupyter_gpumem.core.errors import GpumemError, did_you_mean
 from jupyter_gpumem.core.magic_args import Grammar, MagicUsageError, Option
 from jupyter_gpumem.core.readings import AllocatorSettings
 
-__all__ = ["Command", "HELP", "MagicUsageError", "SETTINGS", "parse_line", "run_command", "GpumemMagics", "load", "unload"]
+__all__ = [
+    "Command",
+    "HELP",
+    "MagicUsageError",
+    "SETTINGS",
+    "parse_line",
+    "run_command",
+    "GpumemMagics",
+    "load",
+    "unload",
+]
 
 HELP = """\
 %gpumem: see and steer JAX's GPU memory.
@@ -100,10 +110,19 @@ SETTINGS = Grammar(
     options=(
         Option("preallocate", "on|off", read=_setting("preallocate"), help="on or off"),
         Option("fraction", "F", read=_setting("fraction"), help="0 < F <= 1, e.g. .5, 0.5 or 50%"),
-        Option("allocator", "NAME", read=_setting("allocator"),
-               help="default, bfc, platform, cuda_async (vmm, address where the installed JAX has them)"),
-        Option("async-prealloc", "SIZE", read=_setting("async_prealloc"), aliases=("async_prealloc",),
-               help="bytes, e.g. 512MiB or 2GiB, or all"),
+        Option(
+            "allocator",
+            "NAME",
+            read=_setting("allocator"),
+            help="default, bfc, platform, cuda_async (vmm, address where the installed JAX has them)",
+        ),
+        Option(
+            "async-prealloc",
+            "SIZE",
+            read=_setting("async_prealloc"),
+            aliases=("async_prealloc",),
+            help="bytes, e.g. 512MiB or 2GiB, or all",
+        ),
         Option("remat", "on|off", read=_setting("remat"), help="on or off"),
     ),
 )
@@ -225,7 +244,7 @@ def _prefixed(action: str, message: str) -> str:
     """``message`` under ``%gpumem ACTION``, its own mention of the command not said twice."""
     for said in (f"%gpumem {action}: ", f"{action}: "):
         if message.startswith(said):
-            message = message[len(said):]
+            message = message[len(said) :]
             break
     else:
         if message.startswith(f"%gpumem {action} "):
@@ -293,10 +312,8 @@ def unload(shell: Any) -> None:
         manager.registry.pop("GpumemMagics", None)
     from jupyter_gpumem.doctor.hooks import uninstall as uninstall_doctor
     from jupyter_gpumem.kernel.comm import unregister as unregister_comm
-    from jupyter_gpumem.sampling.sampler import unregister_cell_events
-
     from jupyter_gpumem.record import stop_active
-
+    from jupyter_gpumem.sampling.sampler import unregister_cell_events
     from jupyter_gpumem.sources.jax_start import unwatch
 
     for hook in (stop_active, unregister_cell_events, unregister_comm, uninstall_doctor, lambda _shell: unwatch()):

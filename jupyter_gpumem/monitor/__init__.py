@@ -1,2 +1,1 @@
-"""The live monitor's insides: the widget, its header, its series and the plot it draws in the browser.
-"""
+"""The live monitor's insides: the widget, its header, its series and the plot it draws in the browser."""

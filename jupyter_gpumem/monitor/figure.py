@@ -69,8 +69,15 @@ def _series_spec(name: str) -> dict:
     spec = _SPEC[name]
     style = _STYLE[name]
     axis = "y3" if name == "fragmentation" else "y2" if name in _LOWER else "y"
-    return dict(name=name, label=spec.label, kind=spec.kind, axis=axis, rank=SERIES_NAMES.index(name) + 1,
-                color=style["color"], dash=style.get("dash"))
+    return dict(
+        name=name,
+        label=spec.label,
+        kind=spec.kind,
+        axis=axis,
+        rank=SERIES_NAMES.index(name) + 1,
+        color=style["color"],
+        dash=style.get("dash"),
+    )
 
 
 _widget_class: Any = None
@@ -130,8 +137,7 @@ def plot_widget_class() -> Any:
 class DeviceView:
     """One device's series, and the plot widget that draws them."""
 
-    def __init__(self, key: int, title: str, window_s: float, max_points: int, labels: list[str],
-                 lock: Any = None):
+    def __init__(self, key: int, title: str, window_s: float, max_points: int, labels: list[str], lock: Any = None):
         self.key = key
         # The sampler thread adds rows while a page reloaded asks for the figure (kernel thread).
         self._lock = lock if lock is not None else threading.RLock()
@@ -195,8 +201,14 @@ class DeviceView:
             self.redraw(cells)
             return
         if points:
-            self.fig.send(dict(kind="append", t=[round(t, 3) for t, _ in points],
-                               y=self._columns([r for _, r in points]), top=self._top()))
+            self.fig.send(
+                dict(
+                    kind="append",
+                    t=[round(t, 3) for t, _ in points],
+                    y=self._columns([r for _, r in points]),
+                    top=self._top(),
+                )
+            )
         if tuple(cells) != self.cells_drawn:
             self.cells_drawn = tuple(cells)
             self.fig.send(dict(kind="cells", cells=[list(c) for c in cells]))

@@ -20,12 +20,13 @@ DEFAULT_WINDOW_MIN = 10.0  # for live readings; a recording is shown whole
 MAX_WINDOW_MIN = 1440.0
 
 
-
 def check_window(value: Any) -> float:
     """Minutes of history, from a number or its text."""
     number = as_number(value)
     if number is None or not 0 < number <= MAX_WINDOW_MIN:
-        raise MagicUsageError(f"window must be a number of minutes above 0 and at most {MAX_WINDOW_MIN:g} (e.g. 10), got {value!r}")
+        raise MagicUsageError(
+            f"window must be a number of minutes above 0 and at most {MAX_WINDOW_MIN:g} (e.g. 10), got {value!r}"
+        )
     return number
 
 
@@ -46,8 +47,12 @@ MONITOR_ARGS = Grammar(
         Option("--interval", "S", read=check_interval, default=DEFAULT_INTERVAL_S, help="seconds between updates"),
         Option("--window", "MINUTES", read=check_window, help="minutes of history shown"),
         Option("--device", "N|all", read=check_device, default=None, help="one GPU by index, or all"),
-        Option("--replay", "PATH|NAME", help="a trace file (.jsonl), or the name of a demo trace the package ships, "
-               "to draw instead of live readings"),
+        Option(
+            "--replay",
+            "PATH|NAME",
+            help="a trace file (.jsonl), or the name of a demo trace the package ships, "
+            "to draw instead of live readings",
+        ),
     ),
 )
 

@@ -26,13 +26,22 @@ import math
 import os
 import sys
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Sequence
 
 from jupyter_gpumem.core.attribution import BY_ELIMINATION, CANNOT_TELL, attribute_in_sample
-from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading, DeviceReading, Event, NotAvailable, NOT_STARTED, Sample, TorchDeviceReading
 from jupyter_gpumem.core.metrics import fragmentation, headroom, held_bytes, outside_allocator_bytes, unused_pool_bytes
+from jupyter_gpumem.core.readings import (
+    NOT_STARTED,
+    AllocatorStats,
+    CudaPoolReading,
+    DeviceReading,
+    Event,
+    NotAvailable,
+    Sample,
+    TorchDeviceReading,
+)
 
 __all__ = [
     "SeriesSpec",
@@ -222,8 +231,11 @@ def _jax_placement_notes(sample: Sample, key: int) -> list[str]:
         return ["JAX runs on the CPU, not on this GPU: none of its memory here is JAX's."]
     if device_keys(sample)[:1] != [key]:
         return []
-    return [f"JAX device {j.jax_id} is drawn on no GPU: {j.nvml_unmatched}."
-            for j in sample.jax if j.platform == "gpu" and j.nvml_index is None and j.nvml_unmatched]
+    return [
+        f"JAX device {j.jax_id} is drawn on no GPU: {j.nvml_unmatched}."
+        for j in sample.jax
+        if j.platform == "gpu" and j.nvml_index is None and j.nvml_unmatched
+    ]
 
 
 CANNOT_TELL_NOTE = (
@@ -264,10 +276,15 @@ def notes_for(sample: Sample | None, key: int) -> list[str]:
 # (tensorflow/core/common_runtime/gpu/gpu_cudamallocasync_allocator.cc) and XLA's cuda_async
 # (xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc) both call cuDeviceGetDefaultMemPool and
 # set that pool's release threshold; CuPy's MemoryAsyncPool uses the current (default) pool.
-DEFAULT_POOL_USERS = (("tensorflow", "TensorFlow (TF_GPU_ALLOCATOR=cuda_malloc_async)"), ("cupy", "CuPy (MemoryAsyncPool)"))
+DEFAULT_POOL_USERS = (
+    ("tensorflow", "TensorFlow (TF_GPU_ALLOCATOR=cuda_malloc_async)"),
+    ("cupy", "CuPy (MemoryAsyncPool)"),
+)
 
 
-def shared_pool_note(sample: Sample, key: int, modules: Iterable[str] | None = None, pid: int | None = None) -> str | None:
+def shared_pool_note(
+    sample: Sample, key: int, modules: Iterable[str] | None = None, pid: int | None = None
+) -> str | None:
     """A note when JAX's cuda_async pool in this live process may hold another framework's bytes:
     JAX uses cuda_async and TensorFlow or CuPy is imported (``modules``: default sys.modules,
     never imported here). None for replays, which were read in another process."""
@@ -427,7 +444,7 @@ class DeviceSeries:
     def _joined(self, start: int) -> tuple[list[float], list[Values]]:
         """Span rows from ``start``, led by the row before them so lines join up."""
         if start > 0:
-            return self._span_t[start - 1:], self._span_rows[start - 1:]
+            return self._span_t[start - 1 :], self._span_rows[start - 1 :]
         if self._carry is None:
             return self._span_t, self._span_rows
         return [self._carry[0]] + self._span_t, [self._carry[1]] + self._span_rows
@@ -441,8 +458,13 @@ class DeviceSeries:
             return mini
         # The minis outgrew a chunk's budget: one decimated mini replaces them all.
         times, rows = self._joined(0)
-        merged = self._make(times, rows, max(2 + 2 * len(SERIES_NAMES), self.per_chunk // 2), "mini",
-                            replaces=[m.id for m in self.minis])
+        merged = self._make(
+            times,
+            rows,
+            max(2 + 2 * len(SERIES_NAMES), self.per_chunk // 2),
+            "mini",
+            replaces=[m.id for m in self.minis],
+        )
         self.minis = [merged]
         return merged
 

@@ -65,7 +65,7 @@ def _minutes(value: float) -> str:
     return f"{round(value, 2):g} min"
 
 
-_by_cell: "weakref.WeakValueDictionary[str, Monitor]" = weakref.WeakValueDictionary()
+_by_cell: weakref.WeakValueDictionary[str, Monitor] = weakref.WeakValueDictionary()
 
 
 def _current_cell_id() -> str | None:
@@ -82,7 +82,7 @@ def _current_cell_id() -> str | None:
         return None
 
 
-def magic_monitor(argv: list[str], shell: Any) -> "Monitor":
+def magic_monitor(argv: list[str], shell: Any) -> Monitor:
     """``%gpumem monitor ...``: a Monitor to display. Bad options raise MagicUsageError."""
     return Monitor(**MONITOR_ARGS.parse(argv))
 
@@ -91,13 +91,15 @@ def _read_recording(path: str) -> tuple[Timeline, Any]:
     """The Timeline of the trace file at ``path`` (or of the shipped demo trace of that bare
     name), and the error reading stopped at (or None)."""
     from jupyter_gpumem import demo_traces
-    from jupyter_gpumem.sources.replay import timeline_from_trace
     from jupyter_gpumem.core.tracefile import read_trace
+    from jupyter_gpumem.sources.replay import timeline_from_trace
 
     path = demo_traces.resolve(path)
     if not os.path.isfile(path):
-        raise MagicUsageError(f"--replay: no trace file at {path!r}; give the path of a .jsonl trace, or the name of "
-                              f"one the package ships: {', '.join(demo_traces.names())}")
+        raise MagicUsageError(
+            f"--replay: no trace file at {path!r}; give the path of a .jsonl trace, or the name of "
+            f"one the package ships: {', '.join(demo_traces.names())}"
+        )
     try:
         trace = read_trace(path)
     except OSError as err:  # over the size limit (tracefile.MAX_TRACE_BYTES), unreadable
@@ -173,7 +175,9 @@ class Monitor:
         self._first_t: float | None = None  # the first sample drawn: the x axis starts there
         self._events: list[Event] = []
         # Live: the status report, re-read now and then. A recording: where it came from.
-        self._about_html = "" if self.live else recording_block(timeline.trace_header or {}, self.replay_path, read_error)
+        self._about_html = (
+            "" if self.live else recording_block(timeline.trace_header or {}, self.replay_path, read_error)
+        )
         self._status_at = 0.0
         self._sub = None
         self.updates = 0  # draws done; wait_for_update() waits on it
@@ -222,13 +226,27 @@ class Monitor:
         self.empty = W.HTML(layout=W.Layout(width="100%", margin="2px 0px"))
         self.tabs = W.Tab()
         self.body = W.VBox([self.empty])
-        self.pause_button = W.ToggleButton(value=False, description="Pause", icon="pause", tooltip="Pause or resume updates")
+        self.pause_button = W.ToggleButton(
+            value=False, description="Pause", icon="pause", tooltip="Pause or resume updates"
+        )
         intervals = sorted(set(INTERVALS) | {self.interval})
-        self.interval_box = W.Dropdown(options=[(f"{v:g} s", v) for v in intervals], value=self.interval, description="every", layout=W.Layout(width="150px"))
+        self.interval_box = W.Dropdown(
+            options=[(f"{v:g} s", v) for v in intervals],
+            value=self.interval,
+            description="every",
+            layout=W.Layout(width="150px"),
+        )
         windows = sorted(set(WINDOWS_MIN) | {self.window_min})
-        self.window_box = W.Dropdown(options=[(_minutes(v), v) for v in windows], value=self.window_min, description="window", layout=W.Layout(width="170px"))
+        self.window_box = W.Dropdown(
+            options=[(_minutes(v), v) for v in windows],
+            value=self.window_min,
+            description="window",
+            layout=W.Layout(width="170px"),
+        )
         self.csv_button = W.Button(description="CSV", icon="download", tooltip="Export the window as CSV")
-        self.trace_button = W.Button(description="trace", icon="download", tooltip="Export the window as a trace file (JSON Lines)")
+        self.trace_button = W.Button(
+            description="trace", icon="download", tooltip="Export the window as a trace file (JSON Lines)"
+        )
         self.clear_button = W.Button(description="Clear", icon="eraser", tooltip="Clear the view")
         self.message = W.HTML()
         for w in (self.pause_button, self.csv_button, self.trace_button, self.clear_button):
@@ -242,7 +260,15 @@ class Monitor:
         self.trace_button.on_click(lambda _: self._export(self.export_trace))
         self.clear_button.on_click(lambda _: self.clear())
         controls = W.HBox(
-            [self.pause_button, self.interval_box, self.window_box, self.csv_button, self.trace_button, self.clear_button, self.message],
+            [
+                self.pause_button,
+                self.interval_box,
+                self.window_box,
+                self.csv_button,
+                self.trace_button,
+                self.clear_button,
+                self.message,
+            ],
             layout=W.Layout(flex_flow="row wrap", align_items="center"),
         )
         self.root = W.VBox([self.header, self.status_box, controls, self.body])
@@ -445,14 +471,18 @@ class Monitor:
         for key in sorted(self._views):
             lines.append(self._numbers_line(self._views[key]))
         if self._not_drawn:
-            lines.append(f"<div style='color:#b35806'>{len(self._not_drawn):,} more GPUs in the readings are not drawn "
-                         f"(at most {MAX_DRAWN_DEVICES} at once): choose one with --device N</div>")
+            lines.append(
+                f"<div style='color:#b35806'>{len(self._not_drawn):,} more GPUs in the readings are not drawn "
+                f"(at most {MAX_DRAWN_DEVICES} at once): choose one with --device N</div>"
+            )
         if self._latest is not None:
             notes = {key: notes_for(self._latest, key) for key in self._views}
             lines.extend(f"<div style='opacity:.8'>{html.escape(line)}</div>" for line in grouped_notes(notes))
-        return "<div class='jupyter-gpumem-header' style='line-height:1.5'>" + "".join(
-            f"<div>{x}</div>" if not x.startswith("<div") else x for x in lines if x
-        ) + "</div>"
+        return (
+            "<div class='jupyter-gpumem-header' style='line-height:1.5'>"
+            + "".join(f"<div>{x}</div>" if not x.startswith("<div") else x for x in lines if x)
+            + "</div>"
+        )
 
     def _numbers_line(self, view: DeviceView) -> str:
         v = view.series.latest or {}
@@ -563,8 +593,8 @@ class Monitor:
 
     def export_trace(self, path: str | os.PathLike | None = None) -> str:
         """Write the window's samples and events as a trace file (JSON Lines); returns the path."""
-        from jupyter_gpumem.sources.nvml import is_fake
         from jupyter_gpumem.core.tracefile import TraceWriter, header_devices
+        from jupyter_gpumem.sources.nvml import is_fake
 
         path = os.fspath(path or self._export_name("jsonl"))
         samples = self._source_samples()

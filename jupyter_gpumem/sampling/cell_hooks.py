@@ -6,7 +6,8 @@ The sampler (cell events) and the doctor (after-cell report and per-cell line) e
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class CellHooks:

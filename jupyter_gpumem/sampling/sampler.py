@@ -13,13 +13,14 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jupyter_gpumem.core import sites
 from jupyter_gpumem.core.attribution import pid_in_namespace
-from jupyter_gpumem.sampling.cell_hooks import CellHooks
 from jupyter_gpumem.core.magic_args import check_interval
 from jupyter_gpumem.core.readings import ERROR, DeviceReading, Event, NotAvailable, Sample, Timeline
+from jupyter_gpumem.sampling.cell_hooks import CellHooks
 from jupyter_gpumem.sources.torch_memory import read_torch
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ EventCallback = Callable[[Event], None]
 class Subscription:
     """A handle on a subscriber; ``close()`` stops its callbacks (idempotent)."""
 
-    def __init__(self, sampler: "Sampler", callback: Callable, interval: float | None):
+    def __init__(self, sampler: Sampler, callback: Callable, interval: float | None):
         self._sampler = sampler
         self.callback = callback
         self.interval = interval
@@ -43,7 +44,7 @@ class Subscription:
     def close(self) -> None:
         self._sampler._unsubscribe(self)
 
-    def __enter__(self) -> "Subscription":
+    def __enter__(self) -> Subscription:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -99,8 +100,14 @@ class Sampler:
             not_here = _safely(lambda: pids_not_here(devices, self.pid_exists), "which NVML pids are processes here")
             jax = _safely(self.read_jax, "JAX devices")
             torch = _safely(read_torch, "PyTorch's CUDA allocator")
-            sample = Sample(t=self.clock(), pid=self.pid, devices=devices, jax=jax,
-                            pids_not_here=None if isinstance(not_here, NotAvailable) else not_here, torch=torch)
+            sample = Sample(
+                t=self.clock(),
+                pid=self.pid,
+                devices=devices,
+                jax=jax,
+                pids_not_here=None if isinstance(not_here, NotAvailable) else not_here,
+                torch=torch,
+            )
             self.timeline.append(sample)
         return sample
 
@@ -178,7 +185,9 @@ class Sampler:
         """The period the thread runs at: the smallest any subscriber asked for (a subscriber
         that asked for none counts as the default ``interval``, as does having none)."""
         with self._lock:
-            return min((s.interval if s.interval is not None else self.interval for s in self._subs), default=self.interval)
+            return min(
+                (s.interval if s.interval is not None else self.interval for s in self._subs), default=self.interval
+            )
 
     def stop(self) -> None:
         """Close every subscription and wait for the thread to end."""
@@ -230,8 +239,12 @@ def pids_not_here(devices: Any, pid_exists: Callable[[int], bool]) -> frozenset[
     host's pids, NVIDIA/nvidia-docker#1483)."""
     if isinstance(devices, NotAvailable):
         return frozenset()
-    listed = {p.pid for d in devices if isinstance(d, DeviceReading) and not isinstance(d.processes, NotAvailable)
-              for p in d.processes}
+    listed = {
+        p.pid
+        for d in devices
+        if isinstance(d, DeviceReading) and not isinstance(d.processes, NotAvailable)
+        for p in d.processes
+    }
     return frozenset(pid for pid in listed if not pid_exists(pid))
 
 

@@ -36,14 +36,23 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     gauges().kernel_names = bool(web_app.settings.get("authenticate_prometheus", True))
     if config.metrics_port:
         try:
-            service.metrics_listener = MetricsListener(config.metrics_ip, config.metrics_port, config.metrics_kernel_names)
+            service.metrics_listener = MetricsListener(
+                config.metrics_ip, config.metrics_port, config.metrics_kernel_names
+            )
         except OSError as exc:
-            serverapp.log.error("jupyter-gpumem: cannot serve metrics on %s:%d (GpuMem.metrics_ip, metrics_port): %s",
-                                config.metrics_ip or "*", config.metrics_port, exc)
+            serverapp.log.error(
+                "jupyter-gpumem: cannot serve metrics on %s:%d (GpuMem.metrics_ip, metrics_port): %s",
+                config.metrics_ip or "*",
+                config.metrics_port,
+                exc,
+            )
         else:
-            serverapp.log.info("jupyter-gpumem: metrics on http://%s:%d/metrics (no authentication%s)",
-                               config.metrics_ip or "*", config.metrics_port,
-                               ", with kernel ids and notebook paths" if config.metrics_kernel_names else "")
+            serverapp.log.info(
+                "jupyter-gpumem: metrics on http://%s:%d/metrics (no authentication%s)",
+                config.metrics_ip or "*",
+                config.metrics_port,
+                ", with kernel ids and notebook paths" if config.metrics_kernel_names else "",
+            )
     _stop_with(serverapp)
     serverapp.log.info(
         "jupyter-gpumem: serving %s every %gs at %sjupyter-gpumem/api/",

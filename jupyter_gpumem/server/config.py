@@ -5,7 +5,6 @@ from __future__ import annotations
 from traitlets import Bool, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-
 # trait: (lowest, highest, lowest allowed itself, unit) of each numeric setting
 _RANGES = {
     "poll_interval": (0.1, 3600, True, " seconds"),

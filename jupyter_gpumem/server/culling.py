@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-from jupyter_gpumem.server.kernels import KernelInfo, last_activity
 from jupyter_gpumem.core.units import format_bytes
+from jupyter_gpumem.server.kernels import KernelInfo, last_activity
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def human_duration(seconds: float) -> str:
 
 
 def cull_message(per_device: Iterable[tuple[int, int]], idle_seconds: float, left_seconds: float) -> str:
-    """"this kernel holds 30.00 GiB of GPU 2 and has been idle 55 min; it will be shut down in 5 min"."""
+    """ "this kernel holds 30.00 GiB of GPU 2 and has been idle 55 min; it will be shut down in 5 min"."""
     held = " and ".join(f"{format_bytes(n)} of GPU {index}" for index, n in per_device)
     when = f"in {human_duration(left_seconds)}" if left_seconds > 0 else "now"
     return f"this kernel holds {held} and has been idle {human_duration(idle_seconds)}; it will be shut down {when}"
@@ -185,7 +186,10 @@ class Culler:
         self.log.info(
             "jupyter-gpumem: shutting down kernels idle %gs or more that hold %s of GPU memory or more "
             "(warning %gs before), checking every %gs",
-            c.cull_idle_after, format_bytes(c.cull_min_bytes), c.cull_warn_before, every,
+            c.cull_idle_after,
+            format_bytes(c.cull_min_bytes),
+            c.cull_warn_before,
+            every,
         )
 
     def stop(self) -> None:
@@ -211,8 +215,12 @@ class Culler:
         kernels = await self.service.kernels()
         report = self.service.report(reading, kernels)
         plan = cull_plan(
-            report, kernels, time.time() if now is None else now,
-            idle_after=c.cull_idle_after, min_bytes=c.cull_min_bytes, warn_before=c.cull_warn_before,
+            report,
+            kernels,
+            time.time() if now is None else now,
+            idle_after=c.cull_idle_after,
+            min_bytes=c.cull_min_bytes,
+            warn_before=c.cull_warn_before,
         )
         by_id = {k.kernel_id: k for k in kernels}
         done: list[PendingCull] = []
@@ -223,8 +231,12 @@ class Culler:
             self.log.warning(
                 "jupyter-gpumem: shut down kernel %s (notebook %s): it held %d bytes (%s) of GPU memory "
                 "and had been idle %.0f s (GpuMem.cull_idle_after=%g)",
-                pending.kernel_id, pending.notebook_path or "none", pending.held_bytes,
-                format_bytes(pending.held_bytes), pending.idle_seconds, c.cull_idle_after,
+                pending.kernel_id,
+                pending.notebook_path or "none",
+                pending.held_bytes,
+                format_bytes(pending.held_bytes),
+                pending.idle_seconds,
+                c.cull_idle_after,
             )
             done.append(pending)
             self.culled.append(pending)

@@ -8,15 +8,22 @@ kernel, whether its pid is listed or whether it cannot be told.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
 import os
 import posixpath
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from jupyter_gpumem.core.attribution import CANNOT_TELL, attribute, shares_pid_namespace
-from jupyter_gpumem.core.readings import NO_DRIVER, NO_LIBRARY, NO_PERMISSION, DeviceReading, DeviceUnreadable, NotAvailable
+from jupyter_gpumem.core.readings import (
+    NO_DRIVER,
+    NO_LIBRARY,
+    NO_PERMISSION,
+    DeviceReading,
+    DeviceUnreadable,
+    NotAvailable,
+)
 from jupyter_gpumem.server.kernels import KernelInfo, iso_utc
 from jupyter_gpumem.server.readings import ProcessFacts, Reading
 from jupyter_gpumem.settings.published import preallocates, reserved_bytes
@@ -98,7 +105,9 @@ def _host_pids(
     for kernel in kernels:
         if kernel.pid is None:
             continue
-        who = attribute(dev, kernel.pid, pids_not_here, shared_namespace=shared_namespace)  # no kernel's JAX is known here
+        who = attribute(
+            dev, kernel.pid, pids_not_here, shared_namespace=shared_namespace
+        )  # no kernel's JAX is known here
         if who.how == CANNOT_TELL:
             unknown.update(p.pid for p in who.unknown)
     if not unknown:
@@ -160,6 +169,7 @@ def build_devices_report(
 
     live = reading.source == "nvml"
     facts = dict(reading.processes)
+
     def facts_of(pid: int) -> ProcessFacts:
         if pid not in facts:
             facts[pid] = facts_for(pid) if facts_for is not None else ProcessFacts(exists=True)
@@ -231,8 +241,16 @@ def _device_entry(dev: DeviceReading, join: _Join) -> dict:
     return entry
 
 
-def _joined_process(pid: int, used: int | None, proc: Any, kernel: KernelInfo | None, placeholder: int | None,
-                    host_pid: bool, dev: DeviceReading, join: _Join) -> dict:
+def _joined_process(
+    pid: int,
+    used: int | None,
+    proc: Any,
+    kernel: KernelInfo | None,
+    placeholder: int | None,
+    host_pid: bool,
+    dev: DeviceReading,
+    join: _Join,
+) -> dict:
     """One process row: its kernel, if any, and its command line and user where this user may see them."""
     item = _process_json(pid, used, kernel, dev, join.preallocated_fraction, join.live)
     if host_pid:
@@ -339,7 +357,9 @@ def _process_json(
         "preallocated": preallocated,
         "preallocated_source": decided_by,
         "reserved_bytes": reserved,
-        "settings": kernel.settings.settings_json() if live and kernel is not None and kernel.settings is not None else None,
+        "settings": kernel.settings.settings_json()
+        if live and kernel is not None and kernel.settings is not None
+        else None,
         "name": None,
         "name_hidden": False,
         "user": None,

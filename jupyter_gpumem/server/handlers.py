@@ -69,8 +69,11 @@ class _GpuMemHandler(APIHandler):
     def _check_params(self) -> dict[str, str]:
         # JupyterLab's request helper appends a bare "?<timestamp>" cache-buster: not a parameter;
         # nor is the token, which authentication has already checked.
-        args = {k: v for k, v in self.request.query_arguments.items()
-                if not (k.isdigit() and v == [b""]) and k not in AUTH_PARAMS}
+        args = {
+            k: v
+            for k, v in self.request.query_arguments.items()
+            if not (k.isdigit() and v == [b""]) and k not in AUTH_PARAMS
+        }
         unknown = sorted(set(args) - set(self.allowed_params))
         if unknown:
             valid = ", ".join(self.allowed_params) if self.allowed_params else "none"
@@ -110,13 +113,19 @@ class _GpuMemHandler(APIHandler):
 def check_notebook_path(value: str) -> str:
     """A notebook path relative to the server root, as the session API spells it."""
     if not value:
-        raise BadRequest("notebook must be a notebook path relative to the server root, e.g. notebooks/a.ipynb; got an empty value")
+        raise BadRequest(
+            "notebook must be a notebook path relative to the server root, e.g. notebooks/a.ipynb; got an empty value"
+        )
     if len(value) > MAX_PATH:
         raise BadRequest(f"notebook must be a path of at most {MAX_PATH} characters")
     if "\x00" in value or value.startswith("/") or "\\" in value:
-        raise BadRequest(f"notebook must be a path relative to the server root, e.g. notebooks/a.ipynb; got {value[:200]!r}")
+        raise BadRequest(
+            f"notebook must be a path relative to the server root, e.g. notebooks/a.ipynb; got {value[:200]!r}"
+        )
     if ".." in value.split("/") or posixpath.normpath(value) != value:
-        raise BadRequest(f"notebook must be a normalised path inside the server root (no '..', '.', '//'); got {value[:200]!r}")
+        raise BadRequest(
+            f"notebook must be a normalised path inside the server root (no '..', '.', '//'); got {value[:200]!r}"
+        )
     return value
 
 

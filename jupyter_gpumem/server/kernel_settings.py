@@ -15,7 +15,8 @@ import os
 import re
 import stat
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from jupyter_gpumem.core.files import open_regular_for_reading
 from jupyter_gpumem.settings.published import MAX_BYTES, PREFIX, PublishedSettings, file_name, parse

@@ -25,8 +25,8 @@ import hmac
 import secrets
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -37,7 +37,7 @@ from tornado.netutil import bind_sockets
 from jupyter_gpumem.server.kernels import KernelInfo
 
 _lock = threading.Lock()
-_gauges: "GpuMemGauges | None" = None
+_gauges: GpuMemGauges | None = None
 
 DEVICE_LABELS = ("index", "uuid", "name")
 KERNEL_LABELS = ("kernel", "index", "uuid")
@@ -138,12 +138,18 @@ def snapshot_from(
             state = kernel.execution_state or "unknown"
             if state == "idle" and active is not None and now - active >= idle_after:
                 idle_bytes += used
-            snap.kernels.append(KernelOnGpu(
-                labels=(kernel_key(kid), labels[0], labels[1]),
-                names=(capped(kid), capped(kernel.notebook_path or "")),
-                used=used, state=state, last_activity=active, preallocated=row["preallocated"],
-                preallocated_source=row.get("preallocated_source"), reserved=row.get("reserved_bytes"),
-            ))
+            snap.kernels.append(
+                KernelOnGpu(
+                    labels=(kernel_key(kid), labels[0], labels[1]),
+                    names=(capped(kid), capped(kernel.notebook_path or "")),
+                    used=used,
+                    state=state,
+                    last_activity=active,
+                    preallocated=row["preallocated"],
+                    preallocated_source=row.get("preallocated_source"),
+                    reserved=row.get("reserved_bytes"),
+                )
+            )
         snap.devices.append(DeviceRow(labels, True, dev["used"], dev["total"], idle_bytes))
     return snap
 
@@ -184,13 +190,15 @@ class GpuMemGauges:
 def families(snap: Snapshot, now: float, kernel_names: bool = True) -> list[GaugeMetricFamily]:
     """Every metric family of a snapshot, seconds since last activity taken at ``now``; kernels
     with their id and notebook path only with ``kernel_names``."""
-    up = GaugeMetricFamily("jupyter_gpumem_nvml_up", "1 when NVML answered the last reading, else 0 (state says why)",
-                           labels=["state"])
+    up = GaugeMetricFamily(
+        "jupyter_gpumem_nvml_up", "1 when NVML answered the last reading, else 0 (state says why)", labels=["state"]
+    )
     up.add_metric([snap.state], 1.0 if snap.state == "ok" else 0.0)
     when = GaugeMetricFamily("jupyter_gpumem_reading_timestamp_seconds", "When the exported GPU readings were taken")
     when.add_metric([], snap.t)
-    synthetic = GaugeMetricFamily("jupyter_gpumem_readings_synthetic",
-                                  "1 when the readings come from a fake NVML world (synthetic data), else 0")
+    synthetic = GaugeMetricFamily(
+        "jupyter_gpumem_readings_synthetic", "1 when the readings come from a fake NVML world (synthetic data), else 0"
+    )
     synthetic.add_metric([], 1.0 if snap.synthetic else 0.0)
     if snap.state != "ok":
         return [up, when, synthetic]
@@ -199,15 +207,22 @@ def families(snap: Snapshot, now: float, kernel_names: bool = True) -> list[Gaug
 
 def _device_families(snap: Snapshot) -> list[GaugeMetricFamily]:
     """Per GPU: readable, used, total, and what idle kernels hold."""
-    readable = GaugeMetricFamily("jupyter_gpumem_device_readable",
-                                 "1 when NVML can read the GPU, 0 when it lists it but cannot", labels=list(DEVICE_LABELS))
-    used = GaugeMetricFamily("jupyter_gpumem_device_used_bytes", "GPU memory in use, as NVML reports it",
-                             labels=list(DEVICE_LABELS))
-    total = GaugeMetricFamily("jupyter_gpumem_device_total_bytes", "GPU memory in total, as NVML reports it",
-                              labels=list(DEVICE_LABELS))
-    idle = GaugeMetricFamily("jupyter_gpumem_device_idle_kernel_bytes",
-                             "GPU memory held by this server's kernels that are idle and have had no activity for "
-                             "GpuMem.idle_after seconds", labels=list(DEVICE_LABELS))
+    readable = GaugeMetricFamily(
+        "jupyter_gpumem_device_readable",
+        "1 when NVML can read the GPU, 0 when it lists it but cannot",
+        labels=list(DEVICE_LABELS),
+    )
+    used = GaugeMetricFamily(
+        "jupyter_gpumem_device_used_bytes", "GPU memory in use, as NVML reports it", labels=list(DEVICE_LABELS)
+    )
+    total = GaugeMetricFamily(
+        "jupyter_gpumem_device_total_bytes", "GPU memory in total, as NVML reports it", labels=list(DEVICE_LABELS)
+    )
+    idle = GaugeMetricFamily(
+        "jupyter_gpumem_device_idle_kernel_bytes",
+        "GPU memory held by this server's kernels that are idle and have had no activity for GpuMem.idle_after seconds",
+        labels=list(DEVICE_LABELS),
+    )
     for dev in snap.devices:
         readable.add_metric(dev.labels, 1.0 if dev.readable else 0.0)
         if dev.readable:
@@ -217,27 +232,38 @@ def _device_families(snap: Snapshot) -> list[GaugeMetricFamily]:
     return [readable, used, total, idle]
 
 
-
 def _kernel_families(snap: Snapshot, now: float, kernel_names: bool) -> list[GaugeMetricFamily]:
     """Per kernel on a GPU: its bytes, idle seconds, execution state, preallocation and reservation;
     with their id and notebook path only with ``kernel_names``."""
     kernel_labels = [*KERNEL_LABELS, *KERNEL_NAME_LABELS] if kernel_names else list(KERNEL_LABELS)
-    k_bytes = GaugeMetricFamily("jupyter_gpumem_kernel_gpu_bytes",
-                                "GPU memory NVML attributes to a kernel of this server, per GPU", labels=kernel_labels)
-    k_idle = GaugeMetricFamily("jupyter_gpumem_kernel_idle_seconds",
-                               "Seconds since jupyter_server last saw a message from the kernel (its last_activity)",
-                               labels=kernel_labels)
-    k_state = GaugeMetricFamily("jupyter_gpumem_kernel_execution_state",
-                                "1 for the kernel's execution state as jupyter_server knows it (idle, busy, starting, ...)",
-                                labels=[*kernel_labels, "state"])
-    k_pre = GaugeMetricFamily("jupyter_gpumem_kernel_preallocated",
-                              "1 when the kernel's JAX preallocated its pool on the GPU, 0 when it did not; absent when "
-                              "not known. source: kernel_settings (the settings the kernel published), reading (it holds "
-                              "GpuMem.preallocated_fraction of the GPU or more) or launch_environment",
-                              labels=[*kernel_labels, "source"])
-    k_reserved = GaugeMetricFamily("jupyter_gpumem_kernel_reserved_bytes",
-                                   "GPU memory the kernel's published settings reserved when JAX started (fraction x total); "
-                                   "absent where they do not say it preallocated", labels=kernel_labels)
+    k_bytes = GaugeMetricFamily(
+        "jupyter_gpumem_kernel_gpu_bytes",
+        "GPU memory NVML attributes to a kernel of this server, per GPU",
+        labels=kernel_labels,
+    )
+    k_idle = GaugeMetricFamily(
+        "jupyter_gpumem_kernel_idle_seconds",
+        "Seconds since jupyter_server last saw a message from the kernel (its last_activity)",
+        labels=kernel_labels,
+    )
+    k_state = GaugeMetricFamily(
+        "jupyter_gpumem_kernel_execution_state",
+        "1 for the kernel's execution state as jupyter_server knows it (idle, busy, starting, ...)",
+        labels=[*kernel_labels, "state"],
+    )
+    k_pre = GaugeMetricFamily(
+        "jupyter_gpumem_kernel_preallocated",
+        "1 when the kernel's JAX preallocated its pool on the GPU, 0 when it did not; absent when "
+        "not known. source: kernel_settings (the settings the kernel published), reading (it holds "
+        "GpuMem.preallocated_fraction of the GPU or more) or launch_environment",
+        labels=[*kernel_labels, "source"],
+    )
+    k_reserved = GaugeMetricFamily(
+        "jupyter_gpumem_kernel_reserved_bytes",
+        "GPU memory the kernel's published settings reserved when JAX started (fraction x total); "
+        "absent where they do not say it preallocated",
+        labels=kernel_labels,
+    )
     for k in snap.kernels:
         labels = (*k.labels, *k.names) if kernel_names else k.labels
         k_bytes.add_metric(labels, k.used)

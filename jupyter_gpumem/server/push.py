@@ -24,7 +24,13 @@ from jupyter_server.utils import url_path_join
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from jupyter_gpumem.server.handlers import (
-    API_PREFIX, AUTH_PARAMS, KERNELS_RESOURCE, BadRequest, check_notebook_path, escaped, unknown_params_message,
+    API_PREFIX,
+    AUTH_PARAMS,
+    KERNELS_RESOURCE,
+    BadRequest,
+    check_notebook_path,
+    escaped,
+    unknown_params_message,
 )
 
 log = logging.getLogger(__name__)
@@ -133,7 +139,6 @@ class DevicesSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
         service = self.settings.get("jupyter_gpumem")  # gone when the server is shutting down
         if service is not None:
             service.watchers.discard(self)
-
 
 
 def route(base_url: str) -> tuple[str, type]:

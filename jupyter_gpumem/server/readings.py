@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import psutil
 
 from jupyter_gpumem.core.attribution import pid_in_namespace
 from jupyter_gpumem.core.readings import ERROR, DeviceReading, NotAvailable
+from jupyter_gpumem.core.tracefile import read_trace
 from jupyter_gpumem.sources.nvml import NvmlSource, is_fake
 from jupyter_gpumem.sources.replay import ReplaySource
-from jupyter_gpumem.core.tracefile import read_trace
 
 # Command lines are shown in a narrow panel; the rest is noise.
 MAX_CMDLINE = 300

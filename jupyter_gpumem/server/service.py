@@ -23,8 +23,8 @@ from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelDirectory, KernelInfo
 from jupyter_gpumem.server.metrics import count_culled_kernel, gauges, set_touch, snapshot_from
 from jupyter_gpumem.server.push import Watchers
-from jupyter_gpumem.server.shared_sampler import SharedSampler
 from jupyter_gpumem.server.readings import Reading, make_source, process_facts
+from jupyter_gpumem.server.shared_sampler import SharedSampler
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +100,14 @@ class GpuMemService:
     def report(self, reading: Reading, kernels: list[KernelInfo], notebook: str | None = None) -> dict:
         report = self._report(reading, kernels, notebook)
         c = self.config
-        plan = cull_plan(report, kernels, reading.t, idle_after=c.cull_idle_after,
-                         min_bytes=c.cull_min_bytes, warn_before=c.cull_warn_before)
+        plan = cull_plan(
+            report,
+            kernels,
+            reading.t,
+            idle_after=c.cull_idle_after,
+            min_bytes=c.cull_min_bytes,
+            warn_before=c.cull_warn_before,
+        )
         return annotate(report, plan)
 
     def _report(self, reading: Reading, kernels: list[KernelInfo], notebook: str | None = None) -> dict:

@@ -27,8 +27,9 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import Any, Callable, Coroutine
+from typing import Any
 
 from jupyter_gpumem.core.readings import ERROR, NotAvailable
 from jupyter_gpumem.server.readings import DeviceSource, Reading

@@ -11,24 +11,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
-from jupyter_gpumem.settings import cuda_async_limits, plugin_options
-from jupyter_gpumem.settings.effective import (
-    NOTE_TRIGGERS,
-    canonical_allocator,
-    create_options,
-    cuda_async_notes,
-    effective,
-    env_var_for,
-    environment_problems,
-    fraction_is_set,
-    is_cuda_async,
-    remat_flags_problem,
-    same,
-    show,
-)
 from jupyter_gpumem.core.env_table import (
     ALLOCATOR_ALIASES,
     ALLOCATOR_VAR,
@@ -48,16 +34,31 @@ from jupyter_gpumem.core.env_table import (
 )
 from jupyter_gpumem.core.errors import GpumemError, did_you_mean
 from jupyter_gpumem.core.readings import AllocatorSettings, JaxDeviceReading, NotAvailable
+from jupyter_gpumem.core.units import parse_bytes, parse_fraction
+from jupyter_gpumem.settings import cuda_async_limits, plugin_options
+from jupyter_gpumem.settings.effective import (
+    NOTE_TRIGGERS,
+    canonical_allocator,
+    create_options,
+    cuda_async_notes,
+    effective,
+    env_var_for,
+    environment_problems,
+    fraction_is_set,
+    is_cuda_async,
+    remat_flags_problem,
+    same,
+    show,
+)
+from jupyter_gpumem.settings.published import allocator_kind
 from jupyter_gpumem.sources import jax_arrays, jax_backend, jax_remat
-from jupyter_gpumem.sources.jax_options import accepted_allocators, fraction_var, jax_gpu_options, jax_rejection
 from jupyter_gpumem.sources.jax_backend import (
     PLUGIN_READ_SETTINGS,
     backend_platform,
     backend_started,
     can_check_gpu_options,
 )
-from jupyter_gpumem.core.units import parse_bytes, parse_fraction
-from jupyter_gpumem.settings.published import allocator_kind
+from jupyter_gpumem.sources.jax_options import accepted_allocators, fraction_var, jax_gpu_options, jax_rejection
 
 __all__ = [
     "GpumemError",
@@ -128,8 +129,10 @@ def _switch(name: str, value: Any) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in _ON + _OFF:
         return value.strip().lower() in _ON
-    raise SettingsError(f"{name} takes on or off, got {value!r}"
-                        + (did_you_mean(value.strip(), ("on", "off")) if isinstance(value, str) else ""))
+    raise SettingsError(
+        f"{name} takes on or off, got {value!r}"
+        + (did_you_mean(value.strip(), ("on", "off")) if isinstance(value, str) else "")
+    )
 
 
 def coerce_setting(name: str, value: Any) -> tuple[Any, str | None]:
@@ -252,7 +255,9 @@ def settings_in_effect() -> tuple[SettingState, ...]:
         for name in ENV_SETTINGS:
             var = env_var_for(name, env)
             if name in overridden:
-                states.append(SettingState(name, values[name], show(name, values[name]), FROM_CONFIG, None, CREATE_OPTIONS_OPTION))
+                states.append(
+                    SettingState(name, values[name], show(name, values[name]), FROM_CONFIG, None, CREATE_OPTIONS_OPTION)
+                )
                 continue
             if name in _ours:
                 source = _source_of.get(name, FROM_MAGIC)
@@ -449,14 +454,18 @@ def _with_writes(env: Mapping[str, str], writes: Mapping[str, str | None]) -> di
     return candidate
 
 
-def _plan_notes(env_given: Mapping[str, Any], candidate: Mapping[str, str], create: Any, effect: Any) -> tuple[str, ...]:
+def _plan_notes(
+    env_given: Mapping[str, Any], candidate: Mapping[str, str], create: Any, effect: Any
+) -> tuple[str, ...]:
     """Pure: what the given settings do under cuda_async, said where they touch it."""
     notes = []
     for topic, note in cuda_async_notes(effect, fraction_is_set(candidate, create)).items():
         if NOTE_TRIGGERS[topic] & set(env_given):
             notes.append("note: " + note)
     if "async_prealloc" in env_given and not is_cuda_async(effect):
-        notes.append(f"note: {ASYNC_PREALLOC_VAR} is read only by the cuda_async allocator (`%gpumem allocator cuda_async`)")
+        notes.append(
+            f"note: {ASYNC_PREALLOC_VAR} is read only by the cuda_async allocator (`%gpumem allocator cuda_async`)"
+        )
     return tuple(notes)
 
 
@@ -478,7 +487,9 @@ def _check_read_back(settings: AllocatorSettings, options: Mapping[str, Any]) ->
         checks.append(("allocator", ALLOCATOR_VAR, options.get("allocator"), settings.allocator))
     for name, var, got, want in checks:
         if not same(name, got, want):
-            raise SettingsError(f"the installed JAX does not read {name} from {var} (it read {got!r}); nothing was changed")
+            raise SettingsError(
+                f"the installed JAX does not read {name} from {var} (it read {got!r}); nothing was changed"
+            )
 
 
 def _write_env(writes: Mapping[str, str | None]) -> None:

@@ -17,8 +17,9 @@ Pure: the value is read by ``sources.jax_backend.pjrt_create_options``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from jupyter_gpumem.core.env_table import CREATE_OPTION_KEYS, CREATE_OPTIONS_OPTION
 
@@ -45,7 +46,9 @@ class CreateOptions:
         """
         where = f"jax.config's {CREATE_OPTIONS_OPTION}"
         if self.error:
-            return [f"JAX's CUDA backend will fail to start, at JAX's first operation: {self.error} ({where} = {self.raw!r})."]
+            return [
+                f"JAX's CUDA backend will fail to start, at JAX's first operation: {self.error} ({where} = {self.raw!r})."
+            ]
         out = []
         for key, (kind, words) in _TYPES.items():
             if key not in self.options:

@@ -37,8 +37,10 @@ def plugin_command(cuda_driver_version: int | None) -> str:
         return _CUDA13
     if major == 12:
         return _CUDA12
-    return (f"upgrade the NVIDIA driver (it runs CUDA {major}.{minor // 10}; JAX's CUDA plugins need CUDA 12 "
-            f"or later), then {_CUDA12}")
+    return (
+        f"upgrade the NVIDIA driver (it runs CUDA {major}.{minor // 10}; JAX's CUDA plugins need CUDA 12 "
+        f"or later), then {_CUDA12}"
+    )
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,9 @@ one variable at a time so that one bad variable does not hide the others.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from jupyter_gpumem.settings import client_create_options
-
-from jupyter_gpumem.settings import cuda_async_limits
-from jupyter_gpumem.settings.client_create_options import CreateOptions
 from jupyter_gpumem.core.env_table import (
     ALLOCATOR_VAR,
     ASYNC_PREALLOC_VAR,
@@ -26,9 +23,11 @@ from jupyter_gpumem.core.env_table import (
     REMAT_OPTION,
     STALE_ALLOCATOR_VAR,
 )
+from jupyter_gpumem.core.units import format_bytes
+from jupyter_gpumem.settings import client_create_options, cuda_async_limits
+from jupyter_gpumem.settings.client_create_options import CreateOptions
 from jupyter_gpumem.sources import jax_backend, jax_remat
 from jupyter_gpumem.sources.jax_options import accepted_allocators, fraction_var, jax_gpu_options, jax_rejection
-from jupyter_gpumem.core.units import format_bytes
 
 # Which settings on a %gpumem line bring up each cuda_async note.
 NOTE_TRIGGERS = {

@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from jupyter_gpumem.core.env_table import DEFAULT_FRACTION
 from jupyter_gpumem.settings.effective import canonical_allocator, same, show
@@ -33,7 +34,9 @@ def frozen_settings_sentence() -> str | None:
     raised = jax_backend.raised_start_error()
     return (
         "JAX's backend has not started, but JAX has registered its plugins, which read "
-        + ", ".join(PLUGIN_READ_SETTINGS) + " then: " + frozen_in_effect(frozen)
+        + ", ".join(PLUGIN_READ_SETTINGS)
+        + " then: "
+        + frozen_in_effect(frozen)
         + ". They can no longer change in this kernel (restart it to change them)."
         + (f' Starting it failed: "{raised}".' if raised else "")
     )

@@ -26,7 +26,9 @@ def describe(origin: Origin, advice: bool = True) -> str | None:
         what = "that import" if imported else "that call"
     if not advice:
         return f"JAX was started by {first}{where}."
-    return f"JAX was started by {first}{where}; run the settings before {what}, or restart the kernel and run them first."
+    return (
+        f"JAX was started by {first}{where}; run the settings before {what}, or restart the kernel and run them first."
+    )
 
 
 def started_by_sentence(advice: bool = True) -> str | None:
@@ -36,8 +38,10 @@ def started_by_sentence(advice: bool = True) -> str | None:
     if origin is not None:
         return describe(origin, advice)
     if jax_start.started_before_watch():
-        return ("JAX was started before jupyter_gpumem loaded, so where it was started is not known; "
-                "load the extension first to see it.")
+        return (
+            "JAX was started before jupyter_gpumem loaded, so where it was started is not known; "
+            "load the extension first to see it."
+        )
     return None
 
 

@@ -8,18 +8,19 @@ the server reuse. It never starts JAX.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
+from jupyter_gpumem.core.readings import DeviceReading, DeviceUnreadable, NotAvailable
+from jupyter_gpumem.core.units import printable
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.settings import plugin_options
 from jupyter_gpumem.settings.apply import SettingState
 from jupyter_gpumem.settings.cpu_fallback import CpuFallback, read_cpu_fallback
-from jupyter_gpumem.core.readings import DeviceReading, DeviceUnreadable, NotAvailable
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.sources.jax_backend import BackendInfo
 from jupyter_gpumem.sources.nvml import NvmlSource
-from jupyter_gpumem.core.units import printable
 
 __all__ = ["StatusReport", "status", "display_gpu_warnings", "gpu_or_replay"]
 
@@ -50,11 +51,13 @@ class StatusReport:
     def backend_line(self) -> str:
         b = self.backend
         if not b.started:
-            return plugin_options.frozen_settings_sentence() or "JAX's backend has not started: settings can still change."
+            return (
+                plugin_options.frozen_settings_sentence() or "JAX's backend has not started: settings can still change."
+            )
         devices = ", ".join(f"{d.id}: {d.kind or d.platform}" for d in b.devices)
         line = f"JAX's backend has started on {b.platform} ({devices or 'no devices'})."
         if b.platform == "cpu" and jax_backend.cpu_chosen():
-            line += " The CPU was chosen: jax_platforms is \"cpu\"."
+            line += ' The CPU was chosen: jax_platforms is "cpu".'
         if b.fallback_reason:
             line += f" It fell back to the CPU: {b.fallback_reason}"
         if b.error:
@@ -64,7 +67,10 @@ class StatusReport:
         return line + started_by.where_started()
 
     def __str__(self) -> str:
-        rows = [(_LABELS.get(s.name, s.name), s.shown, s.source, s.env_var or f"jax.config {s.config_option}") for s in self.settings]
+        rows = [
+            (_LABELS.get(s.name, s.name), s.shown, s.source, s.env_var or f"jax.config {s.config_option}")
+            for s in self.settings
+        ]
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
         lines = ["Settings:"]
         for row in rows:
@@ -151,13 +157,20 @@ def status(nvml_readings: NvmlReadings | None = None) -> StatusReport:
         warnings.insert(0, fallback.sentence())
     from jupyter_gpumem.settings import tensorflow as tensorflow_settings
 
-    return StatusReport(settings=settings, backend=backend, warnings=tuple(warnings), cpu_fallback=fallback,
-                        tensorflow=tensorflow_settings.in_effect())
+    return StatusReport(
+        settings=settings,
+        backend=backend,
+        warnings=tuple(warnings),
+        cpu_fallback=fallback,
+        tensorflow=tensorflow_settings.in_effect(),
+    )
 
 
 CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin")
-REPLAY_NOTE = ("The lessons below replay demo traces that ship with the package, labelled REPLAY. Every one "
-               "is SYNTHETIC: made up to keep the relationships real readings have, not recorded on a GPU.")
+REPLAY_NOTE = (
+    "The lessons below replay demo traces that ship with the package, labelled REPLAY. Every one "
+    "is SYNTHETIC: made up to keep the relationships real readings have, not recorded on a GPU."
+)
 
 
 def gpu_or_replay_text(readings: NvmlReadings, cuda_plugin: bool) -> tuple[bool, str]:

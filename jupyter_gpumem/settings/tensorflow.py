@@ -50,12 +50,19 @@ def describe() -> str:
     """What is in effect, in one line."""
     now = _state["mode"]
     started = tensorflow_runtime.tensorflow_started()
-    state = ("started" if started else "imported, not started") if tensorflow_runtime.tensorflow_imported() else "not imported"
+    state = (
+        ("started" if started else "imported, not started")
+        if tensorflow_runtime.tensorflow_imported()
+        else "not imported"
+    )
     text = f"gpumem: tensorflow {now} (TensorFlow {state}"
     if now == "cpu":
         hid = _state["hid"]
-        text += "; its GPUs are hidden from it" if hid == "hidden" else (
-            f"; hiding its GPUs failed: {hid}" if hid else "; its GPUs will be hidden when it is imported")
+        text += (
+            "; its GPUs are hidden from it"
+            if hid == "hidden"
+            else (f"; hiding its GPUs failed: {hid}" if hid else "; its GPUs will be hidden when it is imported")
+        )
     if os.environ.get(GROWTH_VAR) is not None:
         text += f"; {GROWTH_VAR}={os.environ[GROWTH_VAR]}"
     return text + ")"
@@ -71,7 +78,8 @@ def set_mode(new: str) -> str:
         raise TensorflowStartedError(
             f"TensorFlow's runtime has already started, so `%gpumem tensorflow {new}` cannot take effect: it "
             f"reads its GPU settings once, when it starts. In effect now: {_state['mode']}. Restart the kernel "
-            f"and run `%gpumem tensorflow {new}` before TensorFlow's first operation.")
+            f"and run `%gpumem tensorflow {new}` before TensorFlow's first operation."
+        )
     _restore_env()
     import_watch.cancel("tensorflow")
     if _state["mode"] == "cpu" and _state["hid"] == "hidden" and tensorflow_runtime.tensorflow_imported():
@@ -101,8 +109,10 @@ def reset() -> str | None:
     if _state["mode"] == "default":
         return None
     if tensorflow_runtime.tensorflow_started():
-        return (f"tensorflow {_state['mode']} stays: TensorFlow's runtime has started and reads its GPU settings "
-                "once; restart the kernel to start without it")
+        return (
+            f"tensorflow {_state['mode']} stays: TensorFlow's runtime has started and reads its GPU settings "
+            "once; restart the kernel to start without it"
+        )
     before = _state["mode"]
     set_mode("default")
     after = os.environ.get(GROWTH_VAR)

@@ -10,8 +10,8 @@ device index" (nvml.h, nvmlDeviceGetHandleByIndex). When no join holds, the answ
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 __all__ = [
     "CudaDeviceIdentity",
@@ -72,7 +72,7 @@ def uuid_hex(text: str | bytes | None) -> str | None:
     digits = text.strip().lower()
     for prefix in ("gpu-", "mig-"):
         if digits.startswith(prefix):
-            digits = digits[len(prefix):]
+            digits = digits[len(prefix) :]
     digits = digits.replace("-", "")
     return digits if _HEX32.fullmatch(digits) else None
 
@@ -140,14 +140,20 @@ def match_nvml(
         entry = visible[ordinal]
     lowered = (entry or "").lower()
     if lowered.startswith("mig-"):
-        return NvmlMatch(None, why_not=(
-            f"{where} is the MIG instance {entry} (CUDA_VISIBLE_DEVICES); NVML's figures are the whole card's"))
+        return NvmlMatch(
+            None,
+            why_not=(
+                f"{where} is the MIG instance {entry} (CUDA_VISIBLE_DEVICES); NVML's figures are the whole card's"
+            ),
+        )
     if lowered.startswith("gpu-"):
         return _match_visible_uuid(where, entry or "", gpus, nvml_problem)
     position = ordinal
     if entry is not None:
         if not entry.isdigit():
-            return NvmlMatch(None, why_not=f"CUDA_VISIBLE_DEVICES entry {entry!r} for {where} is neither an index nor a UUID")
+            return NvmlMatch(
+                None, why_not=f"CUDA_VISIBLE_DEVICES entry {entry!r} for {where} is neither an index nor a UUID"
+            )
         position = int(entry)
     if (device_order or "").strip().upper() == "PCI_BUS_ID":
         if gpus is not None and position >= len(gpus_known):
@@ -157,10 +163,14 @@ def match_nvml(
         return NvmlMatch(gpus_known[0].index, "single_gpu")
     if gpus is None:
         return NvmlMatch(None, why_not=f"NVML cannot be read: {nvml_problem or 'unknown'}")
-    return NvmlMatch(None, why_not=(
-        f"the CUDA driver gave no UUID or PCI bus id for {where}, and CUDA numbers GPUs fastest first while "
-        "NVML numbers them by PCI bus, so its place cannot be told (CUDA_DEVICE_ORDER=PCI_BUS_ID makes the "
-        "two orders agree)"))
+    return NvmlMatch(
+        None,
+        why_not=(
+            f"the CUDA driver gave no UUID or PCI bus id for {where}, and CUDA numbers GPUs fastest first while "
+            "NVML numbers them by PCI bus, so its place cannot be told (CUDA_DEVICE_ORDER=PCI_BUS_ID makes the "
+            "two orders agree)"
+        ),
+    )
 
 
 def _match_by_driver(where: str, cuda: CudaDeviceIdentity, gpus: Sequence[GpuIdentity]) -> NvmlMatch:
@@ -173,12 +183,20 @@ def _match_by_driver(where: str, cuda: CudaDeviceIdentity, gpus: Sequence[GpuIde
     if len(on_bus) == 1:
         if not cuda.uuid_hex:
             return NvmlMatch(on_bus[0].index, "pci_bus_id")
-        return NvmlMatch(None, why_not=(
-            f"{where} is on the PCI bus of NVML GPU {on_bus[0].index}, but its UUID is not that GPU's: it "
-            "is a MIG instance, and NVML's figures for the GPU are the whole card's"))
-    return NvmlMatch(None, why_not=(
-        f"{where} (UUID {cuda.uuid_hex or '?'}, PCI bus {cuda.pci_bus_id or '?'}) is none of the "
-        f"{len(gpus)} GPUs NVML lists"))
+        return NvmlMatch(
+            None,
+            why_not=(
+                f"{where} is on the PCI bus of NVML GPU {on_bus[0].index}, but its UUID is not that GPU's: it "
+                "is a MIG instance, and NVML's figures for the GPU are the whole card's"
+            ),
+        )
+    return NvmlMatch(
+        None,
+        why_not=(
+            f"{where} (UUID {cuda.uuid_hex or '?'}, PCI bus {cuda.pci_bus_id or '?'}) is none of the "
+            f"{len(gpus)} GPUs NVML lists"
+        ),
+    )
 
 
 def _match_visible_uuid(where: str, entry: str, gpus: Sequence[GpuIdentity] | None, nvml_problem: str) -> NvmlMatch:
@@ -189,6 +207,11 @@ def _match_visible_uuid(where: str, entry: str, gpus: Sequence[GpuIdentity] | No
     same = _by_uuid(digits, gpus, prefix=True) if re.fullmatch(r"[0-9a-f]+", digits or "-") else []
     if len(same) == 1:
         return NvmlMatch(same[0].index, "cuda_visible_devices")
-    return NvmlMatch(None, why_not=(
-        f"CUDA_VISIBLE_DEVICES names {where} {entry}, which is "
-        + ("more than one" if same else "none") + " of the GPUs NVML lists"))
+    return NvmlMatch(
+        None,
+        why_not=(
+            f"CUDA_VISIBLE_DEVICES names {where} {entry}, which is "
+            + ("more than one" if same else "none")
+            + " of the GPUs NVML lists"
+        ),
+    )

@@ -6,7 +6,8 @@ once the module has run (then puts the loader back as it was and leaves ``sys.me
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class _AfterImport:

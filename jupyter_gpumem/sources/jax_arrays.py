@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from jupyter_gpumem.sources.jax_backend import backend_started
 
@@ -87,7 +88,9 @@ def footprint(array: Any) -> Footprint:
         per_device = {device.id: nbytes}
     else:
         total = math.prod(aval.shape)
-        per_device = {d: (nbytes * n // total if total else 0) for d, n in _shard_sizes(sharding, aval.shape, devices).items()}
+        per_device = {
+            d: (nbytes * n // total if total else 0) for d, n in _shard_sizes(sharding, aval.shape, devices).items()
+        }
     shape, dtype = tuple(aval.shape), str(aval.dtype)
     if kind in _DEVICE_KINDS or kind == _default_memory_kind(next(iter(devices), None)):
         found = Footprint(per_device, 0, kind, shape, dtype)
@@ -269,8 +272,9 @@ def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Compi
     return _compiled(callee, args, kwargs, None)[0]
 
 
-def _compiled(callee: Any, args: tuple, kwargs: Mapping[str, Any],
-              compiler_options: dict | None) -> tuple[CompiledMemory, Any, tuple[Any, ...]]:
+def _compiled(
+    callee: Any, args: tuple, kwargs: Mapping[str, Any], compiler_options: dict | None
+) -> tuple[CompiledMemory, Any, tuple[Any, ...]]:
     """``(memory, lowered, positions)``: ``positions[i]`` is the callee's own position (or
     keyword) of the i-th traced argument."""
     import jax
@@ -305,11 +309,16 @@ def _compiled(callee: Any, args: tuple, kwargs: Mapping[str, Any],
         code_bytes=get("generated_code_size_in_bytes"),
         peak_bytes=int(peak) if isinstance(peak, int) and peak > 0 else None,
         jitted=jitted,
-        inputs=tuple((tuple(a.shape), str(a.dtype), _aval_bytes(a), bool(a.donated))  # stages.ArgInfo
-                     for a in jax.tree_util.tree_leaves(getattr(lowered, "args_info", ()))
-                     if hasattr(getattr(a, "_aval", None), "shape")),
-        outputs=tuple((tuple(o.shape), str(o.dtype), _aval_bytes(o))
-                      for o in jax.tree_util.tree_leaves(getattr(lowered, "out_info", ())) if hasattr(o, "shape")),
+        inputs=tuple(
+            (tuple(a.shape), str(a.dtype), _aval_bytes(a), bool(a.donated))  # stages.ArgInfo
+            for a in jax.tree_util.tree_leaves(getattr(lowered, "args_info", ()))
+            if hasattr(getattr(a, "_aval", None), "shape")
+        ),
+        outputs=tuple(
+            (tuple(o.shape), str(o.dtype), _aval_bytes(o))
+            for o in jax.tree_util.tree_leaves(getattr(lowered, "out_info", ()))
+            if hasattr(o, "shape")
+        ),
     )
     return memory, lowered, positions
 
@@ -352,7 +361,9 @@ def compile_with_dump(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Co
 
     probe = getattr(jax.stages.Lowered, "compile", None)
     if probe is None or "compiler_options" not in inspect.signature(probe).parameters:
-        raise ValueError("this JAX's Lowered.compile takes no compiler options, so XLA cannot be asked for its buffer assignment")
+        raise ValueError(
+            "this JAX's Lowered.compile takes no compiler options, so XLA cannot be asked for its buffer assignment"
+        )
     with tempfile.TemporaryDirectory(prefix="gpumem-peak-") as folder:
         start = time.perf_counter()
         memory, lowered, positions = _compiled(callee, args, kwargs, {"xla_dump_to": folder})
@@ -364,8 +375,11 @@ def compile_with_dump(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Co
         module = modules[-1]
 
         def read(suffixes: tuple[str, ...]) -> str:
-            return "\n".join(_read_text(os.path.join(folder, n)) for n in names
-                             if n.startswith(module + ".") and n.endswith(suffixes))
+            return "\n".join(
+                _read_text(os.path.join(folder, n))
+                for n in names
+                if n.startswith(module + ".") and n.endswith(suffixes)
+            )
 
         buffer_assignment = read(_DUMP_PARTS)
         hlo = read(("after_optimizations.txt",))
@@ -385,13 +399,19 @@ def _arguments(jax: Any, lowered: Any, positions: tuple[Any, ...]) -> tuple:
         return ()
     given, keywords = info
     trees = list(given) + [keywords[k] for k in sorted(keywords)] if isinstance(keywords, dict) else list(given)
-    names = list(positions[:len(given)]) + (sorted(keywords) if isinstance(keywords, dict) else [])
+    names = list(positions[: len(given)]) + (sorted(keywords) if isinstance(keywords, dict) else [])
     found = []
     for name, tree in zip(names, trees):
         leaves = [a for a in jax.tree_util.tree_leaves(tree) if hasattr(getattr(a, "_aval", None), "shape")]
         if leaves:
-            found.append((name, sum(_aval_bytes(a) for a in leaves), all(bool(a.donated) for a in leaves),
-                          tuple((tuple(a.shape), str(a.dtype)) for a in leaves)))
+            found.append(
+                (
+                    name,
+                    sum(_aval_bytes(a) for a in leaves),
+                    all(bool(a.donated) for a in leaves),
+                    tuple((tuple(a.shape), str(a.dtype)) for a in leaves),
+                )
+            )
     return tuple(found)
 
 
@@ -410,8 +430,12 @@ def abstract_arrays(tree: Any) -> Any:
     def shape_of(leaf: Any) -> Any:
         if is_jax_array(leaf):
             committed = getattr(leaf, "_committed", True)  # jax/_src/array.py ArrayImpl
-            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding if committed else None,
-                                        weak_type=bool(getattr(leaf, "weak_type", False)))
+            return jax.ShapeDtypeStruct(
+                leaf.shape,
+                leaf.dtype,
+                sharding=leaf.sharding if committed else None,
+                weak_type=bool(getattr(leaf, "weak_type", False)),
+            )
         return leaf
 
     return jax.tree_util.tree_map(shape_of, tree)

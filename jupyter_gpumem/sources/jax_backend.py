@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core.env_table import CREATE_OPTIONS_ENV, CREATE_OPTIONS_OPTION
@@ -144,7 +144,9 @@ def frozen_plugin_options() -> FrozenPluginOptions | None:
     options = keywords["options"]
     if callable(options):
         return None  # a plugin that reads its options when the backend starts: nothing is fixed
-    return FrozenPluginOptions(cuda_registered=True, cuda_options=dict(options) if isinstance(options, Mapping) else None)
+    return FrozenPluginOptions(
+        cuda_registered=True, cuda_options=dict(options) if isinstance(options, Mapping) else None
+    )
 
 
 def can_check_gpu_options() -> bool:
@@ -233,12 +235,18 @@ def _failed_start_reason() -> str:
     it, stays in ``_backends``, and every later operation runs there.
     """
     raised = raised_start_error()
-    said = f' The first operation raised: "{raised}".' if raised else (
-        " JAX kept no record of why: it was raised once, by the first operation.")
-    return ("the CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible), "
-            "so every operation after the first runs on the CPU." + said +
-            " Common causes: another process holds the GPU, or bad client create options. "
-            "Fix the cause, then restart the kernel")
+    said = (
+        f' The first operation raised: "{raised}".'
+        if raised
+        else (" JAX kept no record of why: it was raised once, by the first operation.")
+    )
+    return (
+        "the CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible), "
+        "so every operation after the first runs on the CPU."
+        + said
+        + " Common causes: another process holds the GPU, or bad client create options. "
+        "Fix the cause, then restart the kernel"
+    )
 
 
 def _gpu_runtime_present(bridge: Any) -> bool:
@@ -279,8 +287,10 @@ def _fallback_reason(platform: str | None) -> str | None:
         return None
     visible = _nvidia_device_node_visible()
     if visible is False:
-        return ("the CUDA plugin is installed but JAX did not try it: none of /dev/nvidia0, /dev/nvidiactl "
-                "or /dev/dxg exists in this process (is the GPU passed into the container?)")
+        return (
+            "the CUDA plugin is installed but JAX did not try it: none of /dev/nvidia0, /dev/nvidiactl "
+            "or /dev/dxg exists in this process (is the GPU passed into the container?)"
+        )
     if visible is None:
         return "the CUDA plugin is installed but JAX runs on the CPU (no visible NVIDIA GPU?)"
     return _failed_start_reason()
@@ -336,7 +346,8 @@ def backend_info() -> BackendInfo:
         client = _default_client()
         platform = getattr(client, "platform", None)
         devices = tuple(
-            BackendDevice(id=d.id, kind=getattr(d, "device_kind", ""), platform=d.platform) for d in client.local_devices()
+            BackendDevice(id=d.id, kind=getattr(d, "device_kind", ""), platform=d.platform)
+            for d in client.local_devices()
         )
     except RuntimeError as err:  # jaxlib's XlaRuntimeError
         return BackendInfo(started=True, jax_imported=True, jax_version=version, error=f"{type(err).__name__}: {err}")
@@ -384,7 +395,9 @@ def gpu_pool_taken() -> bool | None:
         if not isinstance(raw, dict):
             continue
         answered = True
-        if any(isinstance(raw.get(key), int) and raw[key] > 0 for key in ("pool_bytes", "peak_pool_bytes", "num_allocs")):
+        if any(
+            isinstance(raw.get(key), int) and raw[key] > 0 for key in ("pool_bytes", "peak_pool_bytes", "num_allocs")
+        ):
             _pool_seen_for[:] = [id(client)]
             return True
     return False if answered else None

@@ -11,8 +11,9 @@ import os
 import re
 import sys
 import types
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from jupyter_gpumem.core.env_table import ALLOCATOR_CANDIDATES, ALLOCATOR_VAR, FRACTION_VAR, OLD_FRACTION_VAR
 
@@ -115,7 +116,11 @@ def option_generator() -> Callable[[Mapping[str, str]], dict] | None:
 
     def run(env: Mapping[str, str]) -> dict:
         isolated = types.FunctionType(
-            gen.__code__, {**gen.__globals__, "os": _EnvironmentView(env)}, gen.__name__, gen.__defaults__, gen.__closure__
+            gen.__code__,
+            {**gen.__globals__, "os": _EnvironmentView(env)},
+            gen.__name__,
+            gen.__defaults__,
+            gen.__closure__,
         )
         return dict(isolated())
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from jupyter_gpumem.sources.import_watch import after_import, cancel
 
@@ -121,7 +122,7 @@ def watching() -> bool:
     return _state["wrapped"] is not None
 
 
-def starter() -> "Origin | None":
+def starter() -> Origin | None:
     """Where the backend was started, or None where it was not seen: not started yet, or
     started before :func:`watch` ran."""
     frames = _state["frames"]

@@ -158,7 +158,9 @@ def read_default_pool(
     codes, and ctypes refuses arguments with ``ctypes.ArgumentError``.
     """
     driver = _driver_for(
-        ordinal, driver, maps_path,
+        ordinal,
+        driver,
+        maps_path,
         "CUDA is not loaded in this process: JAX has not started its GPU backend (or runs on CPU)",
     )
     if isinstance(driver, NotAvailable):
@@ -201,7 +203,9 @@ def read_device_identity(
     context. ``driver`` stands in for libcuda as in ``read_default_pool``; a driver without one
     of the two functions leaves that field None. Never raises, and never loads or starts CUDA.
     """
-    driver = _driver_for(ordinal, driver, maps_path, "CUDA is not loaded in this process, so it cannot say which GPU is which")
+    driver = _driver_for(
+        ordinal, driver, maps_path, "CUDA is not loaded in this process, so it cannot say which GPU is which"
+    )
     if isinstance(driver, NotAvailable):
         return driver
     try:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jupyter_gpumem.core.readings import (
     ERROR,
@@ -70,9 +71,7 @@ _V2_REFUSALS = {_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH,
 
 _NOT_AVAILABLE_ULL = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE as an unsigned long long
 
-_NO_PYNVML = NotAvailable(
-    NO_LIBRARY, "the nvidia-ml-py package is not installed: pip install nvidia-ml-py"
-)
+_NO_PYNVML = NotAvailable(NO_LIBRARY, "the nvidia-ml-py package is not installed: pip install nvidia-ml-py")
 
 
 def _error_value(exc: BaseException) -> int | None:
@@ -447,7 +446,9 @@ class NvmlSource:
             self._processes_v2 = True
         return self._optional("nvmlDeviceGetComputeRunningProcesses_v2", handle, index, "its processes")
 
-    def _processes(self, handle: Any, index: int, mig: bool | NotAvailable) -> tuple[ProcessReading, ...] | NotAvailable:
+    def _processes(
+        self, handle: Any, index: int, mig: bool | NotAvailable
+    ) -> tuple[ProcessReading, ...] | NotAvailable:
         mig_hidden = NotAvailable(
             PIDS_HIDDEN,
             f"GPU {index} is in MIG mode: NVML reports memory per MIG instance, not per process on the whole GPU",

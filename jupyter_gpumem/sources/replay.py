@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from jupyter_gpumem.core.readings import Sample, Timeline
 from jupyter_gpumem.core.tracefile import Trace, read_trace

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from jupyter_gpumem.core.readings import DeviceReading, NotAvailable, NOT_STARTED, ProcessReading, Sample
+from jupyter_gpumem.core.readings import NOT_STARTED, DeviceReading, NotAvailable, ProcessReading, Sample
 from jupyter_gpumem.core.tracefile import TraceWriter
 
 GiB = 1024**3
@@ -30,16 +30,38 @@ def demo_samples(count: int = 20, period: float = 0.5, t0: float = 1_700_000_000
         used0 = sum(p.used_bytes for p in gpu0_procs) + GiB // 2
         gpu1_used = 2 * GiB + GiB // 2
         devices = (
-            DeviceReading(0, "NVIDIA A100-SXM4-40GB", "GPU-5a1e0000-demo-4000-8000-000000000000", TOTAL, used0,
-                          TOTAL - used0, reserved_bytes=GiB // 2, utilization_percent=60 + i % 5,
-                          display_active=False, mig_mode=False, processes=gpu0_procs),
-            DeviceReading(1, "NVIDIA A100-SXM4-40GB", "GPU-5a1e0001-demo-4000-8000-000000000001", TOTAL, gpu1_used,
-                          TOTAL - gpu1_used, reserved_bytes=GiB // 2, utilization_percent=10,
-                          display_active=False, mig_mode=False,
-                          processes=(ProcessReading(OTHER_PID, 2 * GiB, name="python train.py", user="demo"),)),
+            DeviceReading(
+                0,
+                "NVIDIA A100-SXM4-40GB",
+                "GPU-5a1e0000-demo-4000-8000-000000000000",
+                TOTAL,
+                used0,
+                TOTAL - used0,
+                reserved_bytes=GiB // 2,
+                utilization_percent=60 + i % 5,
+                display_active=False,
+                mig_mode=False,
+                processes=gpu0_procs,
+            ),
+            DeviceReading(
+                1,
+                "NVIDIA A100-SXM4-40GB",
+                "GPU-5a1e0001-demo-4000-8000-000000000001",
+                TOTAL,
+                gpu1_used,
+                TOTAL - gpu1_used,
+                reserved_bytes=GiB // 2,
+                utilization_percent=10,
+                display_active=False,
+                mig_mode=False,
+                processes=(ProcessReading(OTHER_PID, 2 * GiB, name="python train.py", user="demo"),),
+            ),
         )
-        samples.append(Sample(t=t0 + i * period, pid=0, devices=devices,
-                              jax=NotAvailable(NOT_STARTED, "not recorded in this demo")))
+        samples.append(
+            Sample(
+                t=t0 + i * period, pid=0, devices=devices, jax=NotAvailable(NOT_STARTED, "not recorded in this demo")
+            )
+        )
     return samples
 
 

@@ -1,5 +1,4 @@
-"""NVML's error codes and exception classes, as nvidia-ml-py defines them (pynvml.py, 12.x).
-"""
+"""NVML's error codes and exception classes, as nvidia-ml-py defines them (pynvml.py, 12.x)."""
 
 from __future__ import annotations
 
@@ -122,8 +121,7 @@ def library_mismatch(function: str) -> NVMLLibraryMismatchError:
     """The error nvidia-ml-py 13.615.71 raises for unversioned ``function``, message included."""
     return NVMLLibraryMismatchError(
         "Unversioned function called and the pyNVML version does not match the NVML lib version. "
-        "Either use matching pyNVML and NVML lib versions or use a versioned function such as "
-        + function + "_v2"
+        "Either use matching pyNVML and NVML lib versions or use a versioned function such as " + function + "_v2"
     )
 
 

@@ -11,14 +11,15 @@ import ctypes
 import sys
 import threading
 import types
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from jupyter_gpumem.testing.nvml_errors import (
-    ERROR_TEXT,
     ERROR_CLASSES,
     ERROR_CODES,
+    ERROR_TEXT,
     NVMLError,
     NVMLLibraryMismatchError,
     library_mismatch,
@@ -172,8 +173,13 @@ class _FakePynvml:
         bus_id = self._world().pci_bus_id(handle.index)
         domain, bus, rest = bus_id.split(":")
         return types.SimpleNamespace(
-            busId=bus_id.encode(), busIdLegacy=bus_id[4:].encode(), domain=int(domain, 16), bus=int(bus, 16),
-            device=int(rest.split(".")[0], 16), pciDeviceId=0x20B010DE, pciSubSystemId=0x134F10DE,
+            busId=bus_id.encode(),
+            busIdLegacy=bus_id[4:].encode(),
+            domain=int(domain, 16),
+            bus=int(bus, 16),
+            device=int(rest.split(".")[0], 16),
+            pciDeviceId=0x20B010DE,
+            pciSubSystemId=0x134F10DE,
         )
 
     def _memory_info_v1_only(self, handle: Any) -> types.SimpleNamespace:
@@ -186,8 +192,11 @@ class _FakePynvml:
             if "nvmlDeviceGetMemoryInfo_v2" in gpu.unsupported:
                 raise NVMLError(ERROR_CODES["FUNCTION_NOT_FOUND"])
             return types.SimpleNamespace(
-                version=version, total=gpu.total_bytes, reserved=gpu.reserved_bytes,
-                free=gpu.free_bytes, used=gpu.used_bytes,
+                version=version,
+                total=gpu.total_bytes,
+                reserved=gpu.reserved_bytes,
+                free=gpu.free_bytes,
+                used=gpu.used_bytes,
             )
         return types.SimpleNamespace(
             total=gpu.total_bytes, free=gpu.free_bytes, used=gpu.used_bytes + gpu.reserved_bytes

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from jupyter_gpumem.testing.world import FakeGpu, FakeWorld, GiB, MiB
 
@@ -29,7 +30,9 @@ def _a100_40(n: int, **kw: Any) -> FakeGpu:
 
 def _three_gpus() -> FakeWorld:
     """Three A100 40GB: two busy with JAX-sized processes, one idle."""
-    w = FakeWorld([_a100_40(0, utilization_percent=87), _a100_40(1, utilization_percent=12), _a100_40(2)], name="three_gpus")
+    w = FakeWorld(
+        [_a100_40(0, utilization_percent=87), _a100_40(1, utilization_percent=12), _a100_40(2)], name="three_gpus"
+    )
     w.add_process(0, 4_200_101, 30 * GiB)
     w.add_process(0, 4_200_102, 2 * GiB)
     w.add_process(1, 4_200_201, 10 * GiB)
@@ -39,8 +42,13 @@ def _three_gpus() -> FakeWorld:
 def _single_h100() -> FakeWorld:
     """One idle H100 80GB."""
     gpu = FakeGpu(
-        "NVIDIA H100 80GB HBM3", _uuid(100), 81_559 * MiB, reserved_bytes=566 * MiB,
-        power_limit_mw=700_000, pcie_max_generation=5, compute_capability=(9, 0),
+        "NVIDIA H100 80GB HBM3",
+        _uuid(100),
+        81_559 * MiB,
+        reserved_bytes=566 * MiB,
+        power_limit_mw=700_000,
+        pcie_max_generation=5,
+        compute_capability=(9, 0),
     )
     return FakeWorld([gpu], name="single_h100", driver_version="560.35.03", cuda_driver_version=12060)
 
@@ -78,8 +86,13 @@ def _vanished_pid() -> FakeWorld:
 def _mig() -> FakeWorld:
     """An A100 80GB in MIG mode: pids are listed without memory, utilisation is per instance."""
     gpu = FakeGpu(
-        "NVIDIA A100-SXM4-80GB", _uuid(300), 81_920 * MiB, reserved_bytes=640 * MiB,
-        used_bytes=20 * GiB, mig_mode=True, unsupported={"nvmlDeviceGetUtilizationRates"},
+        "NVIDIA A100-SXM4-80GB",
+        _uuid(300),
+        81_920 * MiB,
+        reserved_bytes=640 * MiB,
+        used_bytes=20 * GiB,
+        mig_mode=True,
+        unsupported={"nvmlDeviceGetUtilizationRates"},
     )
     w = FakeWorld([gpu], name="mig")
     w.add_process(0, 4_200_301, None)
@@ -89,9 +102,18 @@ def _mig() -> FakeWorld:
 
 def _display_gpu() -> FakeWorld:
     """A workstation: GPU 0 drives the display (Xorg on it), GPU 1 is headless."""
+
     def a4000(n: int, **kw: Any) -> FakeGpu:
-        return FakeGpu("NVIDIA RTX A4000", _uuid(n), 16_376 * MiB, reserved_bytes=240 * MiB,
-                       mig_mode=None, power_limit_mw=140_000, compute_capability=(8, 6), **kw)
+        return FakeGpu(
+            "NVIDIA RTX A4000",
+            _uuid(n),
+            16_376 * MiB,
+            reserved_bytes=240 * MiB,
+            mig_mode=None,
+            power_limit_mw=140_000,
+            compute_capability=(8, 6),
+            **kw,
+        )
 
     w = FakeWorld([a4000(400, display_active=True, utilization_percent=9), a4000(401)], name="display_gpu")
     w.add_process(0, 4_200_401, 220 * MiB, graphics=True)

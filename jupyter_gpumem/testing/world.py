@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jupyter_gpumem.testing.nvml_errors import (
-    ERROR_NAMES,
     ERROR_CODES,
+    ERROR_NAMES,
     NVMLError,
     error_value,
 )
@@ -47,7 +47,7 @@ DRIVER_FUNCTIONS_SINCE: dict[str, tuple[int, ...]] = {
 def _driver_release(version: str) -> tuple[int, ...]:
     """``"470.256.02"`` -> ``(470, 256, 2)``; anything else is refused with the expected form."""
     if not isinstance(version, str) or not re.fullmatch(r"\d+(\.\d+)*", version):
-        raise ValueError(f"driver_version must look like \"550.54.15\", got {version!r}")
+        raise ValueError(f'driver_version must look like "550.54.15", got {version!r}')
     return tuple(int(part) for part in version.split("."))
 
 
@@ -108,7 +108,7 @@ class FakeGpu:
         return out
 
     @classmethod
-    def from_json(cls, data: dict) -> "FakeGpu":
+    def from_json(cls, data: dict) -> FakeGpu:
         data = dict(data)
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
@@ -291,7 +291,9 @@ class FakeWorld:
             present = [p.pid for p in gpu.processes + gpu.graphics_processes]
         raise ValueError(f"pid {pid} is not on GPU {device}; pids there: {present}")
 
-    def inject_fault(self, device: int | None, error: int | str, times: int = 1, *, function: str | None = None) -> None:
+    def inject_fault(
+        self, device: int | None, error: int | str, times: int = 1, *, function: str | None = None
+    ) -> None:
         """The next ``times`` calls on ``device`` (None: any call) raise ``error``, then recover.
 
         ``function`` limits it to one NVML function, e.g. ``"nvmlDeviceGetMemoryInfo"``.
@@ -299,7 +301,9 @@ class FakeWorld:
         value = error_value(error)
         self._add_fault(_Fault(device, value, self._check_times(times), function))
 
-    def slow_down(self, seconds: float, times: int = 1, *, device: int | None = None, function: str | None = None) -> None:
+    def slow_down(
+        self, seconds: float, times: int = 1, *, device: int | None = None, function: str | None = None
+    ) -> None:
         """The next ``times`` matching calls each take ``seconds`` longer."""
         if not isinstance(seconds, (int, float)) or seconds < 0:
             raise ValueError(f"seconds must be a non-negative number, got {seconds!r}")
@@ -347,9 +351,9 @@ class FakeWorld:
             }
 
     @classmethod
-    def from_json(cls, data: dict) -> "FakeWorld":
+    def from_json(cls, data: dict) -> FakeWorld:
         if not isinstance(data, dict) or data.get("format") != 1:
-            raise ValueError("not a fake NVML world: expected a JSON object with \"format\": 1")
+            raise ValueError('not a fake NVML world: expected a JSON object with "format": 1')
         world = cls(
             [FakeGpu.from_json(g) for g in data.get("gpus", [])],
             name=data.get("name", "custom"),
@@ -379,10 +383,10 @@ class FakeWorld:
             handle.write(json.dumps(self.to_json(), indent=1))
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "FakeWorld":
+    def load(cls, path: str | os.PathLike) -> FakeWorld:
         return cls.from_json(json.loads(Path(path).read_text()))
 
-    def copy(self) -> "FakeWorld":
+    def copy(self) -> FakeWorld:
         return FakeWorld.from_json(copy.deepcopy(self.to_json()))
 
     # -- used by the fake pynvml -------------------------------------------------------------
@@ -399,9 +403,7 @@ class FakeWorld:
         with self._lock:
             self._faults.append(fault)
 
-    def _enter(
-        self, function: str, device: int | None, initialised: bool, symbol: str | None = None
-    ) -> FakeGpu | None:
+    def _enter(self, function: str, device: int | None, initialised: bool, symbol: str | None = None) -> FakeGpu | None:
         """Count a call and decide its fate: raise, sleep, or hand back the GPU it reads.
 
         ``symbol`` is the driver function the binding resolves ``function`` to, when the driver

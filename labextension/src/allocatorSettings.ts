@@ -163,7 +163,9 @@ export function fieldsOf(s: NotebookAllocatorSettings): SettingsFields {
 /** The settings the form's fields say, or the problem that stops them being saved. */
 export function settingsOf(
   fields: SettingsFields
-): { settings: NotebookAllocatorSettings; problem: null } | { settings: null; problem: SettingsProblem } {
+):
+  | { settings: NotebookAllocatorSettings; problem: null }
+  | { settings: null; problem: SettingsProblem } {
   const text = fields.fraction.trim();
   const fraction = text === '' ? null : parseFraction(text);
   if (text !== '' && fraction === null) {
@@ -180,10 +182,16 @@ export function settingsOf(
 }
 
 /** The settings as a restart will apply them, one [name, value] row each, for the confirmation. */
-export function settingsRows(s: NotebookAllocatorSettings, trans: Translate): Array<[string, string]> {
+export function settingsRows(
+  s: NotebookAllocatorSettings,
+  trans: Translate
+): Array<[string, string]> {
   const unset = trans.__('JAX default');
   return [
-    ['preallocate', s.preallocate === null ? unset : s.preallocate ? trans.__('on') : trans.__('off')],
+    [
+      'preallocate',
+      s.preallocate === null ? unset : s.preallocate ? trans.__('on') : trans.__('off')
+    ],
     ['fraction', s.fraction === null ? unset : String(s.fraction)],
     ['allocator', s.allocator ?? unset]
   ];

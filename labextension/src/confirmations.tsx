@@ -54,7 +54,8 @@ export async function confirmShutdown(
   units: Units,
   trans: TranslationBundle
 ): Promise<boolean> {
-  const name = p.notebook_path ?? trans.__('%1 (pid %2)', p.kernel_name ?? trans.__('kernel'), p.pid);
+  const name =
+    p.notebook_path ?? trans.__('%1 (pid %2)', p.kernel_name ?? trans.__('kernel'), p.pid);
   const idle = elapsedSince(p.last_activity, Date.now());
   const result = await showDialog({
     title: trans.__('Shut Down Kernel?'),

@@ -13,7 +13,10 @@ export interface CullNotice {
 }
 
 /** The pending culls in `reply` not yet in `shown`, one per kernel, each named by its notebook. */
-export function newCullNotices(reply: DevicesReply | null, shown: ReadonlySet<string>): CullNotice[] {
+export function newCullNotices(
+  reply: DevicesReply | null,
+  shown: ReadonlySet<string>
+): CullNotice[] {
   const out: CullNotice[] = [];
   const seen = new Set<string>();
   if (!reply || reply.state !== 'ok') {

@@ -28,7 +28,14 @@ export function memoryShares(d: ReadableDevice, notebookOpen = true): MemoryShar
   const otherProcesses = Math.max(d.used - mine - otherKernels - hostPids, 0);
   const free = Math.max(d.free, 0);
   const reserved = Math.max(d.total - Math.max(d.used, 0) - free, 0);
-  return { thisNotebook: notebookOpen ? mine : null, otherKernels, hostPids, otherProcesses, free, reserved };
+  return {
+    thisNotebook: notebookOpen ? mine : null,
+    otherKernels,
+    hostPids,
+    otherProcesses,
+    free,
+    reserved
+  };
 }
 
 /** A GPU's processes, most memory first (unknown memory last), then by pid. */

@@ -13,7 +13,10 @@ export function formatBytes(n: number | null | undefined, units: Units): string 
 }
 
 /** |n| in the largest unit it reaches, with the digits formatBytes shows. */
-function scaled(n: number, units: Units): { value: number; unit: string; divisor: number; digits: number } {
+function scaled(
+  n: number,
+  units: Units
+): { value: number; unit: string; divisor: number; digits: number } {
   const base = units === 'binary' ? 1024 : 1000;
   const names = units === 'binary' ? BINARY : DECIMAL;
   let value = Math.abs(n);

@@ -3,10 +3,7 @@
  * notebook's settings, and adds the panel's commands.
  */
 
-import {
-  JupyterFrontEnd,
-  JupyterFrontEndPlugin
-} from '@jupyterlab/application';
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -31,10 +28,7 @@ import { panelOptions } from './panelOptions';
 import { NotebookAllocatorSettings, PanelOptions } from './types';
 
 function readOptions(settings: ISettingRegistry.ISettings | null): PanelOptions {
-  return panelOptions(
-    settings?.get('pollInterval').composite,
-    settings?.get('units').composite
-  );
+  return panelOptions(settings?.get('pollInterval').composite, settings?.get('units').composite);
 }
 
 /** Saves the settings into the notebook's metadata and the notebook to disk. */

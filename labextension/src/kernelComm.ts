@@ -11,9 +11,7 @@ import { executeSilently } from './silentExecution';
 import { ExecutionError, KernelPush, KernelSnapshot } from './types';
 
 /** `%load_ext jupyter_gpumem`, silently; resolves to the kernel's error or null. */
-export function loadExtension(
-  kernel: Kernel.IKernelConnection
-): Promise<ExecutionError | null> {
+export function loadExtension(kernel: Kernel.IKernelConnection): Promise<ExecutionError | null> {
   return executeSilently(kernel, LOAD_EXTENSION_CODE);
 }
 

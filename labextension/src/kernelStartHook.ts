@@ -48,10 +48,7 @@ export class KernelStartHook {
         pendingAuto.add(kernel);
       }
     };
-    const onConnection = (
-      kernel: Kernel.IKernelConnection,
-      status: Kernel.ConnectionStatus
-    ) => {
+    const onConnection = (kernel: Kernel.IKernelConnection, status: Kernel.ConnectionStatus) => {
       if (status === 'connected' && pendingAuto.has(kernel)) {
         pendingAuto.delete(kernel);
         void this._apply(panel, kernel);
@@ -80,10 +77,7 @@ export class KernelStartHook {
     panel.disposed.connect(() => this._outcomes.delete(panel.id));
   }
 
-  private async _apply(
-    panel: NotebookPanel,
-    kernel: Kernel.IKernelConnection
-  ): Promise<void> {
+  private async _apply(panel: NotebookPanel, kernel: Kernel.IKernelConnection): Promise<void> {
     // The model may still be loading when the kernel starts with the document.
     await panel.context.ready;
     const { settings } = readNotebookSettings(panel);

@@ -11,10 +11,7 @@ export function readNotebookSettings(panel: NotebookPanel): ParsedSettings {
   return parseSettings(model ? model.getMetadata(METADATA_KEY) : undefined);
 }
 
-export function writeNotebookSettings(
-  panel: NotebookPanel,
-  s: NotebookAllocatorSettings
-): void {
+export function writeNotebookSettings(panel: NotebookPanel, s: NotebookAllocatorSettings): void {
   const model = panel.context.model;
   model.setMetadata(METADATA_KEY, metadataWithSettings(model.getMetadata(METADATA_KEY), s));
 }

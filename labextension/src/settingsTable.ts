@@ -37,11 +37,7 @@ export function allocatorOptions(
   if (current && !names.includes(current)) {
     names.push(current);
   }
-  const source: ChoicesSource = choices
-    ? 'kernel'
-    : snapshot
-      ? 'unknown-to-kernel'
-      : 'no-snapshot';
+  const source: ChoicesSource = choices ? 'kernel' : snapshot ? 'unknown-to-kernel' : 'no-snapshot';
   return { names, source };
 }
 

@@ -72,7 +72,11 @@ export function statusSummary(
     return { text: trans.__('GPU'), title: trans.__('Reading the GPUs…'), warn: false };
   }
   if (gpus.length === 0) {
-    return { text: trans.__('No GPU'), title: reply.reason ?? trans.__('No GPU here.'), warn: false };
+    return {
+      text: trans.__('No GPU'),
+      title: reply.reason ?? trans.__('No GPU here.'),
+      warn: false
+    };
   }
   const count = trans._n('%1 GPU', '%1 GPUs', gpus.length);
   if (snapshot && !snapshot.backend_started) {

@@ -3,12 +3,7 @@
  * (docs/server.md, docs/rest-contract.md), plus the panel's own settings types.
  */
 
-export type NvmlState =
-  | 'ok'
-  | 'no_library'
-  | 'no_driver'
-  | 'no_permission'
-  | 'error';
+export type NvmlState = 'ok' | 'no_library' | 'no_driver' | 'no_permission' | 'error';
 
 export interface ProcessInfo {
   pid: number;

@@ -28,7 +28,12 @@ describe('parseSettings: metadata.jupyter_gpumem', () => {
   });
 
   test('nonsense in every key (as tests/test_reliability_fuzz.py writes it) is refused whole, key by key', () => {
-    const nonsense = { preallocate: 'sometimes', fraction: [1, 2], allocator: { x: null }, surprise: 1e308 };
+    const nonsense = {
+      preallocate: 'sometimes',
+      fraction: [1, 2],
+      allocator: { x: null },
+      surprise: 1e308
+    };
     assert.deepEqual(parseSettings(nonsense), {
       settings: null,
       problems: [
@@ -132,7 +137,11 @@ describe('the settings form', () => {
   });
 
   test('empty fields mean JAX default', () => {
-    assert.deepEqual(fieldsOf(EMPTY_SETTINGS), { preallocate: 'default', fraction: '', allocator: '' });
+    assert.deepEqual(fieldsOf(EMPTY_SETTINGS), {
+      preallocate: 'default',
+      fraction: '',
+      allocator: ''
+    });
     assert.deepEqual(settingsOf({ preallocate: 'default', fraction: '  ', allocator: '' }), {
       settings: EMPTY_SETTINGS,
       problem: null
@@ -140,7 +149,10 @@ describe('the settings form', () => {
   });
 
   test('a fraction with spaces around it is read', () => {
-    assert.equal(settingsOf({ preallocate: 'off', fraction: ' 0.3 ', allocator: '' }).settings?.fraction, 0.3);
+    assert.equal(
+      settingsOf({ preallocate: 'off', fraction: ' 0.3 ', allocator: '' }).settings?.fraction,
+      0.3
+    );
   });
 
   test('a fraction above 1 stops saving and says why, quoting what was typed', () => {
@@ -169,7 +181,10 @@ describe('parseFraction: what %gpumem fraction F takes', () => {
   });
 
   test('the form saves a percentage as the fraction it means', () => {
-    assert.equal(settingsOf({ preallocate: 'off', fraction: '30%', allocator: '' }).settings?.fraction, 0.3);
+    assert.equal(
+      settingsOf({ preallocate: 'off', fraction: '30%', allocator: '' }).settings?.fraction,
+      0.3
+    );
   });
 
   test('hexadecimal, which Number() would take, is refused as the magic refuses it', () => {
@@ -179,16 +194,22 @@ describe('parseFraction: what %gpumem fraction F takes', () => {
 
 describe('settingsRows: what the restart dialog lists', () => {
   test('each setting in words, JAX default where unset', () => {
-    assert.deepEqual(settingsRows({ preallocate: false, fraction: 0.3, allocator: null }, english), [
-      ['preallocate', 'off'],
-      ['fraction', '0.3'],
-      ['allocator', 'JAX default']
-    ]);
-    assert.deepEqual(settingsRows({ preallocate: true, fraction: null, allocator: 'vmm' }, english), [
-      ['preallocate', 'on'],
-      ['fraction', 'JAX default'],
-      ['allocator', 'vmm']
-    ]);
+    assert.deepEqual(
+      settingsRows({ preallocate: false, fraction: 0.3, allocator: null }, english),
+      [
+        ['preallocate', 'off'],
+        ['fraction', '0.3'],
+        ['allocator', 'JAX default']
+      ]
+    );
+    assert.deepEqual(
+      settingsRows({ preallocate: true, fraction: null, allocator: 'vmm' }, english),
+      [
+        ['preallocate', 'on'],
+        ['fraction', 'JAX default'],
+        ['allocator', 'vmm']
+      ]
+    );
   });
 });
 

@@ -45,7 +45,10 @@ describe('reading the kernel’s answer', () => {
   });
 
   test('a missing dependency of jupyter_gpumem is not "not installed"', () => {
-    assert.equal(isNotInstalled({ ename: 'ModuleNotFoundError', evalue: "No module named 'jax'" }), false);
+    assert.equal(
+      isNotInstalled({ ename: 'ModuleNotFoundError', evalue: "No module named 'jax'" }),
+      false
+    );
   });
 
   test('without jupyter_gpumem the outcome says the settings were not applied', () => {

@@ -22,7 +22,13 @@ function kernelProcess(pid: number, used: number, path: string): ProcessInfo {
 }
 
 function otherProcess(pid: number, used: number): ProcessInfo {
-  return { ...kernelProcess(pid, used, ''), kind: 'other', kernel_id: null, kernel_name: null, notebook_path: null };
+  return {
+    ...kernelProcess(pid, used, ''),
+    kind: 'other',
+    kernel_id: null,
+    kernel_name: null,
+    notebook_path: null
+  };
 }
 
 /** A 40 GiB A100 as the server reports it. */
@@ -77,8 +83,18 @@ describe('memoryShares', () => {
     const d = a100(0, { used: 32 * GiB, free: 7.5 * GiB, reserved: 0.5 * GiB });
     const shares = memoryShares(d);
     assert.equal(shares.reserved, 0.5 * GiB);
-    const parts = [shares.thisNotebook ?? 0, shares.otherKernels, shares.hostPids, shares.otherProcesses, shares.free, shares.reserved];
-    assert.equal(parts.reduce((a, b) => a + b, 0), 40 * GiB);
+    const parts = [
+      shares.thisNotebook ?? 0,
+      shares.otherKernels,
+      shares.hostPids,
+      shares.otherProcesses,
+      shares.free,
+      shares.reserved
+    ];
+    assert.equal(
+      parts.reduce((a, b) => a + b, 0),
+      40 * GiB
+    );
   });
 
   test('with no notebook open there is no "this notebook" share', () => {
@@ -88,7 +104,12 @@ describe('memoryShares', () => {
 
   test('this notebook, other kernels, other processes and free add up to the card', () => {
     // 30 GiB used: this notebook 20, another kernel 8, the rest (2) is other processes.
-    const d = a100(0, { used: 30 * GiB, free: 10 * GiB, this_kernel_bytes: 20 * GiB, kernels_bytes: 28 * GiB });
+    const d = a100(0, {
+      used: 30 * GiB,
+      free: 10 * GiB,
+      this_kernel_bytes: 20 * GiB,
+      kernels_bytes: 28 * GiB
+    });
     assert.deepEqual(memoryShares(d), {
       thisNotebook: 20 * GiB,
       otherKernels: 8 * GiB,
@@ -125,7 +146,12 @@ describe('memoryShares', () => {
 
   test('in a container, host pids that may be kernels are not other processes', () => {
     // NVML lists the host's pids (nvidia-docker#1483): 18 GiB under two, 0.5 GiB the driver's.
-    const d = a100(1, { used: 18.5 * GiB, free: 21.5 * GiB, host_pid_bytes: 18 * GiB, pids_visible: false });
+    const d = a100(1, {
+      used: 18.5 * GiB,
+      free: 21.5 * GiB,
+      host_pid_bytes: 18 * GiB,
+      pids_visible: false
+    });
     assert.deepEqual(memoryShares(d), {
       thisNotebook: 0,
       otherKernels: 0,
@@ -165,7 +191,10 @@ describe('canShutDown', () => {
   });
 
   test('not a busy kernel, one holding nothing, or a process that is no kernel of this server', () => {
-    assert.equal(canShutDown({ ...kernelProcess(1, GiB, 'a.ipynb'), execution_state: 'busy' }), false);
+    assert.equal(
+      canShutDown({ ...kernelProcess(1, GiB, 'a.ipynb'), execution_state: 'busy' }),
+      false
+    );
     assert.equal(canShutDown(kernelProcess(1, 0, 'a.ipynb')), false);
     assert.equal(canShutDown({ ...kernelProcess(1, null as unknown as number, 'a.ipynb') }), false);
     assert.equal(canShutDown(otherProcess(2, GiB)), false);
@@ -173,10 +202,18 @@ describe('canShutDown', () => {
 });
 
 describe('processesByMemory', () => {
-  test('lists a GPU\'s processes most memory first, unknown memory last', () => {
+  test("lists a GPU's processes most memory first, unknown memory last", () => {
     const d = a100(0, {
-      processes: [otherProcess(7, 1 * GiB), { ...otherProcess(5, 0), used: null }, kernelProcess(9, 30 * GiB, 'a.ipynb'), otherProcess(3, 1 * GiB)]
+      processes: [
+        otherProcess(7, 1 * GiB),
+        { ...otherProcess(5, 0), used: null },
+        kernelProcess(9, 30 * GiB, 'a.ipynb'),
+        otherProcess(3, 1 * GiB)
+      ]
     });
-    assert.deepEqual(processesByMemory(d).map(p => p.pid), [9, 3, 7, 5]);
+    assert.deepEqual(
+      processesByMemory(d).map(p => p.pid),
+      [9, 3, 7, 5]
+    );
   });
 });

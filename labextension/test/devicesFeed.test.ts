@@ -7,7 +7,10 @@ describe('devicesSocketUrl', () => {
   const sameHost = { wsUrl: 'ws://localhost:8888/', token: 'abc', appendToken: false };
 
   test('same host: no token in the URL, the login cookie authenticates', () => {
-    assert.equal(devicesSocketUrl(sameHost, null), 'ws://localhost:8888/jupyter-gpumem/api/devices/ws');
+    assert.equal(
+      devicesSocketUrl(sameHost, null),
+      'ws://localhost:8888/jupyter-gpumem/api/devices/ws'
+    );
   });
 
   test('the notebook path is one encoded parameter', () => {

@@ -6,7 +6,9 @@
 import { Translate } from '../src/translation';
 
 function fill(text: string, args: unknown[]): string {
-  return text.replace(/%(\d+)/g, (whole, i) => (Number(i) <= args.length ? String(args[Number(i) - 1]) : whole));
+  return text.replace(/%(\d+)/g, (whole, i) =>
+    Number(i) <= args.length ? String(args[Number(i) - 1]) : whole
+  );
 }
 
 export const english: Translate = {

@@ -42,7 +42,9 @@ describe('extremeRows (the kernel rule, series.decimate_rows)', () => {
   });
 
   test("too many distinct extremes: fewer, wider buckets, within the budget, every series' peak and low kept", () => {
-    const columns = [0, 1, 2, 3].map(c => Array.from({ length: 1000 }, (_, i) => wobble(i * 4 + c)));
+    const columns = [0, 1, 2, 3].map(c =>
+      Array.from({ length: 1000 }, (_, i) => wobble(i * 4 + c))
+    );
     const rows = plot.extremeRows(columns, 0, 1000, 60);
     assert.ok(rows.length <= 60, `${rows.length} rows`);
     for (const col of columns) {
@@ -57,8 +59,19 @@ describe('the live plot past its point budget', () => {
   const GiB_SPIKE = 39.5;
 
   /** A store fed one reading a second, as the kernel's append messages bring them. */
-  function fed(count: number, maxPoints: number, windowS: number, at: (i: number) => [number, number]): Store {
-    const store = plot.storeFrom({ series, t: [], y: {}, window_s: windowS, max_points: maxPoints });
+  function fed(
+    count: number,
+    maxPoints: number,
+    windowS: number,
+    at: (i: number) => [number, number]
+  ): Store {
+    const store = plot.storeFrom({
+      series,
+      t: [],
+      y: {},
+      window_s: windowS,
+      max_points: maxPoints
+    });
     for (let i = 0; i < count; i++) {
       const [inUse, headroom] = at(i);
       plot.append(store, { t: [i], y: { jax_in_use: [inUse], headroom: [headroom] } });
@@ -95,6 +108,9 @@ describe('the live plot past its point budget', () => {
     const store = fed(3000, 2000, 2500, readings);
     assert.ok(store.t[0] >= 3000 - 1 - 2500, `the oldest reading drawn is from ${store.t[0]}`);
     const newest = store.t.slice(-1000);
-    assert.deepEqual(newest, Array.from({ length: 1000 }, (_, i) => 2000 + i));
+    assert.deepEqual(
+      newest,
+      Array.from({ length: 1000 }, (_, i) => 2000 + i)
+    );
   });
 });

@@ -37,15 +37,24 @@ describe('allocatorOptions', () => {
       names: ['bfc', 'vmm'],
       source: 'kernel'
     });
-    assert.deepEqual(allocatorOptions(null, 'platform'), { names: ['platform'], source: 'no-snapshot' });
+    assert.deepEqual(allocatorOptions(null, 'platform'), {
+      names: ['platform'],
+      source: 'no-snapshot'
+    });
   });
 
   test('a kernel that does not know its allocators says so', () => {
-    assert.equal(allocatorOptions(snapshot({ allocator_choices: null }), null).source, 'unknown-to-kernel');
+    assert.equal(
+      allocatorOptions(snapshot({ allocator_choices: null }), null).source,
+      'unknown-to-kernel'
+    );
   });
 
   test('an older kernel without the field reads as unknown', () => {
-    assert.deepEqual(allocatorOptions(snapshot(), null), { names: [], source: 'unknown-to-kernel' });
+    assert.deepEqual(allocatorOptions(snapshot(), null), {
+      names: [],
+      source: 'unknown-to-kernel'
+    });
   });
 });
 

@@ -130,11 +130,14 @@ def test_one_host_pid_while_jax_is_not_on_the_gpu_is_said_whole_and_the_rest_are
     )
 
 
-@pytest.mark.parametrize("count, listed", [
-    (5, "812000, 812001, 812002, 812003, 812004"),
-    (6, "812000, 812001, 812002, 812003, 812004 and 1 more"),
-    (8, "812000, 812001, 812002, 812003, 812004 and 3 more"),
-])
+@pytest.mark.parametrize(
+    "count, listed",
+    [
+        (5, "812000, 812001, 812002, 812003, 812004"),
+        (6, "812000, 812001, 812002, 812003, 812004 and 1 more"),
+        (8, "812000, 812001, 812002, 812003, 812004 and 3 more"),
+    ],
+)
 def test_many_host_pids_are_named_five_at_most(count, listed):
     hosts = tuple(ProcessReading(812_000 + i, GiB) for i in range(count))
     who = attribute(gpu(*hosts, OTHER), ME, {p.pid for p in hosts}, 4 * GiB)

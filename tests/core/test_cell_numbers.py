@@ -31,7 +31,7 @@ from jupyter_gpumem.core.sites import counts_cells_first, finished_cell_number, 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path.home() / ".cache" / "jupyter-gpumem"
 
-_SCRIPT = r'''
+_SCRIPT = r"""
 import json, sys
 from types import SimpleNamespace
 import IPython
@@ -58,7 +58,7 @@ shell.run_cell("1 + 1", store_history=False)
 R["counts"], R["during"] = counts, shell.user_ns["during"]
 R["filename_map"] = sorted(v for v in shell.compile._filename_map.values())
 print("RESULT=" + json.dumps(R))
-'''
+"""
 
 
 def _interpreters() -> list:
@@ -77,7 +77,7 @@ def _run(python: str) -> dict:
     proc = subprocess.run([python, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=180, cwd=REPO)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT=")]
     assert proc.returncode == 0 and lines, f"child failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(lines[-1][len("RESULT="):])
+    return json.loads(lines[-1][len("RESULT=") :])
 
 
 @pytest.fixture(scope="module", params=_interpreters())
@@ -85,8 +85,10 @@ def shell_run(request) -> dict:
     return _run(request.param)
 
 
-@pytest.mark.parametrize("version, first", [((8, 39), False), ((9, 0), False), ((9, 7), False),
-                                             ((9, 8), True), ((9, 18), True), ((10, 0), True)])
+@pytest.mark.parametrize(
+    "version, first",
+    [((8, 39), False), ((9, 0), False), ((9, 7), False), ((9, 8), True), ((9, 18), True), ((10, 0), True)],
+)
 def test_ipython_counts_the_cell_first_from_9_8(version, first):
     assert counts_cells_first(version) is first
 
@@ -109,8 +111,14 @@ def test_cell_events_carry_each_cells_own_number(shell_run):
     """Before: the sampler guessed IPython 9's order from the major version, so the first cell
     on 9.0-9.7 started as the cell before."""
     a, b = shell_run["counts"]
-    assert shell_run["events"] == [["cell_start", a], ["cell_end", a], ["cell_start", b], ["cell_end", b],
-                                   ["cell_start", None], ["cell_end", None]]
+    assert shell_run["events"] == [
+        ["cell_start", a],
+        ["cell_end", a],
+        ["cell_start", b],
+        ["cell_end", b],
+        ["cell_start", None],
+        ["cell_end", None],
+    ]
 
 
 @pytest.mark.jax_versions

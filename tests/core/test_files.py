@@ -8,7 +8,12 @@ import threading
 import pytest
 
 from jupyter_gpumem.core import files
-from jupyter_gpumem.core.files import UnsafePathError, open_for_appending_lines, open_regular_for_reading, replaced_on_success
+from jupyter_gpumem.core.files import (
+    UnsafePathError,
+    open_for_appending_lines,
+    open_regular_for_reading,
+    replaced_on_success,
+)
 
 
 def test_the_file_appears_only_when_the_block_succeeds(tmp_path):

@@ -7,7 +7,14 @@ import math
 import pytest
 
 from jupyter_gpumem.core.errors import GpumemError
-from jupyter_gpumem.core.magic_args import MAX_INTERVAL_S, MIN_INTERVAL_S, Grammar, MagicUsageError, Option, check_interval
+from jupyter_gpumem.core.magic_args import (
+    MAX_INTERVAL_S,
+    MIN_INTERVAL_S,
+    Grammar,
+    MagicUsageError,
+    Option,
+    check_interval,
+)
 
 
 def _count(text: str) -> int:
@@ -35,7 +42,12 @@ def test_nothing_given_answers_every_default_and_false_for_flags():
 
 
 def test_options_take_a_separate_or_an_inline_value():
-    assert SHOW.parse(["--count", "5", "--by=dtype", "--all", "on"]) == {"count": 5, "by": "dtype", "all": True, "show": "on"}
+    assert SHOW.parse(["--count", "5", "--by=dtype", "--all", "on"]) == {
+        "count": 5,
+        "by": "dtype",
+        "all": True,
+        "show": "on",
+    }
 
 
 def test_choices_are_matched_in_any_case_and_answered_as_declared():
@@ -57,7 +69,10 @@ def test_the_usage_line_shows_positionals_then_options():
 
 
 def test_a_required_positional_shows_without_brackets():
-    assert Grammar("%gpumem estimate", positionals=(Option("expression", "EXPR", required=True),)).usage() == "%gpumem estimate EXPR"
+    assert (
+        Grammar("%gpumem estimate", positionals=(Option("expression", "EXPR", required=True),)).usage()
+        == "%gpumem estimate EXPR"
+    )
 
 
 # --- what a grammar refuses, and how it says so --------------------------------------------------
@@ -66,15 +81,21 @@ def test_a_required_positional_shows_without_brackets():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--colour"], "%gpumem show: unknown argument '--colour'; valid: --count, --by, --all. Usage: " + SHOW.usage()),
+        (
+            ["--colour"],
+            "%gpumem show: unknown argument '--colour'; valid: --count, --by, --all. Usage: " + SHOW.usage(),
+        ),
         (["on", "off"], "%gpumem show: unexpected 'off'. Usage: " + SHOW.usage()),
         (["--count"], "%gpumem show: --count needs a value: N. Usage: " + SHOW.usage()),
         (["--all=yes"], "%gpumem show: --all takes no value"),
         (["--all", "--all"], "%gpumem show: --all is given twice"),
         (["--by", "colour"], "%gpumem show: --by takes one of shape, dtype, cell, got 'colour'"),
         (["maybe"], "%gpumem show takes on or off, got 'maybe'"),  # the command named once
-        (["--cont", "2"], "%gpumem show: unknown argument '--cont'; valid: --count, --by, --all "
-                          "(did you mean '--count'?). Usage: " + SHOW.usage()),
+        (
+            ["--cont", "2"],
+            "%gpumem show: unknown argument '--cont'; valid: --count, --by, --all "
+            "(did you mean '--count'?). Usage: " + SHOW.usage(),
+        ),
         (["--by", "dtpye"], "%gpumem show: --by takes one of shape, dtype, cell, got 'dtpye' (did you mean 'dtype'?)"),
         (["--count", "many"], "%gpumem show: --count takes a whole number, got 'many'"),
     ],
@@ -105,14 +126,18 @@ def test_an_error_of_our_own_from_a_reader_passes_as_it_is():
 # --- the sampling interval ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, seconds", [(MIN_INTERVAL_S, 0.01), (MAX_INTERVAL_S, 3600.0), (1, 1.0), ("0.5", 0.5), (" 2 ", 2.0)])
+@pytest.mark.parametrize(
+    "value, seconds", [(MIN_INTERVAL_S, 0.01), (MAX_INTERVAL_S, 3600.0), (1, 1.0), ("0.5", 0.5), (" 2 ", 2.0)]
+)
 def test_an_interval_in_range_is_taken_as_seconds(value, seconds):
     assert check_interval(value) == seconds
 
 
 @pytest.mark.parametrize("value", [0, 0.001, 3601, -1, 10**400, "fast", "", None, True, math.nan, math.inf, [1]])
 def test_an_interval_out_of_range_names_the_range(value):
-    with pytest.raises(MagicUsageError, match=r"^interval must be a number of seconds from 0\.01 to 3600 \(e\.g\. 0\.5\), got "):
+    with pytest.raises(
+        MagicUsageError, match=r"^interval must be a number of seconds from 0\.01 to 3600 \(e\.g\. 0\.5\), got "
+    ):
         check_interval(value)
 
 

@@ -9,17 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jupyter_gpumem.core import readings as model
-from jupyter_gpumem.core.readings import (
-    AllocatorStats,
-    CudaPoolReading,
-    DeviceReading,
-    Event,
-    JaxDeviceReading,
-    NotAvailable,
-    Sample,
-    Timeline,
-    normalise_stats,
-)
 from jupyter_gpumem.core.metrics import (
     available_bytes,
     fragmentation,
@@ -31,6 +20,17 @@ from jupyter_gpumem.core.metrics import (
     pool_bytes,
     unused_pool_bytes,
     uses_driver_pool,
+)
+from jupyter_gpumem.core.readings import (
+    AllocatorStats,
+    CudaPoolReading,
+    DeviceReading,
+    Event,
+    JaxDeviceReading,
+    NotAvailable,
+    Sample,
+    Timeline,
+    normalise_stats,
 )
 
 GiB = 1 << 30
@@ -315,7 +315,9 @@ def test_normalise_whole_floats_count_and_fractions_do_not():
     assert (stats.bytes_in_use, stats.pool_bytes, stats.num_allocs) == (512, None, None)
 
 
-_values = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5) | st.lists(st.integers(), max_size=2)
+_values = (
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5) | st.lists(st.integers(), max_size=2)
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -394,8 +396,10 @@ def test_timeline_appends_from_many_threads_lose_nothing():
 
 def test_a_sample_finds_a_device_and_its_jax_reading_by_index_the_first_listed_winning():
     first, second = DeviceReading(3, "first", "GPU-a", 10, 1, 9), DeviceReading(3, "second", "GPU-b", 10, 1, 9)
-    jax = (JaxDeviceReading(0, "gpu", "x", 3, NotAvailable("not_started", "synthetic")),
-           JaxDeviceReading(1, "gpu", "y", 3, NotAvailable("not_started", "synthetic")))
+    jax = (
+        JaxDeviceReading(0, "gpu", "x", 3, NotAvailable("not_started", "synthetic")),
+        JaxDeviceReading(1, "gpu", "y", 3, NotAvailable("not_started", "synthetic")),
+    )
     sample = Sample(t=1.0, pid=1, devices=(first, DeviceReading(0, "other", "GPU-c", 10, 1, 9), second), jax=jax)
     assert sample.device(3) is first and sample.device(0).name == "other" and sample.device(9) is None
     assert sample.jax_for(3).jax_id == 0 and sample.jax_for(0) is None
@@ -404,9 +408,19 @@ def test_a_sample_finds_a_device_and_its_jax_reading_by_index_the_first_listed_w
 
 def test_a_pid_listed_twice_on_a_device_holds_the_sum_of_its_entries():
     # NVML lists a process once per context kind (compute and graphics) it has on a device.
-    device = model.DeviceReading(0, "GPU", "GPU-0", 40 * GiB, 9 * GiB, 31 * GiB, processes=(
-        model.ProcessReading(7, 3 * GiB), model.ProcessReading(8, 1 * GiB), model.ProcessReading(7, 5 * GiB),
-    ))
+    device = model.DeviceReading(
+        0,
+        "GPU",
+        "GPU-0",
+        40 * GiB,
+        9 * GiB,
+        31 * GiB,
+        processes=(
+            model.ProcessReading(7, 3 * GiB),
+            model.ProcessReading(8, 1 * GiB),
+            model.ProcessReading(7, 5 * GiB),
+        ),
+    )
     assert (device.process_bytes(7), device.process_bytes(8), device.process_bytes(9)) == (8 * GiB, 1 * GiB, 0)
 
 

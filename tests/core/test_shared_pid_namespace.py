@@ -19,11 +19,16 @@ import os
 
 import psutil
 
-from jupyter_gpumem.sampling import sampler as sampler_module
-from jupyter_gpumem.core.attribution import NOT_LISTED, attribute, attribute_in_sample, pid_in_namespace, shares_pid_namespace
+from jupyter_gpumem.core.attribution import (
+    NOT_LISTED,
+    attribute,
+    attribute_in_sample,
+    pid_in_namespace,
+    shares_pid_namespace,
+)
 from jupyter_gpumem.core.readings import DeviceReading, ProcessReading
-from jupyter_gpumem.sampling.sampler import Sampler
 from jupyter_gpumem.monitor.series import notes_for, series_values
+from jupyter_gpumem.sampling.sampler import Sampler
 from jupyter_gpumem.server import readings
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelInfo
@@ -37,7 +42,9 @@ ME = 57
 
 def gpu(index: int, *procs: ProcessReading) -> DeviceReading:
     used = sum(p.used_bytes for p in procs if isinstance(p.used_bytes, int))
-    return DeviceReading(index, "NVIDIA A100-SXM4-40GB", f"GPU-{index}", 40 * GiB, used, 40 * GiB - used, processes=procs)
+    return DeviceReading(
+        index, "NVIDIA A100-SXM4-40GB", f"GPU-{index}", 40 * GiB, used, 40 * GiB - used, processes=procs
+    )
 
 
 def test_a_known_pid_listed_on_any_gpu_shows_the_namespace_is_shared():

@@ -28,9 +28,14 @@ SESSION = Path(__file__).parents[1] / "kernel_session.py"
 def session(tmp_path: Path, cells: list[str], env: dict | None = None) -> list[dict]:
     path = tmp_path / "cells.json"
     path.write_text(json.dumps(cells))
-    proc = subprocess.run([sys.executable, str(SESSION), str(path), "--ext"], capture_output=True, text=True,
-                          timeout=180, cwd=tmp_path,
-                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, str(SESSION), str(path), "--ext"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **(env or {})},
+    )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(line[4:])
@@ -69,8 +74,12 @@ def test_each_array_names_the_first_line_outside_jax_and_installed_packages(list
     """A function defined in cell 1 and called in cell 2 names cell 1's line; a library's
     array names the cell line that called the library; a user module names its file."""
     assert all(c["ok"] for c in listed), listed
-    assert eval(listed[4]["out"]) == ["cell [1] line 5 in make.<listcomp>", "cell [2] line 2", "cell [2] line 4",
-                                      "helpers_mod.py:4 in build"]
+    assert eval(listed[4]["out"]) == [
+        "cell [1] line 5 in make.<listcomp>",
+        "cell [2] line 2",
+        "cell [2] line 4",
+        "helpers_mod.py:4 in build",
+    ]
 
 
 def test_arrays_by_line_groups_counts_and_totals_per_site(listed):
@@ -110,8 +119,11 @@ def test_installed_packages_are_libraries_and_jax_and_its_plugins_are_internal()
 def test_a_library_call_from_a_cell_is_named_by_the_cell_line():
     cells = {"/tmp/ipykernel_7/123.py": 4}
     found = sites.origin_of([JAX_FRAME, FLAX_FRAME, ("/tmp/ipykernel_7/123.py", 2, "<module>")], cells)
-    assert (str(found.first), str(found.user), str(found.cell)) == ("flax/linen/module.py:700 in init", "cell [4] line 2",
-                                                                   "cell [4] line 2")
+    assert (str(found.first), str(found.user), str(found.cell)) == (
+        "flax/linen/module.py:700 in init",
+        "cell [4] line 2",
+        "cell [4] line 2",
+    )
     assert found.first.library and str(found.site) == "cell [4] line 2"
 
 
@@ -135,7 +147,8 @@ def test_the_per_cell_line_names_the_top_three_sites_of_what_the_cell_added(list
     assert listed[6]["out"].splitlines()[-1] == (
         "gpumem: cell 7: live arrays +12.89 KiB (now 32.66 KiB); no allocator statistics here (CPU), so peak and "
         "pool growth are not measured; allocated at helpers_mod.py:4 in build (7.81 KiB), "
-        "cell [1] line 5 in make.<listcomp> (3.91 KiB), cell [7] line 2 in <listcomp> (1.17 KiB)")
+        "cell [1] line 5 in make.<listcomp> (3.91 KiB), cell [7] line 2 in <listcomp> (1.17 KiB)"
+    )
 
 
 def test_an_array_listed_while_its_cell_runs_belongs_to_that_cell(listed):
@@ -159,6 +172,10 @@ def test_other_groupings_name_the_line_that_allocated_most_of_each_group(listed)
 def test_a_group_from_several_lines_names_the_largest_and_counts_the_others():
     from jupyter_gpumem.doctor.arrays import ArrayRecord, _main_site
 
-    records = [ArrayRecord((4,), "float32", {0: 16}, site="a.py:1"), ArrayRecord((4,), "float32", {0: 16}, site="b.py:2"),
-               ArrayRecord((8,), "float32", {0: 32}, site="b.py:2"), ArrayRecord((1,), "float32", {0: 4}, site="c.py:3")]
+    records = [
+        ArrayRecord((4,), "float32", {0: 16}, site="a.py:1"),
+        ArrayRecord((4,), "float32", {0: 16}, site="b.py:2"),
+        ArrayRecord((8,), "float32", {0: 32}, site="b.py:2"),
+        ArrayRecord((1,), "float32", {0: 4}, site="c.py:3"),
+    ]
     assert _main_site(records) == "b.py:2 (+2 more)"

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jupyter_gpumem import demo_traces
-from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core import metrics
+from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core.readings import (
     AllocatorStats,
     CudaPoolReading,
@@ -40,7 +40,13 @@ HEADER = {"kind": "header", "format": 1, "synthetic": True}
 
 
 def _bfc_sample(t: float = 100.0) -> Sample:
-    raw = {"bytes_in_use": 1024, "pool_bytes": 4096, "bytes_limit": 8192, "largest_free_block_bytes": 2048, "peak_bytes_in_use": -1}
+    raw = {
+        "bytes_in_use": 1024,
+        "pool_bytes": 4096,
+        "bytes_limit": 8192,
+        "largest_free_block_bytes": 2048,
+        "peak_bytes_in_use": -1,
+    }
     dev = DeviceReading(
         index=0,
         name="NVIDIA H100 80GB HBM3",
@@ -52,12 +58,24 @@ def _bfc_sample(t: float = 100.0) -> Sample:
         utilization_percent=12,
         display_active=False,
         mig_mode=NotAvailable(model.NOT_SUPPORTED, "no MIG"),
-        processes=(ProcessReading(pid=7, used_bytes=5_000), ProcessReading(pid=8, used_bytes=NotAvailable(model.PIDS_HIDDEN, "container"))),
+        processes=(
+            ProcessReading(pid=7, used_bytes=5_000),
+            ProcessReading(pid=8, used_bytes=NotAvailable(model.PIDS_HIDDEN, "container")),
+        ),
     )
-    lost = DeviceUnreadable(index=1, why=NotAvailable(model.GPU_LOST, "fell off the bus"), name="NVIDIA A100", uuid="GPU-2")
+    lost = DeviceUnreadable(
+        index=1, why=NotAvailable(model.GPU_LOST, "fell off the bus"), name="NVIDIA A100", uuid="GPU-2"
+    )
     jax = (
         JaxDeviceReading(0, "gpu", "NVIDIA H100 80GB HBM3", 0, model.normalise_stats(raw, "bfc")),
-        JaxDeviceReading(1, "gpu", "NVIDIA A100", 1, NotAvailable(model.NOT_STARTED, "backend not started"), cuda_pool=CudaPoolReading(1, 2, 3, 4)),
+        JaxDeviceReading(
+            1,
+            "gpu",
+            "NVIDIA A100",
+            1,
+            NotAvailable(model.NOT_STARTED, "backend not started"),
+            cuda_pool=CudaPoolReading(1, 2, 3, 4),
+        ),
     )
     return Sample(t=t, pid=7, devices=(dev, lost), jax=jax)
 
@@ -138,7 +156,9 @@ def test_cut_last_line_counts_as_truncation_not_error(tmp_path):
 
 
 def test_garbage_line_names_its_line_number_and_keeps_earlier_lines(tmp_path):
-    path = _write_lines(tmp_path / "t.jsonl", [HEADER, sample_to_json(_bfc_sample()), "not json {", sample_to_json(_bfc_sample())])
+    path = _write_lines(
+        tmp_path / "t.jsonl", [HEADER, sample_to_json(_bfc_sample()), "not json {", sample_to_json(_bfc_sample())]
+    )
     trace = read_trace(path)
     assert trace.error.line == 3 and "not valid JSON" in str(trace.error)
     assert len(trace.samples) == 1
@@ -193,17 +213,33 @@ def test_negative_one_in_raw_stats_reads_back_as_none(tmp_path):
     assert trace.samples[0].jax[0].stats.peak_bytes_in_use is None
 
 
-_json_scalars = st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | st.floats() | st.text(max_size=8)
-_json = st.recursive(_json_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
+_json_scalars = (
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | st.floats() | st.text(max_size=8)
+)
+_json = st.recursive(
+    _json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
 
 
 def _mutations():
     """A valid sample line with one field replaced by arbitrary JSON."""
     base = sample_to_json(_bfc_sample())
     paths = [
-        ("t",), ("pid",), ("devices",), ("jax",), ("devices", 0, "processes"), ("devices", 0, "used_bytes"),
-        ("devices", 0, "processes", 1, "used_bytes"), ("devices", 1, "unreadable"), ("jax", 0, "memory_stats"),
-        ("jax", 0, "cuda_pool"), ("jax", 1, "stats_na"), ("jax", 0, "nvml_index"), ("devices", 0, "mig_mode"),
+        ("t",),
+        ("pid",),
+        ("devices",),
+        ("jax",),
+        ("devices", 0, "processes"),
+        ("devices", 0, "used_bytes"),
+        ("devices", 0, "processes", 1, "used_bytes"),
+        ("devices", 1, "unreadable"),
+        ("jax", 0, "memory_stats"),
+        ("jax", 0, "cuda_pool"),
+        ("jax", 1, "stats_na"),
+        ("jax", 0, "nvml_index"),
+        ("devices", 0, "mig_mode"),
     ]
     return st.tuples(st.sampled_from(paths), _json).map(lambda pv: _mutate(base, *pv))
 
@@ -240,7 +276,12 @@ def test_arbitrary_bytes_after_a_header_never_raise(tail):
 @settings(max_examples=60, deadline=None)
 @given(st.integers(min_value=1, max_value=600))
 def test_truncating_a_good_trace_anywhere_keeps_the_full_lines(cut):
-    good = (json.dumps(HEADER) + "\n" + "\n".join(json.dumps(sample_to_json(_bfc_sample(float(i)))) for i in range(3)) + "\n").encode()
+    good = (
+        json.dumps(HEADER)
+        + "\n"
+        + "\n".join(json.dumps(sample_to_json(_bfc_sample(float(i)))) for i in range(3))
+        + "\n"
+    ).encode()
     data = good[: min(cut * 4, len(good))]
     trace = _read_never_raises_unexpectedly(data)
     complete_sample_lines = max(0, data.count(b"\n") - 1)
@@ -253,7 +294,13 @@ def test_truncating_a_good_trace_anywhere_keeps_the_full_lines(cut):
 
 def test_synthetic_traces_exist_and_are_small():
     names = {p.name for p in SYNTHETIC}
-    assert {"synthetic_bfc_prealloc.jsonl", "synthetic_bfc_growth_fragmenting.jsonl", "synthetic_cuda_async.jsonl", "synthetic_two_kernels.jsonl", "synthetic_bfc_defragment.jsonl"} <= names
+    assert {
+        "synthetic_bfc_prealloc.jsonl",
+        "synthetic_bfc_growth_fragmenting.jsonl",
+        "synthetic_cuda_async.jsonl",
+        "synthetic_two_kernels.jsonl",
+        "synthetic_bfc_defragment.jsonl",
+    } <= names
     assert all(p.stat().st_size < 200_000 for p in SYNTHETIC)
 
 
@@ -286,12 +333,20 @@ def test_synthetic_trace_numbers_obey_real_relationships(path):
 
 
 def test_fragmenting_trace_ends_more_fragmented_than_it_starts():
-    frags = [metrics.fragmentation(s.jax[0].stats) for s in read_trace(TRACES / "synthetic_bfc_growth_fragmenting.jsonl").samples if isinstance(s.jax[0].stats, AllocatorStats)]
+    frags = [
+        metrics.fragmentation(s.jax[0].stats)
+        for s in read_trace(TRACES / "synthetic_bfc_growth_fragmenting.jsonl").samples
+        if isinstance(s.jax[0].stats, AllocatorStats)
+    ]
     assert frags[0] == 0.0 and max(frags[-10:]) > 0.8
 
 
 def test_growth_trace_pool_only_grows():
-    pools = [s.jax[0].stats.pool_bytes for s in read_trace(TRACES / "synthetic_bfc_growth_fragmenting.jsonl").samples if isinstance(s.jax[0].stats, AllocatorStats)]
+    pools = [
+        s.jax[0].stats.pool_bytes
+        for s in read_trace(TRACES / "synthetic_bfc_growth_fragmenting.jsonl").samples
+        if isinstance(s.jax[0].stats, AllocatorStats)
+    ]
     assert pools == sorted(pools) and pools[-1] > 100 * pools[0]
 
 
@@ -300,7 +355,10 @@ def test_two_kernels_trace_has_an_oom_event_and_little_device_free():
     (oom,) = [e for e in trace.events if e.name == "oom"]
     last = trace.samples[-1]
     assert "RESOURCE_EXHAUSTED" in oom.data["message"]
-    assert metrics.largest_likely_request(last.jax[0].stats, device_free=last.devices[0].free_bytes) < oom.data["requested_bytes"]
+    assert (
+        metrics.largest_likely_request(last.jax[0].stats, device_free=last.devices[0].free_bytes)
+        < oom.data["requested_bytes"]
+    )
 
 
 def _defragment_before_and_after(trace):
@@ -374,14 +432,18 @@ def test_a_sample_earlier_than_the_one_before_stops_reading_with_an_error_that_s
             writer.write_sample(_bfc_sample(t=t))
     trace = read_trace(path)
     assert [s.t for s in trace.samples] == [100.0, 101.0]
-    assert str(trace.error) == ("line 4: sample.t is 50.2, earlier than the sample before it (101.0): samples must be "
-                                "in time order (was the clock set back?); the trace is read up to here")
+    assert str(trace.error) == (
+        "line 4: sample.t is 50.2, earlier than the sample before it (101.0): samples must be "
+        "in time order (was the clock set back?); the trace is read up to here"
+    )
 
 
 def test_samples_at_the_same_time_and_events_out_of_order_are_read():
-    lines = [{"kind": "header", "format": 1, "synthetic": True},
-             {"kind": "sample", "t": 5.0, "pid": 1, "devices": [], "jax": []},
-             {"kind": "sample", "t": 5.0, "pid": 1, "devices": [], "jax": []},
-             {"kind": "event", "t": 4.0, "name": "marker", "data": {}}]
+    lines = [
+        {"kind": "header", "format": 1, "synthetic": True},
+        {"kind": "sample", "t": 5.0, "pid": 1, "devices": [], "jax": []},
+        {"kind": "sample", "t": 5.0, "pid": 1, "devices": [], "jax": []},
+        {"kind": "event", "t": 4.0, "name": "marker", "data": {}},
+    ]
     trace = read_trace_bytes(("\n".join(json.dumps(x) for x in lines) + "\n").encode(), strict=True)
     assert len(trace.samples) == 2 and len(trace.events) == 1

@@ -53,7 +53,9 @@ def test_parse_bytes_rejects_a_negative_int():
         parse_bytes(-5)
 
 
-@pytest.mark.parametrize("text, expected", [(".5", 0.5), ("0.5", 0.5), ("50%", 0.5), ("1", 1.0), ("100%", 1.0), ("2.5%", 0.025)])
+@pytest.mark.parametrize(
+    "text, expected", [(".5", 0.5), ("0.5", 0.5), ("50%", 0.5), ("1", 1.0), ("100%", 1.0), ("2.5%", 0.025)]
+)
 def test_parse_fraction_reads_decimals_and_percentages(text, expected):
     assert parse_fraction(text) == pytest.approx(expected)
 
@@ -96,10 +98,22 @@ def test_a_fraction_out_of_range_names_the_range_once():
 
 @pytest.mark.parametrize(
     "n, expected",
-    [(0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536, "1.50 KiB"), (3 * 2**29, "1.50 GiB"), (2**20 - 1, "1.00 MiB"), (-2048, "-2.00 KiB"),
-     # 1023.6 MiB stays in MiB; 1023.996 MiB would print as 1024.00 MiB, so it moves up a unit
-     (int(1023.6 * 2**20), "1023.60 MiB"), (int(1023.996 * 2**20), "1.00 GiB"), (5 * 2**30, "5.00 GiB"),
-     (3 * 2**39, "1.50 TiB"), (2048 * 2**40, "2048.00 TiB"), (1.5 * 2**30, "1.50 GiB")],
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.00 KiB"),
+        (1536, "1.50 KiB"),
+        (3 * 2**29, "1.50 GiB"),
+        (2**20 - 1, "1.00 MiB"),
+        (-2048, "-2.00 KiB"),
+        # 1023.6 MiB stays in MiB; 1023.996 MiB would print as 1024.00 MiB, so it moves up a unit
+        (int(1023.6 * 2**20), "1023.60 MiB"),
+        (int(1023.996 * 2**20), "1.00 GiB"),
+        (5 * 2**30, "5.00 GiB"),
+        (3 * 2**39, "1.50 TiB"),
+        (2048 * 2**40, "2048.00 TiB"),
+        (1.5 * 2**30, "1.50 GiB"),
+    ],
 )
 def test_format_bytes_uses_binary_units_with_two_decimals(n, expected):
     assert format_bytes(n) == expected
@@ -117,7 +131,10 @@ def test_plain_integers_parse_to_themselves(n):
     assert parse_bytes(str(n)) == n
 
 
-@given(st.integers(min_value=0, max_value=2**20), st.sampled_from([("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("KB", 10**3), ("GB", 10**9), ("M", 2**20)]))
+@given(
+    st.integers(min_value=0, max_value=2**20),
+    st.sampled_from([("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("KB", 10**3), ("GB", 10**9), ("M", 2**20)]),
+)
 def test_a_whole_count_with_a_unit_scales_exactly(k, unit):
     suffix, scale = unit
     assert parse_bytes(f"{k}{suffix}") == k * scale
@@ -145,14 +162,17 @@ def test_every_fraction_in_range_reads_back_as_written(x):
     assert parse_fraction(repr(x)) == x
 
 
-@pytest.mark.parametrize("text, shown", [
-    ("python train.py", "python train.py"),
-    ("日本語 é ü", "日本語 é ü"),  # other scripts are kept
-    ("a\x1b[2Jb", "a\\x1b[2Jb"),  # an ANSI escape
-    ("one\ntwo\rthree\tfour", "one\\ntwo\\rthree\\tfour"),
-    ("x\x85y\u2028z", "x\\x85y\\u2028z"),  # C1 next-line, Unicode line separator
-    ("abc\u202edef", "abc\\u202edef"),  # a right-to-left override
-    ("bad\udcffbyte", "bad\\udcffbyte"),  # an undecodable byte (surrogateescape)
-])
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("python train.py", "python train.py"),
+        ("日本語 é ü", "日本語 é ü"),  # other scripts are kept
+        ("a\x1b[2Jb", "a\\x1b[2Jb"),  # an ANSI escape
+        ("one\ntwo\rthree\tfour", "one\\ntwo\\rthree\\tfour"),
+        ("x\x85y\u2028z", "x\\x85y\\u2028z"),  # C1 next-line, Unicode line separator
+        ("abc\u202edef", "abc\\u202edef"),  # a right-to-left override
+        ("bad\udcffbyte", "bad\\udcffbyte"),  # an undecodable byte (surrogateescape)
+    ],
+)
 def test_printable_shows_control_characters_escaped_and_keeps_the_rest(text, shown):
     assert printable(text) == shown

@@ -298,7 +298,9 @@ class Recording:
 
 
 def bfc_prealloc() -> None:
-    rec = Recording(OUT / "synthetic_bfc_prealloc.jsonl", header("BFC, default 75% preallocation, a second process", {"env": {}}))
+    rec = Recording(
+        OUT / "synthetic_bfc_prealloc.jsonl", header("BFC, default 75% preallocation, a second process", {"env": {}})
+    )
     bfc = Bfc(limit_75(H100_TOTAL), preallocate=True)
     other = 0
 
@@ -332,7 +334,10 @@ def bfc_prealloc() -> None:
 
 def bfc_growth_fragmenting() -> None:
     settings = {"env": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}}
-    rec = Recording(OUT / "synthetic_bfc_growth_fragmenting.jsonl", header("BFC, preallocation off: pool grows, fragments", settings))
+    rec = Recording(
+        OUT / "synthetic_bfc_growth_fragmenting.jsonl",
+        header("BFC, preallocation off: pool grows, fragments", settings),
+    )
     bfc = Bfc(limit_75(H100_TOTAL), preallocate=False)
 
     def devices(util: int):
@@ -363,7 +368,9 @@ def bfc_growth_fragmenting() -> None:
 
 def cuda_async() -> None:
     settings = {"env": {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}}
-    rec = Recording(OUT / "synthetic_cuda_async.jsonl", header("cuda_async, preallocation off: the CUDA pool grows", settings))
+    rec = Recording(
+        OUT / "synthetic_cuda_async.jsonl", header("cuda_async, preallocation off: the CUDA pool grows", settings)
+    )
     live: dict[str, int] = {}
     state = {"reserved": 0, "reserved_high": 0, "used_high": 0, "peak": 0, "allocs": 0, "largest": 0}
     chunk = 32 * MiB  # the driver's pool grows in whole chunks
@@ -420,7 +427,9 @@ def cuda_async() -> None:
 
 
 def two_kernels() -> None:
-    rec = Recording(OUT / "synthetic_two_kernels.jsonl", header("two kernels on one card, each preallocating 75%", {"env": {}}))
+    rec = Recording(
+        OUT / "synthetic_two_kernels.jsonl", header("two kernels on one card, each preallocating 75%", {"env": {}})
+    )
     limit = limit_75(H100_TOTAL)
     first_holds = CONTEXT + limit  # the other kernel started first and took its 75%
 
@@ -471,7 +480,10 @@ def bfc_defragment() -> None:
       p5..p7 after it: largest free block L - 35 GiB = 24.736 GiB, free still 26.736 GiB, so
       fragmentation = 2 / 26.736 = 7.5%. In use is 33 GiB again.
     """
-    rec = Recording(OUT / "synthetic_bfc_defragment.jsonl", header("BFC, default 75% preallocation: defragment(params) on a fragmented pool", {"env": {}}))
+    rec = Recording(
+        OUT / "synthetic_bfc_defragment.jsonl",
+        header("BFC, default 75% preallocation: defragment(params) on a fragmented pool", {"env": {}}),
+    )
     limit = limit_75(H100_TOTAL)
     bfc = BfcChunks(limit)
     params = [f"params/w{i}" for i in range(8)]

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.jax_versions
 
 from jupyter_gpumem import doctor
 
-SESSION = r'''
+SESSION = r"""
 import io, json, contextlib
 from IPython.testing.globalipapp import start_ipython
 from IPython.core.error import UsageError
@@ -99,13 +99,18 @@ out["usage"] = {
 }
 out["state_unchanged"] = before == (SESSION.doctor, SESSION.cells)
 print("JSON" + json.dumps(out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def session() -> dict:
-    proc = subprocess.run([sys.executable, "-c", SESSION], capture_output=True, text=True, timeout=180,
-                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-c", SESSION],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(line[4:])
@@ -167,8 +172,9 @@ def test_cells_on_prints_a_line_with_what_cpu_can_measure(session):
 
 def test_cells_on_says_the_cpu_caveat_once_per_kernel(session):
     line = session["cells_second_line"].strip()
-    assert re.fullmatch(r"gpumem: cell (\d+): live arrays \+32 B \(now [\d.]+ KiB\); allocated at cell \[\1\] line 1 \(32 B\)",
-                        line), line
+    assert re.fullmatch(
+        r"gpumem: cell (\d+): live arrays \+32 B \(now [\d.]+ KiB\); allocated at cell \[\1\] line 1 \(32 B\)", line
+    ), line
 
 
 def test_cells_off_prints_nothing(session):
@@ -191,15 +197,19 @@ def test_estimate_treats_a_shape_tuple_as_static_and_answers_4_mib(session):
     assert (est["verdict"], est["needed"]) == ("fits", 4 * 2**20)
     first = est["text"].splitlines()[0]
     assert first.startswith("jnp.ones((1 << 20,)): fits: needs 4.00 MiB, ") and first.endswith(
-        " (not jitted: estimated as jax.jit of it, its array arguments traced)")
+        " (not jitted: estimated as jax.jit of it, its array arguments traced)"
+    )
 
 
 def test_estimate_of_16_tib_does_not_fit_and_says_needed_against_free(session):
     est = session["estimate_16tib"]
     assert (est["verdict"], est["needed"]) == ("does not fit", 2**42 * 4)
     first = est["text"].splitlines()[0]
-    assert re.fullmatch(r"jnp\.zeros\(\(2\*\*42,\), jnp\.float32\): does not fit: needs 16\.00 TiB, "
-                        r"only [\d.]+ [KMG]iB free .*", first), first
+    assert re.fullmatch(
+        r"jnp\.zeros\(\(2\*\*42,\), jnp\.float32\): does not fit: needs 16\.00 TiB, "
+        r"only [\d.]+ [KMG]iB free .*",
+        first,
+    ), first
     assert 0 < est["free"] < 2**44
 
 
@@ -236,7 +246,10 @@ def test_defragment_deletes_the_old_arrays_and_names_other_holders(session):
         ("estimate_name", "NameError"),
         ("doctor", "%gpumem doctor takes on or off, got 'maybe'"),
         ("estimate_not_call", "%gpumem estimate takes a call such as"),
-        ("allocator", "allocator 'cuda-async' is not accepted by the installed JAX (did you mean 'cuda_async'?); valid: "),
+        (
+            "allocator",
+            "allocator 'cuda-async' is not accepted by the installed JAX (did you mean 'cuda_async'?); valid: ",
+        ),
     ],
 )
 def test_bad_arguments_are_usage_errors_naming_valid_values(session, key, words):
@@ -260,8 +273,13 @@ def test_arrays_before_jax_starts_say_so_without_starting_it():
         from jupyter_gpumem import doctor
         print(doctor.magic_arrays([], None).summary(), "jax" in sys.modules)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    ).stdout.strip()
     assert out.startswith("JAX's backend has not started") and out.endswith("False")
 
 
@@ -282,7 +300,7 @@ def test_fix_lines_say_run_for_code_and_do_for_actions_in_words():
 # error_in_exec.__traceback__ (run_cell_async, interactiveshell.py); after %debug, the
 # debugger's curframe_locals (Pdb.forget() leaves it, Python 3.11 Lib/pdb.py). And frame.clear()
 # leaves the f_locals snapshot the traceback display read (frame_tp_clear, Objects/frameobject.c).
-FAILED_SETUP = '''\
+FAILED_SETUP = """\
 import io, sys, weakref, jax, jax.numpy as jnp
 refs = {}
 def allocate_then_raise(key):
@@ -301,25 +319,25 @@ def allocate_keep_then_raise(key):
     raise ValueError("after allocating")
 def gone(key):
     import gc; gc.collect()
-    print(refs[key]() is None, len(jax.live_arrays()))'''
+    print(refs[key]() is None, len(jax.live_arrays()))"""
 
 FAILED_CELLS = [
     FAILED_SETUP,
-    "%gpumem free --gc",                           # 1: nothing has failed yet
-    "allocate_then_raise('raise')",                # 2
-    "gone('raise')",                               # 3: alive before free
-    "%gpumem free --gc",                           # 4
-    "gone('raise')",                               # 5
-    "allocate_then_oom('oom')",                    # 6: a real out-of-memory error, with the report
-    "%gpumem free",                                # 7: all three steps
-    "gone('oom')",                                 # 8
-    "allocate_then_raise('debug')",                # 9
+    "%gpumem free --gc",  # 1: nothing has failed yet
+    "allocate_then_raise('raise')",  # 2
+    "gone('raise')",  # 3: alive before free
+    "%gpumem free --gc",  # 4
+    "gone('raise')",  # 5
+    "allocate_then_oom('oom')",  # 6: a real out-of-memory error, with the report
+    "%gpumem free",  # 7: all three steps
+    "gone('oom')",  # 8
+    "allocate_then_raise('debug')",  # 9
     "sys.stdin = io.StringIO('q\\n')\n%debug\nsys.stdin = sys.__stdin__",  # 10
-    "%gpumem free --gc",                           # 11
-    "gone('debug')",                               # 12
-    "allocate_keep_then_raise('kept')",            # 13
-    "%gpumem free --gc",                           # 14
-    "gone('kept')",                                # 15
+    "%gpumem free --gc",  # 11
+    "gone('debug')",  # 12
+    "allocate_keep_then_raise('kept')",  # 13
+    "%gpumem free --gc",  # 14
+    "gone('kept')",  # 15
 ]
 
 
@@ -337,8 +355,15 @@ def failed_cells(tmp_path_factory) -> list[dict]:
     path = tmp_path_factory.mktemp("failed") / "cells.json"
     path.write_text(json.dumps(FAILED_CELLS))
     script = Path(__file__).parents[1] / "kernel_session.py"
-    proc = subprocess.run([sys.executable, str(script), str(path), "--ext"], capture_output=True, text=True, check=False,
-                          timeout=180, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}, cwd=path.parent)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(path), "--ext"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+        cwd=path.parent,
+    )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(line[4:])
@@ -352,8 +377,10 @@ def test_free_releases_the_array_a_failed_function_allocated(failed_cells):
     out = failed_cells[4]["out"]
     assert out.startswith("Freed 64.00 MiB: 64.00 MiB -> 0 B")
     # A cell ran in between, so the failed cell's result is no longer the shell's last one.
-    assert ("the last error (ValueError): traceback dropped from sys.last_traceback, the traceback display "
-            "(InteractiveTB.tb); 1 frame cleared; its frames held 1 array (64.00 MiB): all freed") in out
+    assert (
+        "the last error (ValueError): traceback dropped from sys.last_traceback, the traceback display "
+        "(InteractiveTB.tb); 1 frame cleared; its frames held 1 array (64.00 MiB): all freed"
+    ) in out
 
 
 def test_free_releases_the_array_of_a_function_that_ran_out_of_memory(failed_cells):
@@ -375,10 +402,15 @@ def test_free_says_what_still_holds_an_array_the_frames_shared(failed_cells):
     """Never a release that did not happen: the array is also a global, and the report says so."""
     out = failed_cells[14]["out"]
     assert out.startswith("Freed 0 B: 64.00 MiB -> 64.00 MiB")
-    assert "its frames held 1 array (64.00 MiB): 0 freed (0 B), 1 still alive, held by keep in the namespace of __main__" in out
+    assert (
+        "its frames held 1 array (64.00 MiB): 0 freed (0 B), 1 still alive, held by keep in the namespace of __main__"
+        in out
+    )
     assert "all freed" not in out
     assert failed_cells[15]["out"].split() == ["False", "1"]
 
 
 def test_free_with_no_failed_cell_speaks_of_no_error(failed_cells):
-    assert re.search(r"^  - garbage: gc\.collect\(\) found \d+ objects$", failed_cells[1]["out"], re.M), failed_cells[1]["out"]
+    assert re.search(r"^  - garbage: gc\.collect\(\) found \d+ objects$", failed_cells[1]["out"], re.M), failed_cells[
+        1
+    ]["out"]

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpumem import doctor
-from jupyter_gpumem.settings import apply as allocator_shim
-from jupyter_gpumem.sampling import sampler
-from jupyter_gpumem.doctor.session import SESSION
 from jupyter_gpumem.core.readings import JaxDeviceReading, normalise_stats
+from jupyter_gpumem.doctor.session import SESSION
+from jupyter_gpumem.sampling import sampler
+from jupyter_gpumem.settings import apply as allocator_shim
 
 from doubles import FakeShell, StubSampler
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_gpumem.doctor.estimating import estimate_report, room_now
 from jupyter_gpumem.core.readings import (
     NO_DRIVER,
     CudaPoolReading,
@@ -24,6 +23,7 @@ from jupyter_gpumem.core.readings import (
     Sample,
     normalise_stats,
 )
+from jupyter_gpumem.doctor.estimating import estimate_report, room_now
 from jupyter_gpumem.sources.jax_arrays import CompiledMemory
 
 pytestmark = pytest.mark.jax_versions
@@ -33,20 +33,32 @@ PID = 4242
 
 
 def needs(output: int, temp: int) -> CompiledMemory:
-    return CompiledMemory(argument_bytes=GiB, output_bytes=output, temp_bytes=temp, alias_bytes=0, code_bytes=0,
-                          peak_bytes=None, jitted=True)
+    return CompiledMemory(
+        argument_bytes=GiB,
+        output_bytes=output,
+        temp_bytes=temp,
+        alias_bytes=0,
+        code_bytes=0,
+        peak_bytes=None,
+        jitted=True,
+    )
 
 
 def gpu(free: int, process: int) -> DeviceReading:
-    return DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-0", 80 * GiB, 80 * GiB - free, free,
-                         processes=(ProcessReading(PID, process),))
+    return DeviceReading(
+        0, "NVIDIA H100 80GB HBM3", "GPU-0", 80 * GiB, 80 * GiB - free, free, processes=(ProcessReading(PID, process),)
+    )
 
 
 def cuda_async_sample(free: int, nvml: bool = True) -> Sample:
     """cuda_async, preallocation off: the driver pool reserves 8 GiB, 3 GiB in use."""
-    stats = normalise_stats({"bytes_in_use": 3 * GiB, "peak_bytes_in_use": 3 * GiB, "bytes_limit": 0,
-                             "largest_free_block_bytes": 0}, "cuda_async")
-    pool = CudaPoolReading(reserved_bytes=8 * GiB, reserved_high_bytes=8 * GiB, used_bytes=3 * GiB, used_high_bytes=3 * GiB)
+    stats = normalise_stats(
+        {"bytes_in_use": 3 * GiB, "peak_bytes_in_use": 3 * GiB, "bytes_limit": 0, "largest_free_block_bytes": 0},
+        "cuda_async",
+    )
+    pool = CudaPoolReading(
+        reserved_bytes=8 * GiB, reserved_high_bytes=8 * GiB, used_bytes=3 * GiB, used_high_bytes=3 * GiB
+    )
     jax = (JaxDeviceReading(0, "gpu", "NVIDIA H100 80GB HBM3", 0, stats, pool),)
     devices = (gpu(free, 9 * GiB),) if nvml else NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded")
     return Sample(t=1.0, pid=PID, devices=devices, jax=jax)
@@ -54,8 +66,10 @@ def cuda_async_sample(free: int, nvml: bool = True) -> Sample:
 
 def bfc_sample(free: int) -> Sample:
     """BFC, preallocation off: pool 16 GiB, 6 in use, limit 60, largest free block 4 GiB."""
-    stats = normalise_stats({"bytes_in_use": 6 * GiB, "pool_bytes": 16 * GiB, "bytes_limit": 60 * GiB,
-                             "largest_free_block_bytes": 4 * GiB}, "bfc")
+    stats = normalise_stats(
+        {"bytes_in_use": 6 * GiB, "pool_bytes": 16 * GiB, "bytes_limit": 60 * GiB, "largest_free_block_bytes": 4 * GiB},
+        "bfc",
+    )
     jax = (JaxDeviceReading(0, "gpu", "NVIDIA H100 80GB HBM3", 0, stats),)
     return Sample(t=1.0, pid=PID, devices=(gpu(free, 20 * GiB),), jax=jax)
 
@@ -71,10 +85,18 @@ def test_estimate_under_cuda_async_fits_when_the_device_has_room():
 def test_estimate_under_cuda_async_with_preallocation_on_counts_the_reserved_pool():
     # bytes_limit 60 GiB (the release threshold); the driver pool reserves 60, 20 in use -> 40 unused;
     # 10 free on the device: largest max(40, 10) = 40, in total 40 + 10 = 50; needs 5 GiB
-    stats = normalise_stats({"bytes_in_use": 20 * GiB, "bytes_limit": 60 * GiB, "largest_free_block_bytes": 0}, "cuda_async")
-    pool = CudaPoolReading(reserved_bytes=60 * GiB, reserved_high_bytes=60 * GiB, used_bytes=20 * GiB, used_high_bytes=20 * GiB)
-    sample = Sample(t=1.0, pid=PID, devices=(gpu(10 * GiB, 61 * GiB),),
-                    jax=(JaxDeviceReading(0, "gpu", "NVIDIA H100 80GB HBM3", 0, stats, pool),))
+    stats = normalise_stats(
+        {"bytes_in_use": 20 * GiB, "bytes_limit": 60 * GiB, "largest_free_block_bytes": 0}, "cuda_async"
+    )
+    pool = CudaPoolReading(
+        reserved_bytes=60 * GiB, reserved_high_bytes=60 * GiB, used_bytes=20 * GiB, used_high_bytes=20 * GiB
+    )
+    sample = Sample(
+        t=1.0,
+        pid=PID,
+        devices=(gpu(10 * GiB, 61 * GiB),),
+        jax=(JaxDeviceReading(0, "gpu", "NVIDIA H100 80GB HBM3", 0, stats, pool),),
+    )
     report = estimate_report("f(x)", needs(2 * GiB, 3 * GiB), sample)
     assert (report.verdict, report.largest_block, report.total_free) == ("fits", 40 * GiB, 50 * GiB)
 
@@ -113,8 +135,10 @@ def test_estimate_that_fits_only_after_defragmenting_names_the_piece_and_the_blo
     # BFC, 2 GiB free on the device: largest max(4 block, 2) = 4; total 10 unused + 2 = 12 GiB.
     # needs 5 + 3 = 8 GiB (within 12), but the 5 GiB output is larger than the 4 GiB block.
     report = estimate_report("f(x)", needs(5 * GiB, 3 * GiB), bfc_sample(free=2 * GiB))
-    assert report.lines()[0] == ("f(x): fits only after defragmenting: needs 8.00 GiB of 12.00 GiB free, but its "
-                                 "largest piece (5.00 GiB) is larger than the largest free block (4.00 GiB)")
+    assert report.lines()[0] == (
+        "f(x): fits only after defragmenting: needs 8.00 GiB of 12.00 GiB free, but its "
+        "largest piece (5.00 GiB) is larger than the largest free block (4.00 GiB)"
+    )
 
 
 def test_estimate_that_does_not_fit_says_needed_against_free():

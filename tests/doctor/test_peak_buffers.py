@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from jupyter_gpumem import doctor
+from jupyter_gpumem.core.readings import NotAvailable, Sample
 from jupyter_gpumem.doctor import peak_buffers
 from jupyter_gpumem.doctor.oom_text import OomError
 from jupyter_gpumem.doctor.peak_buffers import (
@@ -27,7 +28,6 @@ from jupyter_gpumem.doctor.peak_buffers import (
     parse_oom_text,
     peak_by_line,
 )
-from jupyter_gpumem.core.readings import NotAvailable, Sample
 
 DATA = Path(__file__).parents[1] / "data" / "peak_buffers"
 MiB = 1 << 20
@@ -50,9 +50,16 @@ def test_recorded_jax_13428_text_gives_stats_and_both_buffers():
     peak = parse_oom_text((DATA / "jax_13428_excerpt.txt").read_text())
     assert (peak.argument_bytes, peak.output_bytes, peak.temp_bytes, peak.peak_bytes) == (6 * MiB, 6 * MiB, 0, 12 * MiB)
     first, second = peak.buffers
-    assert first == PeakBuffer(6 * MiB, OUTPUT_OR_TEMPORARY, "jit(concatenate)/jit(main)/concatenate[dimension=0]",
-                               "/media/gccrcv/Data/Opensources/multinerf/internal/models.py", 689, "", "concatenate",
-                               "f32[4096,128,3]")
+    assert first == PeakBuffer(
+        6 * MiB,
+        OUTPUT_OR_TEMPORARY,
+        "jit(concatenate)/jit(main)/concatenate[dimension=0]",
+        "/media/gccrcv/Data/Opensources/multinerf/internal/models.py",
+        689,
+        "",
+        "concatenate",
+        "f32[4096,128,3]",
+    )
     assert first.operation == "concatenate"
     assert second == PeakBuffer(384 * 1024, ARGUMENT, label="parameter", shape="f32[256,128,3]")
 
@@ -96,8 +103,12 @@ class JaxRuntimeError(RuntimeError):
 
 
 def test_oom_report_shows_the_peak_by_line_before_its_tables():
-    sample = Sample(t=0.0, pid=1, devices=NotAvailable("no_nvml", "synthetic: no NVML"),
-                    jax=NotAvailable("not_started", "synthetic: JAX not started"))
+    sample = Sample(
+        t=0.0,
+        pid=1,
+        devices=NotAvailable("no_nvml", "synthetic: no NVML"),
+        jax=NotAvailable("not_started", "synthetic: JAX not started"),
+    )
     # IPython's CachingCompiler keeps cell file -> execution count in ``_filename_map`` (IPython
     # 8.x core/compilerop.py), which sites.cell_numbers reads
     shell = SimpleNamespace(compile=SimpleNamespace(_filename_map={CELL_FILE: 7}))
@@ -105,19 +116,44 @@ def test_oom_report_shows_the_peak_by_line_before_its_tables():
     text = str(report).splitlines()
     start = text.index(report.peak_title)
     assert start < text.index("Allocator settings in effect:")
-    assert text[start + 1].split() == ["3.00", "GiB", "75%", "cell", "[7]", "line", "4:", "output", "or",
-                                       "temporary", "3.00", "GiB;", "tanh", "f32[64,4096,2048];", "dot_general",
-                                       "f32[32,4096,2048]"]
+    assert text[start + 1].split() == [
+        "3.00",
+        "GiB",
+        "75%",
+        "cell",
+        "[7]",
+        "line",
+        "4:",
+        "output",
+        "or",
+        "temporary",
+        "3.00",
+        "GiB;",
+        "tanh",
+        "f32[64,4096,2048];",
+        "dot_general",
+        "f32[32,4096,2048]",
+    ]
     assert "arguments 512.00 MiB, outputs 512.00 MiB, temporaries 3.00 GiB" in report.peak_title
     assert html.escape(report.peak_title) in report._repr_html_()
     assert report.to_json()["peak"][0] == report.peak_title
 
 
 def test_oom_report_of_a_text_without_peak_buffers_has_no_peak_section():
-    sample = Sample(t=0.0, pid=1, devices=NotAvailable("no_nvml", "synthetic: no NVML"),
-                    jax=NotAvailable("not_started", "synthetic: JAX not started"))
-    error = OomError("gpu_bytes", 6291456, True, None, "JaxRuntimeError",
-                     "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 6291456 bytes.")
+    sample = Sample(
+        t=0.0,
+        pid=1,
+        devices=NotAvailable("no_nvml", "synthetic: no NVML"),
+        jax=NotAvailable("not_started", "synthetic: JAX not started"),
+    )
+    error = OomError(
+        "gpu_bytes",
+        6291456,
+        True,
+        None,
+        "JaxRuntimeError",
+        "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 6291456 bytes.",
+    )
     report = doctor.oom_report(error, sample=sample, live=[], synthetic=True)
     assert report.peak_rows == () and "Live at the peak" not in str(report)
 

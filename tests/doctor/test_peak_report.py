@@ -20,9 +20,9 @@ import pytest
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
+from jupyter_gpumem.core.magic_args import MagicUsageError  # noqa: E402
 from jupyter_gpumem.doctor import peak_buffers  # noqa: E402
 from jupyter_gpumem.doctor.peak_report import magic_peak, peak  # noqa: E402
-from jupyter_gpumem.core.magic_args import MagicUsageError  # noqa: E402
 from jupyter_gpumem.kernel.magics import parse_line, run_command  # noqa: E402
 
 MiB = 1 << 20
@@ -35,8 +35,10 @@ def _compiler_options_supported() -> bool:
 
 pytestmark = [
     pytest.mark.jax_versions,
-    pytest.mark.skipif(not _compiler_options_supported(),
-                       reason="this JAX's Lowered.compile takes no compiler_options, so no dump can be asked for"),
+    pytest.mark.skipif(
+        not _compiler_options_supported(),
+        reason="this JAX's Lowered.compile takes no compiler_options, so no dump can be asked for",
+    ),
 ]
 
 
@@ -46,7 +48,7 @@ def layer(h, w):
 
 def scan_loss(w, x):
     h, _ = jax.lax.scan(layer, x, w)
-    return (h ** 2).sum()
+    return (h**2).sum()
 
 
 def upcast_matmul(x, w):
@@ -70,9 +72,16 @@ def _agrees_with_memory_analysis(report, fn, *args):
     m = _memory_of(fn, *args)
     p = report.peak
     assert (p.argument_bytes, p.output_bytes, p.temp_bytes, p.alias_bytes) == (
-        m.argument_size_in_bytes, m.output_size_in_bytes, m.temp_size_in_bytes, m.alias_size_in_bytes)
+        m.argument_size_in_bytes,
+        m.output_size_in_bytes,
+        m.temp_size_in_bytes,
+        m.alias_size_in_bytes,
+    )
     assert (report.memory.argument_bytes, report.memory.output_bytes, report.memory.temp_bytes) == (
-        m.argument_size_in_bytes, m.output_size_in_bytes, m.temp_size_in_bytes)
+        m.argument_size_in_bytes,
+        m.output_size_in_bytes,
+        m.temp_size_in_bytes,
+    )
 
 
 def _scan_args():
@@ -84,16 +93,20 @@ _JAX_MINOR = tuple(int(p) for p in jax.__version__.split(".")[:2])
 
 # A known gap, not a pass: in the dumps of JAX 0.5.3 and 0.6.2 XLA's temporaries do hold the
 # stacked values (memory_analysis), but the values live at the peak are read as the arguments.
-@pytest.mark.xfail((0, 5) <= _JAX_MINOR < (0, 7), strict=True,
-                   reason="the peak's live values are not read from the dumps of JAX 0.5.x and 0.6.x")
+@pytest.mark.xfail(
+    (0, 5) <= _JAX_MINOR < (0, 7),
+    strict=True,
+    reason="the peak's live values are not read from the dumps of JAX 0.5.x and 0.6.x",
+)
 def test_scan_under_grad_puts_the_scan_line_first_and_asks_for_checkpoint():
     w, x = _scan_args()
     report = peak(jax.grad(scan_loss), w, x)
     _agrees_with_memory_analysis(report, jax.grad(scan_loss), w, x)
     top = report.lines_by_source[0]
     scan_line = inspect.getsourcelines(scan_loss)[1] + 1
-    assert top.where.endswith(f"test_peak_report.py:{scan_line} in scan_loss") or \
-        top.where.endswith(f"test_peak_report.py:{scan_line}")  # 0.4.38/0.7.2 print no function names
+    assert top.where.endswith(f"test_peak_report.py:{scan_line} in scan_loss") or top.where.endswith(
+        f"test_peak_report.py:{scan_line}"
+    )  # 0.4.38/0.7.2 print no function names
     # the forward scan stacks three f32[16,512,256] per-step values for the backward pass
     stacked = [b for b in top.buffers if b.shape == "f32[16,512,256]"]
     assert sum(b.size for b in stacked) >= 2 * 16 * 512 * 256 * 4
@@ -163,13 +176,16 @@ def test_the_magic_evaluates_the_arguments_and_does_not_run_the_call():
     assert report.to_json()["output_bytes"] == 256 * 256 * 4
 
 
-@pytest.mark.parametrize("line, words", [
-    ("peak", "CALL"),
-    ("peak step", "takes a call"),
-    ("peak step(", "not a Python expression"),
-    ("peak nothing_here(x)", "evaluating 'nothing_here' failed"),
-    ("peak value(x)", "is not callable"),
-])
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("peak", "CALL"),
+        ("peak step", "takes a call"),
+        ("peak step(", "not a Python expression"),
+        ("peak nothing_here(x)", "evaluating 'nothing_here' failed"),
+        ("peak value(x)", "is not callable"),
+    ],
+)
 def test_bad_call_input_gets_a_clear_error_and_changes_nothing(line, words):
     # IPython's user namespace holds __builtins__ (InteractiveShell.init_user_ns)
     ns = {"__builtins__": builtins, "value": 3, "x": jnp.ones((4,))}
@@ -182,12 +198,15 @@ def test_bad_call_input_gets_a_clear_error_and_changes_nothing(line, words):
 def test_dump_parser_reads_the_while_state_as_its_loops_line():
     """The state of a while loop (a scan's stacked values) is a parameter of its body and
     condition, with no metadata of its own: ``loop_states`` names the loop's."""
-    hlo = ('%region_1.5 (arg_tuple.3: (s32[], f32[4])) -> pred[] {\n}\n'
-           'ENTRY %main.1 (x.1: f32[4]) -> f32[4] {\n'
-           '  %while.13 = (s32[], f32[4]{0}) while(%tuple.1), condition=%region_1.5, body=%region_0.4, '
-           'metadata={op_name="jit(loss)/jvp()/while" source_file="/x/cell.py" source_line=5}\n}\n')  # synthetic
+    hlo = (
+        "%region_1.5 (arg_tuple.3: (s32[], f32[4])) -> pred[] {\n}\n"
+        "ENTRY %main.1 (x.1: f32[4]) -> f32[4] {\n"
+        "  %while.13 = (s32[], f32[4]{0}) while(%tuple.1), condition=%region_1.5, body=%region_0.4, "
+        'metadata={op_name="jit(loss)/jvp()/while" source_file="/x/cell.py" source_line=5}\n}\n'
+    )  # synthetic
     assert peak_buffers.loop_states(hlo) == {
-        "arg_tuple.3": 'op_name="jit(loss)/jvp()/while" source_file="/x/cell.py" source_line=5}'}
+        "arg_tuple.3": 'op_name="jit(loss)/jvp()/while" source_file="/x/cell.py" source_line=5}'
+    }
 
 
 SESSION = os.path.join(os.path.dirname(os.path.dirname(__file__)), "kernel_session.py")
@@ -201,18 +220,29 @@ def test_a_real_cpu_oom_of_a_known_call_points_its_report_to_gpumem_peak(tmp_pat
     import subprocess
     import sys
 
-    setup = ("import jax, jax.numpy as jnp\n@jax.jit\ndef blow(x):\n"
-             "    return jnp.zeros((2**42,), jnp.float32) + x.sum()\nx = jnp.ones(8)")
+    setup = (
+        "import jax, jax.numpy as jnp\n@jax.jit\ndef blow(x):\n"
+        "    return jnp.zeros((2**42,), jnp.float32) + x.sum()\nx = jnp.ones(8)"
+    )
     (tmp_path / "cells.json").write_text(json.dumps([setup, "y = blow(x)"]))
-    proc = subprocess.run([sys.executable, SESSION, "cells.json", "--ext"], capture_output=True, text=True, timeout=180,
-                          cwd=tmp_path, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-                                             # this checkout first; a JAX put on the path by the matrix kept
-                                             "PYTHONPATH": os.pathsep.join([ROOT, *filter(None, os.environ.get(
-                                                 "PYTHONPATH", "").split(os.pathsep))])})
+    proc = subprocess.run(
+        [sys.executable, SESSION, "cells.json", "--ext"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={
+            "JAX_PLATFORMS": "cpu",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            # this checkout first; a JAX put on the path by the matrix kept
+            "PYTHONPATH": os.pathsep.join([ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),
+        },
+    )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(line[4:])[1]["out"]
-    lines = out[out.index("JAX ran out of memory (jupyter-gpumem doctor)"):].splitlines()
+    lines = out[out.index("JAX ran out of memory (jupyter-gpumem doctor)") :].splitlines()
     # the call's place is program_budget's (cell [2] line 1 where JAX is an installed package)
     at = next(i for i, x in enumerate(lines) if x.startswith("Live at the peak of blow ("))
     assert "`%gpumem peak blow(...)`" in lines[at + 1]

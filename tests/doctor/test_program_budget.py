@@ -28,8 +28,10 @@ pytestmark = pytest.mark.jax_versions
 SESSION = Path(__file__).parents[1] / "kernel_session.py"
 MiB = 1 << 20
 
-SETUP = ("import json, jax, jax.numpy as jnp\n@jax.jit\ndef blow(x):\n"
-         "    return jnp.zeros((2**42,), jnp.float32) + x.sum()\nx = jnp.ones(8)")
+SETUP = (
+    "import json, jax, jax.numpy as jnp\n@jax.jit\ndef blow(x):\n"
+    "    return jnp.zeros((2**42,), jnp.float32) + x.sum()\nx = jnp.ones(8)"
+)
 BUDGETS = """\
 from jupyter_gpumem.sources import jax_arrays
 from jupyter_gpumem.doctor.program_budget import donation_gain
@@ -58,37 +60,62 @@ print(budget.output_bytes, sum("XLA compilation of jit(blow)" in m for m in seen
 @pytest.fixture(scope="module")
 def cells(tmp_path_factory) -> list[dict]:
     tmp_path = tmp_path_factory.mktemp("program")
-    (tmp_path / "cells.json").write_text(json.dumps([SETUP, "y = blow(x)", "def outer(v):\n    return blow(v)\nouter(x)",
-                                                    BUDGETS, COMPILES, "z = jnp.zeros((2**42,), jnp.float32)"]))
-    proc = subprocess.run([sys.executable, str(SESSION), "cells.json", "--ext"], capture_output=True, text=True,
-                          timeout=180, cwd=tmp_path,
-                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-                               "PYTHONPATH": str(SESSION.parent.parent)})  # this checkout, not the installed one
+    (tmp_path / "cells.json").write_text(
+        json.dumps(
+            [
+                SETUP,
+                "y = blow(x)",
+                "def outer(v):\n    return blow(v)\nouter(x)",
+                BUDGETS,
+                COMPILES,
+                "z = jnp.zeros((2**42,), jnp.float32)",
+            ]
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, str(SESSION), "cells.json", "--ext"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={
+            "JAX_PLATFORMS": "cpu",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(SESSION.parent.parent),
+        },
+    )  # this checkout, not the installed one
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(line[4:])
 
 
 def _report(out: str) -> list[str]:
-    return out[out.index("JAX ran out of memory (jupyter-gpumem doctor)"):].splitlines()
+    return out[out.index("JAX ran out of memory (jupyter-gpumem doctor)") :].splitlines()
 
 
 def test_the_report_names_the_jitted_call_and_its_compiled_budget(cells):
     lines = _report(cells[1]["out"])
     at = lines.index("The failing call's program (compiled again, not run):")
-    assert lines[at + 1] == ("  blow (cell [2] line 1): arguments 32 B, outputs 16.00 TiB, temporaries 4 B, code 0 B, "
-                             "aliased 0 B; no argument donated.")
+    assert lines[at + 1] == (
+        "  blow (cell [2] line 1): arguments 32 B, outputs 16.00 TiB, temporaries 4 B, code 0 B, "
+        "aliased 0 B; no argument donated."
+    )
 
 
 @pytest.mark.jax_versions
 def test_a_program_no_setting_can_fit_is_sent_to_the_program_first(cells):
     lines = _report(cells[1]["out"])
-    fixes = lines[lines.index("What to do, best first:") + 1:]
-    assert fixes[0].startswith("  1. blow (cell [2] line 1): its outputs and temporaries (16.00 TiB) exceed what is free (")
+    fixes = lines[lines.index("What to do, best first:") + 1 :]
+    assert fixes[0].startswith(
+        "  1. blow (cell [2] line 1): its outputs and temporaries (16.00 TiB) exceed what is free ("
+    )
     # all outputs (16.00 TiB) and 4 B of temporaries: checkpointing, which shrinks only
     # temporaries, is not the fix (before, it was the one offered)
-    assert fixes[1] == ("     Do: Make its outputs smaller: a smaller batch or array, a lower precision dtype, or outputs "
-                        "sharded across devices (jax.sharding); jax.checkpoint shrinks only temporaries")
+    assert fixes[1] == (
+        "     Do: Make its outputs smaller: a smaller batch or array, a lower precision dtype, or outputs "
+        "sharded across devices (jax.sharding); jax.checkpoint shrinks only temporaries"
+    )
     assert "no allocator setting changes what the program itself needs" in fixes[2]
     assert fixes[3].startswith("  2. The request (16.00 TiB) is larger than host memory")
 
@@ -111,21 +138,39 @@ def test_a_call_inside_a_function_is_named_by_the_function_line(cells):
 def budgets(cells) -> tuple[ProgramBudget, ProgramBudget]:
     """The real compiled budgets of w - 0.1 * g on two 4 MiB arrays: plain, and w donated."""
     plain, donated = (json.loads(l) for l in cells[3]["out"].strip().splitlines())
-    return tuple(ProgramBudget("update (cell [9] line 1)", *row[:5], donated=row[5], donation_gain=row[6])
-                 for row in (plain, donated))
+    return tuple(
+        ProgramBudget("update (cell [9] line 1)", *row[:5], donated=row[5], donation_gain=row[6])
+        for row in (plain, donated)
+    )
 
 
 def test_compiled_budgets_see_the_donation(budgets):
     plain, donated = budgets
-    assert (plain.argument_bytes, plain.output_bytes, plain.alias_bytes, plain.donation_gain) == (8 * MiB, 4 * MiB, 0, 4 * MiB)
+    assert (plain.argument_bytes, plain.output_bytes, plain.alias_bytes, plain.donation_gain) == (
+        8 * MiB,
+        4 * MiB,
+        0,
+        4 * MiB,
+    )
     assert (donated.alias_bytes, donated.donated, donated.donation_gain) == (4 * MiB, True, 0)
 
 
 def _gpu(program: ProgramBudget) -> OomReadings:
     """Synthetic: a BFC pool at its 1 GiB limit with 2 MiB free in one block; the call asks 4 MiB."""
-    return OomReadings(requested=4 * MiB, device_total=1 << 30, device_free=0, bytes_in_use=(1 << 30) - 2 * MiB,
-                       pool_bytes=1 << 30, bytes_limit=1 << 30, largest_free_block=2 * MiB, allocator="bfc",
-                       live_bytes=(1 << 30) - 2 * MiB, remat=True, program=program, synthetic=True)
+    return OomReadings(
+        requested=4 * MiB,
+        device_total=1 << 30,
+        device_free=0,
+        bytes_in_use=(1 << 30) - 2 * MiB,
+        pool_bytes=1 << 30,
+        bytes_limit=1 << 30,
+        largest_free_block=2 * MiB,
+        allocator="bfc",
+        live_bytes=(1 << 30) - 2 * MiB,
+        remat=True,
+        program=program,
+        synthetic=True,
+    )
 
 
 def test_donation_that_would_fit_is_the_first_fix(budgets):
@@ -147,9 +192,20 @@ def test_a_request_larger_than_the_programs_temporaries_is_not_called_temporarie
     """Synthetic: a 4 MiB output of a program with 1 KiB of temporaries, beyond all live arrays:
     remat cannot shrink an output (before, the remat rule named it "a program's temporaries")."""
     budget = ProgramBudget("make (cell [3] line 1)", 0, 4 * MiB, 1024, 0, 0)
-    readings = OomReadings(requested=4 * MiB, device_total=8 * MiB, device_free=0, bytes_in_use=1 * MiB,
-                           pool_bytes=8 * MiB, bytes_limit=8 * MiB, largest_free_block=1 * MiB, allocator="bfc",
-                           live_bytes=1 * MiB, remat=True, program=budget, synthetic=True)
+    readings = OomReadings(
+        requested=4 * MiB,
+        device_total=8 * MiB,
+        device_free=0,
+        bytes_in_use=1 * MiB,
+        pool_bytes=8 * MiB,
+        bytes_limit=8 * MiB,
+        largest_free_block=1 * MiB,
+        allocator="bfc",
+        live_bytes=1 * MiB,
+        remat=True,
+        program=budget,
+        synthetic=True,
+    )
     assert "remat" not in [f.kind for f in advise(readings)]
 
 
@@ -201,16 +257,20 @@ def test_on_the_cpu_the_program_is_weighed_against_the_hosts_available_memory():
     ``%gpumem estimate`` weighs it, not against 16 - 1 = 15 GiB."""
     GiB = 1 << 30
     budget = ProgramBudget("step (cell [3] line 1)", 0, 12 * GiB, 0, 0, 0)
-    r = OomReadings(requested=12 * GiB, device_total=16 * GiB, device_free=10 * GiB, live_bytes=GiB,
-                    platform="cpu", program=budget)
+    r = OomReadings(
+        requested=12 * GiB, device_total=16 * GiB, device_free=10 * GiB, live_bytes=GiB, platform="cpu", program=budget
+    )
     fix = next(f for f in advise(r) if f.kind == "program")
-    assert fix.title == "step (cell [3] line 1): its outputs and temporaries (12.00 GiB) exceed what is free (10.00 GiB)"
+    assert (
+        fix.title == "step (cell [3] line 1): its outputs and temporaries (12.00 GiB) exceed what is free (10.00 GiB)"
+    )
 
 
 def test_on_the_cpu_a_program_that_fits_in_available_memory_is_not_blamed():
     """Hand-worked: 6 GiB needed, 10 GiB available: the program is not the fix."""
     GiB = 1 << 30
     budget = ProgramBudget("step (cell [3] line 1)", 0, 6 * GiB, 0, 0, 0)
-    r = OomReadings(requested=6 * GiB, device_total=16 * GiB, device_free=10 * GiB, live_bytes=GiB,
-                    platform="cpu", program=budget)
+    r = OomReadings(
+        requested=6 * GiB, device_total=16 * GiB, device_free=10 * GiB, live_bytes=GiB, platform="cpu", program=budget
+    )
     assert "program" not in [f.kind for f in advise(r)]

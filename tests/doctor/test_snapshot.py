@@ -40,9 +40,14 @@ CELLS = [
 def run(tmp_path_factory) -> tuple[Path, list[dict]]:
     tmp_path = tmp_path_factory.mktemp("snapshot")
     (tmp_path / "cells.json").write_text(json.dumps(CELLS))
-    proc = subprocess.run([sys.executable, str(SESSION), "cells.json", "--ext"], capture_output=True, text=True,
-                          timeout=180, cwd=tmp_path,
-                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [sys.executable, str(SESSION), "cells.json", "--ext"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     return tmp_path, json.loads(line[4:])
@@ -69,10 +74,10 @@ def _fields(data: bytes) -> list[tuple[int, object]]:
             value, i = _varint(data, i)
         elif wire == 2:
             size, i = _varint(data, i)
-            value, i = data[i:i + size], i + size
+            value, i = data[i : i + size], i + size
         elif wire in (1, 5):
             size = 8 if wire == 1 else 4
-            value, i = data[i:i + size], i + size
+            value, i = data[i : i + size], i + size
         else:
             raise AssertionError(f"wire type {wire} is not in pprof's proto")
         out.append((number, value))
@@ -105,7 +110,11 @@ def read_pprof(raw: bytes) -> dict:
             fields = _fields(v)
             ident = dict(fields)[1]
             locations[ident] = [functions[dict(_fields(line))[1]] for k, line in fields if k == 4]
-    types = [tuple(strings[x] for x in (dict(_fields(v)).get(1, 0), dict(_fields(v)).get(2, 0))) for n, v in profile if n == 1]
+    types = [
+        tuple(strings[x] for x in (dict(_fields(v)).get(1, 0), dict(_fields(v)).get(2, 0)))
+        for n, v in profile
+        if n == 1
+    ]
     samples = []
     for n, v in profile:
         if n == 2:
@@ -113,7 +122,9 @@ def read_pprof(raw: bytes) -> dict:
             loc_ids = [x for k, val in fields if k == 1 for x in _packed(val)]
             values = [x for k, val in fields if k == 2 for x in _packed(val)]
             stack = [fn for loc in loc_ids for fn in locations[loc]]
-            labels = {strings[dict(_fields(val))[1]]: strings[dict(_fields(val)).get(2, 0)] for k, val in fields if k == 3}
+            labels = {
+                strings[dict(_fields(val))[1]]: strings[dict(_fields(val)).get(2, 0)] for k, val in fields if k == 3
+            }
             samples.append({"values": values, "stack": stack, "labels": labels})
     return {"types": types, "samples": samples}
 
@@ -136,7 +147,7 @@ def test_the_snapshot_is_a_gzipped_pprof_with_the_array_and_its_stack(run):
 def test_the_snapshot_says_how_to_open_it(run):
     tmp_path, cells = run
     size = (tmp_path / "memory.prof").stat().st_size
-    assert cells[2]["out"].splitlines()[0].startswith(f"Wrote JAX's device memory profile (")
+    assert cells[2]["out"].splitlines()[0].startswith("Wrote JAX's device memory profile (")
     assert f"pprof -http=localhost:8080 {tmp_path / 'memory.prof'}" in cells[2]["out"]
     assert size > 100
 
@@ -148,8 +159,9 @@ def test_before_jax_starts_the_snapshot_is_refused_and_nothing_written(run):
     assert not (tmp_path / "before.prof").exists()
 
 
-@pytest.mark.parametrize("index, says", [(3, "does not exist; nothing was written"), (4, "is a folder"),
-                                         (5, "PATH is required")])
+@pytest.mark.parametrize(
+    "index, says", [(3, "does not exist; nothing was written"), (4, "is a folder"), (5, "PATH is required")]
+)
 def test_a_bad_path_is_a_usage_error_and_writes_nothing(run, index, says):
     tmp_path, cells = run
     assert cells[index]["error"] == "UsageError" and says in cells[index]["out"], cells[index]

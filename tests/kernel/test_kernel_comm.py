@@ -215,8 +215,8 @@ def test_five_thousand_comms_opened_and_closed_leave_none_behind(monkeypatch, fr
 def test_settings_the_panel_applies_at_kernel_start_are_named_notebook_settings(monkeypatch):
     """The panel's start hook calls configure_from_notebook (labextension/src/configureCode.ts):
     status names the source "notebook settings", not %gpumem, which the user never typed."""
-    from jupyter_gpumem.settings import apply as allocator_shim
     from jupyter_gpumem.core.env_table import PREALLOCATE_VAR
+    from jupyter_gpumem.settings import apply as allocator_shim
 
     monkeypatch.delenv(PREALLOCATE_VAR, raising=False)
     allocator_shim.configure_from_notebook(preallocate=False)
@@ -241,7 +241,9 @@ def test_snapshot_settings_are_shown_as_status_shows_them():
 
 def test_unknown_request_is_answered_with_the_valid_requests():
     assert kernel_comm.reply({"request": "explode"}) == {
-        "type": "error", "error": "unknown request 'explode'; valid requests: snapshot"}
+        "type": "error",
+        "error": "unknown request 'explode'; valid requests: snapshot",
+    }
 
 
 def test_an_eight_megabyte_unknown_request_is_named_in_under_two_hundred_characters():
@@ -267,8 +269,13 @@ def test_failure_reading_state_becomes_a_reply_not_an_exception(monkeypatch):
 
 
 def run_fresh(code: str, env: dict | None = None) -> str:
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
-                         env=env or {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env or {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -298,7 +305,8 @@ def test_snapshot_after_jax_started_on_cpu_lists_devices_without_stats():
 def test_snapshot_says_jax_runs_on_the_cpu_while_the_fake_world_shows_three_gpus():
     """The status bar's warning: no CUDA plugin here, so JAX starts on the CPU, while the drop-in
     pynvml (the fake three-GPU world, synthetic) lists three GPUs."""
-    out = run_fresh("""
+    out = run_fresh(
+        """
         import json
         import jax.numpy as jnp
         jnp.zeros(4).block_until_ready()
@@ -306,18 +314,27 @@ def test_snapshot_says_jax_runs_on_the_cpu_while_the_fake_world_shows_three_gpus
         answer = kernel_comm.reply({"request": "snapshot"})
         print(json.dumps([answer["platform"], answer["cpu_fallback"]["gpus"], answer["cpu_fallback"]["headline"],
                           answer["warnings"][0] == answer["cpu_fallback"]["sentence"]]))
-    """, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": DROPIN_DIR, "JUPYTER_GPUMEM_FAKE_NVML": "three_gpus"})
+    """,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": DROPIN_DIR, "JUPYTER_GPUMEM_FAKE_NVML": "three_gpus"},
+    )
     assert out.splitlines()[-1] == '["cpu", 3, "NVML sees 3 GPUs, but JAX runs on the CPU", true]'
 
 
 def test_snapshot_has_no_cpu_fallback_when_the_user_asked_for_the_cpu():
-    out = run_fresh("""
+    out = run_fresh(
+        """
         import jax.numpy as jnp
         jnp.zeros(4).block_until_ready()
         from jupyter_gpumem.kernel import comm as kernel_comm
         print(kernel_comm.reply({"request": "snapshot"})["cpu_fallback"])
-    """, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": DROPIN_DIR, "JUPYTER_GPUMEM_FAKE_NVML": "three_gpus",
-              "JAX_PLATFORMS": "cpu"})
+    """,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": DROPIN_DIR,
+            "JUPYTER_GPUMEM_FAKE_NVML": "three_gpus",
+            "JAX_PLATFORMS": "cpu",
+        },
+    )
     assert out.splitlines()[-1] == "None"
 
 
@@ -326,7 +343,8 @@ async def _comm_messages(kc, code: str, **kwargs) -> list[dict]:
     each iopub message of the request to its output_hook)."""
     got: list[dict] = []
     reply = await kc.execute_interactive(
-        code, timeout=120, output_hook=lambda m: got.append(m) if m["msg_type"].startswith("comm_") else None, **kwargs)
+        code, timeout=120, output_hook=lambda m: got.append(m) if m["msg_type"].startswith("comm_") else None, **kwargs
+    )
     assert reply["content"]["status"] == "ok"
     return got
 
@@ -365,8 +383,9 @@ async def test_load_ext_registers_the_comm_a_real_kernel_answers_on():
     try:
         reply = await kc.execute_interactive("%load_ext jupyter_gpumem", timeout=60)
         assert reply["content"]["status"] == "ok"
-        msg = kc.session.msg("comm_open", {"comm_id": "c1", "target_name": "jupyter_gpumem",
-                                           "data": {"request": "snapshot"}})
+        msg = kc.session.msg(
+            "comm_open", {"comm_id": "c1", "target_name": "jupyter_gpumem", "data": {"request": "snapshot"}}
+        )
         kc.shell_channel.send(msg)
         while True:
             got = await kc.get_iopub_msg(timeout=30)
@@ -381,36 +400,54 @@ async def test_load_ext_registers_the_comm_a_real_kernel_answers_on():
 
 
 def test_snapshot_device_row_carries_the_allocator_stats_and_fragmentation(monkeypatch):
-    from jupyter_gpumem.settings import apply as allocator_shim
     from jupyter_gpumem.core.readings import AllocatorStats, JaxDeviceReading
+    from jupyter_gpumem.settings import apply as allocator_shim
 
     # synthetic: a BFC pool of 1000 bytes, 400 in use, 450 in the largest free block
-    stats = AllocatorStats("bfc", bytes_in_use=400, peak_bytes_in_use=700, bytes_limit=2000, pool_bytes=1000,
-                           largest_free_block_bytes=450)
+    stats = AllocatorStats(
+        "bfc", bytes_in_use=400, peak_bytes_in_use=700, bytes_limit=2000, pool_bytes=1000, largest_free_block_bytes=450
+    )
     reading = JaxDeviceReading(jax_id=0, platform="gpu", kind="Synthetic GPU", nvml_index=1, stats=stats)
     monkeypatch.setattr(allocator_shim, "read_jax_devices", lambda: (reading,))
-    assert kernel_comm.snapshot()["devices"] == [{
-        "jax_id": 0, "nvml_index": 1, "nvml_unmatched": None, "allocator": "bfc", "bytes_in_use": 400, "pool_bytes": 1000,
-        "bytes_limit": 2000, "peak_bytes_in_use": 700, "largest_free_block_bytes": 450, "fragmentation": 0.25,
-        "unused_pool_bytes": 600,
-    }]
+    assert kernel_comm.snapshot()["devices"] == [
+        {
+            "jax_id": 0,
+            "nvml_index": 1,
+            "nvml_unmatched": None,
+            "allocator": "bfc",
+            "bytes_in_use": 400,
+            "pool_bytes": 1000,
+            "bytes_limit": 2000,
+            "peak_bytes_in_use": 700,
+            "largest_free_block_bytes": 450,
+            "fragmentation": 0.25,
+            "unused_pool_bytes": 600,
+        }
+    ]
 
 
 def test_snapshot_under_cuda_async_takes_the_pool_from_the_driver(monkeypatch):
     """XLA's cudaMallocAsync allocator reports no pool_bytes (xla/stream_executor/gpu/
     gpu_cudamallocasync_allocator.cc, GetStats); the pool is the device's default CUDA pool, read
     from the driver as the monitor and the OOM report read it (model.pool_bytes)."""
-    from jupyter_gpumem.settings import apply as allocator_shim
     from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading, JaxDeviceReading
+    from jupyter_gpumem.settings import apply as allocator_shim
 
     # synthetic: 3 GiB reserved by the driver's pool, 1 GiB of it handed to JAX's arrays
     gib = 1 << 30
     stats = AllocatorStats("cuda_async", bytes_in_use=gib, peak_bytes_in_use=2 * gib)
     pool = CudaPoolReading(reserved_bytes=3 * gib, reserved_high_bytes=3 * gib, used_bytes=gib, used_high_bytes=2 * gib)
-    reading = JaxDeviceReading(jax_id=0, platform="gpu", kind="Synthetic GPU", nvml_index=0, stats=stats, cuda_pool=pool)
+    reading = JaxDeviceReading(
+        jax_id=0, platform="gpu", kind="Synthetic GPU", nvml_index=0, stats=stats, cuda_pool=pool
+    )
     monkeypatch.setattr(allocator_shim, "read_jax_devices", lambda: (reading,))
     row = kernel_comm.snapshot()["devices"][0]
-    assert (row["allocator"], row["pool_bytes"], row["unused_pool_bytes"], row["fragmentation"]) == ("cuda_async", 3 * gib, 2 * gib, None)
+    assert (row["allocator"], row["pool_bytes"], row["unused_pool_bytes"], row["fragmentation"]) == (
+        "cuda_async",
+        3 * gib,
+        2 * gib,
+        None,
+    )
 
 
 def test_snapshot_offers_the_allocators_the_installed_jax_accepts_and_names_each_variable():

@@ -6,11 +6,11 @@ import importlib
 
 import pytest
 
-from jupyter_gpumem.kernel import magics
-from jupyter_gpumem.settings.apply import GpumemError, SettingsError
 from jupyter_gpumem.core.magic_args import Grammar, MagicUsageError
-from jupyter_gpumem.kernel.magics import DELEGATES, HELP, SETTINGS, Command, parse_line, run_command
 from jupyter_gpumem.core.readings import AllocatorSettings
+from jupyter_gpumem.kernel import magics
+from jupyter_gpumem.kernel.magics import DELEGATES, HELP, SETTINGS, Command, parse_line, run_command
+from jupyter_gpumem.settings.apply import GpumemError, SettingsError
 
 from doubles import FakeShell
 
@@ -43,7 +43,9 @@ def test_async_prealloc_takes_bytes_or_all(word, expected):
 def test_cuda_malloc_async_is_read_as_cuda_async_with_a_note():
     command = parse_line("allocator cuda_malloc_async")
     assert command.settings.allocator == "cuda_async"
-    assert [n for n in command.notes if "TF_GPU_ALLOCATOR" in n][0].startswith("note: cuda_malloc_async is TensorFlow's name")
+    assert [n for n in command.notes if "TF_GPU_ALLOCATOR" in n][0].startswith(
+        "note: cuda_malloc_async is TensorFlow's name"
+    )
 
 
 def test_remat_is_a_switch():
@@ -51,13 +53,25 @@ def test_remat_is_a_switch():
 
 
 def test_setting_words_are_read_in_any_case_and_with_either_spelling():
-    assert parse_line("PREALLOCATE off async_prealloc all").settings == AllocatorSettings(preallocate=False, async_prealloc=-1)
+    assert parse_line("PREALLOCATE off async_prealloc all").settings == AllocatorSettings(
+        preallocate=False, async_prealloc=-1
+    )
 
 
 def test_unknown_word_names_every_valid_word():
     with pytest.raises(GpumemError) as err:
         parse_line("fractoin .5")
-    for word in ("preallocate", "fraction", "allocator", "async-prealloc", "remat", "status", "reset", "monitor", "estimate"):
+    for word in (
+        "preallocate",
+        "fraction",
+        "allocator",
+        "async-prealloc",
+        "remat",
+        "status",
+        "reset",
+        "monitor",
+        "estimate",
+    ):
         assert word in str(err.value)
 
 
@@ -87,7 +101,9 @@ def test_status_takes_no_arguments():
 
 
 def test_delegated_subcommands_keep_their_arguments():
-    assert parse_line("monitor --interval 0.5 --device all") == Command("monitor", argv=("--interval", "0.5", "--device", "all"))
+    assert parse_line("monitor --interval 0.5 --device all") == Command(
+        "monitor", argv=("--interval", "0.5", "--device", "all")
+    )
     assert parse_line("record stop") == Command("record", argv=("stop",))
 
 
@@ -111,8 +127,13 @@ def test_help_covers_every_subcommand_and_setting():
 def _grammar_of(word: str) -> Grammar:
     module = importlib.import_module(DELEGATES[word][0])
     found = [g for g in vars(module).values() if isinstance(g, Grammar) and g.prog == f"%gpumem {word}"]
-    found += [g for d in vars(module).values() if isinstance(d, dict) for g in d.values()
-              if isinstance(g, Grammar) and g.prog == f"%gpumem {word}"]
+    found += [
+        g
+        for d in vars(module).values()
+        if isinstance(d, dict)
+        for g in d.values()
+        if isinstance(g, Grammar) and g.prog == f"%gpumem {word}"
+    ]
     assert len(found) == 1, f"{DELEGATES[word][0]} should declare one grammar for %gpumem {word}"
     return found[0]
 
@@ -141,8 +162,11 @@ def test_a_bad_subcommand_argument_is_one_usage_error_that_names_the_command_onc
         ("estimate a", "%gpumem estimate takes a call such as train_step(params, batch), got 'a'"),
         ("estimate f(", "%gpumem estimate: 'f(' is not a Python expression ('(' was never closed)"),
         # a typo in a subcommand's argument gets the nearest valid word
-        ("free --hisotry", "%gpumem free: unknown argument '--hisotry'; valid: --history, --caches, --gc "
-                           "(did you mean '--history'?). Usage: %gpumem free [--history] [--caches] [--gc]"),
+        (
+            "free --hisotry",
+            "%gpumem free: unknown argument '--hisotry'; valid: --history, --caches, --gc "
+            "(did you mean '--history'?). Usage: %gpumem free [--history] [--caches] [--gc]",
+        ),
         ("doctor onn", "%gpumem doctor takes on or off, got 'onn' (did you mean 'on'?)"),
     ],
 )

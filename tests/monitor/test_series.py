@@ -39,8 +39,8 @@ from jupyter_gpumem.monitor.series import (
     csv_rows,
     decimate_rows,
     device_keys,
-    nothing_to_show,
     notes_for,
+    nothing_to_show,
     row_for,
     series_values,
 )
@@ -87,8 +87,12 @@ def test_cuda_async_pool_comes_from_the_driver():
 def test_cuda_async_preallocated_draws_its_limit_but_no_headroom():
     # bytes_limit 60 GiB is the driver pool's release threshold, not a cap: no headroom band
     dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 61 * GiB, 19 * GiB, processes=(ProcessReading(PID, 61 * GiB),))
-    stats = normalise_stats({"bytes_in_use": 20 * GiB, "bytes_limit": 60 * GiB, "largest_free_block_bytes": 0}, "cuda_async")
-    pool = CudaPoolReading(reserved_bytes=60 * GiB, reserved_high_bytes=60 * GiB, used_bytes=20 * GiB, used_high_bytes=20 * GiB)
+    stats = normalise_stats(
+        {"bytes_in_use": 20 * GiB, "bytes_limit": 60 * GiB, "largest_free_block_bytes": 0}, "cuda_async"
+    )
+    pool = CudaPoolReading(
+        reserved_bytes=60 * GiB, reserved_high_bytes=60 * GiB, used_bytes=20 * GiB, used_high_bytes=20 * GiB
+    )
     v = series_values(Sample(1.0, PID, (dev,), (JaxDeviceReading(0, "gpu", "GPU", 0, stats, pool),)), 0)
     assert (v["bytes_limit"], v["headroom"]) == (60 * GiB, None)
     assert (v["pool_unused"], v["outside_jax"]) == (40 * GiB, 1 * GiB)  # 60 - 20; 61 - 60
@@ -96,7 +100,9 @@ def test_cuda_async_preallocated_draws_its_limit_but_no_headroom():
 
 def test_hidden_pids_leave_the_rest_unattributed():
     s = bfc_sample()
-    dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 50 * GiB, 30 * GiB, processes=NotAvailable(PIDS_HIDDEN, "in a container"))
+    dev = DeviceReading(
+        0, "GPU", "GPU-0", 80 * GiB, 50 * GiB, 30 * GiB, processes=NotAvailable(PIDS_HIDDEN, "in a container")
+    )
     v = series_values(Sample(s.t, PID, (dev,), s.jax), 0)
     assert v["unattributed"] == 34 * GiB  # 50 used - 16 pool
     assert v["outside_jax"] is None and v["other_processes"] is None
@@ -179,18 +185,28 @@ def test_the_browser_thins_a_live_plot_by_the_same_rule(tmp_path):
     for _ in range(60):
         width = rng.randint(1, 4)
         spread = rng.choice([3, 10**12])  # few distinct values: ties must break the same way
-        rows = [tuple(None if rng.random() < 0.1 else rng.randint(0, spread) for _ in range(width))
-                for _ in range(rng.randint(1, 400))]
+        rows = [
+            tuple(None if rng.random() < 0.1 else rng.randint(0, spread) for _ in range(width))
+            for _ in range(rng.randint(1, 400))
+        ]
         cases.append((rows, rng.randint(2 + 2 * width, 60)))
     module = tmp_path / "monitor_plot.mjs"
     shutil.copy(_PLOT_JS, module)
-    script = (f"import {{ extremeRows }} from {json.dumps(module.as_uri())};"
-              "let text = ''; for await (const c of process.stdin) text += c;"
-              "const out = JSON.parse(text).map(([cols, n, max]) => extremeRows(cols, 0, n, max));"
-              "process.stdout.write(JSON.stringify(out));")
+    script = (
+        f"import {{ extremeRows }} from {json.dumps(module.as_uri())};"
+        "let text = ''; for await (const c of process.stdin) text += c;"
+        "const out = JSON.parse(text).map(([cols, n, max]) => extremeRows(cols, 0, n, max));"
+        "process.stdout.write(JSON.stringify(out));"
+    )
     given_js = [[[list(col) for col in zip(*rows)], len(rows), max_rows] for rows, max_rows in cases]
-    done = subprocess.run(["node", "--input-type=module", "-e", script], input=json.dumps(given_js),
-                          capture_output=True, text=True, check=True, timeout=60)
+    done = subprocess.run(
+        ["node", "--input-type=module", "-e", script],
+        input=json.dumps(given_js),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     assert json.loads(done.stdout) == [decimate_rows(rows, max_rows) for rows, max_rows in cases]
 
 
@@ -262,8 +278,10 @@ def test_csv_rows_give_bytes_per_device_and_blank_unknowns():
 # --- replayed traces -----------------------------------------------------------------------
 
 # the demo traces the package ships, and any recorded ones kept as test data
-TRACES = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "traces", "*.jsonl"))
-                + [str(p) for p in demo_traces.FOLDER.glob("*.jsonl")])
+TRACES = sorted(
+    glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "traces", "*.jsonl"))
+    + [str(p) for p in demo_traces.FOLDER.glob("*.jsonl")]
+)
 assert TRACES, "the package ships its demo traces in jupyter_gpumem/demo_traces/"
 
 

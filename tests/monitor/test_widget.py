@@ -16,10 +16,10 @@ import pytest
 from jupyter_gpumem import demo_traces
 from jupyter_gpumem.core.magic_args import MagicUsageError
 from jupyter_gpumem.core.readings import NO_DRIVER, NOT_STARTED, Event, NotAvailable, Sample
-from jupyter_gpumem.sampling.sampler import Sampler
-from jupyter_gpumem.sources.replay import timeline_from_trace
 from jupyter_gpumem.core.tracefile import TraceWriter, read_trace
 from jupyter_gpumem.monitor.widget import MONITOR_ARGS, Monitor, magic_monitor
+from jupyter_gpumem.sampling.sampler import Sampler
+from jupyter_gpumem.sources.replay import timeline_from_trace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "bench"))
 from comm_bytes import measure_comm_bytes  # noqa: E402  (a bench tool, measured here too)
@@ -28,7 +28,9 @@ from doubles import PID, StubSampler, bfc_sample
 
 TRACES = str(demo_traces.FOLDER)
 SYNTHETIC = sorted(glob.glob(os.path.join(TRACES, "synthetic_*.jsonl")))
-assert SYNTHETIC, "jupyter_gpumem/demo_traces/synthetic_*.jsonl are committed; regenerate them with tests/data/make_synthetic_traces.py"
+assert SYNTHETIC, (
+    "jupyter_gpumem/demo_traces/synthetic_*.jsonl are committed; regenerate them with tests/data/make_synthetic_traces.py"
+)
 
 
 def drawn_y(monitor: Monitor, label: str, key: int = 0):
@@ -57,7 +59,10 @@ def stub():
 
 def test_options_parse_to_monitor_arguments():
     assert MONITOR_ARGS.parse(["--interval", "0.5", "--window=5", "--device", "1"]) == {
-        "interval": 0.5, "window": 5.0, "device": 1, "replay": None,
+        "interval": 0.5,
+        "window": 5.0,
+        "device": 1,
+        "replay": None,
     }
 
 
@@ -125,7 +130,11 @@ def test_bands_stack_from_jax_arrays_at_the_bottom_to_free_at_the_top(stub):
     stub.push(bfc_sample(t=1000.0))
     bands = [s for s in m._views[0].figure()["series"] if s["kind"] == "band"]
     assert [s["label"] for s in bands] == [
-        "JAX arrays (in use)", "JAX pool, unused", "this process, outside JAX", "other processes", "free",
+        "JAX arrays (in use)",
+        "JAX pool, unused",
+        "this process, outside JAX",
+        "other processes",
+        "free",
     ]
     assert [s["rank"] for s in bands] == sorted(s["rank"] for s in bands)  # the legend in the same order
     m.close()
@@ -171,7 +180,9 @@ def test_cell_start_is_marked_with_its_execution_count(stub):
 
 def test_no_driver_and_jax_not_started_shows_the_explained_empty_state(stub):
     m = Monitor(sampler=stub)
-    stub.push(Sample(1.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x")))
+    stub.push(
+        Sample(1.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x"))
+    )
     assert m.body.children == (m.empty,)
     assert "the NVIDIA driver is not loaded" in m.empty.value
     assert "will start when JAX does" in m.empty.value
@@ -588,7 +599,9 @@ def test_a_reloaded_page_asks_for_the_figure_only_between_ticks(stub):
 def test_a_note_every_gpu_shares_is_said_once_and_a_gpus_own_note_stays_its_own():
     from jupyter_gpumem.monitor.header import grouped_notes
 
-    assert grouped_notes({2: ["JAX not started."], 0: ["JAX not started.", "pid 7 hidden."], 1: ["JAX not started."]}) == [
+    assert grouped_notes(
+        {2: ["JAX not started."], 0: ["JAX not started.", "pid 7 hidden."], 1: ["JAX not started."]}
+    ) == [
         "GPUs 0, 1, 2: JAX not started.",
         "GPU 0: pid 7 hidden.",
     ]
@@ -623,7 +636,9 @@ def test_a_recording_refuses_a_device_it_never_read():
 
 def test_without_readable_gpus_a_device_is_not_refused_and_the_view_says_why():
     stub = StubSampler()
-    stub.push(Sample(1.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x")))
+    stub.push(
+        Sample(1.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x"))
+    )
     m = Monitor(sampler=stub, device=2)
     assert "the NVIDIA driver is not loaded" in m.empty.value
     m.close()
@@ -638,20 +653,30 @@ def test_memory_under_host_pids_reads_as_a_label_before_its_number():
 
     with fake_nvml("three_gpus"):
         devices = NvmlSource().read()
-        sample = Sample(1.0, PID, devices, NotAvailable(NOT_STARTED, "x"),
-                        pids_not_here=pids_not_here(devices, lambda pid: pid == PID))
+        sample = Sample(
+            1.0,
+            PID,
+            devices,
+            NotAvailable(NOT_STARTED, "x"),
+            pids_not_here=pids_not_here(devices, lambda pid: pid == PID),
+        )
         stub = StubSampler()
         m = Monitor(sampler=stub)
         stub.push(sample)
         header = m.header.value
         m.close()
-    assert "GPU 0: NVIDIA A100-SXM4-40GB:</span> other processes <b>0 B</b> · host pids (this kernel or not) <b>32.00 GiB</b> · free" in header
+    assert (
+        "GPU 0: NVIDIA A100-SXM4-40GB:</span> other processes <b>0 B</b> · host pids (this kernel or not) <b>32.00 GiB</b> · free"
+        in header
+    )
 
 
 def test_drawn_devices_are_the_gpus_drawn_and_none_while_the_view_says_why():
     stub = StubSampler()
     m = Monitor(sampler=stub)
-    stub.push(Sample(1.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x")))
+    stub.push(
+        Sample(1.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x"))
+    )
     assert m.drawn_devices == []
     m.close()
     with three_gpu_monitor() as m:
@@ -692,8 +717,18 @@ def _many_devices_trace(path, devices: int, times=(1.0, 2.0, 3.0)) -> str:
     with open(path, "w") as fh:
         fh.write(json.dumps({"kind": "header", "format": 1, "synthetic": True}) + "\n")
         for t in times:
-            devs = [{"index": i, "name": "GPU", "uuid": f"GPU-{i}", "total_bytes": 1000, "used_bytes": 10,
-                     "free_bytes": 990, "processes": [{"pid": 7, "used_bytes": 10}]} for i in range(devices)]
+            devs = [
+                {
+                    "index": i,
+                    "name": "GPU",
+                    "uuid": f"GPU-{i}",
+                    "total_bytes": 1000,
+                    "used_bytes": 10,
+                    "free_bytes": 990,
+                    "processes": [{"pid": 7, "used_bytes": 10}],
+                }
+                for i in range(devices)
+            ]
             fh.write(json.dumps({"kind": "sample", "t": t, "pid": 1, "devices": devs, "jax": []}) + "\n")
     return str(path)
 
@@ -710,7 +745,10 @@ def test_a_trace_of_5000_devices_draws_64_at_once_says_so_and_keeps_the_kernel_f
     m = Monitor(replay=path)
     took = time.perf_counter() - started
     assert m.drawn_devices == list(range(MAX_DRAWN_DEVICES)) and MAX_DRAWN_DEVICES == 64
-    assert "4,936 more GPUs in the readings are not drawn (at most 64 at once): choose one with --device N" in m.header_html()
+    assert (
+        "4,936 more GPUs in the readings are not drawn (at most 64 at once): choose one with --device N"
+        in m.header_html()
+    )
     assert len(m.tabs.titles) == 64 and m.tabs.titles[63] == "GPU 63: GPU"
     assert took < 15, f"{took:.1f} s"
     m.close()
@@ -732,7 +770,10 @@ def test_a_replay_whose_times_go_back_draws_what_came_before_and_says_why_it_sto
     with "window must be ... above 0, got -0.8"."""
     m = Monitor(replay=_many_devices_trace(tmp_path / "back.jsonl", 1, times=(100.0, 101.0, 50.0)))
     assert len(m.timeline.samples()) == 2
-    assert "trace read up to an error: line 4: sample.t is 50.0, earlier than the sample before it (101.0)" in m.status_box.value
+    assert (
+        "trace read up to an error: line 4: sample.t is 50.0, earlier than the sample before it (101.0)"
+        in m.status_box.value
+    )
     m.close()
 
 

@@ -16,9 +16,9 @@ import pytest
 from jupyter_gpumem import record
 from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core.magic_args import MagicUsageError
+from jupyter_gpumem.core.tracefile import read_trace
 from jupyter_gpumem.record import Recorder, RecordError, magic_record, main
 from jupyter_gpumem.sampling.sampler import Sampler
-from jupyter_gpumem.core.tracefile import read_trace
 
 DEVICES = (model.DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-1", 1000, 400, 600),)
 
@@ -139,8 +139,21 @@ def test_run_executes_the_script_in_process_with_markers(tmp_path):
     )
     out = tmp_path / "out.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "jupyter_gpumem.record", str(out), "--interval", "0.05", "--run", str(script), "--", "a1"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "jupyter_gpumem.record",
+            str(out),
+            "--interval",
+            "0.05",
+            "--run",
+            str(script),
+            "--",
+            "a1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     trace = read_trace(out, strict=True)
@@ -156,7 +169,10 @@ def test_run_script_that_runs_out_of_memory_records_an_oom_event(tmp_path):
     out = tmp_path / "out.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "jupyter_gpumem.record", str(out), "--run", str(script)],
-        capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"},
     )
     assert proc.returncode == 1
     (oom,) = [e for e in read_trace(out, strict=True).events if e.name == "oom"]

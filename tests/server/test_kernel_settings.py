@@ -17,47 +17,91 @@ from jupyter_gpumem.server.kernel_settings import PublishedSettingsReader, conne
 from jupyter_gpumem.server.kernels import KernelInfo
 from jupyter_gpumem.server.metrics import families, snapshot_from
 from jupyter_gpumem.server.readings import Reading
-from jupyter_gpumem.settings.published import PublishedSettings, file_name, kernel_id_of, parse, preallocates, reserved_bytes
+from jupyter_gpumem.settings.published import (
+    PublishedSettings,
+    file_name,
+    kernel_id_of,
+    parse,
+    preallocates,
+    reserved_bytes,
+)
 
 GiB = 1024**3
 KID = "5c3b4a9e-1f0d-4c55-9a7e-2f1b8a6d0c11"
 
 
-def on_gpu(preallocate=True, fraction=0.75, allocator="default", pid=11, started=True, platform="cuda", jax="0.11.2",
-           pool_taken=True):
+def on_gpu(
+    preallocate=True,
+    fraction=0.75,
+    allocator="default",
+    pid=11,
+    started=True,
+    platform="cuda",
+    jax="0.11.2",
+    pool_taken=True,
+):
     """What a kernel on a GPU publishes (jupyter_gpumem/settings/publish.py, current()); by default
     one whose allocator has taken its pool (it ran an operation)."""
-    return PublishedSettings(pid=pid, kernel_id=KID, backend_started=started, platform=platform if started else None,
-                             jax_version=jax, preallocate=preallocate, fraction=fraction, allocator=allocator,
-                             sources={"preallocate": "%gpumem", "fraction": "JAX default", "allocator": "JAX default"},
-                             pool_taken=pool_taken if started else None)
+    return PublishedSettings(
+        pid=pid,
+        kernel_id=KID,
+        backend_started=started,
+        platform=platform if started else None,
+        jax_version=jax,
+        preallocate=preallocate,
+        fraction=fraction,
+        allocator=allocator,
+        sources={"preallocate": "%gpumem", "fraction": "JAX default", "allocator": "JAX default"},
+        pool_taken=pool_taken if started else None,
+    )
 
 
 # --- what the settings say ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("settings, expected", [
-    (on_gpu(), True),
-    (on_gpu(preallocate=False), False),
-    (on_gpu(allocator="bfc", fraction=0.3), True),
-    (on_gpu(allocator="cuda_async"), True),  # reserves its whole pool while preallocation is on
-    (on_gpu(allocator="cuda_async", preallocate=False), False),
-    (on_gpu(allocator="platform"), False),
-    (on_gpu(allocator="platform", jax="0.10.2"), True),  # jax#39145: BFC on 0.10.1 and 0.10.2
-    (on_gpu(allocator="vmm"), None),  # not known here
-    (on_gpu(started=False), None),  # JAX has not started: the settings say nothing yet
-    (on_gpu(platform="cpu"), False),  # JAX runs on the CPU: no pool on a GPU
-    (on_gpu(preallocate=None), None),  # a value JAX rejects
-    (on_gpu(pool_taken=False), None),  # BFC takes its pool at the first allocation, not at start
-    (on_gpu(pool_taken=None), None),  # a kernel that did not say whether it did
-    (on_gpu(allocator="platform", jax="0.10.2", pool_taken=False), None),  # BFC there too
-    (on_gpu(allocator="cuda_async", pool_taken=False), True),  # reserved when the client is created
-    (on_gpu(preallocate=False, pool_taken=False), False),
-    (on_gpu(allocator="address", jax="0.11.2"), False),  # the passthrough by name, from 0.11.0
-    (on_gpu(allocator="platform", jax="0.13.0"), None),  # a release not read: not known
-], ids=["default", "off", "bfc-0.3", "cuda_async", "cuda_async-off", "platform", "platform-0.10.2", "vmm",
-        "not-started", "cpu", "unknown", "bfc-pool-not-taken-yet", "bfc-pool-not-said", "platform-0.10.2-not-taken",
-        "cuda_async-before-any-allocation", "off-not-taken", "address-0.11", "platform-unread-release"])
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        (on_gpu(), True),
+        (on_gpu(preallocate=False), False),
+        (on_gpu(allocator="bfc", fraction=0.3), True),
+        (on_gpu(allocator="cuda_async"), True),  # reserves its whole pool while preallocation is on
+        (on_gpu(allocator="cuda_async", preallocate=False), False),
+        (on_gpu(allocator="platform"), False),
+        (on_gpu(allocator="platform", jax="0.10.2"), True),  # jax#39145: BFC on 0.10.1 and 0.10.2
+        (on_gpu(allocator="vmm"), None),  # not known here
+        (on_gpu(started=False), None),  # JAX has not started: the settings say nothing yet
+        (on_gpu(platform="cpu"), False),  # JAX runs on the CPU: no pool on a GPU
+        (on_gpu(preallocate=None), None),  # a value JAX rejects
+        (on_gpu(pool_taken=False), None),  # BFC takes its pool at the first allocation, not at start
+        (on_gpu(pool_taken=None), None),  # a kernel that did not say whether it did
+        (on_gpu(allocator="platform", jax="0.10.2", pool_taken=False), None),  # BFC there too
+        (on_gpu(allocator="cuda_async", pool_taken=False), True),  # reserved when the client is created
+        (on_gpu(preallocate=False, pool_taken=False), False),
+        (on_gpu(allocator="address", jax="0.11.2"), False),  # the passthrough by name, from 0.11.0
+        (on_gpu(allocator="platform", jax="0.13.0"), None),  # a release not read: not known
+    ],
+    ids=[
+        "default",
+        "off",
+        "bfc-0.3",
+        "cuda_async",
+        "cuda_async-off",
+        "platform",
+        "platform-0.10.2",
+        "vmm",
+        "not-started",
+        "cpu",
+        "unknown",
+        "bfc-pool-not-taken-yet",
+        "bfc-pool-not-said",
+        "platform-0.10.2-not-taken",
+        "cuda_async-before-any-allocation",
+        "off-not-taken",
+        "address-0.11",
+        "platform-unread-release",
+    ],
+)
 def test_what_the_settings_say_about_preallocation(settings, expected):
     assert preallocates(settings) is expected
 
@@ -93,15 +137,23 @@ def test_published_json_reads_back_as_written():
     assert parse(json.dumps(settings.to_json()), 11, KID) == settings
 
 
-@pytest.mark.parametrize("text", [
-    "", "{", "[]", "null", '{"format": "something-else"}',
-    json.dumps({**on_gpu().to_json(), "version": 2}),
-    json.dumps({**on_gpu().to_json(), "pid": 12}),  # another process's file
-    json.dumps({**on_gpu().to_json(), "kernel_id": "another-kernel"}),
-    json.dumps({**on_gpu().to_json(), "backend_started": "yes"}),
-    json.dumps({**on_gpu().to_json(), "settings": {"preallocate": True}}),
-    b"\xff\xfe not utf-8",
-], ids=["empty", "cut", "list", "null", "foreign", "version", "pid", "kernel", "started", "settings", "bytes"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{",
+        "[]",
+        "null",
+        '{"format": "something-else"}',
+        json.dumps({**on_gpu().to_json(), "version": 2}),
+        json.dumps({**on_gpu().to_json(), "pid": 12}),  # another process's file
+        json.dumps({**on_gpu().to_json(), "kernel_id": "another-kernel"}),
+        json.dumps({**on_gpu().to_json(), "backend_started": "yes"}),
+        json.dumps({**on_gpu().to_json(), "settings": {"preallocate": True}}),
+        b"\xff\xfe not utf-8",
+    ],
+    ids=["empty", "cut", "list", "null", "foreign", "version", "pid", "kernel", "started", "settings", "bytes"],
+)
 def test_what_is_not_a_kernel_s_own_settings_file_is_ignored(text):
     assert parse(text, 11, KID) is None
 
@@ -165,8 +217,12 @@ def rows(body) -> dict[str, dict]:
 
 def metric(body, kernels, name) -> dict[tuple, float]:
     snap = snapshot_from(body, kernels, now=2.0)
-    return {tuple(v for k, v in s.labels.items() if k != "kernel"): s.value
-            for f in families(snap, 2.0) for s in f.samples if s.name == name}
+    return {
+        tuple(v for k, v in s.labels.items() if k != "kernel"): s.value
+        for f in families(snap, 2.0)
+        for s in f.samples
+        if s.name == name
+    }
 
 
 def test_a_kernel_that_turned_preallocation_off_is_not_preallocated_though_it_holds_75_percent():
@@ -174,10 +230,16 @@ def test_a_kernel_that_turned_preallocation_off_is_not_preallocated_though_it_ho
     body = report(kernels, ProcessReading(11, 30 * GiB))
     row = rows(body)["off"]
     assert (row["preallocated"], row["preallocated_source"], row["reserved_bytes"]) == (False, "kernel_settings", None)
-    assert row["settings"] == {"preallocate": False, "fraction": 0.75, "allocator": "default", "backend_started": True,
-                               "sources": {"preallocate": "%gpumem", "fraction": "JAX default", "allocator": "JAX default"}}
+    assert row["settings"] == {
+        "preallocate": False,
+        "fraction": 0.75,
+        "allocator": "default",
+        "backend_started": True,
+        "sources": {"preallocate": "%gpumem", "fraction": "JAX default", "allocator": "JAX default"},
+    }
     assert metric(body, kernels, "jupyter_gpumem_kernel_preallocated") == {
-        ("0", "GPU-0", "off", "a.ipynb", "kernel_settings"): 0.0}
+        ("0", "GPU-0", "off", "a.ipynb", "kernel_settings"): 0.0
+    }
     assert metric(body, kernels, "jupyter_gpumem_kernel_reserved_bytes") == {}
 
 
@@ -185,40 +247,54 @@ def test_a_kernel_that_preallocated_a_small_fraction_is_preallocated_with_its_re
     kernels = [KernelInfo("small", "python3", 11, "a.ipynb", "idle", settings=on_gpu(fraction=0.3))]
     body = report(kernels, ProcessReading(11, 12 * GiB))
     row = rows(body)["small"]
-    assert (row["preallocated"], row["preallocated_source"], row["reserved_bytes"]) == (True, "kernel_settings", int(0.3 * 40 * GiB))
+    assert (row["preallocated"], row["preallocated_source"], row["reserved_bytes"]) == (
+        True,
+        "kernel_settings",
+        int(0.3 * 40 * GiB),
+    )
     assert metric(body, kernels, "jupyter_gpumem_kernel_reserved_bytes") == {
-        ("0", "GPU-0", "small", "a.ipynb"): float(int(0.3 * 40 * GiB))}
+        ("0", "GPU-0", "small", "a.ipynb"): float(int(0.3 * 40 * GiB))
+    }
 
 
 def test_a_kernel_that_only_started_jax_fires_no_reservation():
     """A kernel that ran only ``jax.devices()``: JAX started on the GPU, BFC with preallocation
     on, no allocation yet, so its pool is empty (bfc_allocator.cc at openxla/xla 80c095fc) and
     the CUDA context is all it holds."""
-    kernels = [KernelInfo("devices_only", "python3", 11, "a.ipynb", "idle", settings=on_gpu(pool_taken=False)),
-               KernelInfo("other", "python3", 12, "b.ipynb", "idle", settings=on_gpu(pid=12))]
+    kernels = [
+        KernelInfo("devices_only", "python3", 11, "a.ipynb", "idle", settings=on_gpu(pool_taken=False)),
+        KernelInfo("other", "python3", 12, "b.ipynb", "idle", settings=on_gpu(pid=12)),
+    ]
     body = report(kernels, ProcessReading(11, GiB // 2), ProcessReading(12, 30 * GiB))
     row = rows(body)["devices_only"]
     assert (row["preallocated"], row["preallocated_source"], row["reserved_bytes"]) == (None, None, None)
     assert metric(body, kernels, "jupyter_gpumem_kernel_reserved_bytes") == {
-        ("0", "GPU-0", "other", "b.ipynb"): float(int(0.75 * 40 * GiB))}
+        ("0", "GPU-0", "other", "b.ipynb"): float(int(0.75 * 40 * GiB))
+    }
 
 
 def test_without_published_settings_the_reading_then_the_launch_environment_decide():
-    kernels = [KernelInfo("big", "python3", 11, "a.ipynb", "idle"),
-               KernelInfo("launched_off", "python3", 12, "b.ipynb", "idle", launch_preallocates=False),
-               KernelInfo("not_started", "python3", 13, "c.ipynb", "idle", settings=on_gpu(pid=13, started=False))]
+    kernels = [
+        KernelInfo("big", "python3", 11, "a.ipynb", "idle"),
+        KernelInfo("launched_off", "python3", 12, "b.ipynb", "idle", launch_preallocates=False),
+        KernelInfo("not_started", "python3", 13, "c.ipynb", "idle", settings=on_gpu(pid=13, started=False)),
+    ]
     body = report(kernels, ProcessReading(11, 29 * GiB), ProcessReading(12, GiB), ProcessReading(13, 2 * GiB))
     got = {kid: (r["preallocated"], r["preallocated_source"]) for kid, r in rows(body).items()}
     assert got == {"big": (True, "reading"), "launched_off": (False, "launch_environment"), "not_started": (None, None)}
 
 
 def test_two_kernels_whose_settings_turned_preallocation_off_raise_no_overcommit_warning():
-    kernels = [KernelInfo(k, "python3", pid, f"{k}.ipynb", "idle", settings=on_gpu(pid=pid, preallocate=False))
-               for k, pid in (("a", 11), ("b", 12))]
+    kernels = [
+        KernelInfo(k, "python3", pid, f"{k}.ipynb", "idle", settings=on_gpu(pid=pid, preallocate=False))
+        for k, pid in (("a", 11), ("b", 12))
+    ]
     body = report(kernels, ProcessReading(11, 30 * GiB), ProcessReading(12, 8 * GiB))
     assert body["warnings"] == []
     kernels[0] = KernelInfo("a", "python3", 11, "a.ipynb", "idle")  # the same without a file: the reading decides
-    assert [w["kind"] for w in report(kernels, ProcessReading(11, 30 * GiB), ProcessReading(12, 8 * GiB))["warnings"]] == ["overcommit"]
+    assert [
+        w["kind"] for w in report(kernels, ProcessReading(11, 30 * GiB), ProcessReading(12, 8 * GiB))["warnings"]
+    ] == ["overcommit"]
 
 
 # --- a real kernel ------------------------------------------------------------------------------
@@ -240,10 +316,19 @@ async def test_a_real_kernel_publishes_its_settings_and_removes_the_file_at_unlo
         path = os.path.join(where, file_name(pid))
         await _run(kc, "%load_ext jupyter_gpumem")
         loaded = PublishedSettingsReader().read(where, pid, kernel_id)
-        assert (loaded.kernel_id, loaded.backend_started, loaded.preallocate) == (kernel_id, False, None)  # not read yet
+        assert (loaded.kernel_id, loaded.backend_started, loaded.preallocate) == (
+            kernel_id,
+            False,
+            None,
+        )  # not read yet
         await _run(kc, "%gpumem preallocate off")
         off = PublishedSettingsReader().read(where, pid, kernel_id)
-        assert (off.preallocate, off.sources["preallocate"], off.allocator, off.backend_started) == (False, "%gpumem", "default", False)
+        assert (off.preallocate, off.sources["preallocate"], off.allocator, off.backend_started) == (
+            False,
+            "%gpumem",
+            "default",
+            False,
+        )
         assert oct(os.stat(path).st_mode & 0o777) == "0o600"
         await _run(kc, "import jax.numpy as jnp; jnp.zeros(2).block_until_ready()")
         started = PublishedSettingsReader().read(where, pid, kernel_id)
@@ -340,8 +425,12 @@ async def test_the_server_decides_from_a_real_kernel_s_settings_on_a_fake_gpu(jp
     from jupyter_gpumem.testing import fake_nvml
 
     with fake_nvml("three_gpus") as world:
-        session = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
-            {"path": "s.ipynb", "type": "notebook", "name": "", "kernel": {"name": "python3"}}))
+        session = await jp_fetch(
+            "api",
+            "sessions",
+            method="POST",
+            body=json.dumps({"path": "s.ipynb", "type": "notebook", "name": "", "kernel": {"name": "python3"}}),
+        )
         kernel_id = json.loads(session.body)["kernel"]["id"]
         km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
         pid = km.provisioner.process.pid
@@ -352,11 +441,17 @@ async def test_the_server_decides_from_a_real_kernel_s_settings_on_a_fake_gpu(jp
             await _run_until_idle(kc, "%load_ext jupyter_gpumem")
             await _run_until_idle(kc, "%gpumem preallocate off")
             world.add_process(2, pid, 29 * GiB)
-            row = await _kernel_row(jp_fetch, kernel_id, lambda r: r["settings"] is not None and r["settings"]["preallocate"] is False)
+            row = await _kernel_row(
+                jp_fetch, kernel_id, lambda r: r["settings"] is not None and r["settings"]["preallocate"] is False
+            )
             assert (row["preallocated"], row["preallocated_source"]) == (True, "reading")  # JAX has not started
             await _run_until_idle(kc, "import jax.numpy as jnp; jnp.zeros(2).block_until_ready()")
             row = await _kernel_row(jp_fetch, kernel_id, lambda r: r["settings"]["backend_started"])
-            assert (row["preallocated"], row["preallocated_source"], row["reserved_bytes"]) == (False, "kernel_settings", None)
+            assert (row["preallocated"], row["preallocated_source"], row["reserved_bytes"]) == (
+                False,
+                "kernel_settings",
+                None,
+            )
             assert row["settings"]["sources"]["preallocate"] == "%gpumem"
         finally:
             kc.stop_channels()
@@ -378,7 +473,9 @@ def test_a_fifo_swapped_in_after_the_check_is_refused_without_waiting(tmp_path, 
     real_lstat = os.lstat
     monkeypatch.setattr(os, "lstat", lambda p, *a, **k: real_lstat(regular if str(p) == str(fifo) else p, *a, **k))
     answers = []
-    reader = threading.Thread(target=lambda: answers.append(PublishedSettingsReader().read(str(tmp_path), 11, KID)), daemon=True)
+    reader = threading.Thread(
+        target=lambda: answers.append(PublishedSettingsReader().read(str(tmp_path), 11, KID)), daemon=True
+    )
     reader.start()
     reader.join(5)
     if reader.is_alive():  # release the blocked open so the thread ends

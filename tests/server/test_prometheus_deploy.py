@@ -41,9 +41,12 @@ BASE_URL = f"/user/{HUB_USER}/"
 KERNEL_GPU, KERNEL_BYTES = 2, 29 * GiB  # GPU 2 is idle in three_gpus
 
 PROMTOOL, PROMETHEUS = shutil.which("promtool"), shutil.which("prometheus")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (make test installs Debian's prometheus)")
-needs_prometheus = pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None,
-                                      reason="prometheus not installed (make test installs Debian's prometheus)")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (make test installs Debian's prometheus)"
+)
+needs_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None or PROMTOOL is None, reason="prometheus not installed (make test installs Debian's prometheus)"
+)
 
 
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -79,8 +82,12 @@ def test_rule_unit_tests_pass_and_cover_every_alert():
     tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
     firing = {t["alertname"] for case in tests for t in case.get("alert_rule_test", []) if t["exp_alerts"]}
     quiet = {t["alertname"] for case in tests for t in case.get("alert_rule_test", []) if not t["exp_alerts"]}
-    assert alerts == firing == quiet == {
-        "JupyterGpumemIdleKernelHoldsGpuMemory", "JupyterGpumemGpuOvercommitted", "JupyterGpumemNvmlUnreadable"}
+    assert (
+        alerts
+        == firing
+        == quiet
+        == {"JupyterGpumemIdleKernelHoldsGpuMemory", "JupyterGpumemGpuOvercommitted", "JupyterGpumemNvmlUnreadable"}
+    )
 
 
 def scrape_config(tmp: Path, interval: str = "1s") -> Path:
@@ -91,8 +98,12 @@ def scrape_config(tmp: Path, interval: str = "1s") -> Path:
     config["rule_files"] = [str(RULES)]
     (job,) = config["scrape_configs"]
     job.update(scrape_interval=interval, scrape_timeout=interval)
-    targets = [{"targets": [f"127.0.0.1:{METRICS_PORT}"],
-                "labels": {"__meta_jupyterhub_user": HUB_USER, "__meta_jupyterhub_server_name": "gpu"}}]
+    targets = [
+        {
+            "targets": [f"127.0.0.1:{METRICS_PORT}"],
+            "labels": {"__meta_jupyterhub_user": HUB_USER, "__meta_jupyterhub_server_name": "gpu"},
+        }
+    ]
     (tmp / "targets.json").write_text(json.dumps(targets))
     job["file_sd_configs"] = [{"files": [str(tmp / "targets.json")], "refresh_interval": interval}]
     path = tmp / "prometheus.yml"
@@ -143,20 +154,38 @@ def start_server(tmp: Path, world_file: Path, token: str) -> tuple[subprocess.Po
     (tmp / "config").mkdir()
     (tmp / "root").mkdir()
     config = {
-        "ServerApp": {"ip": "127.0.0.1", "port": SERVER_PORT, "port_retries": 0, "open_browser": False,
-                      "allow_root": True, "root_dir": str(tmp / "root"), "base_url": BASE_URL,
-                      "jpserver_extensions": {"jupyter_gpumem": True, "jupyterlab": False, "notebook_shim": False,
-                                              "jupyter_lsp": False, "jupyter_server_terminals": False}},
+        "ServerApp": {
+            "ip": "127.0.0.1",
+            "port": SERVER_PORT,
+            "port_retries": 0,
+            "open_browser": False,
+            "allow_root": True,
+            "root_dir": str(tmp / "root"),
+            "base_url": BASE_URL,
+            "jpserver_extensions": {
+                "jupyter_gpumem": True,
+                "jupyterlab": False,
+                "notebook_shim": False,
+                "jupyter_lsp": False,
+                "jupyter_server_terminals": False,
+            },
+        },
         "IdentityProvider": {"token": token},
         "GpuMem": {"poll_interval": 0.5, "idle_after": 0, "metrics_port": METRICS_PORT, "metrics_ip": "127.0.0.1"},
     }
     (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), str(ROOT)]), JUPYTERHUB_USER=SERVER_ENV_USER,
-               JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), str(ROOT)]),
+        JUPYTERHUB_USER=SERVER_ENV_USER,
+        JUPYTER_CONFIG_DIR=str(tmp / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+    )
     env[ENV_VAR] = str(world_file)
     log = tmp / "server.log"
-    proc = subprocess.Popen([sys.executable, "-m", "jupyter_server"], env=env, cwd=tmp,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server"], env=env, cwd=tmp, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
     return proc, log
 
 
@@ -180,8 +209,11 @@ def test_a_real_prometheus_scrapes_a_server_and_every_dashboard_query_has_data(t
     try:
         jupyter = Http(f"http://127.0.0.1:{SERVER_PORT}{BASE_URL}", token)
         jupyter.wait("api/status", 60, server, server_log)
-        session = jupyter("api/sessions", "POST", {"path": "idle.ipynb", "type": "notebook", "name": "",
-                                                  "kernel": {"name": "python3"}})
+        session = jupyter(
+            "api/sessions",
+            "POST",
+            {"path": "idle.ipynb", "type": "notebook", "name": "", "kernel": {"name": "python3"}},
+        )
         kernel_id = session["kernel"]["id"]
         (kernel,) = jupyter("jupyter-gpumem/api/kernels")["kernels"]
         world.add_process(KERNEL_GPU, kernel["pid"], KERNEL_BYTES)  # the drop-in re-reads the file
@@ -190,17 +222,24 @@ def test_a_real_prometheus_scrapes_a_server_and_every_dashboard_query_has_data(t
         (tmp_path / "tsdb").mkdir()
         prom_log = tmp_path / "prometheus.log"
         prom = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={scrape_config(tmp_path)}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"],
-            stdout=prom_log.open("w"), stderr=subprocess.STDOUT)
+            [
+                PROMETHEUS,
+                f"--config.file={scrape_config(tmp_path)}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+            ],
+            stdout=prom_log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
         api = Http(f"http://127.0.0.1:{PROMETHEUS_PORT}/")
         api.wait("api/v1/status/buildinfo", 30, prom, prom_log)
 
         def query(expr: str) -> list:
             return api("api/v1/query?" + urllib.parse.urlencode({"query": expr}))["data"]["result"]
 
-        wanted = dashboard_queries() + [f"{r['record']}" for g in yaml.safe_load(RULES.read_text())["groups"]
-                                        for r in g["rules"] if "record" in r]
+        wanted = dashboard_queries() + [
+            f"{r['record']}" for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "record" in r
+        ]
         empty = wanted
         deadline = time.monotonic() + 30
         while empty and time.monotonic() < deadline:
@@ -213,7 +252,10 @@ def test_a_real_prometheus_scrapes_a_server_and_every_dashboard_query_has_data(t
         (held,) = query("jupyter_gpumem_kernel_gpu_bytes")
         assert float(held["value"][1]) == KERNEL_BYTES
         assert (held["metric"]["user"], held["metric"]["server_name"], held["metric"]["index"]) == (
-            HUB_USER, "gpu", str(KERNEL_GPU))
+            HUB_USER,
+            "gpu",
+            str(KERNEL_GPU),
+        )
         assert held["metric"]["kernel"] and not {"kernel_id", "notebook_path"} & set(held["metric"])
         assert kernel_id not in json.dumps(query('{job="jupyterhub-singleuser"}'))
         assert not query(f'{{user="{SERVER_ENV_USER}"}}') and not query('{exported_user!=""}')

@@ -18,10 +18,10 @@ from tornado.httpclient import HTTPClientError
 
 from jupyter_gpumem.server import readings as sources_module
 from jupyter_gpumem.server import service as service_module
-from jupyter_gpumem.testing.demo_trace import write_demo_trace
 from jupyter_gpumem.server.metrics import kernel_key
 from jupyter_gpumem.server.readings import ProcessFacts
 from jupyter_gpumem.testing import fake_nvml
+from jupyter_gpumem.testing.demo_trace import write_demo_trace
 
 GiB = 1024**3
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
@@ -87,7 +87,9 @@ async def get_json(jp_fetch, *parts, **params):
 
 async def start_session(jp_fetch, path):
     response = await jp_fetch(
-        "api", "sessions", method="POST",
+        "api",
+        "sessions",
+        method="POST",
         body=json.dumps({"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}}),
     )
     return json.loads(response.body)["kernel"]["id"]
@@ -103,7 +105,12 @@ async def kernel_pid(jp_fetch, kernel_id):
 
 async def test_devices_reports_every_fake_gpu_with_its_memory(jp_fetch, world):
     body = await get_json(jp_fetch, "devices")
-    assert (body["state"], body["source"], body["synthetic"], body["reason"]) == ("ok", "nvml", True, None)  # the fake world
+    assert (body["state"], body["source"], body["synthetic"], body["reason"]) == (
+        "ok",
+        "nvml",
+        True,
+        None,
+    )  # the fake world
     assert [d["index"] for d in body["devices"]] == [0, 1, 2]
     gpu0 = body["devices"][0]
     assert gpu0["total"] == world.gpu(0).total_bytes
@@ -147,7 +154,11 @@ async def test_host_pids_are_not_counted_as_other_processes_while_a_kernel_is_un
     body = await get_json(jp_fetch, "devices", notebook="a.ipynb")
     gpu0 = body["devices"][0]
     assert (gpu0["pids_visible"], gpu0["host_pid_bytes"], gpu0["other_bytes"], gpu0["kernels_bytes"]) == (
-        False, 30 * GiB, 0, 0)
+        False,
+        30 * GiB,
+        0,
+        0,
+    )
     assert [p["kind"] for p in gpu0["processes"]] == ["host_pid"]
 
 
@@ -179,7 +190,9 @@ async def test_kernel_last_activity_is_jupyter_servers_own(jp_fetch, jp_serverap
     (proc,) = [p for p in gpu1["processes"] if p["pid"] == pid]
     latest = jp_serverapp.kernel_manager.get_kernel(kernel_id).last_activity
     assert theirs.endswith("Z") and mine["last_activity"].endswith("Z") and proc["last_activity"].endswith("Z")
-    seen = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in (theirs, mine["last_activity"], proc["last_activity"])]
+    seen = [
+        datetime.fromisoformat(s.replace("Z", "+00:00")) for s in (theirs, mine["last_activity"], proc["last_activity"])
+    ]
     # All read the kernel's one attribute; it may move on (iopub) between the requests.
     assert seen == sorted(seen) and seen[-1] <= latest <= datetime.now(timezone.utc)
 
@@ -202,7 +215,9 @@ async def test_kernel_pid_comes_from_the_kernels_usage_reply(jp_fetch, jp_server
     """ipykernel answers a control-channel ``usage_request`` with its own ``os.getpid()``
     (ipykernel/kernelbase.py, ``usage_request``, 6.10 onwards), not the wrapper's."""
     response = await jp_fetch(
-        "api", "sessions", method="POST",
+        "api",
+        "sessions",
+        method="POST",
         body=json.dumps({"path": "w.ipynb", "type": "notebook", "name": "", "kernel": {"name": wrapped_kernel}}),
     )
     kernel_id = json.loads(response.body)["kernel"]["id"]
@@ -303,7 +318,7 @@ async def test_every_extension_route_is_403_without_a_token(jp_fetch, jp_servera
         path = pattern.removesuffix("$").removesuffix("/?")
         assert path.startswith(jp_base_url) and "(" not in path, pattern
         with pytest.raises(HTTPClientError) as err:
-            await jp_fetch(path[len(jp_base_url):], headers={"Authorization": ""})
+            await jp_fetch(path[len(jp_base_url) :], headers={"Authorization": ""})
         assert err.value.code == 403, path
 
 
@@ -374,7 +389,12 @@ async def test_replay_placeholder_pid_is_joined_to_a_live_kernel(jp_fetch, world
     body = await get_json(jp_fetch, "devices", notebook="demo.ipynb")
     gpu0 = body["devices"][0]
     (proc,) = [p for p in gpu0["processes"] if p.get("replay_placeholder_pid") == 1]
-    assert (proc["pid"], proc["kind"], proc["kernel_id"], proc["notebook_path"]) == (pid, "kernel", kernel_id, "demo.ipynb")
+    assert (proc["pid"], proc["kind"], proc["kernel_id"], proc["notebook_path"]) == (
+        pid,
+        "kernel",
+        kernel_id,
+        "demo.ipynb",
+    )
     assert gpu0["this_kernel_bytes"] == proc["used"]
     # Only one kernel runs: the second placeholder stays an unmatched process.
     assert [p["kind"] for p in gpu0["processes"] if p.get("replay_placeholder_pid") is None] == ["other"]
@@ -415,8 +435,12 @@ def sample(text: str, name: str, labels: dict) -> list[float]:
     """Values of ``name`` whose labels include ``labels``, read with prometheus_client's own parser."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    return [s.value for family in text_string_to_metric_families(text) for s in family.samples
-            if s.name == name and labels.items() <= s.labels.items()]
+    return [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    ]
 
 
 @pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.2}])
@@ -435,7 +459,9 @@ async def test_a_scrape_alone_starts_the_reader_and_the_next_scrape_has_readings
 
 
 @pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.2, "idle_after": 0}])
-async def test_a_kernel_on_a_gpu_is_exported_and_its_series_go_when_it_shuts_down(jp_fetch, service, world, monkeypatch):
+async def test_a_kernel_on_a_gpu_is_exported_and_its_series_go_when_it_shuts_down(
+    jp_fetch, service, world, monkeypatch
+):
     monkeypatch.setenv("JUPYTERHUB_USER", "mallory")  # the server's own environment names nobody
     kernel_id = await start_session(jp_fetch, "m.ipynb")
     pid = await kernel_pid(jp_fetch, kernel_id)
@@ -450,7 +476,9 @@ async def test_a_kernel_on_a_gpu_is_exported_and_its_series_go_when_it_shuts_dow
         raise AssertionError(f"kernel series {'never appeared' if found else 'stayed'}:\n{text}")
 
     text = await scrape_until(True)
-    mine = dict(kernel=kernel_key(kernel_id), kernel_id=kernel_id, notebook_path="m.ipynb", index="2", uuid=world.gpu(2).uuid)
+    mine = dict(
+        kernel=kernel_key(kernel_id), kernel_id=kernel_id, notebook_path="m.ipynb", index="2", uuid=world.gpu(2).uuid
+    )
     assert "mallory" not in text and "user=" not in text
     assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", mine) == [29 * GiB]
     (idle,) = sample(text, "jupyter_gpumem_kernel_idle_seconds", mine)
@@ -484,7 +512,9 @@ async def test_without_prometheus_authentication_metrics_carry_no_kernel_id_or_n
         return (await jp_fetch("metrics", headers={"Authorization": ""})).body.decode()
 
     text = await kernel_series(anonymous_scrape, kernel_id)
-    assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", {"kernel": kernel_key(kernel_id), "index": "2"}) == [29 * GiB]
+    assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", {"kernel": kernel_key(kernel_id), "index": "2"}) == [
+        29 * GiB
+    ]
     assert kernel_id not in text and "plan.ipynb" not in text
     assert "kernel_id=" not in text and "notebook_path=" not in text
 
@@ -497,12 +527,13 @@ async def listener_get(service, path: str, method: str = "GET"):
     from tornado.httpclient import AsyncHTTPClient
 
     url = f"http://127.0.0.1:{service.metrics_listener.port}{path}"
-    return await AsyncHTTPClient().fetch(url, method=method, raise_error=False,
-                                         body=b"" if method == "POST" else None)
+    return await AsyncHTTPClient().fetch(url, method=method, raise_error=False, body=b"" if method == "POST" else None)
 
 
 @pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.2, "idle_after": 0, "metrics_port": "free"}])
-async def test_the_metrics_listener_serves_the_gauges_without_a_token_and_without_kernel_names(jp_fetch, service, world):
+async def test_the_metrics_listener_serves_the_gauges_without_a_token_and_without_kernel_names(
+    jp_fetch, service, world
+):
     kernel_id = await start_session(jp_fetch, "private/plan.ipynb")
     world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 29 * GiB)
 
@@ -510,10 +541,15 @@ async def test_the_metrics_listener_serves_the_gauges_without_a_token_and_withou
         return (await listener_get(service, "/metrics")).body.decode()
 
     text = await kernel_series(listener_scrape, kernel_id)
-    assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", {"kernel": kernel_key(kernel_id), "index": "2"}) == [29 * GiB]
+    assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", {"kernel": kernel_key(kernel_id), "index": "2"}) == [
+        29 * GiB
+    ]
     assert kernel_id not in text and "plan.ipynb" not in text
-    assert all(line.startswith(("# HELP jupyter_gpumem_", "# TYPE jupyter_gpumem_", "jupyter_gpumem_"))
-               for line in text.splitlines() if line)  # only this extension's gauges
+    assert all(
+        line.startswith(("# HELP jupyter_gpumem_", "# TYPE jupyter_gpumem_", "jupyter_gpumem_"))
+        for line in text.splitlines()
+        if line
+    )  # only this extension's gauges
 
 
 @pytest.mark.parametrize("gpumem_config", [{"metrics_port": "free"}])
@@ -523,8 +559,9 @@ async def test_the_metrics_listener_answers_nothing_but_get_metrics(jp_fetch, se
     assert (await listener_get(service, "/metrics", method="POST")).code == 405
 
 
-@pytest.mark.parametrize("gpumem_config", [{"poll_interval": 0.2, "idle_after": 0, "metrics_port": "free",
-                                            "metrics_kernel_names": True}])
+@pytest.mark.parametrize(
+    "gpumem_config", [{"poll_interval": 0.2, "idle_after": 0, "metrics_port": "free", "metrics_kernel_names": True}]
+)
 async def test_the_metrics_listener_names_kernels_where_the_operator_asks(jp_fetch, service, world):
     kernel_id = await start_session(jp_fetch, "shared.ipynb")
     world.add_process(2, await kernel_pid(jp_fetch, kernel_id), 29 * GiB)
@@ -533,7 +570,9 @@ async def test_the_metrics_listener_names_kernels_where_the_operator_asks(jp_fet
         return (await listener_get(service, "/metrics")).body.decode()
 
     text = await kernel_series(listener_scrape, kernel_id)
-    assert sample(text, "jupyter_gpumem_kernel_gpu_bytes", {"kernel_id": kernel_id, "notebook_path": "shared.ipynb"}) == [29 * GiB]
+    assert sample(
+        text, "jupyter_gpumem_kernel_gpu_bytes", {"kernel_id": kernel_id, "notebook_path": "shared.ipynb"}
+    ) == [29 * GiB]
 
 
 async def test_an_unchanged_answer_is_a_304_and_a_changed_one_a_200(jp_fetch, service, world):
@@ -585,10 +624,10 @@ async def test_a_close_reason_of_multibyte_characters_is_cut_to_123_bytes_and_st
     """100 emoji (400 bytes of UTF-8) in a parameter name: the reason is cut by bytes, not
     characters; tornado refuses a close frame over 125 bytes (tornado/websocket.py,
     WebSocketProtocol13._write_frame, "control frame payloads may not exceed 125 bytes", 6.5)."""
-    ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws", params={"\U0001F600" * 100: "1"})
+    ws = await jp_ws_fetch("jupyter-gpumem", "api", "devices", "ws", params={"\U0001f600" * 100: "1"})
     assert await asyncio.wait_for(ws.read_message(), 5) is None
     assert ws.close_code == 1008
-    assert ws.close_reason.startswith("unknown query parameter(s) \U0001F600")
+    assert ws.close_reason.startswith("unknown query parameter(s) \U0001f600")
     assert len(ws.close_reason.encode("utf-8")) <= 123
 
 

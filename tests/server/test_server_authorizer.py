@@ -13,8 +13,9 @@ import pytest
 from jupyter_server.auth.authorizer import Authorizer
 from tornado.httpclient import HTTPClientError
 
-from doubles import extension_paths
 from jupyter_gpumem.testing import fake_nvml
+
+from doubles import extension_paths
 
 
 class DeniesKernels(Authorizer):
@@ -36,8 +37,10 @@ def authorizer():
 
 @pytest.fixture
 def jp_server_config(authorizer):
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}, "authorizer_class": authorizer},
-            "GpuMem": {"poll_interval": 0.1}}
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}, "authorizer_class": authorizer},
+        "GpuMem": {"poll_interval": 0.1},
+    }
 
 
 @pytest.fixture
@@ -47,11 +50,12 @@ def world():
 
 
 def parts_of(path, base_url):
-    return [urllib.parse.unquote(p) for p in path[len(base_url):].split("/")]
+    return [urllib.parse.unquote(p) for p in path[len(base_url) :].split("/")]
 
 
 async def test_routes_that_name_kernels_are_refused_when_the_authorizer_denies_kernels(
-        jp_serverapp, jp_fetch, jp_base_url, world):
+    jp_serverapp, jp_fetch, jp_base_url, world
+):
     with pytest.raises(HTTPClientError) as own:
         await jp_fetch("api", "kernels")
     assert own.value.code == 403  # jupyter_server's own kernel list, for comparison
@@ -65,7 +69,8 @@ async def test_routes_that_name_kernels_are_refused_when_the_authorizer_denies_k
 
 
 async def test_the_socket_is_refused_before_the_upgrade_when_the_authorizer_denies_kernels(
-        jp_serverapp, jp_ws_fetch, jp_base_url, world):
+    jp_serverapp, jp_ws_fetch, jp_base_url, world
+):
     paths = extension_paths(jp_serverapp.web_app, websockets=True)
     assert paths
     for path in paths:

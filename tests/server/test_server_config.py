@@ -23,7 +23,11 @@ from jupyter_gpumem.server.config import GpuMem
         ("idle_after", math.inf, "GpuMem.idle_after must be between 0 and 604800 seconds, got inf"),
         ("metrics_port", 65536, "GpuMem.metrics_port must be between 0 and 65535, got 65536"),
         ("metrics_port", -1, "GpuMem.metrics_port must be between 0 and 65535, got -1"),
-        ("cull_idle_after", -8, "GpuMem.cull_idle_after must be between 0 and 2592000 seconds (0 turns culling off), got -8.0"),
+        (
+            "cull_idle_after",
+            -8,
+            "GpuMem.cull_idle_after must be between 0 and 2592000 seconds (0 turns culling off), got -8.0",
+        ),
         ("cull_min_bytes", 0, "GpuMem.cull_min_bytes must be between 1 and 1152921504606846976 bytes, got 0"),
         ("cull_min_bytes", -1, "GpuMem.cull_min_bytes must be between 1 and 1152921504606846976 bytes, got -1"),
         ("cull_warn_before", -300, "GpuMem.cull_warn_before must be between 0 and 2592000 seconds, got -300.0"),
@@ -40,9 +44,16 @@ def test_idle_after_takes_zero_and_a_week():
 
 
 def test_the_edges_of_each_range_are_allowed():
-    c = GpuMem(poll_interval=0.1, idle_intervals=10000, replay_speed=1000, preallocated_fraction=1, kernel_pid_timeout=60)
+    c = GpuMem(
+        poll_interval=0.1, idle_intervals=10000, replay_speed=1000, preallocated_fraction=1, kernel_pid_timeout=60
+    )
     assert (c.poll_interval, c.idle_intervals, c.replay_speed, c.preallocated_fraction, c.kernel_pid_timeout) == (
-        0.1, 10000, 1000, 1, 60)
+        0.1,
+        10000,
+        1000,
+        1,
+        60,
+    )
 
 
 def test_culling_is_off_by_default_with_a_gib_floor_and_a_five_minute_warning():

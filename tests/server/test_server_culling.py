@@ -27,8 +27,14 @@ RULES = {"idle_after": HOUR, "min_bytes": GiB, "warn_before": 300.0}
 
 def kernel(kid, idle_for, state="idle", notebook=None):
     since = datetime.fromtimestamp(NOW - idle_for, tz=timezone.utc) if idle_for is not None else None
-    return KernelInfo(kernel_id=kid, kernel_name="python3", pid=100, notebook_path=notebook,
-                      execution_state=state, last_activity=since)
+    return KernelInfo(
+        kernel_id=kid,
+        kernel_name="python3",
+        pid=100,
+        notebook_path=notebook,
+        execution_state=state,
+        last_activity=since,
+    )
 
 
 def row(kid, used, kind="kernel"):
@@ -37,8 +43,11 @@ def row(kid, used, kind="kernel"):
 
 def report(*devices, source="nvml", state="ok"):
     """A /devices report: each device is a list of process rows, indexed 0, 1, ..."""
-    return {"source": source, "state": state,
-            "devices": [{"index": i, "processes": list(rows)} for i, rows in enumerate(devices)]}
+    return {
+        "source": source,
+        "state": state,
+        "devices": [{"index": i, "processes": list(rows)} for i, rows in enumerate(devices)],
+    }
 
 
 def plan_ids(plan):
@@ -73,13 +82,19 @@ def test_bytes_on_several_gpus_add_up_to_the_minimum():
 
 def test_a_kernel_whose_pid_matches_no_gpu_process_is_never_culled():
     # No row of kind "kernel" names it: its pid is not listed, or NVML lists host pids (containers).
-    plan = cull_plan(report([row(None, 30 * GiB, kind="other"), row(None, 30 * GiB, kind="host_pid")]),
-                     [kernel("a", 10 * HOUR)], NOW, **RULES)
+    plan = cull_plan(
+        report([row(None, 30 * GiB, kind="other"), row(None, 30 * GiB, kind="host_pid")]),
+        [kernel("a", 10 * HOUR)],
+        NOW,
+        **RULES,
+    )
     assert plan_ids(plan) == ([], [])
 
 
 def test_a_reading_older_than_the_last_activity_counts_as_no_idle_time():
-    plan = cull_plan(report([row("a", 5 * GiB)]), [kernel("a", -0.5)], NOW, idle_after=8, min_bytes=GiB, warn_before=300)
+    plan = cull_plan(
+        report([row("a", 5 * GiB)]), [kernel("a", -0.5)], NOW, idle_after=8, min_bytes=GiB, warn_before=300
+    )
     assert [(p.kernel_id, p.idle_seconds) for p in plan.warn] == [("a", 0.0)]
 
 
@@ -101,7 +116,9 @@ def test_a_replay_or_an_unreadable_nvml_culls_nothing(source, state):
 
 def test_the_warning_starts_warn_before_seconds_before_the_cull():
     kernels = [kernel("early", HOUR - 301), kernel("warned", HOUR - 300), kernel("due", HOUR)]
-    plan = cull_plan(report([row("early", 2 * GiB), row("warned", 2 * GiB), row("due", 2 * GiB)]), kernels, NOW, **RULES)
+    plan = cull_plan(
+        report([row("early", 2 * GiB), row("warned", 2 * GiB), row("due", 2 * GiB)]), kernels, NOW, **RULES
+    )
     assert plan_ids(plan) == (["warned"], ["due"])
 
 
@@ -113,19 +130,26 @@ def test_a_warning_longer_than_the_limit_stands_from_the_first_idle_second():
 def test_the_warning_says_what_is_held_where_how_long_idle_and_when_it_ends():
     plan = cull_plan(report([], [], [row("a", 30 * GiB)]), [kernel("a", 55 * 60)], NOW, **RULES)
     assert plan.warn[0].message == (
-        "this kernel holds 30.00 GiB of GPU 2 and has been idle 55 min; it will be shut down in 5 min")
+        "this kernel holds 30.00 GiB of GPU 2 and has been idle 55 min; it will be shut down in 5 min"
+    )
 
 
 def test_annotate_puts_the_pending_cull_on_the_kernels_rows_only():
     r = report([row("a", 30 * GiB), row("b", 30 * GiB), row(None, GiB, kind="other")])
     plan = cull_plan(r, [kernel("a", 55 * 60), kernel("b", 0)], NOW, **RULES)
     rows = annotate(r, plan)["devices"][0]["processes"]
-    assert rows[0]["pending_cull"] == {"cull_at": NOW + 5 * 60, "idle_seconds": 3300.0, "held_bytes": 30 * GiB,
-                                       "message": plan.warn[0].message}
+    assert rows[0]["pending_cull"] == {
+        "cull_at": NOW + 5 * 60,
+        "idle_seconds": 3300.0,
+        "held_bytes": 30 * GiB,
+        "message": plan.warn[0].message,
+    }
     assert rows[1]["pending_cull"] is None and rows[2]["pending_cull"] is None
 
 
-@pytest.mark.parametrize("seconds, words", [(45, "45 s"), (89, "89 s"), (90, "2 min"), (3300, "55 min"), (3 * HOUR, "3.0 h")])
+@pytest.mark.parametrize(
+    "seconds, words", [(45, "45 s"), (89, "89 s"), (90, "2 min"), (3300, "55 min"), (3 * HOUR, "3.0 h")]
+)
 def test_durations_read_as_seconds_minutes_or_hours(seconds, words):
     assert human_duration(seconds) == words
 
@@ -266,20 +290,43 @@ def test_a_server_started_with_the_cull_flags_culls_the_holder_and_keeps_the_oth
     world = scenario("three_gpus")
     world.save(str(world_file))
     port, token = free_port(), "cull-" + os.urandom(8).hex()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), os.getcwd()]), **{ENV_VAR: str(world_file)},
-               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), os.getcwd()]),
+        **{ENV_VAR: str(world_file)},
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
     log = tmp_path / "server.log"
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
-         "--allow-root", "--no-browser", f"--ServerApp.root_dir={tmp_path}", f"--IdentityProvider.token={token}",
-         "--ServerApp.jpserver_extensions=jupyter_gpumem=True",
-         "--GpuMem.cull_idle_after=8", "--GpuMem.cull_min_bytes=1073741824"],
-        env=env, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--port-retries=0",
+            "--allow-root",
+            "--no-browser",
+            f"--ServerApp.root_dir={tmp_path}",
+            f"--IdentityProvider.token={token}",
+            "--ServerApp.jpserver_extensions=jupyter_gpumem=True",
+            "--GpuMem.cull_idle_after=8",
+            "--GpuMem.cull_min_bytes=1073741824",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
 
     def api(path, body=None):
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/{path}", method="POST" if body else "GET",
-                                         data=json.dumps(body).encode() if body else None,
-                                         headers={"Authorization": f"token {token}"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/{path}",
+            method="POST" if body else "GET",
+            data=json.dumps(body).encode() if body else None,
+            headers={"Authorization": f"token {token}"},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
 
@@ -296,11 +343,15 @@ def test_a_server_started_with_the_cull_flags_culls_the_holder_and_keeps_the_oth
                 assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
                 time.sleep(0.2)
         started = time.monotonic()
-        heavy, light = (api("api/sessions", {"path": nb, "type": "notebook", "kernel": {"name": "python3"}})["kernel"]["id"]
-                        for nb in ("heavy.ipynb", "light.ipynb"))
+        heavy, light = (
+            api("api/sessions", {"path": nb, "type": "notebook", "kernel": {"name": "python3"}})["kernel"]["id"]
+            for nb in ("heavy.ipynb", "light.ipynb")
+        )
         pid = None
         while pid is None:  # the listing names the kernel once its pid is known
-            pid = next((k["pid"] for k in api("jupyter-gpumem/api/kernels")["kernels"] if k["kernel_id"] == heavy), None)
+            pid = next(
+                (k["pid"] for k in api("jupyter-gpumem/api/kernels")["kernels"] if k["kernel_id"] == heavy), None
+            )
             time.sleep(0.2)
         world.add_process(2, pid, 5 * GiB)
         world.save(str(world_file))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
@@ -21,13 +21,23 @@ NOW = 1_800_000_000.0
 
 def gpu(*procs, index=0, total=40 * GiB):
     used = sum(p.used_bytes for p in procs) + GiB // 2
-    return DeviceReading(index, "NVIDIA A100-SXM4-40GB", f"GPU-{index}", total, used, total - used,
-                         reserved_bytes=GiB // 2, processes=tuple(procs))
+    return DeviceReading(
+        index,
+        "NVIDIA A100-SXM4-40GB",
+        f"GPU-{index}",
+        total,
+        used,
+        total - used,
+        reserved_bytes=GiB // 2,
+        processes=tuple(procs),
+    )
 
 
 def kernel(kid, pid, state="idle", idle_for=None, launch=None, path=None):
     active = None if idle_for is None else datetime.fromtimestamp(NOW - idle_for, timezone.utc)
-    return KernelInfo(kid, "python3", pid, path or f"{kid}.ipynb", state, last_activity=active, launch_preallocates=launch)
+    return KernelInfo(
+        kid, "python3", pid, path or f"{kid}.ipynb", state, last_activity=active, launch_preallocates=launch
+    )
 
 
 def snapshot(devices, kernels, source="nvml", **kw):
@@ -73,8 +83,12 @@ def test_an_idle_kernel_holding_memory_has_every_per_kernel_series():
 
 
 def test_idle_kernel_bytes_count_only_idle_kernels_quiet_for_idle_after():
-    kernels = [kernel("quiet", 11, idle_for=700), kernel("recent", 12, idle_for=10),
-               kernel("busy", 13, state="busy", idle_for=7000), kernel("never", 14)]
+    kernels = [
+        kernel("quiet", 11, idle_for=700),
+        kernel("recent", 12, idle_for=10),
+        kernel("busy", 13, state="busy", idle_for=7000),
+        kernel("never", 14),
+    ]
     procs = [ProcessReading(pid, GiB * n) for pid, n in ((11, 1), (12, 2), (13, 4), (14, 8))]
     expo = exposition(snapshot((gpu(*procs),), kernels, idle_after=600))
     assert series(expo, "jupyter_gpumem_device_idle_kernel_bytes") == [1 * GiB]
@@ -83,10 +97,18 @@ def test_idle_kernel_bytes_count_only_idle_kernels_quiet_for_idle_after():
 
 
 def test_preallocated_comes_from_the_reading_then_the_launch_environment_else_is_absent():
-    kernels = [kernel("big", 11), kernel("off", 12, launch=False), kernel("unsaid", 13), kernel("on_small", 14, launch=True)]
+    kernels = [
+        kernel("big", 11),
+        kernel("off", 12, launch=False),
+        kernel("unsaid", 13),
+        kernel("on_small", 14, launch=True),
+    ]
     procs = [ProcessReading(11, 30 * GiB), ProcessReading(12, GiB), ProcessReading(13, GiB), ProcessReading(14, GiB)]
     expo = exposition(snapshot((gpu(*procs, total=80 * GiB),), kernels))
-    got = {kid: series(expo, "jupyter_gpumem_kernel_preallocated", kernel_id=kid) for kid in ("big", "off", "unsaid", "on_small")}
+    got = {
+        kid: series(expo, "jupyter_gpumem_kernel_preallocated", kernel_id=kid)
+        for kid in ("big", "off", "unsaid", "on_small")
+    }
     # 30 of 80 GiB is under the 0.7 share: "big" is not shown preallocated by the reading either.
     assert got == {"big": [], "off": [0.0], "unsaid": [], "on_small": []}
     expo = exposition(snapshot((gpu(ProcessReading(12, 60 * GiB), total=80 * GiB),), [kernel("off", 12, launch=False)]))
@@ -128,32 +150,56 @@ def test_a_snapshot_past_its_max_age_is_not_exported():
     assert g.collect() == []
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({}, None),
-    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, False),
-    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "False"}, False),
-    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "0"}, False),
-    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, True),
-    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "no"}, True),  # anything else turns it on
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, None),
+        ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, False),
+        ({"XLA_PYTHON_CLIENT_PREALLOCATE": "False"}, False),
+        ({"XLA_PYTHON_CLIENT_PREALLOCATE": "0"}, False),
+        ({"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, True),
+        ({"XLA_PYTHON_CLIENT_PREALLOCATE": "no"}, True),  # anything else turns it on
+    ],
+)
 def test_launch_environment_preallocation_as_jaxlib_reads_it(env, expected):
     """jaxlib 0.10.2, xla_client.generate_pjrt_gpu_plugin_options: ``preallocate not in
     ('false', 'False', '0')`` when the variable is set; the allocator name is lower-cased."""
     assert launch_preallocates(env, "0.11.2") is expected
 
 
-@pytest.mark.parametrize("env, jax_version, expected", [
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "0.11.2", False),
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "PLATFORM", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, "0.9.2", False),
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "0.10.2", None),  # BFC there: JAX's default, unless the notebook changes it
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, "0.10.1", True),
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, "0.10.2", False),
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "address"}, "0.12.0.1", False),
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "address", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, "0.10.2", False),  # refused: CPU
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, None, None),  # no JAX here to say which
-    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "0.13.0", None),  # a release not read
-], ids=["platform-0.11", "platform-0.9", "platform-is-bfc-0.10.2", "platform-is-bfc-0.10.1-on", "platform-0.10.2-off",
-        "address-0.12", "address-refused-0.10.2", "no-jax", "unread-release"])
+@pytest.mark.parametrize(
+    "env, jax_version, expected",
+    [
+        ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "0.11.2", False),
+        ({"XLA_PYTHON_CLIENT_ALLOCATOR": "PLATFORM", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, "0.9.2", False),
+        (
+            {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"},
+            "0.10.2",
+            None,
+        ),  # BFC there: JAX's default, unless the notebook changes it
+        ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, "0.10.1", True),
+        ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, "0.10.2", False),
+        ({"XLA_PYTHON_CLIENT_ALLOCATOR": "address"}, "0.12.0.1", False),
+        (
+            {"XLA_PYTHON_CLIENT_ALLOCATOR": "address", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"},
+            "0.10.2",
+            False,
+        ),  # refused: CPU
+        ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, None, None),  # no JAX here to say which
+        ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "0.13.0", None),  # a release not read
+    ],
+    ids=[
+        "platform-0.11",
+        "platform-0.9",
+        "platform-is-bfc-0.10.2",
+        "platform-is-bfc-0.10.1-on",
+        "platform-0.10.2-off",
+        "address-0.12",
+        "address-refused-0.10.2",
+        "no-jax",
+        "unread-release",
+    ],
+)
 def test_the_launch_rule_for_platform_and_address_follows_the_jax_release(env, jax_version, expected):
     """``platform`` is BFC on JAX 0.10.1 and 0.10.2 only (jax#39145: openxla/xla#41761 gave the
     backend a BFC allocator the PJRT client falls back to; openxla/xla#45668 undid it for 0.11.0),
@@ -186,8 +232,10 @@ def test_launch_env_is_the_session_env_then_the_kernelspec_env():
 
 
 def test_without_kernel_names_no_kernel_id_or_notebook_path_is_exported_and_kernels_stay_apart():
-    snap = snapshot((gpu(ProcessReading(11, 5 * GiB), ProcessReading(12, 6 * GiB)),),
-                    [kernel("k1", 11, path="secret/plan.ipynb"), kernel("k2", 12)])
+    snap = snapshot(
+        (gpu(ProcessReading(11, 5 * GiB), ProcessReading(12, 6 * GiB)),),
+        [kernel("k1", 11, path="secret/plan.ipynb"), kernel("k2", 12)],
+    )
     text = "\n".join(exposition(snap, kernel_names=False))
     assert "k1" not in text.replace(kernel_key("k1"), "") and "secret" not in text
     assert "kernel_id=" not in text and "notebook_path=" not in text
@@ -202,8 +250,10 @@ def test_the_kernel_label_is_the_same_for_one_kernel_and_differs_between_kernels
 
 def test_a_200000_character_notebook_path_is_a_label_of_at_most_the_cap_and_two_stay_distinct():
     long_a, long_b = "a" * 200_000 + ".ipynb", "a" * 200_000 + "b.ipynb"
-    snap = snapshot((gpu(ProcessReading(11, 5 * GiB), ProcessReading(12, 6 * GiB)),),
-                    [kernel("k1", 11, path=long_a), kernel("k2", 12, path=long_b)])
+    snap = snapshot(
+        (gpu(ProcessReading(11, 5 * GiB), ProcessReading(12, 6 * GiB)),),
+        [kernel("k1", 11, path=long_a), kernel("k2", 12, path=long_b)],
+    )
     expo = exposition(snap)
     paths = {k.split('notebook_path="')[1].split('"')[0] for k in expo if "notebook_path=" in k}
     assert len(paths) == 2 and all(len(p) == MAX_LABEL_CHARS and "…" in p for p in paths)

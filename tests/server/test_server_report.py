@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from prometheus_client import REGISTRY, generate_latest
 
-from jupyter_gpumem.core.readings import NO_DRIVER, DeviceReading, NotAvailable, PIDS_HIDDEN, ProcessReading
+from jupyter_gpumem.core.readings import NO_DRIVER, PIDS_HIDDEN, DeviceReading, NotAvailable, ProcessReading
 from jupyter_gpumem.server.device_report import build_devices_report, suggested_fraction
 from jupyter_gpumem.server.kernels import KernelInfo, last_activity, provisioner_pid
 from jupyter_gpumem.server.metrics import gauges, kernel_key, snapshot_from
@@ -23,8 +23,17 @@ ME = 1000
 
 def gpu(*procs, index=0, total=40 * GiB, **kw):
     used = sum(p.used_bytes for p in procs if isinstance(p.used_bytes, int)) + GiB // 2
-    return DeviceReading(index, "NVIDIA A100-SXM4-40GB", f"GPU-{index}", total, used, total - used,
-                         reserved_bytes=GiB // 2, processes=tuple(procs), **kw)
+    return DeviceReading(
+        index,
+        "NVIDIA A100-SXM4-40GB",
+        f"GPU-{index}",
+        total,
+        used,
+        total - used,
+        reserved_bytes=GiB // 2,
+        processes=tuple(procs),
+        **kw,
+    )
 
 
 def kernel(kid, pid, path=None):
@@ -42,7 +51,12 @@ def report(reading, kernels=(), **kw):
 def test_process_of_a_kernel_carries_its_kernel_and_notebook():
     body = report(live(gpu(ProcessReading(11, 5 * GiB))), [kernel("k1", 11, "a.ipynb")])
     (proc,) = body["devices"][0]["processes"]
-    assert (proc["kind"], proc["kernel_id"], proc["notebook_path"], proc["preallocated"]) == ("kernel", "k1", "a.ipynb", None)
+    assert (proc["kind"], proc["kernel_id"], proc["notebook_path"], proc["preallocated"]) == (
+        "kernel",
+        "k1",
+        "a.ipynb",
+        None,
+    )
 
 
 def test_kernel_last_activity_is_iso_utc_with_z_or_null():
@@ -117,7 +131,11 @@ def test_a_pid_that_is_no_process_here_may_be_an_unmatched_kernel_and_is_not_vis
     body = report(live(gpu(ProcessReading(99, 8 * GiB)), facts=facts), [kernel("k1", 11)])
     dev = body["devices"][0]
     assert (dev["pids_visible"], dev["processes"][0]["kind"], dev["host_pid_bytes"], dev["other_bytes"]) == (
-        False, "host_pid", 8 * GiB, 0)
+        False,
+        "host_pid",
+        8 * GiB,
+        0,
+    )
     assert "PID namespace" in dev["pids_reason"]
 
 
@@ -152,7 +170,11 @@ def test_two_kernels_filling_a_gpu_after_one_preallocated_is_an_overcommit_warni
     body = report(reading, [kernel("k1", 11, "a.ipynb"), kernel("k2", 12, "b.ipynb")])
     (warning,) = body["warnings"]
     assert (warning["kind"], warning["device"], warning["kernels"], warning["suggested_fraction"]) == (
-        "overcommit", 0, ["k1", "k2"], 0.45)
+        "overcommit",
+        0,
+        ["k1", "k2"],
+        0.45,
+    )
     assert "a.ipynb" in warning["message"]
 
 
@@ -173,8 +195,13 @@ def test_suggested_fraction_is_a_share_less_a_margin():
 
 
 def test_replay_placeholder_pids_map_to_kernels_in_order():
-    reading = Reading(t=1.0, devices=(gpu(ProcessReading(1, 5 * GiB), ProcessReading(2, 3 * GiB)),),
-                      source="replay", synthetic=True, placeholder_pids=(1, 2))
+    reading = Reading(
+        t=1.0,
+        devices=(gpu(ProcessReading(1, 5 * GiB), ProcessReading(2, 3 * GiB)),),
+        source="replay",
+        synthetic=True,
+        placeholder_pids=(1, 2),
+    )
     body = report(reading, [kernel("k1", 501, "a.ipynb"), kernel("k2", 502, "b.ipynb")])
     procs = body["devices"][0]["processes"]
     assert [(p["pid"], p["kernel_id"], p["replay_placeholder_pid"]) for p in procs] == [(501, "k1", 1), (502, "k2", 2)]

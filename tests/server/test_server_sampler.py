@@ -6,8 +6,8 @@ import asyncio
 import threading
 import time
 
-from jupyter_gpumem.server.shared_sampler import SharedSampler
 from jupyter_gpumem.server.readings import Reading
+from jupyter_gpumem.server.shared_sampler import SharedSampler
 
 
 class CountingSource:

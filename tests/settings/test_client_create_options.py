@@ -23,12 +23,12 @@ import sys
 
 import pytest
 
+from jupyter_gpumem.core.readings import AllocatorSettings, NotAvailable
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.settings.apply import BackendStartedError, SettingsError, validate
 from jupyter_gpumem.settings.client_create_options import parse
-from jupyter_gpumem.core.readings import AllocatorSettings, NotAvailable
-from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.settings.status import status
+from jupyter_gpumem.sources import jax_backend
 
 pytestmark = pytest.mark.jax_versions
 
@@ -37,9 +37,15 @@ NO_NVML = NotAvailable("no_library", "synthetic: no NVML in this test")
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
-    for var in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION",
-                "XLA_PYTHON_CLIENT_ALLOCATOR", "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC", "TF_GPU_ALLOCATOR",
-                "JAX_PJRT_CLIENT_CREATE_OPTIONS"):
+    for var in (
+        "XLA_PYTHON_CLIENT_PREALLOCATE",
+        "XLA_CLIENT_MEM_FRACTION",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION",
+        "XLA_PYTHON_CLIENT_ALLOCATOR",
+        "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC",
+        "TF_GPU_ALLOCATOR",
+        "JAX_PJRT_CLIENT_CREATE_OPTIONS",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -63,10 +69,17 @@ def _by_name(report) -> dict:
         ("allocator:cuda_async", {"allocator": "cuda_async"}, None),
         ("allocator:cuda_async;preallocate:false", {"allocator": "cuda_async", "preallocate": "false"}, None),
         ({"memory_fraction": 0.5, "preallocate": False}, {"memory_fraction": 0.5, "preallocate": False}, None),
-        ("allocator:a:b", {}, "Multiple ':' separators for option in jax_pjrt_client_create_options: 'allocator:a:b'. "
-                             "Should be in format 'key:value'"),
-        ("allocator:bfc;", {}, "Multiple ':' separators for option in jax_pjrt_client_create_options: ''. "
-                               "Should be in format 'key:value'"),
+        (
+            "allocator:a:b",
+            {},
+            "Multiple ':' separators for option in jax_pjrt_client_create_options: 'allocator:a:b'. "
+            "Should be in format 'key:value'",
+        ),
+        (
+            "allocator:bfc;",
+            {},
+            "Multiple ':' separators for option in jax_pjrt_client_create_options: ''. Should be in format 'key:value'",
+        ),
     ],
 )
 def test_the_option_is_parsed_as_xla_bridge_parses_it(raw, options, error):
@@ -87,7 +100,9 @@ def test_status_shows_settings_from_the_create_options_over_the_environment(monk
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
     config_holds(monkeypatch, {"allocator": "cuda_async", "preallocate": False, "memory_fraction": 0.5})
     settings = _by_name(status(NO_NVML))
-    assert {n: (s.value, s.source, s.config_option) for n, s in settings.items() if n != "remat" and n != "async_prealloc"} == {
+    assert {
+        n: (s.value, s.source, s.config_option) for n, s in settings.items() if n != "remat" and n != "async_prealloc"
+    } == {
         "allocator": ("cuda_async", "jax.config", "jax_pjrt_client_create_options"),
         "preallocate": (False, "jax.config", "jax_pjrt_client_create_options"),
         "fraction": (0.5, "jax.config", "jax_pjrt_client_create_options"),
@@ -104,12 +119,22 @@ def test_status_text_names_the_config_option_as_the_setting_s_home(monkeypatch):
 def test_status_warns_that_an_overridden_variable_has_no_effect(monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "bfc")
     config_holds(monkeypatch, "allocator:cuda_async")
-    assert [w for w in status(NO_NVML).warnings
-            if w.startswith("XLA_PYTHON_CLIENT_ALLOCATOR is set, but jax.config's jax_pjrt_client_create_options")]
+    assert [
+        w
+        for w in status(NO_NVML).warnings
+        if w.startswith("XLA_PYTHON_CLIENT_ALLOCATOR is set, but jax.config's jax_pjrt_client_create_options")
+    ]
 
 
-@pytest.mark.parametrize("raw, key", [("preallocate:false", "preallocate"), ("memory_fraction:0.5", "memory_fraction"),
-                                      ({"memory_fraction": 1}, "memory_fraction"), ({"preallocate": 0}, "preallocate")])
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ("preallocate:false", "preallocate"),
+        ("memory_fraction:0.5", "memory_fraction"),
+        ({"memory_fraction": 1}, "memory_fraction"),
+        ({"preallocate": 0}, "preallocate"),
+    ],
+)
 def test_status_warns_of_a_create_option_the_cuda_plugin_refuses_for_its_type(monkeypatch, raw, key):
     config_holds(monkeypatch, raw)
     said = [w for w in status(NO_NVML).warnings if f"gives {key} as" in w]
@@ -155,7 +180,9 @@ def test_a_setting_the_create_options_do_not_name_is_still_written(monkeypatch):
 def test_after_start_the_refusal_names_the_config_option_as_in_effect(monkeypatch):
     config_holds(monkeypatch, {"allocator": "cuda_async"})
     monkeypatch.setattr(allocator_shim, "backend_started", lambda: True)
-    with pytest.raises(BackendStartedError, match=r"allocator is cuda_async \(jax.config jax_pjrt_client_create_options\)"):
+    with pytest.raises(
+        BackendStartedError, match=r"allocator is cuda_async \(jax.config jax_pjrt_client_create_options\)"
+    ):
         validate(AllocatorSettings(allocator="bfc"))
 
 
@@ -199,11 +226,12 @@ print("RESULT=" + json.dumps({{
 def _child(before: str, env: dict[str, str]) -> dict:
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "TF_", "JAX_"))}
     child_env.update(env, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, "-c", _CHILD.format(before=before)], capture_output=True, text=True,
-                          env=child_env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(before=before)], capture_output=True, text=True, env=child_env, timeout=120
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT=")]
     assert proc.returncode == 0 and lines, proc.stderr
-    return json.loads(lines[-1][len("RESULT="):])
+    return json.loads(lines[-1][len("RESULT=") :])
 
 
 def test_before_jax_is_imported_the_variable_jax_will_read_is_used_without_importing_jax():

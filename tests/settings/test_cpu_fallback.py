@@ -18,25 +18,32 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpumem.kernel import comm as kernel_comm
-from jupyter_gpumem.settings.cpu_fallback import CpuFallback, cpu_fallback, plugin_command, read_cpu_fallback
+from jupyter_gpumem.core.readings import DeviceReading, JaxDeviceReading, NotAvailable, ProcessReading, Sample
 from jupyter_gpumem.doctor.oom_readings import OomReadings
 from jupyter_gpumem.doctor.oom_rules import advise
-from jupyter_gpumem.core.readings import DeviceReading, JaxDeviceReading, NotAvailable, ProcessReading, Sample
+from jupyter_gpumem.kernel import comm as kernel_comm
 from jupyter_gpumem.monitor.series import notes_for
+from jupyter_gpumem.settings.cpu_fallback import CpuFallback, cpu_fallback, plugin_command, read_cpu_fallback
+from jupyter_gpumem.settings.status import status
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.sources.jax_backend import BackendDevice, BackendInfo
-from jupyter_gpumem.settings.status import status
 from jupyter_gpumem.testing import DROPIN_DIR, fake_nvml
 
 pytestmark = pytest.mark.jax_versions
 
 ROOT = Path(__file__).resolve().parents[2]
 GiB = 1024**3
-ON_CPU = BackendInfo(started=True, jax_imported=True, jax_version="0.0-synthetic", platform="cpu",
-                     devices=(BackendDevice(0, "cpu", "cpu"),))
-SENTENCE = ('NVML sees 3 GPUs, but JAX runs on the CPU: JAX\'s CUDA plugin is not installed. '
-            'Fix: pip install -U "jax[cuda12]", then restart the kernel.')
+ON_CPU = BackendInfo(
+    started=True,
+    jax_imported=True,
+    jax_version="0.0-synthetic",
+    platform="cpu",
+    devices=(BackendDevice(0, "cpu", "cpu"),),
+)
+SENTENCE = (
+    "NVML sees 3 GPUs, but JAX runs on the CPU: JAX's CUDA plugin is not installed. "
+    'Fix: pip install -U "jax[cuda12]", then restart the kernel.'
+)
 
 
 @pytest.fixture(autouse=True)
@@ -54,13 +61,20 @@ def jax_on_cpu(monkeypatch):
 # --- the fix line --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cuda, line", [
-    (12040, 'pip install -U "jax[cuda12]"'),
-    (13000, 'pip install -U "jax[cuda13]"'),
-    (None, 'pip install -U "jax[cuda12]"   (or pip install -U "jax[cuda13]" where the driver supports CUDA 13)'),
-    (11080, 'upgrade the NVIDIA driver (it runs CUDA 11.8; JAX\'s CUDA plugins need CUDA 12 or later), '
-            'then pip install -U "jax[cuda12]"'),
-], ids=["cuda-12.4-driver", "cuda-13.0-driver", "unknown", "cuda-11.8-driver"])
+@pytest.mark.parametrize(
+    "cuda, line",
+    [
+        (12040, 'pip install -U "jax[cuda12]"'),
+        (13000, 'pip install -U "jax[cuda13]"'),
+        (None, 'pip install -U "jax[cuda12]"   (or pip install -U "jax[cuda13]" where the driver supports CUDA 13)'),
+        (
+            11080,
+            "upgrade the NVIDIA driver (it runs CUDA 11.8; JAX's CUDA plugins need CUDA 12 or later), "
+            'then pip install -U "jax[cuda12]"',
+        ),
+    ],
+    ids=["cuda-12.4-driver", "cuda-13.0-driver", "unknown", "cuda-11.8-driver"],
+)
 def test_the_plugin_to_install_follows_the_driver_s_cuda_version(cuda, line):
     assert plugin_command(cuda) == line
 
@@ -71,8 +85,11 @@ def test_a_plugin_error_jax_recorded_is_the_fix_shown():
     assert found.sentence() == "NVML sees 2 GPUs, but JAX runs on the CPU: the CUDA backend failed to start: synthetic."
 
 
-@pytest.mark.parametrize("platform, gpus, requested", [("cuda", 3, False), ("cpu", 0, False), ("cpu", 3, True)],
-                         ids=["on-a-gpu", "no-gpus", "cpu-asked-for"])
+@pytest.mark.parametrize(
+    "platform, gpus, requested",
+    [("cuda", 3, False), ("cpu", 0, False), ("cpu", 3, True)],
+    ids=["on-a-gpu", "no-gpus", "cpu-asked-for"],
+)
 def test_no_warning_unless_jax_is_on_the_cpu_beside_gpus_unasked(platform, gpus, requested):
     assert cpu_fallback(platform, gpus, cpu_requested=requested) is None
 
@@ -112,8 +129,18 @@ def test_the_panel_s_snapshot_carries_the_warning(jax_on_cpu, monkeypatch):
 
 def _cpu_beside_three_gpus() -> Sample:
     # synthetic readings: three GPUs, the last idle; JAX's one device is the CPU
-    gpus = tuple(DeviceReading(i, "Synthetic GPU", f"GPU-{i}", 40 * GiB, GiB, 39 * GiB,
-                               processes=() if i == 2 else (ProcessReading(999, GiB),)) for i in range(3))
+    gpus = tuple(
+        DeviceReading(
+            i,
+            "Synthetic GPU",
+            f"GPU-{i}",
+            40 * GiB,
+            GiB,
+            39 * GiB,
+            processes=() if i == 2 else (ProcessReading(999, GiB),),
+        )
+        for i in range(3)
+    )
     cpu = JaxDeviceReading(0, "cpu", "cpu", None, NotAvailable("no_stats", "the CPU keeps no allocator statistics"))
     return Sample(t=1.0, pid=4242, devices=gpus, jax=(cpu,))
 
@@ -124,8 +151,15 @@ def test_the_monitor_notes_each_gpu_that_jax_runs_on_the_cpu():
 
 
 def test_the_oom_advice_puts_the_gpus_before_host_memory():
-    r = OomReadings(requested=16 * 2**40, device_total=64 * GiB, platform="cpu", visible_gpus=3, idle_gpus=1,
-                    gpu_fix='pip install -U "jax[cuda12]"', synthetic=True)
+    r = OomReadings(
+        requested=16 * 2**40,
+        device_total=64 * GiB,
+        platform="cpu",
+        visible_gpus=3,
+        idle_gpus=1,
+        gpu_fix='pip install -U "jax[cuda12]"',
+        synthetic=True,
+    )
     fixes = advise(r)
     assert [f.kind for f in fixes] == ["cpu_beside_gpus", "too_large"]
     assert fixes[0].title == "JAX runs on the CPU, but NVML sees 3 GPUs, 1 of them idle"
@@ -170,8 +204,11 @@ print(json.dumps({
 @pytest.fixture(scope="module")
 def faces():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_", "CUDA_"))}
-    env.update(PYTHONPATH=os.pathsep.join([DROPIN_DIR, str(ROOT)]), JUPYTER_GPUMEM_FAKE_NVML="three_gpus",
-               TF_CPP_MIN_LOG_LEVEL="3")
+    env.update(
+        PYTHONPATH=os.pathsep.join([DROPIN_DIR, str(ROOT)]),
+        JUPYTER_GPUMEM_FAKE_NVML="three_gpus",
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -190,8 +227,11 @@ def test_real_cpu_jax_monitor_says_so(faces):
 
 
 def test_real_cpu_jax_oom_report_leads_with_the_gpus(faces):
-    assert faces["oom"][0] == ["cpu_beside_gpus", "JAX runs on the CPU, but NVML sees 3 GPUs, 1 of them idle",
-                               'pip install -U "jax[cuda12]"']
+    assert faces["oom"][0] == [
+        "cpu_beside_gpus",
+        "JAX runs on the CPU, but NVML sees 3 GPUs, 1 of them idle",
+        'pip install -U "jax[cuda12]"',
+    ]
     assert [kind for kind, _, _ in faces["oom"]][1:2] == ["too_large"]
 
 
@@ -239,8 +279,12 @@ print(json.dumps({
 def _fresh(script: str, **extra_env: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_", "CUDA_"))}
     inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []  # a JAX put first on the path
-    env.update(PYTHONPATH=os.pathsep.join([DROPIN_DIR, str(ROOT), *inherited]), JUPYTER_GPUMEM_FAKE_NVML="three_gpus",
-               TF_CPP_MIN_LOG_LEVEL="3", **extra_env)
+    env.update(
+        PYTHONPATH=os.pathsep.join([DROPIN_DIR, str(ROOT), *inherited]),
+        JUPYTER_GPUMEM_FAKE_NVML="three_gpus",
+        TF_CPP_MIN_LOG_LEVEL="3",
+        **extra_env,
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -264,7 +308,9 @@ def test_a_cuda_backend_that_fails_to_start_is_raised_once_and_not_recorded(fail
 @pytest.mark.jax_versions
 def test_a_cuda_backend_that_failed_to_start_is_named_even_without_a_record(failed_start):
     reason = failed_start["reason_without_record"]
-    assert reason.startswith("the CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible)")
+    assert reason.startswith(
+        "the CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible)"
+    )
     assert "JAX kept no record of why" in reason and "no visible" not in reason
 
 
@@ -272,7 +318,9 @@ def test_a_cuda_backend_that_failed_to_start_is_named_even_without_a_record(fail
 def test_status_and_panel_quote_the_start_error_the_cell_raised(failed_start):
     quoted = "The first operation raised: \"Unable to initialize backend 'cuda': synthetic: CUDA_ERROR_OUT_OF_MEMORY"
     assert quoted in failed_start["status"] and "not installed" not in failed_start["status"]
-    assert failed_start["panel"][0].startswith("NVML sees 3 GPUs, but JAX runs on the CPU: the CUDA backend failed to start")
+    assert failed_start["panel"][0].startswith(
+        "NVML sees 3 GPUs, but JAX runs on the CPU: the CUDA backend failed to start"
+    )
     assert quoted in failed_start["panel"][0]
 
 
@@ -314,5 +362,7 @@ def test_a_cpu_chosen_through_jax_config_is_said_as_a_choice_not_a_missing_plugi
 def test_the_oom_report_gives_the_failed_start_as_the_gpu_fix(failed_start):
     kind, _, action = failed_start["oom"][0]
     assert kind == "cpu_beside_gpus"
-    assert action.startswith("The CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible)")
+    assert action.startswith(
+        "The CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible)"
+    )
     assert "pip install" not in action

@@ -24,6 +24,7 @@ import os
 
 import pytest
 
+from jupyter_gpumem.core.readings import AllocatorSettings, NotAvailable
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.settings.apply import SettingsError, validate
 from jupyter_gpumem.settings.cuda_async_limits import (
@@ -32,9 +33,8 @@ from jupyter_gpumem.settings.cuda_async_limits import (
     fraction_note,
     read_async_prealloc,
 )
-from jupyter_gpumem.core.readings import AllocatorSettings, NotAvailable
-from jupyter_gpumem.sources import jax_backend, jax_options
 from jupyter_gpumem.settings.status import status
+from jupyter_gpumem.sources import jax_backend, jax_options
 
 pytestmark = pytest.mark.jax_versions
 
@@ -211,8 +211,15 @@ def test_applying_does_not_write_an_unreadable_value(monkeypatch):
 # --- the sentences, whole (pure functions of the value) ---------------------------------------
 
 
-@pytest.mark.parametrize("raw, value", [("-9223372036854775808", -(2**63)), ("9223372036854775807", 2**63 - 1),
-                                        ("-9223372036854775809", None), ("9223372036854775808", None)])
+@pytest.mark.parametrize(
+    "raw, value",
+    [
+        ("-9223372036854775808", -(2**63)),
+        ("9223372036854775807", 2**63 - 1),
+        ("-9223372036854775809", None),
+        ("9223372036854775808", None),
+    ],
+)
 def test_async_prealloc_is_read_within_int64_inclusive(raw, value):
     assert read_async_prealloc(raw) == value
 
@@ -245,18 +252,37 @@ def test_the_fraction_note_says_it_is_no_cap():
     )
 
 
-@pytest.mark.parametrize("value, preallocate, note", [
-    (0, False, None),
-    (-2, False, None),
-    (-1, True, "async-prealloc (all) changes nothing while preallocation is on: cuda_async reserves its "
-               "whole pool (total × fraction) and keeps it."),
-    (2 * 1024**3, True, "async-prealloc (2.00 GiB) changes nothing while preallocation is on: cuda_async "
-                        "reserves its whole pool (total × fraction) and keeps it."),
-    (-1, False, "async-prealloc all reserves nothing with preallocation off: `all` means the pool's release "
-                "threshold, which is 0 then."),
-    (1, False, "async-prealloc (1 B) is not kept: with preallocation off the pool's release threshold is 0, "
-               "so the bytes cuda_async allocates and frees at start go back to the driver at the next "
-               "synchronisation."),
-])
+@pytest.mark.parametrize(
+    "value, preallocate, note",
+    [
+        (0, False, None),
+        (-2, False, None),
+        (
+            -1,
+            True,
+            "async-prealloc (all) changes nothing while preallocation is on: cuda_async reserves its "
+            "whole pool (total × fraction) and keeps it.",
+        ),
+        (
+            2 * 1024**3,
+            True,
+            "async-prealloc (2.00 GiB) changes nothing while preallocation is on: cuda_async "
+            "reserves its whole pool (total × fraction) and keeps it.",
+        ),
+        (
+            -1,
+            False,
+            "async-prealloc all reserves nothing with preallocation off: `all` means the pool's release "
+            "threshold, which is 0 then.",
+        ),
+        (
+            1,
+            False,
+            "async-prealloc (1 B) is not kept: with preallocation off the pool's release threshold is 0, "
+            "so the bytes cuda_async allocates and frees at start go back to the driver at the next "
+            "synchronisation.",
+        ),
+    ],
+)
 def test_the_async_prealloc_note_for_each_case(value, preallocate, note):
     assert async_prealloc_note(value, preallocate) == note

@@ -48,8 +48,13 @@ print(json.dumps({{"platform": device.platform, "total": total,
 
 def _run(line: str, share: float = 0.0) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "TF_CUDA", "TF_GPU", "JAX_PJRT"))}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT.format(line=line, share=share)], capture_output=True,
-                          text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(line=line, share=share)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["platform"] in ("gpu", "cuda"), "JAX fell back to the CPU"

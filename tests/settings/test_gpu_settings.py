@@ -38,7 +38,9 @@ print(json.dumps({{"share": mine / total, "mine": mine, "platform": reading.plat
 
 def _share_after_first_op(line: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "TF_CUDA", "TF_GPU"))}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT.format(line=line)], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(line=line)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["platform"] == "gpu", "JAX fell back to the CPU"

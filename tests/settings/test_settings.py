@@ -50,7 +50,7 @@ def _run_child(body: str, env: dict[str, str] | None = None) -> dict:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=child_env, timeout=120)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT=")]
     assert proc.returncode == 0 and lines, f"child failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(lines[-1][len("RESULT="):])
+    return json.loads(lines[-1][len("RESULT=") :])
 
 
 # Each scenario needs its own interpreter; two run at a time so the module stays quick.
@@ -282,8 +282,18 @@ def test_address_allocator_follows_what_the_installed_jax_accepts():
         assert "valid: default, bfc" in r["cell"]["error"]
 
 
-HEAVY = ("jax", "jaxlib", "pynvml", "plotly", "ipywidgets", "jupyter_gpumem.doctor.after_cell", "jupyter_gpumem.doctor.report",
-         "jupyter_gpumem.doctor.arrays", "jupyter_gpumem.settings.apply", "jupyter_gpumem.sources.jax_backend")
+HEAVY = (
+    "jax",
+    "jaxlib",
+    "pynvml",
+    "plotly",
+    "ipywidgets",
+    "jupyter_gpumem.doctor.after_cell",
+    "jupyter_gpumem.doctor.report",
+    "jupyter_gpumem.doctor.arrays",
+    "jupyter_gpumem.settings.apply",
+    "jupyter_gpumem.sources.jax_backend",
+)
 LOADING = scenario(f"""
 R["loaded"] = [m for m in {HEAVY!r} if m in sys.modules]
 R["magic"] = "gpumem" in shell.magics_manager.magics["line"]

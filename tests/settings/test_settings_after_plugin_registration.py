@@ -54,16 +54,20 @@ print(json.dumps({
 }))
 """
 
-_NO_CUDA_BACKEND = """
+_NO_CUDA_BACKEND = (
+    """
 import json, os
 import jax
 try:
     jax.devices()  # JAX_PLATFORMS=cuda, and no CUDA backend here
 except (RuntimeError, AssertionError) as err:  # AssertionError: no /dev/nvidia0, cuda skipped
     pass
-""" + _ASK
+"""
+    + _ASK
+)
 
-_CUDA_PLUGIN_THAT_FAILED = """
+_CUDA_PLUGIN_THAT_FAILED = (
+    """
 import functools, json, os
 os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
 import jax
@@ -84,7 +88,9 @@ except RuntimeError as err:
     import sys
     sys.last_value = err  # what IPython's _get_exc_info keeps of the failed cell
 del os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"]  # what it says now is not what the plugin read
-""" + _ASK
+"""
+    + _ASK
+)
 
 
 def _fresh(script: str, **env_extra: str) -> dict:

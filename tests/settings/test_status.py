@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpumem.core.readings import DeviceReading, DeviceUnreadable, NotAvailable
-from jupyter_gpumem.sources.jax_backend import BackendDevice, BackendInfo
 from jupyter_gpumem.settings.status import StatusReport, display_gpu_warnings, status
+from jupyter_gpumem.sources.jax_backend import BackendDevice, BackendInfo
 from jupyter_gpumem.testing import fake_nvml
 
 NO_NVML = NotAvailable("no_library", "synthetic: no NVML in this test")
@@ -30,8 +30,15 @@ def clean_env(monkeypatch):
 
 def _gpu(index: int, display: bool) -> DeviceReading:
     # synthetic readings
-    return DeviceReading(index=index, name="Synthetic GPU", uuid=f"GPU-synthetic-{index}", total_bytes=8 << 30,
-                         used_bytes=1 << 30, free_bytes=7 << 30, display_active=display)
+    return DeviceReading(
+        index=index,
+        name="Synthetic GPU",
+        uuid=f"GPU-synthetic-{index}",
+        total_bytes=8 << 30,
+        used_bytes=1 << 30,
+        free_bytes=7 << 30,
+        display_active=display,
+    )
 
 
 def _by_name(report: StatusReport) -> dict:
@@ -123,14 +130,24 @@ def test_html_report_is_a_table_with_escaped_text(monkeypatch):
 def test_json_report_carries_settings_backend_and_warnings():
     data = status(NO_NVML).to_json()
     assert [s["name"] for s in data["settings"]] == ["preallocate", "fraction", "allocator", "async_prealloc", "remat"]
-    assert set(data["backend"]) == {"started", "jax_imported", "jax_version", "platform", "devices", "fallback_reason",
-                                    "error"}
+    assert set(data["backend"]) == {
+        "started",
+        "jax_imported",
+        "jax_version",
+        "platform",
+        "devices",
+        "fallback_reason",
+        "error",
+    }
     assert data["warnings"] == []
 
 
 def test_backend_line_explains_a_cpu_fallback():
     backend = BackendInfo(
-        started=True, jax_imported=True, jax_version="0.0.0", platform="cpu",
+        started=True,
+        jax_imported=True,
+        jax_version="0.0.0",
+        platform="cpu",
         devices=(BackendDevice(id=0, kind="cpu", platform="cpu"),),
         fallback_reason="the CUDA backend failed to start: synthetic error",
     )

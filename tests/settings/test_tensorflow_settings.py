@@ -23,7 +23,7 @@ import pytest
 
 SESSION = Path(__file__).parents[1] / "kernel_session.py"
 
-CONTEXT = '''\
+CONTEXT = """\
 import collections, os
 
 PhysicalDevice = collections.namedtuple("PhysicalDevice", ["name", "device_type"])
@@ -71,8 +71,8 @@ def context():
 
 def context_safe():
     return _context
-'''
-CONFIG = '''\
+"""
+CONFIG = """\
 from tensorflow.python.eager import context
 
 
@@ -86,8 +86,8 @@ def set_visible_devices(devices, device_type=None):
 
 def get_visible_devices(device_type=None):
     return [d for d in context.context()._visible_device_list if device_type is None or d.device_type == device_type]
-'''
-INIT = '''\
+"""
+INIT = """\
 from tensorflow import config
 from tensorflow.python.eager import context as _context
 
@@ -95,7 +95,7 @@ from tensorflow.python.eager import context as _context
 def constant(value):
     _context.context().ensure_initialized()
     return value
-'''
+"""
 
 
 def write_tensorflow(root: Path) -> None:
@@ -109,17 +109,24 @@ def write_tensorflow(root: Path) -> None:
 
 
 PATH = "import os, sys\nsys.path.insert(0, '.')\n"
-START = ("import tensorflow as tf\ntf.constant(1)\nfrom tensorflow.python.eager import context\n"
-         "print(context.context().started_with, os.environ.get('CUDA_VISIBLE_DEVICES'))")
+START = (
+    "import tensorflow as tf\ntf.constant(1)\nfrom tensorflow.python.eager import context\n"
+    "print(context.context().started_with, os.environ.get('CUDA_VISIBLE_DEVICES'))"
+)
 
 
 def session(tmp_path: Path, cells: list[str]) -> list[dict]:
     write_tensorflow(tmp_path)
     (tmp_path / "cells.json").write_text(json.dumps(cells))
-    proc = subprocess.run([sys.executable, str(SESSION), "cells.json", "--ext"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path,
-                          # this checkout's package, not whichever one the environment installed
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(SESSION.parents[1])})
+    proc = subprocess.run(
+        [sys.executable, str(SESSION), "cells.json", "--ext"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        # this checkout's package, not whichever one the environment installed
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(SESSION.parents[1])},
+    )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(line[4:])
@@ -133,8 +140,9 @@ def started_with(out: str) -> tuple[dict, str]:
 
 def test_cpu_hides_the_gpus_from_tensorflow_at_its_import_and_not_from_jax(tmp_path):
     out = session(tmp_path, [PATH + "%gpumem tensorflow cpu", START])
-    assert out[0]["out"].strip() == ("gpumem: tensorflow cpu (TensorFlow not imported; its GPUs will be hidden "
-                                     "when it is imported)")
+    assert out[0]["out"].strip() == (
+        "gpumem: tensorflow cpu (TensorFlow not imported; its GPUs will be hidden when it is imported)"
+    )
     assert started_with(out[1]["out"]) == ({"gpus": [], "allow_growth": None}, "None")
 
 
@@ -144,27 +152,51 @@ def test_growth_sets_the_variable_tensorflow_reads_when_its_gpus_start(tmp_path)
 
 
 def test_after_tensorflow_started_a_change_is_refused_and_changes_nothing(tmp_path):
-    out = session(tmp_path, [PATH + "%gpumem tensorflow cpu", START, "%gpumem tensorflow growth",
-                             "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))\n%gpumem tensorflow"])
+    out = session(
+        tmp_path,
+        [
+            PATH + "%gpumem tensorflow cpu",
+            START,
+            "%gpumem tensorflow growth",
+            "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))\n%gpumem tensorflow",
+        ],
+    )
     assert out[2]["error"] == "UsageError"
-    assert ("TensorFlow's runtime has already started, so `%gpumem tensorflow growth` cannot take effect"
-            in out[2]["out"]) and "In effect now: cpu." in out[2]["out"]
-    assert out[3]["out"].splitlines() == ["None", "gpumem: tensorflow cpu (TensorFlow started; its GPUs are hidden from it)"]
+    assert (
+        "TensorFlow's runtime has already started, so `%gpumem tensorflow growth` cannot take effect" in out[2]["out"]
+    ) and "In effect now: cpu." in out[2]["out"]
+    assert out[3]["out"].splitlines() == [
+        "None",
+        "gpumem: tensorflow cpu (TensorFlow started; its GPUs are hidden from it)",
+    ]
 
 
 def test_imported_but_not_started_is_hidden_at_once_and_default_gives_them_back(tmp_path):
-    cells = [PATH + "import tensorflow as tf", "%gpumem tensorflow cpu",
-             "print(tf.config.get_visible_devices('GPU'))", "%gpumem tensorflow default",
-             "print(len(tf.config.get_visible_devices('GPU')))"]
+    cells = [
+        PATH + "import tensorflow as tf",
+        "%gpumem tensorflow cpu",
+        "print(tf.config.get_visible_devices('GPU'))",
+        "%gpumem tensorflow default",
+        "print(len(tf.config.get_visible_devices('GPU')))",
+    ]
     out = session(tmp_path, cells)
-    assert out[1]["out"].strip() == "gpumem: tensorflow cpu (TensorFlow imported, not started; its GPUs are hidden from it)"
+    assert (
+        out[1]["out"].strip()
+        == "gpumem: tensorflow cpu (TensorFlow imported, not started; its GPUs are hidden from it)"
+    )
     assert out[2]["out"].strip() == "[]"
     assert out[4]["out"].strip() == "1"
 
 
 def test_default_takes_back_the_variable_it_set(tmp_path):
-    out = session(tmp_path, [PATH + "%gpumem tensorflow growth", "%gpumem tensorflow default",
-                             "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))"])
+    out = session(
+        tmp_path,
+        [
+            PATH + "%gpumem tensorflow growth",
+            "%gpumem tensorflow default",
+            "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))",
+        ],
+    )
     assert out[2]["out"].strip() == "None"
 
 
@@ -180,17 +212,32 @@ def test_status_has_no_tensorflow_line_while_nothing_was_set(tmp_path):
 
 
 def test_reset_takes_back_tensorflow_growth(tmp_path):
-    out = session(tmp_path, [PATH + "%gpumem tensorflow growth", "%gpumem reset",
-                             "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))\n%gpumem tensorflow"])
+    out = session(
+        tmp_path,
+        [
+            PATH + "%gpumem tensorflow growth",
+            "%gpumem reset",
+            "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))\n%gpumem tensorflow",
+        ],
+    )
     assert out[1]["out"].strip() == "gpumem: reset: tensorflow default (unset TF_FORCE_GPU_ALLOW_GROWTH)"
     assert out[2]["out"].splitlines() == ["None", "gpumem: tensorflow default (TensorFlow not imported)"]
 
 
 def test_reset_after_tensorflow_started_keeps_its_setting_and_says_so(tmp_path):
-    out = session(tmp_path, [PATH + "%gpumem tensorflow growth", START, "%gpumem reset",
-                             "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))"])
-    assert out[2]["out"].strip() == ("gpumem: reset: tensorflow growth stays: TensorFlow's runtime has started and "
-                                     "reads its GPU settings once; restart the kernel to start without it")
+    out = session(
+        tmp_path,
+        [
+            PATH + "%gpumem tensorflow growth",
+            START,
+            "%gpumem reset",
+            "print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))",
+        ],
+    )
+    assert out[2]["out"].strip() == (
+        "gpumem: reset: tensorflow growth stays: TensorFlow's runtime has started and "
+        "reads its GPU settings once; restart the kernel to start without it"
+    )
     assert out[3]["out"].strip() == "true"
 
 

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyter_gpumem.settings import apply as shim
 from jupyter_gpumem.core import readings as model
+from jupyter_gpumem.settings import apply as shim
 from jupyter_gpumem.sources import jax_backend
 
 pytestmark = pytest.mark.jax_versions
@@ -24,14 +24,21 @@ pytestmark = pytest.mark.jax_versions
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
-    for var in ("XLA_PYTHON_CLIENT_ALLOCATOR", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "XLA_PYTHON_CLIENT_PREALLOCATE"):
+    for var in (
+        "XLA_PYTHON_CLIENT_ALLOCATOR",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "XLA_PYTHON_CLIENT_PREALLOCATE",
+    ):
         monkeypatch.delenv(var, raising=False)
     jax_backend.forget_device_identities()  # each test's world is its own
 
 
 def _device(jax_id, hw_id, stats, platform="cuda"):
     memory_stats = stats if callable(stats) else (lambda: stats)
-    return SimpleNamespace(id=jax_id, local_hardware_id=hw_id, platform=platform, device_kind="Synthetic GPU", memory_stats=memory_stats)
+    return SimpleNamespace(
+        id=jax_id, local_hardware_id=hw_id, platform=platform, device_kind="Synthetic GPU", memory_stats=memory_stats
+    )
 
 
 def fake_jax(monkeypatch, *, started, platform="cuda", devices=(), errors=None, factories=None, probe=True):
@@ -51,8 +58,14 @@ def fake_jax(monkeypatch, *, started, platform="cuda", devices=(), errors=None, 
     return bridge
 
 
-BFC_STATS = {"bytes_in_use": 1024, "peak_bytes_in_use": 2048, "bytes_limit": 8 << 30, "pool_bytes": 4 << 20,
-             "largest_free_block_bytes": -1, "num_allocs": 7}
+BFC_STATS = {
+    "bytes_in_use": 1024,
+    "peak_bytes_in_use": 2048,
+    "bytes_limit": 8 << 30,
+    "pool_bytes": 4 << 20,
+    "largest_free_block_bytes": -1,
+    "num_allocs": 7,
+}
 
 
 def test_backend_has_not_started_when_jax_was_never_imported(monkeypatch):
@@ -92,22 +105,37 @@ def test_gpu_readings_are_normalised_and_mapped_through_cuda_visible_devices(mon
     readings = shim.read_jax_devices()
     assert [(r.jax_id, r.nvml_index, r.platform) for r in readings] == [(0, 2, "gpu"), (1, 3, "gpu")]
     stats = readings[0].stats
-    assert (stats.allocator, stats.bytes_in_use, stats.pool_bytes, stats.largest_free_block_bytes) == ("bfc", 1024, 4 << 20, None)
+    assert (stats.allocator, stats.bytes_in_use, stats.pool_bytes, stats.largest_free_block_bytes) == (
+        "bfc",
+        1024,
+        4 << 20,
+        None,
+    )
     assert readings[0].cuda_pool is None  # not a cuda_async device
 
 
 def test_a_uuid_in_cuda_visible_devices_that_nvml_cannot_look_up_is_not_guessed(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-0a1b")
-    monkeypatch.setattr(jax_backend, "NvmlSource", lambda: SimpleNamespace(
-        identities=lambda: model.NotAvailable(model.NO_LIBRARY, "synthetic: no NVML"), shutdown=lambda: None))
+    monkeypatch.setattr(
+        jax_backend,
+        "NvmlSource",
+        lambda: SimpleNamespace(
+            identities=lambda: model.NotAvailable(model.NO_LIBRARY, "synthetic: no NVML"), shutdown=lambda: None
+        ),
+    )
     fake_jax(monkeypatch, started=True, devices=[_device(0, 0, BFC_STATS)])
     reading = shim.read_jax_devices()[0]
-    assert reading.nvml_index is None and reading.nvml_unmatched == "NVML cannot be read to find GPU-0a1b: synthetic: no NVML"
+    assert (
+        reading.nvml_index is None
+        and reading.nvml_unmatched == "NVML cannot be read to find GPU-0a1b: synthetic: no NVML"
+    )
 
 
 def test_cuda_async_devices_carry_the_cuda_pool_reading(monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")
-    pool = model.CudaPoolReading(reserved_bytes=3 << 30, reserved_high_bytes=4 << 30, used_bytes=1 << 30, used_high_bytes=2 << 30)
+    pool = model.CudaPoolReading(
+        reserved_bytes=3 << 30, reserved_high_bytes=4 << 30, used_bytes=1 << 30, used_high_bytes=2 << 30
+    )
     ordinals = []
     monkeypatch.setattr(jax_backend, "read_default_pool", lambda ordinal: ordinals.append(ordinal) or pool)
     fake_jax(monkeypatch, started=True, devices=[_device(0, 1, {"bytes_in_use": 10, "bytes_limit": 0})])
@@ -143,8 +171,14 @@ def test_read_jax_devices_never_raises(monkeypatch):
 def test_backend_info_names_the_started_backend_s_devices(monkeypatch):
     fake_jax(monkeypatch, started=True, devices=[_device(0, 0, None), _device(1, 1, None)])
     assert jax_backend.backend_info() == jax_backend.BackendInfo(
-        started=True, jax_imported=True, jax_version="0.0-synthetic", platform="cuda",
-        devices=(jax_backend.BackendDevice(0, "Synthetic GPU", "cuda"), jax_backend.BackendDevice(1, "Synthetic GPU", "cuda")),
+        started=True,
+        jax_imported=True,
+        jax_version="0.0-synthetic",
+        platform="cuda",
+        devices=(
+            jax_backend.BackendDevice(0, "Synthetic GPU", "cuda"),
+            jax_backend.BackendDevice(1, "Synthetic GPU", "cuda"),
+        ),
     )
 
 
@@ -159,17 +193,25 @@ def test_a_backend_that_cannot_list_its_devices_says_why_in_backend_info(monkeyp
 
 def test_cpu_fallback_reason_is_the_cuda_backend_error(monkeypatch):
     monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: True)
-    fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")],
-             errors={"cuda": "synthetic: no supported devices found", "tpu": "synthetic: no libtpu"})
+    fake_jax(
+        monkeypatch,
+        started=True,
+        platform="cpu",
+        devices=[_device(0, 0, None, "cpu")],
+        errors={"cuda": "synthetic: no supported devices found", "tpu": "synthetic: no libtpu"},
+    )
     info = jax_backend.backend_info()
     assert info.platform == "cpu"
     assert info.fallback_reason == "the CUDA backend failed to start: synthetic: no supported devices found"
 
 
-@pytest.mark.parametrize("errors", [
-    {"cuda": "", "rocm": ""},  # jax 0.4.30 on a CPU-only jaxlib
-    {"rocm": "module 'jaxlib.xla_extension' has no attribute 'GpuAllocatorConfig'"},  # jax 0.4.38
-])
+@pytest.mark.parametrize(
+    "errors",
+    [
+        {"cuda": "", "rocm": ""},  # jax 0.4.30 on a CPU-only jaxlib
+        {"rocm": "module 'jaxlib.xla_extension' has no attribute 'GpuAllocatorConfig'"},  # jax 0.4.38
+    ],
+)
 def test_the_built_in_gpu_factories_of_a_cpu_only_jaxlib_are_not_a_gpu_fallback(monkeypatch, errors):
     """Up to 0.5.x JAX registers ``cuda`` and ``rocm`` factories whatever jaxlib can do; on a
     CPU-only jaxlib they fail quietly into ``_backend_errors`` (jax/_src/xla_bridge.py 0.4.38,
@@ -183,28 +225,54 @@ def test_the_built_in_gpu_factories_of_a_cpu_only_jaxlib_are_not_a_gpu_fallback(
 
 def test_a_gpu_jaxlib_s_cuda_error_is_the_fallback_reason(monkeypatch):
     monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: False)
-    bridge = fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")],
-                      errors={"cuda": "synthetic: no supported devices found"})
+    bridge = fake_jax(
+        monkeypatch,
+        started=True,
+        platform="cpu",
+        devices=[_device(0, 0, None, "cpu")],
+        errors={"cuda": "synthetic: no supported devices found"},
+    )
     bridge.xla_extension = SimpleNamespace(GpuAllocatorConfig=object)  # jaxlib 0.4.x built with CUDA
-    assert jax_backend.backend_info().fallback_reason == "the CUDA backend failed to start: synthetic: no supported devices found"
+    assert (
+        jax_backend.backend_info().fallback_reason
+        == "the CUDA backend failed to start: synthetic: no supported devices found"
+    )
 
 
 def test_a_tpu_error_alone_is_not_a_gpu_fallback(monkeypatch):
     monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: False)
-    fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")], errors={"tpu": "synthetic: no libtpu"})
+    fake_jax(
+        monkeypatch,
+        started=True,
+        platform="cpu",
+        devices=[_device(0, 0, None, "cpu")],
+        errors={"tpu": "synthetic: no libtpu"},
+    )
     assert jax_backend.backend_info().fallback_reason is None
 
 
 def test_a_cuda_plugin_that_never_registered_blames_the_rejected_environment(monkeypatch):
     monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: True)
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_malloc_async")
-    fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")], factories={"cpu": object()})
+    fake_jax(
+        monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")], factories={"cpu": object()}
+    )
     reason = jax_backend.backend_info().fallback_reason
-    assert reason.startswith("the CUDA plugin did not register because JAX rejected the environment") and "cuda_malloc_async" in reason
+    assert (
+        reason.startswith("the CUDA plugin did not register because JAX rejected the environment")
+        and "cuda_malloc_async" in reason
+    )
 
 
-BFC_JUST_STARTED = {"bytes_in_use": 0, "peak_bytes_in_use": 0, "bytes_limit": 8 << 30, "pool_bytes": 0,
-                    "peak_pool_bytes": 0, "largest_alloc_size": 0, "num_allocs": 0}
+BFC_JUST_STARTED = {
+    "bytes_in_use": 0,
+    "peak_bytes_in_use": 0,
+    "bytes_limit": 8 << 30,
+    "pool_bytes": 0,
+    "peak_pool_bytes": 0,
+    "largest_alloc_size": 0,
+    "num_allocs": 0,
+}
 
 
 def test_a_gpu_pool_is_not_taken_when_jax_has_only_started(monkeypatch):
@@ -228,7 +296,10 @@ def test_no_gpu_pool_to_speak_of_before_start_or_off_the_gpu(monkeypatch, platfo
     assert jax_backend.gpu_pool_taken() is None
 
 
-@pytest.mark.parametrize("env_value, expected", [(None, "bfc"), ("default", "bfc"), ("BFC", "bfc"), ("cuda_async", "cuda_async"), ("platform", "platform")])
+@pytest.mark.parametrize(
+    "env_value, expected",
+    [(None, "bfc"), ("default", "bfc"), ("BFC", "bfc"), ("cuda_async", "cuda_async"), ("platform", "platform")],
+)
 def test_allocator_in_effect_reads_the_environment_before_start(monkeypatch, env_value, expected):
     if env_value is not None:
         monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", env_value)

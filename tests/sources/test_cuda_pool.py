@@ -10,6 +10,7 @@ import ctypes
 import subprocess
 import sys
 
+from jupyter_gpumem.core.readings import ERROR, NO_LIBRARY, NOT_STARTED, NOT_SUPPORTED, CudaPoolReading, NotAvailable
 from jupyter_gpumem.sources.libcuda import (
     CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
     CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
@@ -18,7 +19,6 @@ from jupyter_gpumem.sources.libcuda import (
     loaded_libcuda_path,
     read_default_pool,
 )
-from jupyter_gpumem.core.readings import ERROR, NO_LIBRARY, NOT_STARTED, NOT_SUPPORTED, CudaPoolReading, NotAvailable
 
 from doubles import POOL_HANDLE, FakeCudaDriver
 

@@ -16,10 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyter_gpumem.settings import apply as shim
 from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.doctor import report
 from jupyter_gpumem.doctor.oom_text import OomError
+from jupyter_gpumem.settings import apply as shim
 from jupyter_gpumem.sources import jax_backend, libcuda
 from jupyter_gpumem.sources.device_identity import (
     CudaDeviceIdentity,
@@ -46,7 +46,7 @@ def clean(monkeypatch):
     jax_backend.forget_device_identities()
 
 
-def three_gpus_fastest_last() -> "FakeWorld":  # noqa: F821
+def three_gpus_fastest_last() -> FakeWorld:  # noqa: F821
     """three_gpus, where CUDA counts NVML's GPU 2 first (say it is the fastest)."""
     world = scenario("three_gpus")
     world.cuda_order = [2, 0, 1]
@@ -68,8 +68,9 @@ def fake_jax(monkeypatch, devices, cuda_visible_devices="all"):
 
 
 def gpu_device(jax_id, hw_id, stats=BFC):
-    return SimpleNamespace(id=jax_id, local_hardware_id=hw_id, platform="cuda", device_kind="Synthetic GPU",
-                           memory_stats=lambda: stats)
+    return SimpleNamespace(
+        id=jax_id, local_hardware_id=hw_id, platform="cuda", device_kind="Synthetic GPU", memory_stats=lambda: stats
+    )
 
 
 def libcuda_for(monkeypatch, driver):
@@ -80,13 +81,17 @@ def libcuda_for(monkeypatch, driver):
 # --- the fake world models CUDA's numbering ------------------------------------------------------
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({}, [2, 0, 1]),
-    ({"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, [0, 1, 2]),
-    ({"CUDA_VISIBLE_DEVICES": "1,2"}, [0, 1]),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-5a1e0001"}, [1]),
-    ({"CUDA_VISIBLE_DEVICES": "0,bogus,1"}, [2]),
-], ids=["fastest-first", "pci-order", "indices", "uuid-prefix", "stops-at-a-bad-entry"])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, [2, 0, 1]),
+        ({"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, [0, 1, 2]),
+        ({"CUDA_VISIBLE_DEVICES": "1,2"}, [0, 1]),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-5a1e0001"}, [1]),
+        ({"CUDA_VISIBLE_DEVICES": "0,bogus,1"}, [2]),
+    ],
+    ids=["fastest-first", "pci-order", "indices", "uuid-prefix", "stops-at-a-bad-entry"],
+)
 def test_a_fake_world_numbers_its_gpus_as_cuda_would(env, expected):
     assert three_gpus_fastest_last().cuda_devices(env) == expected
 
@@ -133,12 +138,15 @@ def test_nvml_lists_each_gpu_with_its_uuid_and_pci_bus_id():
     assert found == tuple(GpuIdentity(i, world.gpus[i].uuid, world.pci_bus_id(i)) for i in range(3))
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("00000000:3B:00.0", "00000000:3b:00.0"),
-    ("0000:3b:00.0", "00000000:3b:00.0"),
-    ("3b:00.0", "00000000:3b:00.0"),
-    ("not a bus", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("00000000:3B:00.0", "00000000:3b:00.0"),
+        ("0000:3b:00.0", "00000000:3b:00.0"),
+        ("3b:00.0", "00000000:3b:00.0"),
+        ("not a bus", None),
+    ],
+)
 def test_pci_bus_ids_from_nvml_and_cuda_compare_equal(text, expected):
     assert normalise_pci_bus_id(text) == expected
 
@@ -150,8 +158,10 @@ def test_uuids_compare_on_their_hex_digits():
 
 # --- the join -----------------------------------------------------------------------------------
 
-GPUS = (GpuIdentity(0, "GPU-00000000-0000-4000-8000-00000000000a", "00000000:18:00.0"),
-        GpuIdentity(1, "GPU-00000000-0000-4000-8000-00000000000b", "00000000:28:00.0"))
+GPUS = (
+    GpuIdentity(0, "GPU-00000000-0000-4000-8000-00000000000a", "00000000:18:00.0"),
+    GpuIdentity(1, "GPU-00000000-0000-4000-8000-00000000000b", "00000000:28:00.0"),
+)
 
 
 def test_the_uuid_decides_whatever_the_ordinal():
@@ -170,7 +180,9 @@ def test_a_mig_instance_is_not_joined_to_its_whole_gpu():
 
 
 def test_a_cuda_visible_devices_uuid_names_the_gpu_without_libcuda():
-    assert match_nvml(0, None, GPUS, visible=("GPU-00000000-0000-4000-8000-00000000000b",)) == NvmlMatch(1, "cuda_visible_devices")
+    assert match_nvml(0, None, GPUS, visible=("GPU-00000000-0000-4000-8000-00000000000b",)) == NvmlMatch(
+        1, "cuda_visible_devices"
+    )
 
 
 def test_a_cuda_visible_devices_mig_entry_is_said_not_guessed():
@@ -252,7 +264,7 @@ def test_jax_cuda_visible_devices_gives_the_cuda_ordinal_where_jax_has_no_hardwa
 
 
 def test_the_oom_message_s_device_ordinal_is_the_cuda_ordinal_not_the_jax_id():
-    """"on device ordinal N" is the stream executor's ordinal (XLA's ``local_device_ordinal``),
+    """ "on device ordinal N" is the stream executor's ordinal (XLA's ``local_device_ordinal``),
     which JAX shows as ``local_hardware_id``: with jax_cuda_visible_devices=1,2 ordinal 2 is JAX's
     device 1. The other device has less room, so a guess would pick it."""
     roomy = model.normalise_stats({"bytes_in_use": 1 << 30, "bytes_limit": 60 << 30, "pool_bytes": 2 << 30}, "bfc")
@@ -268,8 +280,10 @@ def test_the_oom_message_s_device_ordinal_is_the_cuda_ordinal_not_the_jax_id():
 def test_an_oom_ordinal_no_device_has_falls_back_to_the_device_with_least_room():
     tight = model.normalise_stats({"bytes_in_use": 9 << 30, "bytes_limit": 10 << 30, "pool_bytes": 10 << 30}, "bfc")
     roomy = model.normalise_stats({"bytes_in_use": 1 << 30, "bytes_limit": 60 << 30, "pool_bytes": 2 << 30}, "bfc")
-    readings = (model.JaxDeviceReading(0, "gpu", "", 0, roomy, cuda_ordinal=1),
-                model.JaxDeviceReading(1, "gpu", "", 1, tight, cuda_ordinal=2))
+    readings = (
+        model.JaxDeviceReading(0, "gpu", "", 0, roomy, cuda_ordinal=1),
+        model.JaxDeviceReading(1, "gpu", "", 1, tight, cuda_ordinal=2),
+    )
     error = OomError("platform", 32 << 20, True, 0, "JaxRuntimeError", "synthetic")
     assert report._failing_device(error, readings).jax_id == 1
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpumem.settings.started_by import describe
 from jupyter_gpumem.core.sites import origin_of
+from jupyter_gpumem.settings.started_by import describe
 from jupyter_gpumem.sources import jax_start
 
 pytestmark = pytest.mark.jax_versions
@@ -38,31 +38,47 @@ def session(tmp_path: Path, cells: list[str], ext: bool = True, env: dict | None
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text(EAGER_PKG)
     (tmp_path / "cells.json").write_text(json.dumps(cells))
-    proc = subprocess.run([sys.executable, str(SESSION), "cells.json"] + (["--ext"] if ext else []),
-                          capture_output=True, text=True,
-                          timeout=180, cwd=tmp_path,
-                          # this checkout's package first, then whatever the caller's path holds (a JAX of the matrix)
-                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-                               "PYTHONPATH": os.pathsep.join(filter(None, [str(SESSION.parents[1]),
-                                                                          os.environ.get("PYTHONPATH")])),
-                               **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, str(SESSION), "cells.json"] + (["--ext"] if ext else []),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        # this checkout's package first, then whatever the caller's path holds (a JAX of the matrix)
+        env={
+            "JAX_PLATFORMS": "cpu",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(SESSION.parents[1]), os.environ.get("PYTHONPATH")])),
+            **(env or {}),
+        },
+    )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(line[4:])
 
 
 PATHS = "import sys\nsys.path[:0] = ['.', 'site-packages']"
-SENTENCE = ("JAX was started by eager_lib.py:2 (imported in cell [2] line 1); run the settings before that import, "
-            "or restart the kernel and run them first.")
+SENTENCE = (
+    "JAX was started by eager_lib.py:2 (imported in cell [2] line 1); run the settings before that import, "
+    "or restart the kernel and run them first."
+)
 
 
 @pytest.fixture(scope="module")
 def eager(tmp_path_factory) -> list[dict]:
-    return session(tmp_path_factory.mktemp("eager"), [
-        PATHS, "import eager_lib", "%gpumem preallocate off", "%gpumem status",
-        "import jax._src.xla_bridge as bridge\n"
-        "print('exec_module' in vars(bridge.__spec__.loader), [type(f).__name__ for f in sys.meta_path "
-        "if type(f).__module__.startswith('jupyter_gpumem')], bridge._init_backend.__code__.co_filename == bridge.__file__)"])
+    return session(
+        tmp_path_factory.mktemp("eager"),
+        [
+            PATHS,
+            "import eager_lib",
+            "%gpumem preallocate off",
+            "%gpumem status",
+            "import jax._src.xla_bridge as bridge\n"
+            "print('exec_module' in vars(bridge.__spec__.loader), [type(f).__name__ for f in sys.meta_path "
+            "if type(f).__module__.startswith('jupyter_gpumem')], bridge._init_backend.__code__.co_filename == bridge.__file__)",
+        ],
+    )
 
 
 def test_a_refused_setting_names_the_library_that_started_jax_and_the_cell_that_imported_it(eager):
@@ -79,8 +95,10 @@ def test_once_jax_has_started_the_watch_leaves_no_trace(eager):
 def test_status_names_who_started_jax_without_the_advice_a_refusal_gives(eager):
     backend = next(l for l in eager[3]["out"].splitlines() if l.startswith("Backend: "))
     # The session runs with JAX_PLATFORMS=cpu, which status words as a choice (test_cpu_fallback).
-    assert backend == ("Backend: JAX's backend has started on cpu (0: cpu). The CPU was chosen: jax_platforms is "
-                       "\"cpu\". JAX was started by eager_lib.py:2 (imported in cell [2] line 1).")
+    assert backend == (
+        "Backend: JAX's backend has started on cpu (0: cpu). The CPU was chosen: jax_platforms is "
+        '"cpu". JAX was started by eager_lib.py:2 (imported in cell [2] line 1).'
+    )
 
 
 def test_status_after_a_cell_that_started_jax_gives_no_advice_when_nothing_was_refused(tmp_path):
@@ -92,36 +110,60 @@ def test_status_after_a_cell_that_started_jax_gives_no_advice_when_nothing_was_r
 
 def test_jax_imported_before_loading_is_watched_from_then_on(tmp_path):
     """jax already imported (not started) when the extension loads: the hook goes straight in."""
-    out = session(tmp_path, [PATHS + "\nimport jax", "%load_ext jupyter_gpumem", "import eagerpkg", "%gpumem fraction .5"],
-                  ext=False)
+    out = session(
+        tmp_path,
+        [PATHS + "\nimport jax", "%load_ext jupyter_gpumem", "import eagerpkg", "%gpumem fraction .5"],
+        ext=False,
+    )
     assert out[3]["error"] == "UsageError"
-    assert out[3]["out"].strip().endswith(
-        "JAX was started by eagerpkg/__init__.py:3 (imported in cell [3] line 1); run the settings before that "
-        "import, or restart the kernel and run them first."), out[3]["out"]
+    assert (
+        out[3]["out"]
+        .strip()
+        .endswith(
+            "JAX was started by eagerpkg/__init__.py:3 (imported in cell [3] line 1); run the settings before that "
+            "import, or restart the kernel and run them first."
+        )
+    ), out[3]["out"]
 
 
 def test_a_cell_that_starts_jax_itself_is_named_by_its_line(tmp_path):
     out = session(tmp_path, ["import jax.numpy as jnp\nx = 1\ny = jnp.ones(3)", "%gpumem preallocate off"])
-    assert out[1]["out"].strip().endswith(
-        "JAX was started by cell [1] line 3; run the settings before that line, or restart the kernel and run "
-        "them first."), out[1]["out"]
+    assert (
+        out[1]["out"]
+        .strip()
+        .endswith(
+            "JAX was started by cell [1] line 3; run the settings before that line, or restart the kernel and run "
+            "them first."
+        )
+    ), out[1]["out"]
 
 
 def test_started_before_loading_says_it_cannot_know(tmp_path):
-    out = session(tmp_path, ["import jax.numpy as jnp\njnp.ones(3)", "%load_ext jupyter_gpumem", "%gpumem preallocate off"],
-                  ext=False)
-    assert out[2]["out"].strip().endswith(
-        "JAX was started before jupyter_gpumem loaded, so where it was started is not known; load the extension "
-        "first to see it."), out[2]["out"]
+    out = session(
+        tmp_path,
+        ["import jax.numpy as jnp\njnp.ones(3)", "%load_ext jupyter_gpumem", "%gpumem preallocate off"],
+        ext=False,
+    )
+    assert (
+        out[2]["out"]
+        .strip()
+        .endswith(
+            "JAX was started before jupyter_gpumem loaded, so where it was started is not known; load the extension "
+            "first to see it."
+        )
+    ), out[2]["out"]
 
 
 def test_a_library_called_from_a_cell_is_named_with_the_call():
-    frames = [("/env/lib/python3.11/site-packages/jax/_src/xla_bridge.py", 840, "backends"),
-              ("/env/lib/python3.11/site-packages/trainer/setup.py", 12, "init_devices"),
-              ("<ipython-input-4-0123456789ab>", 2, "<module>")]
+    frames = [
+        ("/env/lib/python3.11/site-packages/jax/_src/xla_bridge.py", 840, "backends"),
+        ("/env/lib/python3.11/site-packages/trainer/setup.py", 12, "init_devices"),
+        ("<ipython-input-4-0123456789ab>", 2, "<module>"),
+    ]
     assert describe(origin_of(frames, {})) == (
         "JAX was started by trainer/setup.py:12 in init_devices (called in cell [4] line 2); run the settings "
-        "before that call, or restart the kernel and run them first.")
+        "before that call, or restart the kernel and run them first."
+    )
 
 
 COUNT_OUR_CALLS = (
@@ -130,17 +172,27 @@ COUNT_OUR_CALLS = (
     "def count(frame, event, arg):\n"
     "    if event == 'call' and frame.f_code.co_filename.endswith(('jax_start.py', 'import_watch.py')):\n"
     "        calls.append(frame.f_code.co_name)\n"
-    "sys.setprofile(count)")
+    "sys.setprofile(count)"
+)
 
 
 def test_who_started_jax_costs_nothing_per_cell(tmp_path):
     """Cells before jax is imported, and every cell after it started (JAX work, new imports),
     call nothing of the watch; the start itself goes through the wrapper once."""
-    out = session(tmp_path, [
-        COUNT_OUR_CALLS, "x = 1", "x += 1", "before_jax = list(calls)",
-        "import jax, jax.numpy as jnp\ny = jnp.ones(3)", "at_start = list(calls)",
-        "z = jax.jit(lambda a: a * 2)(y)\nimport decimal, fractions", "w = (jnp.zeros(3) + z).block_until_ready()",
-        "sys.setprofile(None)\nprint(before_jax, calls[len(at_start):], '_init_backend' in at_start)"])
+    out = session(
+        tmp_path,
+        [
+            COUNT_OUR_CALLS,
+            "x = 1",
+            "x += 1",
+            "before_jax = list(calls)",
+            "import jax, jax.numpy as jnp\ny = jnp.ones(3)",
+            "at_start = list(calls)",
+            "z = jax.jit(lambda a: a * 2)(y)\nimport decimal, fractions",
+            "w = (jnp.zeros(3) + z).block_until_ready()",
+            "sys.setprofile(None)\nprint(before_jax, calls[len(at_start):], '_init_backend' in at_start)",
+        ],
+    )
     assert all(c["ok"] for c in out), out
     assert out[-1]["out"].split() == ["[]", "[]", "True"], out[-1]["out"]
 
@@ -178,8 +230,9 @@ class Bridge:
 
 @pytest.fixture
 def fresh_watch(monkeypatch):
-    monkeypatch.setattr(jax_start, "_state", dict(jax_start._state, frames=None, platform=None, wrapped=None,
-                                                  before_watch=False))
+    monkeypatch.setattr(
+        jax_start, "_state", dict(jax_start._state, frames=None, platform=None, wrapped=None, before_watch=False)
+    )
 
 
 def test_the_wrapper_returns_what_jax_returns_and_puts_jax_s_function_back(fresh_watch):

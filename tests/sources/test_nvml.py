@@ -84,8 +84,13 @@ def read(world_or_name):
 
 def test_three_gpus():
     assert read("three_gpus") == (
-        a100(0, "GPU-5a1e0000-0000-4000-8000-000000000000", 32 * GiB, 87,
-             (ProcessReading(4_200_101, 30 * GiB), ProcessReading(4_200_102, 2 * GiB))),
+        a100(
+            0,
+            "GPU-5a1e0000-0000-4000-8000-000000000000",
+            32 * GiB,
+            87,
+            (ProcessReading(4_200_101, 30 * GiB), ProcessReading(4_200_102, 2 * GiB)),
+        ),
         a100(1, "GPU-5a1e0001-0000-4000-8000-000000000001", 10 * GiB, 12, (ProcessReading(4_200_201, 10 * GiB),)),
         a100(2, "GPU-5a1e0002-0000-4000-8000-000000000002", 0, 0, ()),
     )
@@ -161,15 +166,29 @@ def test_display_gpu():
     used0 = 220 * MiB + 3 * GiB  # Xorg's graphics context counts on the device, not in the list
     assert read("display_gpu") == (
         DeviceReading(
-            index=0, name="NVIDIA RTX A4000", uuid="GPU-5a1e0190-0000-4000-8000-000000000190",
-            total_bytes=total, used_bytes=used0, free_bytes=total - reserved - used0, reserved_bytes=reserved,
-            utilization_percent=9, display_active=True, mig_mode=False,
+            index=0,
+            name="NVIDIA RTX A4000",
+            uuid="GPU-5a1e0190-0000-4000-8000-000000000190",
+            total_bytes=total,
+            used_bytes=used0,
+            free_bytes=total - reserved - used0,
+            reserved_bytes=reserved,
+            utilization_percent=9,
+            display_active=True,
+            mig_mode=False,
             processes=(ProcessReading(4_200_402, 3 * GiB),),
         ),
         DeviceReading(
-            index=1, name="NVIDIA RTX A4000", uuid="GPU-5a1e0191-0000-4000-8000-000000000191",
-            total_bytes=total, used_bytes=6 * GiB, free_bytes=total - reserved - 6 * GiB, reserved_bytes=reserved,
-            utilization_percent=0, display_active=False, mig_mode=False,
+            index=1,
+            name="NVIDIA RTX A4000",
+            uuid="GPU-5a1e0191-0000-4000-8000-000000000191",
+            total_bytes=total,
+            used_bytes=6 * GiB,
+            free_bytes=total - reserved - 6 * GiB,
+            reserved_bytes=reserved,
+            utilization_percent=0,
+            display_active=False,
+            mig_mode=False,
             processes=(ProcessReading(4_200_403, 6 * GiB),),
         ),
     )
@@ -179,8 +198,13 @@ def test_containerized():
     # NVML inside a container lists the host's pids with their memory (NVIDIA/nvidia-docker#1483).
     assert read("containerized") == (
         a100(0, "GPU-5a1e01f4-0000-4000-8000-0000000001f4", 30 * GiB, 63, (ProcessReading(4_201_001, 30 * GiB),)),
-        a100(1, "GPU-5a1e01f5-0000-4000-8000-0000000001f5", 18 * GiB, 20,
-             (ProcessReading(4_201_002, 12 * GiB), ProcessReading(4_201_003, 6 * GiB))),
+        a100(
+            1,
+            "GPU-5a1e01f5-0000-4000-8000-0000000001f5",
+            18 * GiB,
+            20,
+            (ProcessReading(4_201_002, 12 * GiB), ProcessReading(4_201_003, 6 * GiB)),
+        ),
     )
 
 

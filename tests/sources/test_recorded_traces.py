@@ -14,14 +14,19 @@ import os
 import pytest
 
 from jupyter_gpumem.core.readings import NotAvailable
-from jupyter_gpumem.sources.replay import ReplaySource, timeline_from_trace
 from jupyter_gpumem.core.tracefile import read_trace
+from jupyter_gpumem.sources.replay import ReplaySource, timeline_from_trace
 
 FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "traces")
 RECORDED = sorted(glob.glob(os.path.join(FOLDER, "*.jsonl")))
-NONE_YET = pytest.param(None, id="none-recorded",
-                        marks=pytest.mark.skip(reason="no trace recorded on a GPU in tests/data/traces/ yet: "
-                                                      "bench/gpu_proof.sh records them (bench/README.md, On a GPU)"))
+NONE_YET = pytest.param(
+    None,
+    id="none-recorded",
+    marks=pytest.mark.skip(
+        reason="no trace recorded on a GPU in tests/data/traces/ yet: "
+        "bench/gpu_proof.sh records them (bench/README.md, On a GPU)"
+    ),
+)
 
 
 def _params(paths):

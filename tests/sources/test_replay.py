@@ -3,14 +3,12 @@ served as if live on a controlled clock (the server's replay mode)."""
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 from jupyter_gpumem import demo_traces
 from jupyter_gpumem.core.readings import Timeline
-from jupyter_gpumem.sources.replay import ReplaySource, timeline_from_trace
 from jupyter_gpumem.core.tracefile import read_trace
+from jupyter_gpumem.sources.replay import ReplaySource, timeline_from_trace
 
 TRACE = demo_traces.path("synthetic_bfc_prealloc")
 
@@ -115,5 +113,6 @@ def test_the_server_serves_an_oversized_trace_as_an_error_state_at_once(tmp_path
     started = time.perf_counter()
     source = ReplayDevices(str(path))
     assert time.perf_counter() - started < 1.0
-    assert source.read().devices.reason == (f"cannot replay {path}: '{path}' is 21,474,836,480 bytes, "
-                                            "over the limit of 268,435,456 bytes; nothing was read")
+    assert source.read().devices.reason == (
+        f"cannot replay {path}: '{path}' is 21,474,836,480 bytes, over the limit of 268,435,456 bytes; nothing was read"
+    )

@@ -64,9 +64,13 @@ def test_the_extractor_reads_every_form_we_write():
         "a bare #37391 is JAX's. Not issues: colour #ff7f0e, &#123;, [link](#section-1), v0.4#x\n"
     )
     assert cited_issues(sample) == {
-        "jax-ml/jax#19213", "jax-ml/jax#19267", "jax-ml/jax#5555",
-        "ipython/ipython#11204", "NVIDIA/nvidia-docker#1483",
-        "jax-ml/jax#39596", "jax-ml/jax#37391",
+        "jax-ml/jax#19213",
+        "jax-ml/jax#19267",
+        "jax-ml/jax#5555",
+        "ipython/ipython#11204",
+        "NVIDIA/nvidia-docker#1483",
+        "jax-ml/jax#39596",
+        "jax-ml/jax#37391",
     }
 
 

@@ -13,11 +13,11 @@ import dataclasses
 import sys
 import types
 
-from doubles import bfc_sample
-
 from jupyter_gpumem.core.readings import NotAvailable, TorchDeviceReading
 from jupyter_gpumem.monitor.series import BANDS, series_values
 from jupyter_gpumem.sources.torch_memory import read_torch
+
+from doubles import bfc_sample
 
 GiB = 1 << 30
 
@@ -35,8 +35,12 @@ def stand_in_torch(initialised: bool, per_device: list[tuple[int, int]]) -> tupl
         if not initialised:
             return {}
         reserved, allocated = per_device[device]
-        return {"reserved_bytes.all.current": reserved, "allocated_bytes.all.current": allocated,
-                "reserved_bytes.all.peak": reserved, "num_alloc_retries": 0}
+        return {
+            "reserved_bytes.all.current": reserved,
+            "allocated_bytes.all.current": allocated,
+            "reserved_bytes.all.peak": reserved,
+            "num_alloc_retries": 0,
+        }
 
     cuda.memory_stats = memory_stats
     torch = types.ModuleType("torch")

@@ -8,12 +8,17 @@ import pytest
 from jupyter_gpumem import demo_traces
 from jupyter_gpumem.core.errors import GpumemError
 from jupyter_gpumem.core.magic_args import MagicUsageError
-from jupyter_gpumem.kernel.magics import parse_line, run_command
 from jupyter_gpumem.core.tracefile import read_trace
+from jupyter_gpumem.kernel.magics import parse_line, run_command
 from jupyter_gpumem.monitor.widget import Monitor
 
-SHIPPED = ["synthetic_bfc_defragment", "synthetic_bfc_growth_fragmenting", "synthetic_bfc_prealloc",
-           "synthetic_cuda_async", "synthetic_two_kernels"]
+SHIPPED = [
+    "synthetic_bfc_defragment",
+    "synthetic_bfc_growth_fragmenting",
+    "synthetic_bfc_prealloc",
+    "synthetic_cuda_async",
+    "synthetic_two_kernels",
+]
 
 
 def test_the_package_ships_the_five_demo_traces():
@@ -44,8 +49,10 @@ def test_a_path_with_a_folder_is_never_taken_for_a_name():
 def test_an_unknown_name_is_refused_with_the_nearest_and_every_shipped_name():
     with pytest.raises(GpumemError) as err:
         demo_traces.path("synthetic_cuda_asnyc")
-    assert str(err.value) == ("no demo trace named 'synthetic_cuda_asnyc' (did you mean 'synthetic_cuda_async'?); "
-                              "the package ships: " + ", ".join(SHIPPED))
+    assert str(err.value) == (
+        "no demo trace named 'synthetic_cuda_asnyc' (did you mean 'synthetic_cuda_async'?); "
+        "the package ships: " + ", ".join(SHIPPED)
+    )
 
 
 def test_the_monitor_replays_a_shipped_trace_by_its_bare_name():

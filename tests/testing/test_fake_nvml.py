@@ -39,7 +39,10 @@ def dropin_env(spec: str) -> dict:
 def run_with_dropin(spec: str, code: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        env=dropin_env(spec), capture_output=True, text=True, timeout=60,
+        env=dropin_env(spec),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -78,13 +81,16 @@ def test_dropin_serves_a_scenario_to_unchanged_code():
 
 
 def test_dropin_raises_nvml_errors_that_callers_can_catch():
-    out = run_with_dropin("no_library", """
+    out = run_with_dropin(
+        "no_library",
+        """
         import pynvml
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError_LibraryNotFound as e:
             print(type(e).__name__, e.value == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, str(e))
-    """)
+    """,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "NVMLError_LibraryNotFound True NVML Shared Library Not Found"
 
@@ -110,10 +116,15 @@ def test_dropin_rereads_a_json_world_changed_from_outside(tmp_path):
     world = scenario("three_gpus")
     world.save(path)
     proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(READ_ON_REQUEST)], env=dropin_env(str(path)),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", textwrap.dedent(READ_ON_REQUEST)],
+        env=dropin_env(str(path)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
+
         def ask() -> str:
             proc.stdin.write("read\n")
             proc.stdin.flush()
@@ -331,7 +342,10 @@ def test_the_fake_fails_a_missing_driver_function_as_the_installed_nvidia_ml_py_
     fake.nvmlInit()
     with pytest.raises(Exception) as from_fake:
         fake.nvmlDeviceGetComputeRunningProcesses(fake.nvmlDeviceGetHandleByIndex(0))
-    assert (type(from_fake.value).__name__, str(from_fake.value)) == (type(from_real.value).__name__, str(from_real.value))
+    assert (type(from_fake.value).__name__, str(from_fake.value)) == (
+        type(from_real.value).__name__,
+        str(from_real.value),
+    )
 
 
 def test_unknown_nvidia_ml_py_names_the_valid_ones():

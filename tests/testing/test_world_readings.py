@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-
 from jupyter_gpumem.core.readings import (
     GPU_LOST,
     NO_DRIVER,
@@ -39,9 +38,17 @@ def a100_40gb(index: int, n: int, *, used: int, utilization: int, processes) -> 
     """An A100-SXM4-40GB of the scenarios: 40,960 MiB, 512 MiB of it reserved by the driver."""
     total, reserved = 40_960 * MiB, 512 * MiB
     return DeviceReading(
-        index=index, name="NVIDIA A100-SXM4-40GB", uuid=uuid(n),
-        total_bytes=total, used_bytes=used, free_bytes=total - reserved - used, reserved_bytes=reserved,
-        utilization_percent=utilization, display_active=False, mig_mode=False, processes=processes,
+        index=index,
+        name="NVIDIA A100-SXM4-40GB",
+        uuid=uuid(n),
+        total_bytes=total,
+        used_bytes=used,
+        free_bytes=total - reserved - used,
+        reserved_bytes=reserved,
+        utilization_percent=utilization,
+        display_active=False,
+        mig_mode=False,
+        processes=processes,
     )
 
 
@@ -49,9 +56,17 @@ def rtx_a4000(index: int, n: int, *, used: int, utilization: int, display: bool,
     """An RTX A4000 of the display_gpu scenario: 16,376 MiB, 240 MiB reserved, cannot do MIG."""
     total, reserved = 16_376 * MiB, 240 * MiB
     return DeviceReading(
-        index=index, name="NVIDIA RTX A4000", uuid=uuid(n),
-        total_bytes=total, used_bytes=used, free_bytes=total - reserved - used, reserved_bytes=reserved,
-        utilization_percent=utilization, display_active=display, mig_mode=False, processes=processes,
+        index=index,
+        name="NVIDIA RTX A4000",
+        uuid=uuid(n),
+        total_bytes=total,
+        used_bytes=used,
+        free_bytes=total - reserved - used,
+        reserved_bytes=reserved,
+        utilization_percent=utilization,
+        display_active=display,
+        mig_mode=False,
+        processes=processes,
     )
 
 
@@ -63,16 +78,29 @@ GPU_1_LOST = NotAvailable(
 
 EXPECTED: dict[str, tuple[DeviceReading | DeviceUnreadable, ...] | NotAvailable] = {
     "three_gpus": (
-        a100_40gb(0, 0, used=32 * GiB, utilization=87,
-                  processes=(ProcessReading(4_200_101, 30 * GiB), ProcessReading(4_200_102, 2 * GiB))),
+        a100_40gb(
+            0,
+            0,
+            used=32 * GiB,
+            utilization=87,
+            processes=(ProcessReading(4_200_101, 30 * GiB), ProcessReading(4_200_102, 2 * GiB)),
+        ),
         a100_40gb(1, 1, used=10 * GiB, utilization=12, processes=(ProcessReading(4_200_201, 10 * GiB),)),
         a100_40gb(2, 2, used=0, utilization=0, processes=()),
     ),
     "single_h100": (
         DeviceReading(
-            index=0, name="NVIDIA H100 80GB HBM3", uuid=uuid(100),
-            total_bytes=81_559 * MiB, used_bytes=0, free_bytes=(81_559 - 566) * MiB, reserved_bytes=566 * MiB,
-            utilization_percent=0, display_active=False, mig_mode=False, processes=(),
+            index=0,
+            name="NVIDIA H100 80GB HBM3",
+            uuid=uuid(100),
+            total_bytes=81_559 * MiB,
+            used_bytes=0,
+            free_bytes=(81_559 - 566) * MiB,
+            reserved_bytes=566 * MiB,
+            utilization_percent=0,
+            display_active=False,
+            mig_mode=False,
+            processes=(),
         ),
     ),
     "no_driver": NotAvailable(NO_DRIVER, "NVIDIA driver not loaded: nvidia-smi should work before the monitor can"),
@@ -91,16 +119,19 @@ EXPECTED: dict[str, tuple[DeviceReading | DeviceUnreadable, ...] | NotAvailable]
         DeviceUnreadable(index=1, why=GPU_1_LOST),  # lost before its name was read
     ),
     # Whether the pid lives is for the server to find out; the driver's word is passed on.
-    "vanished_pid": (
-        a100_40gb(0, 0, used=12 * GiB, utilization=5, processes=(ProcessReading(4_200_999, 12 * GiB),)),
-    ),
+    "vanished_pid": (a100_40gb(0, 0, used=12 * GiB, utilization=5, processes=(ProcessReading(4_200_999, 12 * GiB),)),),
     "mig": (
         DeviceReading(
-            index=0, name="NVIDIA A100-SXM4-80GB", uuid=uuid(300),
-            total_bytes=81_920 * MiB, used_bytes=20 * GiB, free_bytes=(81_920 - 640) * MiB - 20 * GiB,
+            index=0,
+            name="NVIDIA A100-SXM4-80GB",
+            uuid=uuid(300),
+            total_bytes=81_920 * MiB,
+            used_bytes=20 * GiB,
+            free_bytes=(81_920 - 640) * MiB - 20 * GiB,
             reserved_bytes=640 * MiB,
             utilization_percent=NotAvailable(NOT_SUPPORTED, "GPU 0 or its driver does not report utilisation"),
-            display_active=False, mig_mode=True,
+            display_active=False,
+            mig_mode=True,
             processes=NotAvailable(
                 PIDS_HIDDEN,
                 "GPU 0 is in MIG mode: NVML reports memory per MIG instance, not per process on the whole GPU",
@@ -109,15 +140,26 @@ EXPECTED: dict[str, tuple[DeviceReading | DeviceUnreadable, ...] | NotAvailable]
     ),
     # Xorg's 220 MiB count on GPU 0 but it is a graphics process, not in the compute list.
     "display_gpu": (
-        rtx_a4000(0, 400, used=220 * MiB + 3 * GiB, utilization=9, display=True,
-                  processes=(ProcessReading(4_200_402, 3 * GiB),)),
+        rtx_a4000(
+            0,
+            400,
+            used=220 * MiB + 3 * GiB,
+            utilization=9,
+            display=True,
+            processes=(ProcessReading(4_200_402, 3 * GiB),),
+        ),
         rtx_a4000(1, 401, used=6 * GiB, utilization=0, display=False, processes=(ProcessReading(4_200_403, 6 * GiB),)),
     ),
     # The host's pids with their memory, as NVML lists them inside a container (nvidia-docker#1483).
     "containerized": (
         a100_40gb(0, 500, used=30 * GiB, utilization=63, processes=(ProcessReading(4_201_001, 30 * GiB),)),
-        a100_40gb(1, 501, used=18 * GiB, utilization=20,
-                  processes=(ProcessReading(4_201_002, 12 * GiB), ProcessReading(4_201_003, 6 * GiB))),
+        a100_40gb(
+            1,
+            501,
+            used=18 * GiB,
+            utilization=20,
+            processes=(ProcessReading(4_201_002, 12 * GiB), ProcessReading(4_201_003, 6 * GiB)),
+        ),
     ),
 }
 
@@ -156,4 +198,3 @@ def test_every_scenario_has_an_expected_reading():
 def test_nvml_source_reads_the_expected_devices(world, scenario_name, driver, nvidia_ml_py):
     expected = expected_reading(scenario_name, driver, nvidia_ml_py)
     assert NvmlSource().read() == expected
-

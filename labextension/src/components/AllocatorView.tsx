@@ -68,7 +68,7 @@ export function AllocatorView(props: {
       <div className="jp-GpuMem-muted jp-GpuMem-backend">
         {s.backend_started
           ? trans.__('JAX started on %1', s.platform ?? trans.__('an unknown platform'))
-          : s.reason ?? trans.__('JAX has not started yet')}
+          : (s.reason ?? trans.__('JAX has not started yet'))}
       </div>
       {s.devices.map(d => (
         <DeviceStats key={d.jax_id} device={d} units={props.units} trans={trans} />

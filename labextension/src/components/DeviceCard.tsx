@@ -17,7 +17,12 @@ export function DeviceCard(props: {
 }): JSX.Element {
   const d = props.device;
   return d.readable ? (
-    <ReadableCard device={d} units={props.units} trans={props.trans} notebookOpen={props.notebookOpen} />
+    <ReadableCard
+      device={d}
+      units={props.units}
+      trans={props.trans}
+      notebookOpen={props.notebookOpen}
+    />
   ) : (
     <UnreadableCard device={d} trans={props.trans} />
   );
@@ -71,7 +76,9 @@ function ReadableCard(props: {
         {d.utilization !== null ? (
           <span
             className="jp-GpuMem-util"
-            title={trans.__('Share of the last sample period in which a kernel ran on the GPU (NVML)')}
+            title={trans.__(
+              'Share of the last sample period in which a kernel ran on the GPU (NVML)'
+            )}
           >
             {trans.__('GPU busy %1%', d.utilization)}
           </span>
@@ -88,21 +95,30 @@ function ReadableCard(props: {
           { key: 'kernels', label: trans.__('other kernels'), bytes: shares.otherKernels },
           // Only in a container, where NVML's host pids cannot be told apart from the kernels.
           ...(shares.hostPids > 0
-            ? [{ key: 'hostpids', label: trans.__('host pids, kernels or not'), bytes: shares.hostPids }]
+            ? [
+                {
+                  key: 'hostpids',
+                  label: trans.__('host pids, kernels or not'),
+                  bytes: shares.hostPids
+                }
+              ]
             : []),
           { key: 'other', label: trans.__('other processes'), bytes: shares.otherProcesses },
           ...(shares.reserved > 0
-            ? [{ key: 'reserved', label: trans.__('reserved by the driver'), bytes: shares.reserved }]
+            ? [
+                {
+                  key: 'reserved',
+                  label: trans.__('reserved by the driver'),
+                  bytes: shares.reserved
+                }
+              ]
             : []),
           { key: 'free', label: trans.__('free'), bytes: shares.free }
         ]}
       />
       {!d.pids_visible ? (
         <div className="jp-GpuMem-muted">
-          {trans.__(
-            'Processes are not visible: %1',
-            d.pids_reason ?? trans.__('no reason given')
-          )}
+          {trans.__('Processes are not visible: %1', d.pids_reason ?? trans.__('no reason given'))}
         </div>
       ) : null}
       <ProcessList device={d} units={units} trans={trans} />
@@ -128,7 +144,11 @@ function commandText(p: ProcessInfo, trans: TranslationBundle): string {
 }
 
 /** Every process NVML lists on the GPU, as nvidia-smi lists them: pid, user, command, memory. */
-function ProcessList(props: { device: ReadableDevice; units: Units; trans: TranslationBundle }): JSX.Element | null {
+function ProcessList(props: {
+  device: ReadableDevice;
+  units: Units;
+  trans: TranslationBundle;
+}): JSX.Element | null {
   const { device: d, units, trans } = props;
   const procs = processesByMemory(d);
   if (procs.length === 0) {

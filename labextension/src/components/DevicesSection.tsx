@@ -55,9 +55,7 @@ interface Props {
 export function DevicesSection(props: Props): JSX.Element {
   return (
     <UseSignal signal={props.model.changed} initialSender={props.model}>
-      {() => (
-        <DevicesView {...props} reply={props.model.reply} error={props.model.error} />
-      )}
+      {() => <DevicesView {...props} reply={props.model.reply} error={props.model.error} />}
     </UseSignal>
   );
 }

@@ -34,7 +34,12 @@ export class GpuStatusItem extends ReactWidget {
         {() => (
           <UseSignal signal={kernel.changed} initialSender={kernel}>
             {() => {
-              const s = statusSummary(devices.reply, kernel.lastSnapshot, this._props.units(), trans);
+              const s = statusSummary(
+                devices.reply,
+                kernel.lastSnapshot,
+                this._props.units(),
+                trans
+              );
               return (
                 <div
                   className={`jp-GpuMem-statusText${s.warn ? ' jp-GpuMem-statusWarn' : ''}`}

@@ -53,10 +53,7 @@ export function KernelStateView(props: {
       return (
         <StateNotice
           title={trans.__('The kernel is restarting')}
-          detail={trans.__(
-            'Status: %1. The allocator appears once it is ready.',
-            state.status
-          )}
+          detail={trans.__('Status: %1. The allocator appears once it is ready.', state.status)}
         />
       );
     case 'not-loaded':

@@ -15,7 +15,10 @@ function preallocText(p: boolean | null, trans: TranslationBundle): string {
  * "idle 14 s" that counts up on its own, once a second: the server pushes a reading only when it
  * changes, so a table drawn from readings alone would stop at the time it was drawn.
  */
-function IdleFor(props: { since: string | null | undefined; trans: TranslationBundle }): JSX.Element {
+function IdleFor(props: {
+  since: string | null | undefined;
+  trans: TranslationBundle;
+}): JSX.Element {
   const [now, setNow] = React.useState(() => Date.now());
   React.useEffect(() => {
     const timer = window.setInterval(() => setNow(Date.now()), 1000);

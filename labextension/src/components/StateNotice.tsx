@@ -10,14 +10,9 @@ export function StateNotice(props: {
   children?: React.ReactNode;
 }): JSX.Element {
   return (
-    <div
-      className={`jp-GpuMem-notice jp-GpuMem-notice-${props.kind ?? 'info'}`}
-      role="status"
-    >
+    <div className={`jp-GpuMem-notice jp-GpuMem-notice-${props.kind ?? 'info'}`} role="status">
       <div className="jp-GpuMem-notice-title">{props.title}</div>
-      {props.detail ? (
-        <div className="jp-GpuMem-notice-detail">{props.detail}</div>
-      ) : null}
+      {props.detail ? <div className="jp-GpuMem-notice-detail">{props.detail}</div> : null}
       {props.children}
     </div>
   );

@@ -25,10 +25,7 @@ export function WarningList(props: {
               className="jp-mod-styled jp-mod-warn jp-GpuMem-fix"
               onClick={() => props.onFix(w.suggested_fraction as number)}
             >
-              {props.trans.__(
-                'Give this notebook fraction %1 and restart',
-                w.suggested_fraction
-              )}
+              {props.trans.__('Give this notebook fraction %1 and restart', w.suggested_fraction)}
             </button>
           ) : null}
         </div>

@@ -216,7 +216,11 @@ export class KernelModel {
   /** A cell starts or ends: the kernel's busy and idle status messages for an execute request. */
   private _onIopub(_: Kernel.IKernelConnection, msg: KernelMessage.IIOPubMessage): void {
     const parent = msg.parent_header as Partial<KernelMessage.IHeader>;
-    if (msg.header.msg_type !== 'status' || parent?.msg_type !== 'execute_request' || !parent.msg_id) {
+    if (
+      msg.header.msg_type !== 'status' ||
+      parent?.msg_type !== 'execute_request' ||
+      !parent.msg_id
+    ) {
       return;
     }
     const state = (msg as KernelMessage.IStatusMsg).content.execution_state;
