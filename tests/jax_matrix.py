@@ -94,7 +94,10 @@ def cached_environment(version: str, log) -> tuple[Path, float]:
     t0 = time.perf_counter()
     shutil.rmtree(home, ignore_errors=True)
     home.parent.mkdir(parents=True, exist_ok=True)
-    run = lambda *args, **kw: subprocess.run([*uv(), *args], check=True, stdout=log, stderr=subprocess.STDOUT, **kw)
+
+    def run(*args, **kw):
+        return subprocess.run([*uv(), *args], check=True, stdout=log, stderr=subprocess.STDOUT, **kw)
+
     run("venv", "-q", "--python", sys.executable, str(home))
     run("pip", "install", "-q", "--python", str(home / "bin" / "python"), *requirements(version))
     frozen = subprocess.run(

@@ -341,7 +341,7 @@ async def test_a_server_with_nvml_hung_exits_promptly_and_its_sockets_get_1001(t
             try:
                 request = urllib.request.Request(f"http://{base}", headers={"Authorization": f"token {token}"})
                 await asyncio.get_running_loop().run_in_executor(
-                    None, lambda: urllib.request.urlopen(request, timeout=5).read()
+                    None, lambda request=request: urllib.request.urlopen(request, timeout=5).read()
                 )
                 break
             except OSError:

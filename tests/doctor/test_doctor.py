@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.jax_versions
-
 from jupyter_gpumem import doctor
+
+pytestmark = pytest.mark.jax_versions
 
 SESSION = r"""
 import io, json, contextlib

@@ -207,7 +207,10 @@ def test_a_backend_that_fails_to_start_fails_as_it_does_without_the_extension(tm
     failing = {"JAX_PLATFORMS": "nosuch"}
     plain = session(tmp_path, cells, ext=False, env=failing)
     loaded = session(tmp_path, cells, ext=True, env=failing)
-    last_line = lambda c: c["out"].strip().splitlines()[-1]
+
+    def last_line(c):
+        return c["out"].strip().splitlines()[-1]
+
     assert [(c["ok"], c["error"]) for c in loaded] == [(c["ok"], c["error"]) for c in plain]
     assert not loaded[1]["ok"] and "Unable to initialize backend 'nosuch'" in last_line(loaded[1])
     assert [last_line(c) for c in loaded[1:3]] == [last_line(c) for c in plain[1:3]]
