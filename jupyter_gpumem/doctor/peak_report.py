@@ -12,7 +12,7 @@ from typing import Any
 
 from jupyter_gpumem.core import sites
 from jupyter_gpumem.core.magic_args import Grammar, Option
-from jupyter_gpumem.doctor import peak_buffers
+from jupyter_gpumem.doctor import peak_buffers, peak_fixes
 from jupyter_gpumem.doctor.estimating import evaluate_call
 from jupyter_gpumem.doctor.text import PreReport, bytes_or_na, pretty_as_text
 from jupyter_gpumem.sources import jax_arrays
@@ -34,7 +34,7 @@ class PeakReport(PreReport):
     memory: jax_arrays.CompiledMemory
     peak: peak_buffers.ProgramPeak
     lines_by_source: tuple[peak_buffers.PeakLine, ...]
-    fixes: tuple[peak_buffers.PeakFix, ...]
+    fixes: tuple[peak_fixes.PeakFix, ...]
     seconds: float
 
     def lines(self) -> list[str]:
@@ -80,7 +80,7 @@ class PeakReport(PreReport):
 def peak_report(expression: str, dump: jax_arrays.CompiledDump, cells: Mapping[str, int]) -> PeakReport:
     """The report for a compiled dump; pure."""
     peak = peak_buffers.parse_dump(dump.buffer_assignment, dump.hlo)
-    fixes = peak_buffers.peak_fixes(peak, cells, dump.arguments, dump.memory.outputs)
+    fixes = peak_fixes.peak_fixes(peak, cells, dump.arguments, dump.memory.outputs)
     return PeakReport(
         expression, dump.memory, peak, tuple(peak_buffers.peak_by_line(peak, cells)), tuple(fixes), dump.seconds
     )

@@ -21,7 +21,7 @@ from jupyter_gpumem.core.readings import (
     ProcessReading,
     Sample,
 )
-from jupyter_gpumem.doctor import oom_rules, oom_text, peak_buffers
+from jupyter_gpumem.doctor import oom_rules, oom_text, peak_buffers, peak_fixes
 from jupyter_gpumem.doctor.arrays import ArrayRecord, census, not_started_note
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
 from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
@@ -585,7 +585,7 @@ def _peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple
         f"{peak_buffers.totals_text(peak)}, total {bytes_or_na(peak.peak_bytes)}):"
     )
     rows = peak_buffers.peak_lines_text(peak, cells)
-    rows += [f"  to lower it: {fix.text}" for fix in peak_buffers.peak_fixes(peak, cells)]
+    rows += [f"  to lower it: {fix.text}" for fix in peak_fixes.peak_fixes(peak, cells)]
     return title, tuple(rows)
 
 

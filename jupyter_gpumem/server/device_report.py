@@ -186,15 +186,12 @@ def build_devices_report(
         show_other_users=show_other_users,
         my_uid=my_uid,
         facts_of=facts_of,
-        # One kernel's pid listed on any GPU: NVML's pids are this server's namespace, not a host's.
         shared_namespace=shares_pid_namespace(reading.devices, by_pid) if live else False,
     )
     for dev in reading.devices:
         entry = _unreadable_json(dev) if isinstance(dev, DeviceUnreadable) else _device_entry(dev, join)
         report["devices"].append(entry)
-        if isinstance(dev, DeviceUnreadable):
-            continue
-        warning = overcommit_warning(entry)
+        warning = None if isinstance(dev, DeviceUnreadable) else overcommit_warning(entry)
         if warning is not None:
             report["warnings"].append(warning)
     return report

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 from jupyter_gpumem import doctor
 from jupyter_gpumem.core.readings import NotAvailable, Sample
-from jupyter_gpumem.doctor import peak_buffers
+from jupyter_gpumem.doctor import peak_buffers, peak_fixes
 from jupyter_gpumem.doctor.oom_text import OomError
 from jupyter_gpumem.doctor.peak_buffers import (
     ARGUMENT,
@@ -166,7 +166,7 @@ def test_program_peak_total_counts_an_aliased_buffer_once():
 def test_saved_values_of_a_scan_in_an_oom_text_are_sent_to_jax_checkpoint():
     # synthetic text above: the forward scan's (jvp, no transpose) values are 3 GiB of 4 GiB
     peak = parse_oom_text(SYNTHETIC_CELL_OOM)
-    fixes = peak_buffers.peak_fixes(peak, {CELL_FILE: 7})
+    fixes = peak_fixes.peak_fixes(peak, {CELL_FILE: 7})
     assert [(f.kind, f.saves) for f in fixes] == [("checkpoint", 3 << 30)]
     assert fixes[0].text.startswith("wrap the function around cell [7] line 4 in jax.checkpoint")
 
