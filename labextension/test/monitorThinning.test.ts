@@ -11,7 +11,7 @@ interface MonitorPlot {
   storeFrom(figure: object): Store;
   append(store: Store, msg: { t: number[]; y: Record<string, (number | null)[]> }): void;
 }
-const plot = require('../../../jupyter_gpumem/monitor_plot.js') as MonitorPlot;
+const plot = require('../../../jupyter_gpumem/monitor/monitor_plot.js') as MonitorPlot;
 
 /** A reproducible wobble in [0, 1) (no Math.random: a failure must replay). */
 function wobble(i: number): number {
