@@ -3,6 +3,8 @@
 JAX's allocator settings before the backend starts: validate, apply, refuse, reset.
 """
 
+from jupyter_gpumem.core.env_table import SETTING_NAMES
+from jupyter_gpumem.core.errors import GpumemError
 from jupyter_gpumem.settings.apply import (
     Applied,
     BackendStartedError,
@@ -19,8 +21,19 @@ from jupyter_gpumem.settings.apply import (
     validate,
 )
 from jupyter_gpumem.settings.configure import configure, configure_from_notebook
+from jupyter_gpumem.settings.effective import environment_problems
+from jupyter_gpumem.sources.jax_backend import backend_started
+from jupyter_gpumem.sources.jax_options import accepted_allocators, fraction_var, jax_gpu_options, jax_rejection
 
 __all__ = [
+    "GpumemError",
+    "SETTING_NAMES",
+    "environment_problems",
+    "jax_gpu_options",
+    "jax_rejection",
+    "fraction_var",
+    "accepted_allocators",
+    "backend_started",
     "SettingsError",
     "BackendStartedError",
     "coerce_setting",
