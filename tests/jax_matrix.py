@@ -121,7 +121,7 @@ def marked_files() -> list[str]:
     """The test files that name the marker: collecting only these keeps the run from importing
     test modules whose packages the matrix does not install."""
     mark = re.compile(rf"\bmark\.{MARKER}\b")
-    return sorted(str(p.relative_to(ROOT)) for p in TESTS.glob("test_*.py") if mark.search(p.read_text()))
+    return sorted(str(p.relative_to(ROOT)) for p in TESTS.rglob("test_*.py") if mark.search(p.read_text()))
 
 
 @dataclass

@@ -44,7 +44,7 @@ def test_the_marker_is_registered_where_pytest_reads_it(pytestconfig):
 def test_the_matrix_collects_the_files_that_name_the_marker_and_no_others():
     files = jax_matrix.marked_files()
     assert "tests/sources/test_jax_start.py" in files
-    for path in sorted((ROOT / "tests").glob("test_*.py")):
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
         named = re.search(r"\bmark\.jax_versions\b", path.read_text()) is not None
         assert (str(path.relative_to(ROOT)) in files) == named, path.name
 
