@@ -157,8 +157,13 @@ def test_arrays_top_limits_the_rows(session):
 def test_free_history_frees_the_output_array_and_says_the_measure(session):
     fr = session["free"]
     # float32[1000], shown as Out[3]: 4000 bytes, once, although CPU JAX keeps a second array
-    # object on the same buffer once the array was printed (jax_arrays.cpu_buffer_key).
-    assert fr["freed"] == 4000
+    # object on the same buffer once the array was printed (jax_arrays.cpu_buffer_key). Up to
+    # JAX 0.9.2 asking for the buffer's address would itself add an array the user sees, so
+    # there the two objects are counted one by one: 8000 bytes.
+    import jax
+
+    counted_once = tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 10)
+    assert fr["freed"] == (4000 if counted_once else 8000)
     assert fr["measure"] == "live JAX array bytes (no allocator statistics here)"
     assert fr["text"].startswith("Freed 3.91 KiB: ") and ", counted as live JAX array bytes (no allocator" in fr["text"]
     assert not any(n.startswith(("Out", "_")) for n in session["after_free_names"])
