@@ -449,7 +449,7 @@ def marked_test_files(tests_dir: str, marker: str) -> list[str]:
     """Test files that mention ``pytest.mark.<marker>`` (as a decorator or in pytestmark)."""
     pattern = re.compile(rf"pytest\.mark\.{re.escape(marker)}\b")
     found = []
-    for path in sorted(glob.glob(os.path.join(tests_dir, "test_*.py"))):
+    for path in sorted(glob.glob(os.path.join(tests_dir, "**", "test_*.py"), recursive=True)):
         with open(path, encoding="utf-8") as f:
             if pattern.search(f.read()):
                 found.append(path)

@@ -216,7 +216,7 @@ def test_settings_the_panel_applies_at_kernel_start_are_named_notebook_settings(
     """The panel's start hook calls configure_from_notebook (labextension/src/configureCode.ts):
     status names the source "notebook settings", not %gpumem, which the user never typed."""
     from jupyter_gpumem.core.env_table import PREALLOCATE_VAR
-    from jupyter_gpumem.settings import apply as allocator_shim
+    from jupyter_gpumem import allocator_shim
 
     monkeypatch.delenv(PREALLOCATE_VAR, raising=False)
     allocator_shim.configure_from_notebook(preallocate=False)
