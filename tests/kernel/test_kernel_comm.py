@@ -215,8 +215,8 @@ def test_five_thousand_comms_opened_and_closed_leave_none_behind(monkeypatch, fr
 def test_settings_the_panel_applies_at_kernel_start_are_named_notebook_settings(monkeypatch):
     """The panel's start hook calls configure_from_notebook (labextension/src/configureCode.ts):
     status names the source "notebook settings", not %gpumem, which the user never typed."""
-    from jupyter_gpumem.core.env_table import PREALLOCATE_VAR
     from jupyter_gpumem import allocator_shim
+    from jupyter_gpumem.core.env_table import PREALLOCATE_VAR
 
     monkeypatch.delenv(PREALLOCATE_VAR, raising=False)
     allocator_shim.configure_from_notebook(preallocate=False)
