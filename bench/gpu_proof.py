@@ -211,6 +211,26 @@ class StepResult:
     note: str
 
 
+def wheel_install_command(python: str, site: str, wheels: list[str]) -> list[str]:
+    """pip installing the carried wheels into ``site``, as the device machine's README says: no
+    index, no dependencies, nothing compiled or cached."""
+    return [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--no-cache-dir",
+        "--upgrade",
+        "--target",
+        site,
+        *wheels,
+    ]
+
+
 class Proof:
     def __init__(self, out: str, work: str, python: str, wheels: str, site: str, budget: float):
         self.out, self.work, self.python, self.wheels, self.site = out, work, python, wheels, site
@@ -263,21 +283,7 @@ class Proof:
                 f"no wheels in {self.wheels}: carry .whl (make gpu-proof-wheels); IPython-based tests will fail",
             )
         rc, _ = run(
-            [
-                self.python,
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-index",
-                "--no-deps",
-                "--no-compile",
-                "--no-cache-dir",
-                "--upgrade",
-                "--target",
-                self.site,
-                *wheels,
-            ],
+            wheel_install_command(self.python, self.site, wheels),
             self.env,
             limit,
             self.log,

@@ -275,21 +275,7 @@ def check_imports(python: str, folder: str) -> list[tuple[bool, str]]:
     wheels = sorted(glob.glob(os.path.join(folder, "*.whl")))
     with tempfile.TemporaryDirectory(prefix="gpu-proof-site-") as site, tempfile.TemporaryDirectory() as tmp:
         install = subprocess.run(
-            [
-                python,
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-index",
-                "--no-deps",
-                "--no-compile",
-                "--no-cache-dir",
-                "--upgrade",
-                "--target",
-                site,
-                *wheels,
-            ],
+            gpu_proof.wheel_install_command(python, site, wheels),
             capture_output=True,
             text=True,
         )
