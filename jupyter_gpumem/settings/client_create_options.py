@@ -59,8 +59,8 @@ class CreateOptions:
                 out.append(
                     f"{where} gives {key} as {type(value).__name__} {value!r}, but JAX's CUDA plugin takes only "
                     f"{words} there, so the CUDA backend will fail to start at JAX's first operation. "
-                    + ("A string option can only name the allocator; " if isinstance(self.raw, str) else "")
-                    + f"set it from Python: jax.config.update({CREATE_OPTIONS_OPTION!r}, {{{key!r}: ...}})."
+                    + ("A string option can only name the allocator; set" if isinstance(self.raw, str) else "Set")
+                    + f" it from Python: jax.config.update({CREATE_OPTIONS_OPTION!r}, {{{key!r}: ...}})."
                 )
             elif key == "allocator" and allocators and value not in allocators:
                 out.append(

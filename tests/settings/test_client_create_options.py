@@ -92,6 +92,66 @@ def test_only_the_allocator_settings_are_overrides():
     assert parsed.overrides() == {"allocator": "cuda_async", "fraction": 0.5, "preallocate": False}
 
 
+# --- the problems, word for word -----------------------------------------------------------------
+
+CUDA_ALLOCATORS = ["platform", "bfc", "cuda_async"]  # generate_pjrt_gpu_plugin_options, JAX 0.10.2
+
+
+def test_a_string_jax_cannot_parse_is_the_one_problem_with_jaxs_own_error():
+    assert parse("allocator:a:b").problems(CUDA_ALLOCATORS) == [
+        "JAX's CUDA backend will fail to start, at JAX's first operation: Multiple ':' separators for option "
+        "in jax_pjrt_client_create_options: 'allocator:a:b'. Should be in format 'key:value' "
+        "(jax.config's jax_pjrt_client_create_options = 'allocator:a:b')."
+    ]
+
+
+def test_a_string_option_of_the_wrong_type_says_only_python_can_set_it():
+    assert parse("preallocate:false").problems(CUDA_ALLOCATORS) == [
+        "jax.config's jax_pjrt_client_create_options gives preallocate as str 'false', but JAX's CUDA plugin "
+        "takes only a bool there, so the CUDA backend will fail to start at JAX's first operation. A string "
+        "option can only name the allocator; set it from Python: "
+        "jax.config.update('jax_pjrt_client_create_options', {'preallocate': ...})."
+    ]
+
+
+def test_a_dict_option_of_the_wrong_type_says_how_to_set_it():
+    assert parse({"memory_fraction": 1}).problems(CUDA_ALLOCATORS) == [
+        "jax.config's jax_pjrt_client_create_options gives memory_fraction as int 1, but JAX's CUDA plugin "
+        "takes only a float there, so the CUDA backend will fail to start at JAX's first operation. Set it "
+        "from Python: jax.config.update('jax_pjrt_client_create_options', {'memory_fraction': ...})."
+    ]
+
+
+def test_a_bool_is_no_float_for_the_fraction():
+    """Python's bool is an int subclass; the plugin's kFloat check refuses it all the same."""
+    (problem,) = parse({"memory_fraction": True}).problems(CUDA_ALLOCATORS)
+    assert problem.startswith(
+        "jax.config's jax_pjrt_client_create_options gives memory_fraction as bool True, but JAX's CUDA "
+        "plugin takes only a float there"
+    )
+
+
+def test_an_allocator_name_the_plugin_does_not_take_lists_those_it_does():
+    assert parse({"allocator": "CUDA_ASYNC"}).problems(CUDA_ALLOCATORS) == [
+        "jax.config's jax_pjrt_client_create_options names allocator 'CUDA_ASYNC', which JAX's CUDA plugin "
+        "does not take (it compares exactly: platform, bfc, cuda_async), so the CUDA backend will fail to start."
+    ]
+
+
+def test_options_of_the_right_types_and_a_known_allocator_have_no_problem():
+    options = parse({"allocator": "bfc", "preallocate": True, "memory_fraction": 0.5, "node_id": "x"})
+    assert options.problems(CUDA_ALLOCATORS) == []
+
+
+def test_without_the_list_of_allocators_no_name_is_refused():
+    assert parse({"allocator": "anything"}).problems([]) == []
+
+
+def test_every_entry_of_the_wrong_type_is_a_problem_in_the_order_allocator_fraction_preallocate():
+    problems = parse({"preallocate": "no", "memory_fraction": "0.5", "allocator": 1}).problems(CUDA_ALLOCATORS)
+    assert [p.split(" as ")[0].rsplit(" ", 1)[1] for p in problems] == ["allocator", "memory_fraction", "preallocate"]
+
+
 # --- status and the allocator in effect --------------------------------------------------------
 
 

@@ -252,6 +252,15 @@ def test_the_fraction_note_says_it_is_no_cap():
     )
 
 
+def test_the_fraction_note_with_preallocation_on_says_it_is_only_the_release_threshold():
+    assert fraction_note(0.75, preallocate=True) == (
+        "under cuda_async the fraction (0.75) is no cap, even with preallocation on: XLA makes it the "
+        "release threshold of the CUDA driver's default pool (what the pool keeps), and reserves that "
+        "much at start, but the pool has no size limit, so JAX can grow past it into all of the GPU's "
+        "free memory."
+    )
+
+
 @pytest.mark.parametrize(
     "value, preallocate, note",
     [
