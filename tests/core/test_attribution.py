@@ -147,3 +147,25 @@ def test_many_host_pids_are_named_five_at_most(count, listed):
         "which of them is this process"
     )
     assert attribute(gpu(*hosts), ME, {p.pid for p in hosts}, None).reason.startswith(f"NVML lists pids {listed}, not")
+
+
+def test_two_host_pids_while_jax_is_not_on_the_gpu_are_named_in_the_plural():
+    hosts = (ProcessReading(812_345, GiB), ProcessReading(812_399, GiB))
+    who = attribute(gpu(*hosts), ME, {812_345, 812_399}, None)
+    assert who.reason.startswith("NVML lists pids 812345, 812399, not a process here (a container's view")
+
+
+def test_a_host_pid_holding_exactly_jaxs_pool_is_this_process():
+    host = ProcessReading(812_345, 24 * GiB)
+    who = attribute(gpu(host), ME, {812_345}, jax_pool=24 * GiB)
+    assert (who.how, who.own) == (BY_ELIMINATION, (host,))
+
+
+def test_a_host_pid_holding_less_than_jaxs_pool_is_said_whole_and_the_rest_are_others():
+    host = ProcessReading(812_345, 2 * GiB)
+    who = attribute(gpu(host, OTHER), ME, {812_345}, jax_pool=24 * GiB)
+    assert (who.how, who.others, who.unknown) == (CANNOT_TELL, (OTHER,), (host,))
+    assert who.reason == (
+        "NVML lists pid 812345, not a process here, with less memory than JAX's pool in this process: it cannot "
+        "tell which process is this one"
+    )

@@ -75,6 +75,24 @@ def test_a_required_positional_shows_without_brackets():
     )
 
 
+def test_describe_gives_each_word_and_its_help_in_aligned_columns():
+    grammar = Grammar(
+        "%gpumem record",
+        options=(Option("--interval", "S", help="seconds between samples"), Option("--gc")),
+        positionals=(Option("path", "PATH.jsonl", help="where the samples go"), Option("mode", choices=("on", "off"))),
+    )
+    assert grammar.describe() == [
+        "  PATH.jsonl    where the samples go",
+        "  on|off",
+        "  --interval S  seconds between samples",
+        "  --gc",
+    ]
+
+
+def test_describe_of_a_command_that_takes_nothing_is_empty():
+    assert Grammar("%gpumem stop").describe() == []
+
+
 # --- what a grammar refuses, and how it says so --------------------------------------------------
 
 
@@ -104,6 +122,42 @@ def test_a_bad_argument_says_what_is_valid(argv, message):
     with pytest.raises(MagicUsageError) as err:
         SHOW.parse(argv)
     assert str(err.value) == message
+
+
+ONLY_OPTIONS = Grammar("%gpumem show", options=(Option("--interval", "S"),))
+NOTHING = Grammar("%gpumem stop")
+
+
+@pytest.mark.parametrize(
+    "grammar, argv, message",
+    [
+        (
+            ONLY_OPTIONS,
+            ["foo"],
+            "%gpumem show: unknown argument 'foo'; valid: --interval. Usage: %gpumem show [--interval S]",
+        ),
+        (
+            ONLY_OPTIONS,
+            ["--intervl=0.5"],
+            "%gpumem show: unknown argument '--intervl=0.5'; valid: --interval (did you mean '--interval'?). "
+            "Usage: %gpumem show [--interval S]",
+        ),
+        (NOTHING, ["foo"], "%gpumem stop: unexpected 'foo'. Usage: %gpumem stop"),
+        (NOTHING, ["--x"], "%gpumem stop: unknown argument '--x'. Usage: %gpumem stop"),
+    ],
+    ids=["bare word, options only", "misspelt inline option", "bare word, takes nothing", "option, takes nothing"],
+)
+def test_an_unknown_word_is_named_with_what_the_command_takes(grammar, argv, message):
+    with pytest.raises(MagicUsageError) as err:
+        grammar.parse(argv)
+    assert str(err.value) == message
+
+
+def test_an_error_that_starts_with_the_commands_last_word_names_the_command_once():
+    track = Grammar("%gpumem doctor track", positionals=(Option("track", choices=("on", "off")),))
+    with pytest.raises(MagicUsageError) as err:
+        track.parse(["maybe"])
+    assert str(err.value) == "%gpumem doctor track takes on or off, got 'maybe'"
 
 
 def test_a_missing_required_positional_is_named_with_the_usage():

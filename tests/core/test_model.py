@@ -22,6 +22,7 @@ from jupyter_gpumem.core.metrics import (
     uses_driver_pool,
 )
 from jupyter_gpumem.core.readings import (
+    AllocatorSettings,
     AllocatorStats,
     CudaPoolReading,
     DeviceReading,
@@ -30,6 +31,7 @@ from jupyter_gpumem.core.readings import (
     NotAvailable,
     Sample,
     Timeline,
+    is_available,
     normalise_stats,
 )
 
@@ -376,6 +378,19 @@ def test_timeline_version_bumps_on_every_change():
     assert timeline.version == 3 and len(timeline) == 0 and timeline.latest() is None
 
 
+def test_extending_a_timeline_is_one_change_however_many_items_it_adds():
+    timeline = Timeline()
+    timeline.extend([_sample(1.0), Event(1.0, "marker"), _sample(2.0)])
+    timeline.extend([_sample(3.0)])
+    assert timeline.version == 2
+
+
+def test_the_latest_sample_is_the_newest_appended():
+    timeline = Timeline()
+    timeline.extend([_sample(1.0), _sample(2.0), _sample(3.0)])
+    assert timeline.latest().t == 3.0
+
+
 def test_timeline_appends_from_many_threads_lose_nothing():
     timeline = Timeline(max_samples=10_000)
     start = threading.Barrier(4)
@@ -432,3 +447,30 @@ def test_a_timeline_keeps_the_last_36000_samples_and_10000_events_by_default():
         timeline.add_event(model.Event(float(i), "marker", {}))
     assert [s.t for s in timeline.samples()][:1] == [1.0] and len(timeline.samples()) == 36_000
     assert timeline.events()[0].t == 1.0 and len(timeline.events()) == 10_000
+
+
+# --- NotAvailable and AllocatorSettings ------------------------------------------------------------
+
+
+def test_a_missing_reading_is_falsy_so_a_default_reads_naturally():
+    missing = NotAvailable("no_driver", "synthetic: libcuda is not loaded")
+    assert (bool(missing), missing or 7) == (False, 7)
+
+
+def test_only_a_not_available_value_is_unavailable():
+    assert (is_available(0), is_available(None), is_available(NotAvailable("gpu_lost", "synthetic"))) == (
+        True,
+        True,
+        False,
+    )
+
+
+def test_settings_given_are_the_set_ones_in_a_stable_order():
+    settings = AllocatorSettings(remat=False, allocator="bfc", fraction=0.5)
+    assert list(settings.given().items()) == [("fraction", 0.5), ("allocator", "bfc"), ("remat", False)]
+
+
+def test_merged_settings_take_the_other_ones_given_values_on_top():
+    base = AllocatorSettings(preallocate=False, fraction=0.5)
+    merged = base.merged(AllocatorSettings(fraction=0.8, allocator="cuda_async"))
+    assert merged == AllocatorSettings(preallocate=False, fraction=0.8, allocator="cuda_async")
