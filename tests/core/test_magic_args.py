@@ -153,6 +153,15 @@ def test_an_unknown_word_is_named_with_what_the_command_takes(grammar, argv, mes
     assert str(err.value) == message
 
 
+def test_a_bare_word_option_takes_no_inline_value():
+    fraction = Grammar("%gpumem", options=(Option("fraction", "F"),))
+    with pytest.raises(MagicUsageError) as err:
+        fraction.parse(["fraction=0.5"])
+    assert str(err.value) == (
+        "%gpumem: unknown argument 'fraction=0.5'; valid: fraction (did you mean 'fraction'?). Usage: %gpumem [fraction F]"
+    )
+
+
 def test_an_error_that_starts_with_the_commands_last_word_names_the_command_once():
     track = Grammar("%gpumem doctor track", positionals=(Option("track", choices=("on", "off")),))
     with pytest.raises(MagicUsageError) as err:

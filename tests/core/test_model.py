@@ -266,6 +266,57 @@ def test_driver_pool_is_known_by_the_allocator_or_by_a_pool_reading():
     assert not uses_driver_pool(bfc(pool_bytes=GiB))
 
 
+# A pool reading from the driver is the cuda_async pool even where the allocator's name is not known.
+NAMELESS = AllocatorStats(allocator="unknown", bytes_in_use=3 * GiB)
+
+
+def test_largest_likely_request_with_a_driver_pool_reading_is_its_unused_bytes_when_larger_whatever_the_name():
+    # 8 GiB reserved - 3 GiB in use = 5 GiB unused; the device has 1 GiB free -> 5 GiB
+    assert largest_likely_request(NAMELESS, POOL_8_OF_3, device_free=1 * GiB) == 5 * GiB
+
+
+def test_available_bytes_with_a_driver_pool_reading_is_unused_pool_plus_device_free_whatever_the_name():
+    # 5 GiB unused + 1 GiB free = 6 GiB
+    assert available_bytes(NAMELESS, POOL_8_OF_3, device_free=1 * GiB) == 6 * GiB
+
+
+def test_available_bytes_with_a_driver_pool_reading_is_unknown_without_device_free_whatever_the_name():
+    assert available_bytes(NAMELESS, POOL_8_OF_3) is None
+
+
+def test_available_bytes_under_cuda_async_unknown_without_device_free():
+    assert available_bytes(cuda_async(), POOL_8_OF_3) is None
+
+
+def test_largest_likely_request_under_cuda_async_is_zero_with_the_pool_all_in_use_and_nothing_free():
+    full = cuda_async(bytes_in_use=8 * GiB)
+    assert largest_likely_request(full, driver_pool(8 * GiB, 8 * GiB), device_free=0) == 0
+
+
+def test_available_bytes_under_cuda_async_with_the_pool_all_in_use_is_device_free():
+    full = cuda_async(bytes_in_use=8 * GiB)
+    assert available_bytes(full, driver_pool(8 * GiB, 8 * GiB), device_free=2 * GiB) == 2 * GiB
+
+
+def test_largest_likely_request_without_a_limit_is_the_largest_free_block():
+    # no bytes_limit: growth unknown, so the 3 GiB block is what is known to fit
+    assert largest_likely_request(bfc(pool_bytes=12 * GiB, largest_free_block_bytes=3 * GiB)) == 3 * GiB
+
+
+def test_largest_likely_request_without_a_largest_block_is_the_growth():
+    # limit 8 GiB - pool 6 GiB = 2 GiB the pool may still grow by
+    assert largest_likely_request(bfc(bytes_limit=8 * GiB, pool_bytes=6 * GiB)) == 2 * GiB
+
+
+def test_largest_likely_request_of_a_full_preallocated_pool_is_zero():
+    assert largest_likely_request(bfc(bytes_limit=8 * GiB, pool_bytes=8 * GiB, largest_free_block_bytes=0)) == 0
+
+
+def test_available_bytes_of_a_preallocated_pool_is_its_unused_bytes():
+    # pool 8 GiB = limit, 3 GiB in use -> 5 GiB, and no growth
+    assert available_bytes(bfc(bytes_limit=8 * GiB, pool_bytes=8 * GiB, bytes_in_use=3 * GiB)) == 5 * GiB
+
+
 # --- normalise_stats -----------------------------------------------------------------------------
 
 

@@ -87,6 +87,11 @@ def test_the_option_is_parsed_as_xla_bridge_parses_it(raw, options, error):
     assert (parsed.options, parsed.error) == (options, error)
 
 
+@pytest.mark.parametrize("raw", [None, "", "allocator:bfc", "allocator:a:b", {"allocator": "bfc"}, 5])
+def test_the_option_is_kept_as_it_was_given(raw):
+    assert parse(raw).raw == raw
+
+
 def test_only_the_allocator_settings_are_overrides():
     parsed = parse({"allocator": "cuda_async", "memory_fraction": 0.5, "preallocate": False, "node_id": 0})
     assert parsed.overrides() == {"allocator": "cuda_async", "fraction": 0.5, "preallocate": False}
