@@ -16,6 +16,7 @@ from jupyter_gpumem.core.attribution import (
     HIDDEN,
     NOT_LISTED,
     attribute,
+    attribute_in_sample,
     jax_pool_on,
 )
 from jupyter_gpumem.core.readings import (
@@ -169,3 +170,32 @@ def test_a_host_pid_holding_less_than_jaxs_pool_is_said_whole_and_the_rest_are_o
         "NVML lists pid 812345, not a process here, with less memory than JAX's pool in this process: it cannot "
         "tell which process is this one"
     )
+
+
+def bfc_on_gpu_0(pool: int) -> JaxDeviceReading:
+    return JaxDeviceReading(0, "gpu", "A100", 0, normalise_stats({"bytes_in_use": GiB, "pool_bytes": pool}, "bfc"))
+
+
+def test_in_a_sample_the_one_host_pid_is_this_process_when_its_jax_runs_on_that_gpu():
+    host = ProcessReading(812_345, 30 * GiB)
+    sample = Sample(1.0, ME, (gpu(host),), (bfc_on_gpu_0(24 * GiB),), pids_not_here=frozenset({812_345}))
+    who = attribute_in_sample(sample, 0)
+    assert (who.how, who.own) == (BY_ELIMINATION, (host,))
+
+
+def test_in_a_sample_whose_jax_is_not_on_that_gpu_it_cannot_tell():
+    host = ProcessReading(812_345, 30 * GiB)
+    sample = Sample(1.0, ME, (gpu(host),), (), pids_not_here=frozenset({812_345}))
+    assert attribute_in_sample(sample, 0).how == CANNOT_TELL
+
+
+def test_in_a_sample_that_lists_this_pid_on_another_gpu_a_host_pid_is_never_this_process():
+    host = ProcessReading(812_345, 30 * GiB)
+    other_gpu = DeviceReading(1, "A100", "GPU-1", 40 * GiB, GiB, 39 * GiB, processes=(ProcessReading(ME, GiB),))
+    sample = Sample(1.0, ME, (gpu(host), other_gpu), (bfc_on_gpu_0(24 * GiB),), pids_not_here=frozenset({812_345}))
+    who = attribute_in_sample(sample, 0)
+    assert (who.how, who.gone) == (NOT_LISTED, (host,))
+
+
+def test_in_a_sample_a_gpu_without_a_reading_has_no_attribution():
+    assert attribute_in_sample(Sample(1.0, ME, (gpu(),), ()), 1) is None

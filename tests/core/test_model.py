@@ -284,6 +284,15 @@ def test_available_bytes_with_a_driver_pool_reading_is_unknown_without_device_fr
     assert available_bytes(NAMELESS, POOL_8_OF_3) is None
 
 
+def test_growth_with_a_driver_pool_reading_is_what_the_device_has_free_whatever_the_name():
+    assert growth_room(NAMELESS, POOL_8_OF_3, device_free=1 * GiB) == 1 * GiB
+
+
+def test_a_device_with_nothing_free_leaves_no_room_to_grow():
+    assert growth_room(cuda_async(), POOL_8_OF_3, device_free=0) == 0
+    assert growth_room(bfc(bytes_limit=8 * GiB, pool_bytes=6 * GiB), device_free=-1) == 0
+
+
 def test_available_bytes_under_cuda_async_unknown_without_device_free():
     assert available_bytes(cuda_async(), POOL_8_OF_3) is None
 
