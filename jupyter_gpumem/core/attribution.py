@@ -217,8 +217,7 @@ def jax_pool_on(sample: Sample, index: int) -> int | None:
     if jdev is None or jdev.platform == "cpu":
         return None
     if isinstance(jdev.stats, AllocatorStats):
-        held = held_bytes(jdev.stats, jdev.cuda_pool if not isinstance(jdev.cuda_pool, NotAvailable) else None)
-        return held or 0
+        return held_bytes(jdev.stats, jdev.cuda_pool) or 0  # a NotAvailable pool reading counts as none
     return 0 if jdev.stats.code == NO_STATS else None  # no stats from a started backend: it runs there
 
 

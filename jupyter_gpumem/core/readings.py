@@ -346,7 +346,7 @@ def _as_count(value: Any) -> int | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")) or not value.is_integer():
+        if not value.is_integer():  # False for NaN and the infinities too
             return None
         value = int(value)
     if not isinstance(value, int):

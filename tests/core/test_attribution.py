@@ -23,6 +23,7 @@ from jupyter_gpumem.core.readings import (
     NO_STATS,
     NOT_STARTED,
     PIDS_HIDDEN,
+    CudaPoolReading,
     DeviceReading,
     JaxDeviceReading,
     NotAvailable,
@@ -199,3 +200,32 @@ def test_in_a_sample_that_lists_this_pid_on_another_gpu_a_host_pid_is_never_this
 
 def test_in_a_sample_a_gpu_without_a_reading_has_no_attribution():
     assert attribute_in_sample(Sample(1.0, ME, (gpu(),), ()), 1) is None
+
+
+def test_in_a_shared_namespace_a_pid_not_here_is_gone_and_processes_here_are_others():
+    host = ProcessReading(812_345, 30 * GiB)
+    who = attribute(gpu(host, OTHER), ME, {812_345}, jax_pool=24 * GiB, shared_namespace=True)
+    assert (who.how, who.others, who.gone, who.unknown) == (NOT_LISTED, (OTHER,), (host,), ())
+
+
+def test_jax_pool_on_a_cuda_async_gpu_is_the_driver_pools_reserved_bytes():
+    stats = normalise_stats({"bytes_in_use": 3 * GiB, "bytes_limit": 0}, "cuda_async")
+    pool = CudaPoolReading(
+        reserved_bytes=8 * GiB, reserved_high_bytes=8 * GiB, used_bytes=3 * GiB, used_high_bytes=3 * GiB
+    )
+    assert jax_pool_on(sample_with((JaxDeviceReading(0, "gpu", "A100", 0, stats, cuda_pool=pool),)), 0) == 8 * GiB
+
+
+def test_jax_pool_on_a_gpu_whose_allocator_holds_nothing_yet_is_zero():
+    empty = normalise_stats({"bytes_in_use": 0, "pool_bytes": 0}, "bfc")
+    assert jax_pool_on(sample_with((JaxDeviceReading(0, "gpu", "A100", 0, empty),)), 0) == 0
+
+
+def test_jax_on_the_cpu_is_not_on_the_gpu():
+    cpu = JaxDeviceReading(0, "cpu", "cpu", 0, NotAvailable(NO_STATS, "synthetic: the CPU keeps no statistics"))
+    assert jax_pool_on(sample_with((cpu,)), 0) is None
+
+
+def test_a_jax_device_whose_statistics_failed_is_not_known_to_run_on_the_gpu():
+    failed = JaxDeviceReading(0, "gpu", "A100", 0, NotAvailable(NOT_STARTED, "synthetic: not started"))
+    assert jax_pool_on(sample_with((failed,)), 0) is None

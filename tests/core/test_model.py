@@ -73,6 +73,10 @@ def test_fragmentation_unknown_without_pool_stats():
     assert fragmentation(AllocatorStats(allocator="cuda_async", bytes_in_use=5)) is None
 
 
+def test_fragmentation_unknown_without_a_pool_even_with_the_other_stats():
+    assert fragmentation(bfc(bytes_in_use=GiB, largest_free_block_bytes=GiB)) is None
+
+
 # --- unused pool bytes, headroom -----------------------------------------------------------------
 
 
@@ -293,6 +297,15 @@ def test_a_device_with_nothing_free_leaves_no_room_to_grow():
     assert growth_room(bfc(bytes_limit=8 * GiB, pool_bytes=6 * GiB), device_free=-1) == 0
 
 
+def test_headroom_with_a_driver_pool_reading_is_unknown_whatever_the_name():
+    stats = AllocatorStats(allocator="unknown", bytes_in_use=3 * GiB, bytes_limit=60 * GiB)
+    assert headroom(stats, POOL_8_OF_3) is None
+
+
+def test_unused_pool_bytes_of_a_pool_all_in_use_is_zero():
+    assert unused_pool_bytes(bfc(pool_bytes=4 * GiB, bytes_in_use=4 * GiB)) == 0
+
+
 def test_available_bytes_under_cuda_async_unknown_without_device_free():
     assert available_bytes(cuda_async(), POOL_8_OF_3) is None
 
@@ -370,6 +383,11 @@ def test_normalise_cpu_none_is_not_available_with_no_stats():
 
 def test_normalise_non_dict_is_an_error_value():
     assert normalise_stats([1, 2], "bfc").code == model.ERROR
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), -1.0])
+def test_normalise_non_finite_and_negative_floats_become_none(value):
+    assert normalise_stats({"bytes_in_use": value}, "bfc").bytes_in_use is None
 
 
 def test_normalise_whole_floats_count_and_fractions_do_not():
