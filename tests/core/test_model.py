@@ -377,8 +377,15 @@ def test_normalise_cuda_async_keeps_a_real_limit():
 
 
 def test_normalise_cpu_none_is_not_available_with_no_stats():
-    result = normalise_stats(None, "bfc", platform="cpu")
-    assert isinstance(result, NotAvailable) and result.code == model.NO_STATS and "CPU" in result.reason
+    assert normalise_stats(None, "bfc", platform="cpu") == NotAvailable(
+        model.NO_STATS, "JAX is running on the CPU, which keeps no allocator statistics"
+    )
+
+
+def test_normalise_none_from_a_gpu_allocator_says_which_allocator_keeps_none():
+    assert normalise_stats(None, "platform") == NotAvailable(
+        model.NO_STATS, "the platform allocator reports no memory statistics"
+    )
 
 
 def test_normalise_non_dict_is_an_error_value():
