@@ -67,7 +67,10 @@ def test_the_one_host_pid_is_this_process_when_jax_runs_on_the_gpu():
     who = attribute(gpu(host, ProcessReading(99, 2 * GiB)), ME, {812_345}, jax_pool=24 * GiB)
     assert (who.how, who.own, who.own_pid, who.own_bytes) == (BY_ELIMINATION, (host,), 812_345, 30 * GiB)
     assert [p.pid for p in who.others] == [99]
-    assert who.reason.startswith("NVML lists this process as pid 812345")
+    assert who.reason == (
+        "NVML lists this process as pid 812345: the only pid on this GPU that is not a process here "
+        "(a container sees the host's pids), and JAX runs on this GPU"
+    )
 
 
 def test_a_host_pid_listed_twice_is_still_one_process():

@@ -89,6 +89,12 @@ def test_describe_gives_each_word_and_its_help_in_aligned_columns():
     ]
 
 
+def test_describe_shows_a_flag_by_its_name_alone():
+    assert Grammar("%gpumem free", options=(Option("--gc", help="collect first"),)).describe() == [
+        "  --gc  collect first"
+    ]
+
+
 def test_describe_of_a_command_that_takes_nothing_is_empty():
     assert Grammar("%gpumem stop").describe() == []
 
@@ -138,8 +144,8 @@ NOTHING = Grammar("%gpumem stop")
         ),
         (
             ONLY_OPTIONS,
-            ["--intervl=0.5"],
-            "%gpumem show: unknown argument '--intervl=0.5'; valid: --interval (did you mean '--interval'?). "
+            ["--intervl=0.25s"],
+            "%gpumem show: unknown argument '--intervl=0.25s'; valid: --interval (did you mean '--interval'?). "
             "Usage: %gpumem show [--interval S]",
         ),
         (NOTHING, ["foo"], "%gpumem stop: unexpected 'foo'. Usage: %gpumem stop"),

@@ -455,6 +455,22 @@ def test_timeline_since_returns_strictly_later_items():
     assert [e.t for e in timeline.events(since=1.0)] == [1.5]
 
 
+def test_timeline_events_since_a_time_leave_out_an_event_at_that_time():
+    timeline = Timeline()
+    timeline.extend([Event(1.0, "cell_start"), Event(2.0, "cell_end")])
+    assert [e.t for e in timeline.events(since=1.0)] == [2.0]
+
+
+def test_a_timeline_keeps_a_copy_of_its_trace_header():
+    header = {"synthetic": True, "format": "jupyter-gpumem-trace"}
+    timeline = Timeline(trace_header=header)
+    header["synthetic"] = False
+    assert (timeline.trace_header, Timeline().trace_header) == (
+        {"synthetic": True, "format": "jupyter-gpumem-trace"},
+        None,
+    )
+
+
 def test_timeline_version_bumps_on_every_change():
     timeline = Timeline()
     timeline.append(_sample(1.0))

@@ -122,3 +122,28 @@ def test_the_sampler_counts_a_process_proc_hides_as_a_process_here(monkeypatch):
     with fake_nvml("three_gpus"):
         sample = Sampler(NvmlSource().read, lambda: ()).sample_once()
     assert sample.pids_not_here == frozenset()
+
+
+def test_pid_in_namespace_only_asks_with_signal_0(monkeypatch):
+    sent = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    assert pid_in_namespace(4242) is True
+    assert sent == [(4242, 0)]
+
+
+def test_pid_in_namespace_is_false_when_kill_fails_otherwise(monkeypatch):
+    def invalid(pid, sig):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "kill", invalid)
+    assert pid_in_namespace(4242) is False
+
+
+def test_pid_0_and_negative_pids_are_no_process():
+    """kill(0, sig) and kill(-n, sig) address process groups (kill(2)), never one process."""
+    assert (pid_in_namespace(0), pid_in_namespace(-1)) == (False, False)
+
+
+def test_pid_1_is_a_process_here():
+    """Every PID namespace has a pid 1, its init (pid_namespaces(7))."""
+    assert pid_in_namespace(1) is True
