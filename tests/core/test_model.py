@@ -388,8 +388,8 @@ def test_normalise_none_from_a_gpu_allocator_says_which_allocator_keeps_none():
     )
 
 
-def test_normalise_non_dict_is_an_error_value():
-    assert normalise_stats([1, 2], "bfc").code == model.ERROR
+def test_normalise_non_dict_is_an_error_value_naming_what_came():
+    assert normalise_stats([1, 2], "bfc") == NotAvailable(model.ERROR, "memory_stats() returned list, not a dict")
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), -1.0])
