@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from jupyter_gpumem import demo_traces
 from jupyter_gpumem.core.readings import (
     NO_DRIVER,
+    NO_STATS,
     NOT_STARTED,
     PIDS_HIDDEN,
     CudaPoolReading,
@@ -33,6 +34,7 @@ from jupyter_gpumem.core.readings import (
 )
 from jupyter_gpumem.monitor.series import (
     BANDS,
+    CANNOT_TELL_NOTE,
     SERIES_NAMES,
     DeviceSeries,
     cell_markers,
@@ -132,6 +134,120 @@ def test_jax_on_cpu_explains_no_allocator_stats():
 
 def test_a_readable_device_leaves_nothing_to_explain():
     assert nothing_to_show(bfc_sample()) is None
+
+
+def test_before_the_first_reading_the_monitor_says_it_waits():
+    assert nothing_to_show(None) == "Waiting for the first reading."
+
+
+def test_no_driver_and_jax_not_started_are_said_whole_in_that_order():
+    s = Sample(0.0, PID, NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded"), NotAvailable(NOT_STARTED, "x"))
+    assert nothing_to_show(s) == (
+        "No NVIDIA GPU can be read: the NVIDIA driver is not loaded. "
+        "JAX has not started yet: the allocator view will start when JAX does."
+    )
+
+
+def test_no_gpu_listed_and_jax_on_the_cpu_are_said_whole():
+    cpu = JaxDeviceReading(0, "cpu", "cpu", None, normalise_stats(None, "bfc", platform="cpu"))
+    assert nothing_to_show(Sample(0.0, PID, (), (cpu,))) == (
+        "NVML lists no readable GPU. JAX is running on the CPU, which keeps no allocator statistics."
+    )
+
+
+def test_no_gpu_listed_and_no_jax_device_says_only_that():
+    assert nothing_to_show(Sample(0.0, PID, (), ())) == "NVML lists no readable GPU."
+
+
+def test_a_sample_without_jax_devices_has_no_jax_on_the_cpu_note():
+    s = bfc_sample()
+    assert [n for n in notes_for(Sample(s.t, PID, s.devices, ()), 0) if "CPU" in n] == []
+
+
+def with_jax(*jax) -> Sample:
+    s = bfc_sample()
+    return Sample(s.t, PID, s.devices, jax)
+
+
+def test_the_note_while_jax_has_not_started_is_its_only_note():
+    s = bfc_sample()
+    notes = notes_for(Sample(s.t, PID, s.devices, NotAvailable(NOT_STARTED, "synthetic")), 0)
+    assert notes == ["JAX has not started yet: its bands will start when JAX does."]
+
+
+def test_a_jax_gpu_without_statistics_notes_why():
+    no_stats = NotAvailable(NO_STATS, "the platform allocator reports no memory statistics")
+    assert notes_for(with_jax(JaxDeviceReading(0, "gpu", "H100", 0, no_stats)), 0) == [
+        "No allocator statistics: the platform allocator reports no memory statistics."
+    ]
+
+
+def test_jax_on_the_cpu_beside_a_gpu_notes_none_of_the_gpu_is_jaxs():
+    cpu = JaxDeviceReading(0, "cpu", "cpu", None, normalise_stats(None, "bfc", platform="cpu"))
+    assert notes_for(with_jax(cpu), 0) == ["JAX runs on the CPU, not on this GPU: none of its memory here is JAX's."]
+
+
+def test_a_jax_gpu_on_no_nvml_gpu_is_noted_once_on_the_first_gpu():
+    s = bfc_sample()
+    second = DeviceReading(1, "NVIDIA H100 80GB HBM3", "GPU-1", 80 * GiB, 0, 80 * GiB)
+    lost = JaxDeviceReading(
+        0, "gpu", "H100", None, normalise_stats({"bytes_in_use": 0}, "bfc"), nvml_unmatched="synthetic: no UUID"
+    )
+    sample = Sample(s.t, PID, (s.devices[0], second), (lost,))
+    assert (notes_for(sample, 0), notes_for(sample, 1)) == (
+        ["JAX device 0 is drawn on no GPU: synthetic: no UUID."],
+        [],
+    )
+
+
+def test_a_host_pid_found_by_elimination_is_noted_with_the_reason():
+    host = ProcessReading(812_345, 30 * GiB)
+    s = bfc_sample()
+    dev = DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-0", 80 * GiB, 30 * GiB, 50 * GiB, processes=(host,))
+    sample = Sample(s.t, PID, (dev,), s.jax, pids_not_here=frozenset({812_345}))
+    assert notes_for(sample, 0) == [
+        "NVML lists this process as pid 812345: the only pid on this GPU that is not a process here "
+        "(a container sees the host's pids), and JAX runs on this GPU."
+    ]
+
+
+def test_two_host_pids_get_the_cannot_tell_note():
+    hosts = (ProcessReading(812_345, 10 * GiB), ProcessReading(812_399, 20 * GiB))
+    s = bfc_sample()
+    dev = DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-0", 80 * GiB, 30 * GiB, 50 * GiB, processes=hosts)
+    sample = Sample(s.t, PID, (dev,), s.jax, pids_not_here=frozenset({812_345, 812_399}))
+    assert notes_for(sample, 0) == [CANNOT_TELL_NOTE]
+
+
+def test_devices_are_keyed_by_nvml_index_when_nvml_reads_them():
+    s = bfc_sample()
+    third = DeviceReading(3, "NVIDIA H100 80GB HBM3", "GPU-3", 80 * GiB, 0, 80 * GiB)
+    assert device_keys(Sample(s.t, PID, (third,), s.jax)) == [3]
+
+
+def test_without_nvml_the_jax_gpus_with_statistics_are_keyed_by_jax_id():
+    stats = normalise_stats({"bytes_in_use": 0}, "bfc")
+    jax = (
+        JaxDeviceReading(0, "cpu", "cpu", None, stats),
+        JaxDeviceReading(1, "gpu", "H100", None, stats),
+        JaxDeviceReading(2, "gpu", "H100", None, NotAvailable(NO_STATS, "synthetic")),
+    )
+    assert device_keys(Sample(0.0, PID, NotAvailable(NO_DRIVER, "synthetic"), jax)) == [1]
+
+
+def test_with_neither_nvml_nor_jax_there_is_no_device():
+    none = NotAvailable(NO_DRIVER, "synthetic")
+    assert device_keys(Sample(0.0, PID, none, NotAvailable(NOT_STARTED, "synthetic"))) == []
+
+
+def test_the_series_drawn_are_those_with_a_known_value_in_series_order():
+    series = DeviceSeries(window_s=60)
+    later, earlier = [None] * len(SERIES_NAMES), [None] * len(SERIES_NAMES)
+    later[3], earlier[1] = 5, 7
+    series.add(1.0, tuple(later))
+    series.add(2.0, tuple(earlier))
+    series.add(3.0, (None,) * len(SERIES_NAMES))
+    assert series.active_series() == [SERIES_NAMES[1], SERIES_NAMES[3]]
 
 
 # --- decimation ----------------------------------------------------------------------------
@@ -257,6 +373,16 @@ def test_cell_markers_pair_starts_and_ends_by_execution_count():
     assert cell_markers(events) == [(10.0, 3, 2.5), (20.0, 4, None)]
 
 
+def test_a_cell_end_without_its_start_is_left_out():
+    events = [Event(5.0, "cell_end", {"execution_count": 2}), Event(10.0, "cell_start", {"execution_count": 3})]
+    assert cell_markers(events) == [(10.0, 3, None)]
+
+
+def test_cell_markers_since_leaves_out_a_run_that_starts_at_that_time():
+    events = [Event(10.0, "cell_start", {"execution_count": 3}), Event(20.0, "cell_start", {"execution_count": 4})]
+    assert [m[1] for m in cell_markers(events, since=10.0)] == [4]
+
+
 def test_cell_markers_since_leaves_out_older_runs():
     events = [Event(10.0, "cell_start", {"execution_count": 3}), Event(20.0, "cell_start", {"execution_count": 4})]
     assert [m[1] for m in cell_markers(events, since=15.0)] == [4]
@@ -273,6 +399,15 @@ def test_csv_rows_give_bytes_per_device_and_blank_unknowns():
     assert named["time"] == "1970-01-01T00:00:00.000+00:00"
     assert named["jax_in_use"] == 6 * GiB and named["pool_unused"] == 10 * GiB
     assert named["pool_reserved"] == ""
+
+
+def test_csv_rows_are_for_the_devices_asked_that_the_sample_has():
+    rows = csv_rows([bfc_sample(t=0.0)], keys=[7, 0])
+    assert [row[2] for row in rows[1:]] == [0]
+
+
+def test_csv_rows_for_no_device_are_the_header_alone():
+    assert csv_rows([bfc_sample(t=0.0)], keys=[]) == [["t", "time", "device", *SERIES_NAMES]]
 
 
 # --- replayed traces -----------------------------------------------------------------------
