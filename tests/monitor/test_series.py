@@ -361,6 +361,31 @@ def test_sealed_chunk_starts_where_the_previous_one_ended():
     assert second.times[0] == first.times[-1]
 
 
+def test_a_sealed_whole_span_is_a_span_chunk():
+    series = DeviceSeries(window_s=40, chunks=4)  # 10 s spans
+    row = row_for(bfc_sample(), 0)
+    for i in range(25):
+        series.add(float(i), row)
+    assert [c.kind for c in series.chunks] == ["span", "span"]
+
+
+def test_expire_at_a_given_time_drops_what_ended_before_its_window():
+    series = DeviceSeries(window_s=40, chunks=4)
+    row = row_for(bfc_sample(), 0)
+    for i in range(25):  # spans sealed at 9 and 19
+        series.add(float(i), row)
+    # at 55 the window reaches back to 15: the span that ended at 9 goes, the one that ended at 19 stays
+    assert [c.end for c in series.expire(now=55.0)] == [9.0]
+
+
+def test_rows_not_yet_sealed_are_the_points_drawn():
+    series = DeviceSeries(window_s=40, chunks=4)
+    row = row_for(bfc_sample(), 0)
+    for i in range(3):
+        series.add(float(i), row)
+    assert series.points_per_series() == 3
+
+
 # --- cells ---------------------------------------------------------------------------------
 
 
@@ -479,6 +504,13 @@ def test_cuda_async_with_tensorflow_imported_notes_the_shared_default_pool():
         "pool lines include its bytes, and whichever set the pool's release threshold last decides when "
         "memory goes back."
     )
+
+
+def test_the_shared_pool_note_names_every_framework_imported():
+    from jupyter_gpumem.monitor.series import shared_pool_note
+
+    note = shared_pool_note(_async_sample(41), 0, modules={"jax", "tensorflow", "cupy"}, pid=41)
+    assert note.startswith("TensorFlow (TF_GPU_ALLOCATOR=cuda_malloc_async) and CuPy (MemoryAsyncPool) imported here:")
 
 
 def test_shared_pool_note_is_absent_for_bfc_replays_and_lone_jax():
