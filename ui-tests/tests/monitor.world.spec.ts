@@ -138,6 +138,7 @@ test('a page reloaded draws the monitor again with every reading so far, and it 
   page,
   tmpPath
 }) => {
+  test.setTimeout(180000); // a reload builds JupyterLab again: over a minute on a loaded machine
   await startMonitor(page, tmpPath, 4);
   const count = () =>
     page.locator(PLOT).first().evaluate((gd: any) => (gd.data && gd.data.length ? gd.data[0].x.length : 0));
