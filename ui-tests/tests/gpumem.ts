@@ -92,6 +92,33 @@ export function kernelAllocatorChoices(page: IJupyterLabPageFixture): Promise<st
   });
 }
 
+/**
+ * Asked of the active notebook's kernel directly: whether jupyter_gpumem is loaded as an IPython
+ * extension, and whether JAX's backend has started (jupyter_gpumem/sources/jax_backend.py's
+ * probe, which never imports jax; a kernel without jax imported has not started it).
+ */
+export function kernelLoadState(page: IJupyterLabPageFixture): Promise<{ loaded: boolean; jaxStarted: boolean }> {
+  return page.evaluate(async () => {
+    const app = (window as any).jupyterapp;
+    const kernel = app.shell.currentWidget.sessionContext.session.kernel;
+    const future = kernel.requestExecute({
+      code:
+        "print(__import__('json').dumps({'loaded': 'jupyter_gpumem' in get_ipython().extension_manager.loaded, " +
+        "'jaxStarted': 'jax' in __import__('sys').modules and " +
+        "__import__('jupyter_gpumem.sources.jax_backend', fromlist=['_']).backend_started()}))",
+      store_history: false
+    });
+    let out = '';
+    future.onIOPub = (msg: any) => {
+      if (msg.header.msg_type === 'stream') {
+        out += msg.content.text;
+      }
+    };
+    await future.done;
+    return JSON.parse(out);
+  });
+}
+
 /** Waits until the active notebook's kernel is connected and idle. */
 export async function waitForKernelIdle(page: IJupyterLabPageFixture): Promise<void> {
   await page.waitForFunction(() => {
