@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -266,3 +267,26 @@ def test_bad_input_is_refused_with_what_is_valid_and_writes_nothing(tmp_path, ar
     result = run_cli("--once", *args)
     assert result.returncode == 2 and says in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and list(tmp_path.iterdir()) == []
+
+
+# --- what deploy/ and docs/ tell an operator to grant ------------------------------------------------
+
+# A list of scopes as a JupyterHub config or a YAML file writes it: "scopes": [...] or scopes: [...].
+SCOPE_LIST = re.compile(r"""["']?\bscopes["']?\s*[:=]\s*\[([^\]]*)\]""")
+
+
+def granted_scopes(text: str) -> list[str]:
+    return [scope for listed in SCOPE_LIST.findall(text) for scope in re.findall(r"""["']([^"']+)["']""", listed)]
+
+
+def test_the_scope_reader_sees_a_role_in_python_and_in_yaml():
+    text = 'c.JupyterHub.load_roles = [{"scopes": ["access:servers!user=a", "list:users"]}]\nscopes: [\'tokens\']\n'
+    assert granted_scopes(text) == ["access:servers!user=a", "list:users", "tokens"]
+
+
+def test_no_file_in_deploy_or_docs_grants_a_scope_that_reaches_a_server():
+    files = [p for p in (ROOT / "deploy").rglob("*") if p.is_file()] + sorted((ROOT / "docs").rglob("*.md"))
+    granted = {str(p.relative_to(ROOT)): granted_scopes(p.read_text()) for p in files}
+    granted = {path: scopes for path, scopes in granted.items() if scopes}
+    assert granted == {"docs/server.md": list(hd.SCOPES_NEEDED)}  # the discovery service's role, and nothing else
+    assert hd.scopes_reaching_servers(scope for scopes in granted.values() for scope in scopes) == []
