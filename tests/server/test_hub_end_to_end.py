@@ -7,9 +7,10 @@ JupyterHub 6.1.1 from PyPI, configurable-http-proxy 5.3.0 from npm (tests/server
 with a single-user server (SimpleLocalProcessSpawner: both run as this test's Unix user, so the
 test needs no root and no accounts; JupyterHub's docs call it a spawner for tests) with the
 extension on the fake three-GPU world (the drop-in pynvml; synthetic readings) and one kernel
-whose pid the world gives GPU memory. The hub starts the discovery service
-(``jupyter_gpumem.server.hub_discovery``) as a managed service whose role holds only
-``list:users``, ``read:users:name`` and ``read:servers``; Prometheus reads its targets file with
+whose pid the world gives GPU memory. The hub runs on the ``jupyterhub_config.py`` docs/server.md
+gives operators (``operators_config``), so it starts the discovery service
+(``jupyter_gpumem.server.hub_discovery``) with the docs' role (only ``list:users``,
+``read:users:name`` and ``read:servers``); Prometheus reads its targets file with
 the example scrape job (deploy/prometheus/prometheus.yml) and the example rules
 (deploy/prometheus/jupyter-gpumem.rules.yml), the idle-kernel alert's 30 min and 1 min cut to
 seconds. Both servers share one host here, so each gets a metrics port of its own from the hub's
@@ -70,9 +71,19 @@ if not PROMETHEUS:
     HUB_MISSING = HUB_MISSING or "prometheus not installed (make prometheus)"
 
 
+def operators_config() -> str:
+    """The ``jupyterhub_config.py`` docs/server.md gives operators to copy (its Python block
+    after "The JupyterHub config an operator copies")."""
+    text = (ROOT / "docs" / "server.md").read_text()
+    after = text[text.index("**The JupyterHub config an operator copies**") :]
+    return after[after.index("```python\n") + len("```python\n") : after.index("\n```\n")]
+
+
 def hub_config(tmp: Path, admin_token: str, targets: Path, world: Path) -> str:
-    """jupyterhub_config.py: the discovery service and its role as docs/server.md gives them, the
-    metrics listener in the Spawner's arguments, plus what the test needs (ports, an admin service)."""
+    """jupyterhub_config.py: the operator's config from docs/server.md as it is, then what this
+    test changes: the targets file's path, one address per server instead of the template (the
+    servers share this host), the listener on 127.0.0.1 and a port per server, culling after
+    20 s, the fake world, ports, and an admin service for the test's own requests."""
     server_config = tmp / "jupyter-config"
     server_config.mkdir()
     (server_config / "jupyter_server_config.json").write_text(
@@ -92,19 +103,27 @@ def hub_config(tmp: Path, admin_token: str, targets: Path, world: Path) -> str:
             }
         )
     )
-    discovery = [sys.executable, "-m", "jupyter_gpumem.server.hub_discovery", "--output", str(targets)]
-    discovery += ["--interval", "1"]
+    addresses = ["--interval", "1"]
     for user, port in METRICS_PORTS.items():
-        discovery += ["--target-for", f"{user}=127.0.0.1:{port}"]
+        addresses += ["--target-for", f"{user}=127.0.0.1:{port}"]
     environment = {
         "PYTHONPATH": os.pathsep.join([str(DROPIN_DIR), str(ROOT)]),
         ENV_VAR: str(world),
         "JUPYTER_CONFIG_DIR": str(server_config),
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
     }
-    return f"""
-import sys
+    return (
+        operators_config()
+        + f"""
+# --- what the test changes ---
 from jupyterhub.spawner import SimpleLocalProcessSpawner
+
+(service,) = c.JupyterHub.services
+command = list(service["command"])
+command[command.index("--output") + 1] = {str(targets)!r}
+del command[command.index("--target") : command.index("--target") + 2]
+service["command"] = command + {addresses!r}
+service["environment"] = {{"PYTHONPATH": {str(ROOT)!r}}}
 
 class ClaimingSpawner(SimpleLocalProcessSpawner):
     def get_env(self):
@@ -130,7 +149,9 @@ c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.spawner_class = ClaimingSpawner
 c.SimpleLocalProcessSpawner.home_dir_template = {str(tmp / "home" / "{username}")!r}
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
-c.Spawner.args = [
+changed = ("--GpuMem.metrics_port", "--GpuMem.metrics_ip", "--GpuMem.cull_idle_after")
+assert all(any(a.startswith(name + "=") for a in c.Spawner.args) for name in changed)
+c.Spawner.args = [a for a in c.Spawner.args if a.split("=")[0] not in changed] + [
     "--GpuMem.metrics_ip=127.0.0.1",
     "--GpuMem.poll_interval=0.5",
     "--GpuMem.idle_after=0",
@@ -141,16 +162,12 @@ c.Spawner.pre_spawn_hook = metrics_port
 c.Spawner.environment = {environment!r}
 c.Spawner.start_timeout = 90
 c.Spawner.http_timeout = 90
-c.JupyterHub.services = [
-    {{"name": "gpumem-targets", "command": {discovery!r}, "environment": {{"PYTHONPATH": {str(ROOT)!r}}}}},
-    {{"name": "test-admin", "api_token": {admin_token!r}}},
-]
-c.JupyterHub.load_roles = [
-    {{"name": "gpumem-targets", "scopes": ["list:users", "read:users:name", "read:servers"],
-      "services": ["gpumem-targets"]}},
-    {{"name": "test-admin", "scopes": ["admin:users", "admin:servers", "access:servers"], "services": ["test-admin"]}},
-]
+c.JupyterHub.services.append({{"name": "test-admin", "api_token": {admin_token!r}}})
+c.JupyterHub.load_roles.append(
+    {{"name": "test-admin", "scopes": ["admin:users", "admin:servers", "access:servers"], "services": ["test-admin"]}}
+)
 """
+    )
 
 
 def prometheus_config(tmp: Path, targets: Path) -> Path:
