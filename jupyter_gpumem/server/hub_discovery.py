@@ -132,10 +132,17 @@ def parse_target_for(text: str) -> tuple[tuple[str, str], str]:
 
 def ready_servers(users: Iterable[dict]) -> list[Server]:
     """The servers the hub says are ready, from user models as ``GET /hub/api/users`` gives them
-    (each with ``servers``: name -> server model, whose ``ready`` is true once the server answers)."""
+    (each with ``servers``: name -> server model, whose ``ready`` is true once the server answers).
+    A user model without ``servers`` means the token lacks ``read:servers`` (the hub leaves the key
+    out then, ``user_model`` in jupyterhub/apihandlers/base.py, 6.1.1): a DiscoveryError, so an
+    empty file never replaces the targets."""
     found = []
     for user in users:
-        for name, model in (user.get("servers") or {}).items():
+        if not isinstance(user.get("servers"), dict):
+            raise DiscoveryError(
+                f"the hub's model of user {user.get('name')!r} has no servers: give the service the scope read:servers"
+            )
+        for name, model in user["servers"].items():
             if isinstance(model, dict) and model.get("ready"):
                 found.append(Server(str(user["name"]), str(name)))
     return sorted(found, key=lambda s: (s.user, s.name))

@@ -126,6 +126,12 @@ def test_only_ready_servers_become_targets_default_and_named_alike():
     assert hd.ready_servers(users) == [hd.Server("alice", "gpu"), hd.Server("bob", "")]
 
 
+def test_a_user_model_without_servers_is_an_error_not_an_empty_target_list():
+    """Without read:servers the hub answers user models with no ``servers`` key at all."""
+    with pytest.raises(hd.DiscoveryError, match="give the service the scope read:servers"):
+        hd.ready_servers([{"kind": "user", "name": "alice", "admin": False}])
+
+
 def test_a_target_is_labelled_with_the_hubs_user_and_server_name():
     groups, left_out = hd.target_groups(
         [hd.Server("alice", ""), hd.Server("bob", "big")], hd.Addresses("jupyter-{username}{server_suffix}:9500")
