@@ -240,6 +240,10 @@ async def test_an_idle_kernel_holding_no_gpu_memory_is_left_alone(jp_fetch, jp_s
     holder_id = await start_kernel(jp_fetch, "holder.ipynb")  # shows the culler is at work
     world.add_process(2, await kernel_pid(jp_fetch, holder_id), 5 * GiB)
     km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    started = time.monotonic()
+    while km.execution_state != "idle":  # a starting kernel is never culled: that would prove nothing
+        assert time.monotonic() - started < 60
+        await asyncio.sleep(0.5)
     # Idle past the limit and two checks (every 2 s) later, and after the holder was shut down.
     while holder_id in await running_kernels(jp_fetch) or time.time() - km.last_activity.timestamp() < 8 + 2 * 2 + 1:
         await asyncio.sleep(0.5)
