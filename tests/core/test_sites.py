@@ -34,7 +34,13 @@ def session(tmp_path: Path, cells: list[str], env: dict | None = None) -> list[d
         text=True,
         timeout=180,
         cwd=tmp_path,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **(env or {})},
+        env={
+            "JAX_PLATFORMS": "cpu",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(SESSION.parents[1]),
+            **(env or {}),
+        },
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
