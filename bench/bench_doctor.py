@@ -135,10 +135,10 @@ def run() -> list[dict]:
                     with hooks.timed():
                         times[mode].append(_cell_seconds(shell, cell))
                     hooks_alone.append(hooks.seconds)
-        shell.run_line_magic("gpumem", "cells on")
+        _cell_seconds(shell, "%gpumem cells on")
         _cell_seconds(shell, "pass")  # the first tracked cell registers the 50,000 arrays once
         measure("cells")
-        shell.run_line_magic("gpumem", "cells off")
+        _cell_seconds(shell, "%gpumem cells off")
     shell.run_line_magic("unload_ext", "jupyter_gpumem")
 
     shell.run_line_magic("load_ext", "jupyter_gpumem")
