@@ -216,13 +216,63 @@ def test_shard_views_the_user_made_are_not_listed_as_arrays(tmp_path):
 
 @pytest.mark.jax_versions
 def test_the_cell_hooks_add_no_array_the_user_would_see(tmp_path):
-    """After each cell the doctor registers the cell's new arrays; on the CPU of JAX 0.7.2 to 0.9.2
+    """With ``cells on`` the doctor registers each cell's new arrays; on the CPU of JAX 0.7.2 to 0.9.2
     asking an array for its buffer address (``unsafe_buffer_pointer()``) adds an Array to
     ``jax.live_arrays()``, so the registry must not ask there (0.10.2 adds none)."""
-    cells = ["import jax, jax.numpy as jnp\nx = jnp.ones((1024,))", "print(len(jax.live_arrays()))"]
+    cells = ["import jax, jax.numpy as jnp", CELLS_ON, "x = jnp.ones((1024,))", "print(len(jax.live_arrays()))"]
     plain, loaded = compare(tmp_path, cells)
-    assert plain[1]["out"].strip() == "1"
-    assert loaded[1]["out"].strip() == "1"
+    assert plain[3]["out"].strip() == "1"
+    assert loaded[3]["out"].strip().splitlines()[0] == "1"
+
+
+COUNT_LISTINGS = textwrap.dedent("""\
+    import threading, jax, jax.numpy as jnp
+    listings, _live_arrays = [], jax.live_arrays
+    def counted():  # the hooks run on the main thread; a sampler thread would not count
+        if threading.current_thread() is threading.main_thread():
+            listings.append(1)
+        return _live_arrays()
+    jax.live_arrays = counted
+    x = jnp.ones((4,))""")
+
+
+@pytest.mark.jax_versions
+def test_the_default_hooks_never_list_jax_arrays(tmp_path):
+    """``jax.live_arrays()`` costs about 8 ms a call at 50,000 arrays; the default hooks read
+    which cell made an array from its traceback when asked, so cells that make arrays, and a
+    failing one, list nothing. Before: one listing after every cell."""
+    cells = [
+        COUNT_LISTINGS,
+        "ys = [jnp.ones((3,)) for _ in range(5)]",
+        "z = x + 1",
+        "try:\n    jnp.zeros((2**42,), jnp.float32)\nexcept Exception:\n    pass",
+        "print(len(listings))",
+    ]
+    plain, loaded = compare(tmp_path, cells)
+    assert plain[4]["out"].strip() == loaded[4]["out"].strip() == "0", loaded
+
+
+GROW = "for i in range(2):\n    xs.append(jnp.ones((4,)))"
+CELLS_ON = (
+    "get_ipython().run_line_magic('gpumem', 'cells on') "
+    "if 'gpumem' in get_ipython().magics_manager.magics['line'] else None"
+)
+
+
+@pytest.mark.jax_versions
+def test_cells_on_following_a_growing_list_adds_no_array_and_changes_no_result(tmp_path):
+    """``cells on`` lists the arrays and reads their tracebacks after each cell; the user's
+    listing and values are the same as without the extension."""
+    cells = [
+        "import jax, jax.numpy as jnp\nxs = []",
+        CELLS_ON,
+        GROW,
+        GROW,
+        "print(len(jax.live_arrays()), float(sum(a.sum() for a in xs)))",
+    ]
+    plain, loaded = compare(tmp_path, cells)
+    assert plain[4]["out"].strip() == loaded[4]["out"].strip().splitlines()[0] == "4 16.0", (plain, loaded)
+    assert "growing: cell [4] line 2 keeps arrays from 2 runs" in loaded[3]["out"], loaded[3]
 
 
 def test_an_array_shown_on_the_cpu_is_counted_once(tmp_path):

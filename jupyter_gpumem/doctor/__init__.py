@@ -2,9 +2,9 @@
 
 One module per job; importing this package imports none of them, so the cell hooks stay cheap.
 
-- ``hooks``: the cell hooks (which cell made which array, the OOM report, the per-cell line)
+- ``hooks``: the cell hooks (the OOM report, the per-cell line)
   and their switches, ``%gpumem doctor|cells on|off``
-- ``array_cells``: which cell made each live array, and the live arrays' device bytes
+- ``array_cells``: the live arrays' device bytes, a tracked cell's new arrays, and live arrays per traceback
 - ``oom_text``: is this exception an out-of-memory error, and how much did it ask for
 - ``oom_rules``: ranked fixes from the numbers read at failure, one function per rule;
   ``oom_readings``: those numbers, and a fix, as data
