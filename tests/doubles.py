@@ -23,6 +23,7 @@ from typing import Any
 
 from jupyter_gpumem.core.readings import (
     NO_DRIVER,
+    CpuArraysReading,
     CudaPoolReading,
     DeviceReading,
     JaxDeviceReading,
@@ -75,6 +76,15 @@ def cuda_async_sample() -> Sample:
         reserved_bytes=8 * GiB, reserved_high_bytes=8 * GiB, used_bytes=3 * GiB, used_high_bytes=5 * GiB
     )
     return Sample(t=1.0, pid=PID, devices=(dev,), jax=(JaxDeviceReading(0, "gpu", "GPU", 0, stats, pool),))
+
+
+def cpu_sample(t: float = 1.0, arrays: Any = CpuArraysReading(bytes=3 << 20, arrays=2), devices: Any = None) -> Sample:
+    """JAX on its one CPU device (no allocator statistics) holding ``arrays``: by default 2 live
+    arrays of 3 MiB in all. ``devices``: NVML's reading, by default no driver."""
+    cpu = JaxDeviceReading(0, "cpu", "cpu", None, normalise_stats(None, "bfc", platform="cpu"))
+    if devices is None:
+        devices = NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded")
+    return Sample(t=t, pid=PID, devices=devices, jax=(cpu,), cpu_arrays=arrays)
 
 
 # --- the sampler -------------------------------------------------------------------------------

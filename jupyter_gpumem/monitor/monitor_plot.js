@@ -42,7 +42,18 @@ function localMs(t) {
   return ms - new Date(ms).getTimezoneOffset() * 60000;
 }
 
-const EMPTY = { series: [], t: [], y: {}, cells: [], labels: [], lower: false, top: 1, window_s: 600, max_points: 2000 };
+const EMPTY = {
+  series: [],
+  t: [],
+  y: {},
+  cells: [],
+  labels: [],
+  lower: false,
+  top: 1,
+  window_s: 600,
+  max_points: 2000,
+  unit: 'GiB'
+};
 
 export function storeFrom(given) {
   const figure = { ...EMPTY, ...given };
@@ -154,11 +165,13 @@ function themeColors() {
   };
 }
 
-const BYTES_HOVER = '%{y:.2f} GiB<extra>';
+// Bytes arrive in the figure's unit: GiB for a GPU, MiB for the CPU view's arrays.
+const bytesHover = unit => `%{y:.2f} ${unit}<extra>`;
 
 function traceFor(spec, store, theme) {
   // "fg": drawn in the theme's text colour (black on white would vanish on a dark theme).
   const color = spec.color === 'fg' ? theme.text : spec.color;
+  const BYTES_HOVER = bytesHover(store.figure.unit);
   const trace = {
     type: 'scatter',
     mode: 'lines',
@@ -264,8 +277,8 @@ function layoutFor(store, theme) {
       nticks: Math.min(8, Math.max(2, Math.floor(spanS) + 1)),
       anchor: lower ? 'y2' : 'y'
     },
-    yaxis: { ...axis, title: { text: 'GiB' }, domain: lower ? [0.42, 1] : [0, 1], rangemode: 'tozero' },
-    yaxis2: { ...axis, title: { text: 'GiB' }, domain: [0, 0.3], rangemode: 'tozero', visible: lower },
+    yaxis: { ...axis, title: { text: fig.unit }, domain: lower ? [0.42, 1] : [0, 1], rangemode: 'tozero' },
+    yaxis2: { ...axis, title: { text: fig.unit }, domain: [0, 0.3], rangemode: 'tozero', visible: lower },
     yaxis3: {
       ...axis,
       title: { text: 'fragmentation %' },
