@@ -372,7 +372,9 @@ def test_jax_lists_live_arrays_newest_first(tmp_path):
 
 # A live monitor, as far as the kernel is concerned: a subscription to the sampler thread, here at
 # 10 ms so it reads often; in the run without the extension it is absent. ``read`` keeps the
-# live-array reading of each sample; ``wait_ticks()`` waits for three more (at once without it).
+# live-array reading of each sample; ``wait_ticks()`` waits for three more (at once without it),
+# ``wait_reading(check)`` for a reading that passes ``check`` (a reading is reused for 20 times
+# as long as it took, so a given tick may carry an older one).
 LIVE_MONITOR = textwrap.dedent("""\
     import threading
     tick, read = threading.Condition(), []
@@ -380,6 +382,9 @@ LIVE_MONITOR = textwrap.dedent("""\
         with tick:
             start = len(read)
             return tick.wait_for(lambda: len(read) >= start + n or not monitor_on, timeout=30)
+    def wait_reading(check):
+        with tick:
+            return tick.wait_for(lambda: read and read[-1] is not None and check(read[-1]), timeout=30)
     monitor_on = 'gpumem' in get_ipython().magics_manager.magics['line']
     if monitor_on:
         from jupyter_gpumem.sampling.sampler import get_sampler
@@ -414,12 +419,13 @@ def test_a_live_monitor_reads_the_bytes_of_the_user_s_cpu_arrays(tmp_path):
     cells = [
         "import jax, jax.numpy as jnp\nx = jnp.ones((1024,))\nys = [jnp.zeros((i + 1,), jnp.int8) for i in range(50)]",
         LIVE_MONITOR,
-        AFTER_TICKS + "\nprint(read[-1].bytes, read[-1].arrays, sum(a.nbytes for a in jax.live_arrays()))",
-        "del ys\n" + AFTER_TICKS + "\nprint(read[-1].bytes, read[-1].arrays)",
+        "assert wait_reading(lambda r: r.arrays == 51)\n"
+        "print(read[-1].bytes, sum(a.nbytes for a in jax.live_arrays()))",
+        "del ys\nassert wait_reading(lambda r: r.arrays == 1)\nprint(read[-1].bytes)",
     ]
     loaded = run_session(tmp_path, cells, ext=True)
-    assert loaded[2]["out"].split() == [str(4096 + 1275), "51", str(4096 + 1275)], loaded
-    assert loaded[3]["out"].split() == ["4096", "1"], loaded
+    assert loaded[2]["out"].split() == [str(4096 + 1275), str(4096 + 1275)], loaded
+    assert loaded[3]["out"].split() == ["4096"], loaded
 
 
 @pytest.mark.jax_versions
