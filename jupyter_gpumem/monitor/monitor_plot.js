@@ -203,33 +203,36 @@ function traceFor(spec, store, theme) {
   return trace;
 }
 
-function cellsTrace(store, theme) {
+// The cell markers: a dotted line per cell run (hover: how long it ran) and, in a trace of its
+// own, its label at the top. One trace of both, with the bottom points' labels left empty, lost
+// the first cell's label (plotly drew it nowhere).
+function cellsTraces(store, theme) {
   const first = store.t.length ? store.t[0] : null;
   const top = store.figure.top || 1;
   const x = [];
   const y = [];
   const text = [];
-  const template = [];
+  const labels = { x: [], y: [], text: [] };
   for (const [t, count, took] of store.cells) {
     if (first === null || t < first) {
       continue; // from before the first sample: nothing to mark it against
     }
     const label = count === null ? '[?]' : `[${count}]`;
     const ms = localMs(t);
+    const ran = label + (took === null ? ' running' : ` ran ${took.toFixed(1)} s`);
     x.push(ms, ms, null);
     y.push(0, top, null);
-    text.push(label + (took === null ? ' running' : ` ran ${took.toFixed(1)} s`), label, null);
-    template.push('', '%{text}', '');
+    text.push(ran, ran, null);
+    labels.x.push(ms);
+    labels.y.push(top);
+    labels.text.push(label);
   }
-  return {
+  const lines = {
     type: 'scatter',
-    mode: 'lines+text',
+    mode: 'lines',
     x,
     y,
     text,
-    texttemplate: template,
-    textposition: 'top center',
-    textfont: { size: 10, color: theme.muted },
     line: { width: 1, color: theme.muted, dash: 'dot' },
     name: 'cells',
     legendgroup: 'cells',
@@ -239,6 +242,21 @@ function cellsTrace(store, theme) {
     xaxis: 'x',
     yaxis: 'y'
   };
+  const tops = {
+    type: 'scatter',
+    mode: 'text',
+    ...labels,
+    textposition: 'top center',
+    textfont: { size: 10, color: theme.muted },
+    name: 'cells',
+    legendgroup: 'cells',
+    showlegend: false,
+    meta: 'cell labels',
+    hoverinfo: 'skip',
+    xaxis: 'x',
+    yaxis: 'y'
+  };
+  return [lines, tops];
 }
 
 function layoutFor(store, theme) {
@@ -344,7 +362,7 @@ async function render({ model, el }) {
       pending = false;
       const theme = themeColors();
       const data = store.figure.series.map(s => traceFor(s, store, theme));
-      data.push(cellsTrace(store, theme));
+      data.push(...cellsTraces(store, theme));
       Plotly.react(plot, data, layoutFor(store, theme), { responsive: true, displaylogo: false });
     });
   };

@@ -6,7 +6,7 @@
 import * as path from 'path';
 import { expect, test } from '@jupyterlab/galata';
 
-import { IMAGES_DIR, openNotebook } from './gpumem';
+import { expectNoTestFolderShown, IMAGES_DIR, openNotebook } from './gpumem';
 
 test.use({ autoGoto: true, viewport: { width: 1280, height: 1100 } });
 
@@ -88,5 +88,8 @@ test('with JAX on the CPU the live monitor draws the bytes of its live arrays, c
     return { max: Math.max(...band.y), last: band.y[band.y.length - 1] };
   });
   expect(drawn).toEqual({ max: 192, last: 128 });
+  await expectNoTestFolderShown(monitor, tmpPath);
+  // Each cell run is marked with its label, the first one included.
+  await expect(plot.locator('.textpoint')).toHaveText(['[2]', '[3]', '[4]']);
   await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-cpu.png') });
 });
