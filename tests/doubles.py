@@ -97,6 +97,7 @@ class StubSubscription:
         self.sampler = sampler
         self.callback = callback
         self.closed = False
+        self.cpu_arrays = False
 
     def close(self) -> None:
         self.closed = True
@@ -119,8 +120,11 @@ class StubSampler:
         """The callbacks of the open subscriptions."""
         return [sub.callback for sub in self.subscriptions]
 
-    def subscribe(self, callback: Callable[[Sample], Any], interval: float | None = None) -> StubSubscription:
+    def subscribe(
+        self, callback: Callable[[Sample], Any], interval: float | None = None, *, cpu_arrays: bool = False
+    ) -> StubSubscription:
         sub = StubSubscription(self, callback)
+        sub.cpu_arrays = cpu_arrays  # whether it asked for JAX's live CPU arrays
         self.subscriptions.append(sub)
         return sub
 

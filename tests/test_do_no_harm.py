@@ -392,7 +392,7 @@ LIVE_MONITOR = textwrap.dedent("""\
             with tick:
                 read.append(sample.cpu_arrays)
                 tick.notify_all()
-        monitor_feed = get_sampler().subscribe(on_sample, interval=0.01)""")
+        monitor_feed = get_sampler().subscribe(on_sample, interval=0.01, cpu_arrays=True)""")
 AFTER_TICKS = "assert wait_ticks()"
 
 

@@ -298,7 +298,7 @@ class Monitor:
         _by_cell[cell] = self
 
     def _subscribe(self) -> None:
-        self._sub = self.sampler.subscribe(self._on_sample, interval=self.interval)
+        self._sub = self.sampler.subscribe(self._on_sample, interval=self.interval, cpu_arrays=True)
 
     def _window_start(self, end: Sample | None) -> float | None:
         """Where the window that ends at ``end`` starts (and "clear" moves it up)."""

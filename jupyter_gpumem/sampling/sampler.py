@@ -37,10 +37,11 @@ EventCallback = Callable[[Event], None]
 class Subscription:
     """A handle on a subscriber; ``close()`` stops its callbacks (idempotent)."""
 
-    def __init__(self, sampler: Sampler, callback: Callable, interval: float | None):
+    def __init__(self, sampler: Sampler, callback: Callable, interval: float | None, cpu_arrays: bool = False):
         self._sampler = sampler
         self.callback = callback
         self.interval = interval
+        self.cpu_arrays = cpu_arrays  # its samples should carry JAX's live CPU arrays
         self.last_t: float | None = None
         self.closed = False
 
@@ -68,8 +69,8 @@ class Sampler:
     ``interval`` is the default period; each subscriber may ask for its own, and the thread
     runs at the smallest one asked for. An interval out of range raises MagicUsageError.
     ``read_cpu_arrays`` (JAX's live arrays where JAX runs on the CPU) is read only on the
-    thread's ticks, that is while somebody is subscribed, and at most ``_ARRAYS_SHARE`` of the
-    time.
+    thread's ticks while a subscriber asked for them (a live monitor), and at most
+    ``_ARRAYS_SHARE`` of the time.
     """
 
     def __init__(
@@ -147,15 +148,18 @@ class Sampler:
 
     # --- subscriptions ---------------------------------------------------------------------
 
-    def subscribe(self, callback: SampleCallback, interval: float | None = None) -> Subscription:
-        """Call ``callback(sample)`` on the sampler thread every ``interval`` seconds.
+    def subscribe(
+        self, callback: SampleCallback, interval: float | None = None, *, cpu_arrays: bool = False
+    ) -> Subscription:
+        """Call ``callback(sample)`` on the sampler thread every ``interval`` seconds; with
+        ``cpu_arrays`` the samples carry JAX's live arrays where JAX runs on the CPU.
 
         Starts the thread if it is not running. ``close()`` the returned Subscription to stop;
         the thread ends when the last one closes.
         """
         if interval is not None:
             interval = check_interval(interval)
-        sub = Subscription(self, callback, interval)
+        sub = Subscription(self, callback, interval, cpu_arrays)
         with self._lock:
             self._subs.append(sub)
             if self._thread is None:
@@ -234,7 +238,9 @@ class Sampler:
                 wake.clear()
                 continue
             started = time.monotonic()
-            sample = self.sample_once(cpu_arrays=True)
+            with self._lock:
+                arrays = any(s.cpu_arrays for s in self._subs)
+            sample = self.sample_once(cpu_arrays=arrays)
             with self._lock:
                 if self._thread is not me:
                     return

@@ -222,6 +222,12 @@ def test_device_option_draws_only_that_gpu():
 # --- JAX on the CPU ------------------------------------------------------------------------
 
 
+def test_a_live_monitor_asks_the_sampler_for_jax_s_live_cpu_arrays(stub):
+    m = Monitor(sampler=stub)
+    assert [sub.cpu_arrays for sub in stub.subscriptions] == [True]
+    m.close()
+
+
 def test_jax_on_the_cpu_draws_its_live_arrays_in_mib_instead_of_nothing(stub):
     m = Monitor(sampler=stub)
     stub.push(cpu_sample(arrays=CpuArraysReading(bytes=3 << 20, arrays=2)))

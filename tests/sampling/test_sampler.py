@@ -26,7 +26,7 @@ def _sampler_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "jupyter-gpumem-sampler"]
 
 
-def _wait_for_samples(sampler: Sampler, n: int) -> list:
+def _wait_for_samples(sampler: Sampler, n: int, cpu_arrays: bool = False) -> list:
     """Subscribe until ``n`` samples arrived; returns them (waits on an event, not a sleep)."""
     got, done = [], threading.Event()
 
@@ -35,7 +35,7 @@ def _wait_for_samples(sampler: Sampler, n: int) -> list:
         if len(got) >= n:
             done.set()
 
-    sub = sampler.subscribe(callback)
+    sub = sampler.subscribe(callback, cpu_arrays=cpu_arrays)
     assert done.wait(10), "the sampler delivered too few samples"
     sub.close()
     return got
@@ -67,16 +67,24 @@ def test_a_sample_read_outside_the_thread_does_not_read_the_live_arrays():
     assert calls == []
 
 
-def test_a_subscriber_s_samples_carry_jax_s_live_arrays_on_the_cpu():
+def test_a_monitor_s_samples_carry_jax_s_live_arrays_on_the_cpu():
     sampler = _sampler(read_cpu_arrays=lambda: ARRAYS)
-    assert _wait_for_samples(sampler, 2)[-1].cpu_arrays == ARRAYS
+    assert _wait_for_samples(sampler, 2, cpu_arrays=True)[-1].cpu_arrays == ARRAYS
+
+
+def test_a_subscriber_that_did_not_ask_for_live_arrays_never_has_them_read():
+    """A recording or the doctor's sampling of cells subscribes too; only a monitor asks."""
+    calls = []
+    sampler = _sampler(read_cpu_arrays=lambda: calls.append(1) or ARRAYS)
+    samples = _wait_for_samples(sampler, 3)
+    assert [s.cpu_arrays for s in samples] == [None, None, None] and calls == []
 
 
 def test_live_arrays_that_fail_to_read_are_not_available_and_the_thread_goes_on():
     def broken():
         raise RuntimeError("client gone")
 
-    samples = _wait_for_samples(_sampler(read_cpu_arrays=broken), 2)
+    samples = _wait_for_samples(_sampler(read_cpu_arrays=broken), 2, cpu_arrays=True)
     reading = samples[-1].cpu_arrays
     assert (
         reading.code == model.ERROR
