@@ -420,6 +420,92 @@ def test_jax_lists_live_arrays_newest_first(tmp_path):
     assert plain[0]["out"].strip() == "[5, 4, 3]"
 
 
+# A live monitor, as far as the kernel is concerned: a subscription to the sampler thread, here at
+# 10 ms so it reads often; in the run without the extension it is absent. ``read`` keeps the
+# live-array reading of each sample; ``wait_ticks()`` waits for three more (at once without it),
+# ``wait_reading(check)`` for a reading that passes ``check`` (a reading is reused for 20 times
+# as long as it took, so a given tick may carry an older one).
+LIVE_MONITOR = textwrap.dedent("""\
+    import threading
+    tick, read = threading.Condition(), []
+    def wait_ticks(n=3):
+        with tick:
+            start = len(read)
+            return tick.wait_for(lambda: len(read) >= start + n or not monitor_on, timeout=30)
+    def wait_reading(check):
+        with tick:
+            return tick.wait_for(lambda: read and read[-1] is not None and check(read[-1]), timeout=30)
+    monitor_on = 'gpumem' in get_ipython().magics_manager.magics['line']
+    if monitor_on:
+        from jupyter_gpumem.sampling.sampler import get_sampler
+        def on_sample(sample):
+            with tick:
+                read.append(sample.cpu_arrays)
+                tick.notify_all()
+        monitor_feed = get_sampler().subscribe(on_sample, interval=0.01, cpu_arrays=True)""")
+AFTER_TICKS = "assert wait_ticks()"
+
+
+@pytest.mark.jax_versions
+def test_a_live_monitor_adds_no_array_the_user_would_see(tmp_path):
+    """The sampler lists JAX's live arrays at each tick while a monitor is live; the user's
+    ``jax.live_arrays()`` lists what it lists without the extension, before and after a delete."""
+    cells = [
+        "import jax, jax.numpy as jnp\nx = jnp.ones((1024,))\nys = [jnp.zeros((i + 1,)) for i in range(50)]",
+        LIVE_MONITOR,
+        AFTER_TICKS,
+        "print(len(jax.live_arrays()))",
+        "del ys\n" + AFTER_TICKS,
+        "print(len(jax.live_arrays()))",
+    ]
+    plain, loaded = compare(tmp_path, cells)
+    assert [c["out"].strip() for c in plain[3::2]] == ["51", "1"]
+    assert [c["out"].strip() for c in loaded[3::2]] == ["51", "1"]
+
+
+@pytest.mark.jax_versions
+def test_a_live_monitor_reads_the_bytes_of_the_user_s_cpu_arrays(tmp_path):
+    """The bytes drawn are the arrays' own sizes (``nbytes``), and follow a delete."""
+    cells = [
+        "import jax, jax.numpy as jnp\nx = jnp.ones((1024,))\nys = [jnp.zeros((i + 1,), jnp.int8) for i in range(50)]",
+        LIVE_MONITOR,
+        "assert wait_reading(lambda r: r.arrays == 51)\n"
+        "print(read[-1].bytes, sum(a.nbytes for a in jax.live_arrays()))",
+        "del ys\nassert wait_reading(lambda r: r.arrays == 1)\nprint(read[-1].bytes)",
+    ]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert loaded[2]["out"].split() == [str(4096 + 1275), str(4096 + 1275)], loaded
+    assert loaded[3]["out"].split() == ["4096"], loaded
+
+
+@pytest.mark.jax_versions
+def test_a_live_monitor_does_not_start_jax(tmp_path):
+    """With jax imported and no computation yet, the sampler's ticks leave the backend unstarted."""
+    cells = [
+        "import jax",
+        LIVE_MONITOR,
+        AFTER_TICKS + "\nfrom jax._src import xla_bridge\nprint(xla_bridge.backends_are_initialized())",
+    ]
+    plain, loaded = compare(tmp_path, cells)
+    assert plain[2]["out"].strip() == loaded[2]["out"].strip() == "False"
+    assert loaded[2]["ok"]
+
+
+def test_a_live_monitor_beside_a_failed_allocation_and_a_debug_print_loop_harms_nothing(tmp_path):
+    """The ticks read only shapes: an array whose allocation failed is listed and sized, never
+    touched (no abort), and a training loop whose callbacks need the GIL runs as without us."""
+    cells = [
+        SETUP,
+        LIVE_MONITOR,
+        "y = f(x)\n" + AFTER_TICKS,
+        "@jax.jit\ndef train_step(p):\n    jax.debug.print('loss {l}', l=p.sum())\n    return p * 0.9\n"
+        "p = x\nfor i in range(3):\n    p = train_step(p)\nfloat(p.sum())",
+        AFTER_TICKS + "\n1 + 1",
+    ]
+    plain, loaded = compare(tmp_path, cells, timeout=60)
+    assert loaded[3]["seconds"] < 5 and loaded[4]["ok"], loaded
+
+
 TRAP = textwrap.dedent("""\
     class Trap:  # an interrupt that lands while the extension reads this object
         @property

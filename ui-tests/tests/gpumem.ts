@@ -1,6 +1,6 @@
 /** Helpers shared by the jupyter-gpumem browser specs. */
 import * as path from 'path';
-import { IJupyterLabPageFixture } from '@jupyterlab/galata';
+import { expect, IJupyterLabPageFixture } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 
 export const PANEL_ID = 'jupyter-gpumem-panel';
@@ -48,6 +48,15 @@ export async function openNotebook(
   await page.notebook.openByPath(`${tmpPath}/${as}`);
   await page.notebook.activate(as);
   await waitForKernelIdle(page);
+}
+
+/**
+ * Fails if `view` shows the test's own folder (galata's `tmpPath`, where openNotebook uploads
+ * each test's notebooks): a view kept as a screenshot shows a notebook's name, not where the
+ * test put it.
+ */
+export async function expectNoTestFolderShown(view: Locator, tmpPath: string): Promise<void> {
+  expect(await view.innerText()).not.toContain(tmpPath);
 }
 
 /** The jupyter_gpumem metadata of the active notebook, read from the app. */

@@ -6,7 +6,7 @@
 import * as path from 'path';
 import { expect, test } from '@jupyterlab/galata';
 
-import { IMAGES_DIR, openNotebook } from './gpumem';
+import { expectNoTestFolderShown, IMAGES_DIR, openNotebook } from './gpumem';
 
 test.use({ autoGoto: true, viewport: { width: 1280, height: 1100 } });
 
@@ -62,4 +62,42 @@ test('on a machine without an NVIDIA GPU the live monitor explains why it is emp
   await expect(empty).toContainText('will start when JAX does');
   await expect(monitor.locator('.js-plotly-plot')).toHaveCount(0);
   await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-empty.png') });
+});
+
+test('with JAX on the CPU the live monitor draws the bytes of its live arrays, cell by cell', async ({
+  page,
+  tmpPath
+}) => {
+  await openNotebook(page, tmpPath, 'monitor_cpu.ipynb');
+  await page.notebook.runCell(1, true); // JAX starts on the CPU, then %gpumem monitor
+  const monitor = page.locator(MONITOR);
+  await expect(monitor).toBeVisible({ timeout: 60000 });
+  const header = monitor.locator('.jupyter-gpumem-header');
+  await expect(header).toContainText('JAX memory on the CPU', { timeout: 30000 });
+  await expect(header).toContainText("CPU: JAX's live arrays in host memory: JAX live arrays");
+  await expect(header).toContainText("of the host's memory (not a GPU)");
+  await expect(monitor.locator('.jupyter-gpumem-empty')).toHaveCount(0);
+
+  // Each cell's arrays show in the header's number and the plot's one band.
+  await page.notebook.runCell(2, true); // a: 64 MiB
+  await expect(header).toContainText('JAX live arrays 64.00 MiB in 1 array of', { timeout: 30000 });
+  await page.notebook.runCell(3, true); // b: 128 MiB more
+  await expect(header).toContainText('JAX live arrays 192.00 MiB in 2 arrays', { timeout: 30000 });
+  await page.notebook.runCell(4, true); // del a
+  await expect(header).toContainText('JAX live arrays 128.00 MiB in 1 array of', { timeout: 30000 });
+
+  const plot = monitor.locator('.js-plotly-plot');
+  await expect(plot).toHaveCount(1);
+  await expect(plot.locator('.legend .legendtext').first()).toHaveText('JAX live arrays (CPU)');
+  await expect(plot.locator('.g-ytitle')).toHaveText('MiB');
+  // The band went up to 192 MiB and back to 128: its largest drawn value, as plotly holds it.
+  const drawn = await plot.evaluate((gd: any) => {
+    const band = gd.data.find((t: any) => t.meta === 'cpu_arrays');
+    return { max: Math.max(...band.y), last: band.y[band.y.length - 1] };
+  });
+  expect(drawn).toEqual({ max: 192, last: 128 });
+  await expectNoTestFolderShown(monitor, tmpPath);
+  // Each cell run is marked with its label, the first one included.
+  await expect(plot.locator('.textpoint')).toHaveText(['[2]', '[3]', '[4]']);
+  await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-cpu.png') });
 });
