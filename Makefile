@@ -16,7 +16,7 @@ LABEXT_SRC := $(shell find labextension/src labextension/style labextension/sche
 	labextension/package.json labextension/tsconfig.json
 
 .PHONY: help setup build lab test test-ts lint format lint-imports test-browser test-notebooks notebooks test-python test-jax-matrix chromium prometheus mutation clean \
-	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312
+	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312 xprof-anchor
 
 help:
 	@echo "make setup   .venv, editable install (builds the lab extension), ui-tests deps"
@@ -28,6 +28,7 @@ help:
 	@echo "             from the built wheel, the JAX version matrix, then pytest"
 	@echo "make test-jax-matrix  the tests marked jax_versions under each JAX release of tests/jax_matrix.py"
 	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
+	@echo "make xprof-anchor  XProf (xprof from PyPI) in its own environment, for bench/bench_xprof_anchor.py"
 	@echo "make gpu-proof-wheels  the Python 3.12 wheels the GPU machine lacks, into .whl/ (bench/README.md, On a GPU)"
 	@echo "make gpu-proof-dry     the GPU proof's checks that need no GPU, in seconds"
 	@echo "make gpu-proof         the GPU proof itself (on the GPU machine; results under \$$OUT)"
@@ -145,6 +146,14 @@ mutation: $(STAMP_INSTALL)
 clean:
 	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \
 		ui-tests/test-results ui-tests/playwright-report $(VENV)/.stamp-install $(STAMP_UI) mutants mutants-run.log
+
+# --- XProf, the anchor for %gpumem peak (bench/README.md) ------------------------------------------
+# xprof pulls in some 40 packages (gcsfs, grpcio, duckdb, ...), so it gets its own environment; the
+# bench runs it as a subprocess on the profile it captures.
+XPROF_ANCHOR_ENV := $(HOME)/.cache/xprof-anchor
+xprof-anchor:
+	test -x $(XPROF_ANCHOR_ENV)/bin/python || $(PY) -m venv $(XPROF_ANCHOR_ENV)
+	$(XPROF_ANCHOR_ENV)/bin/pip install -q xprof==2.24.2
 
 # --- the GPU proof (bench/README.md, "On a GPU") ---------------------------------------------------
 # The wheels the GPU machine lacks, for its Python 3.12 (pins in bench/gpu_proof_wheels.txt); .whl/ is
