@@ -16,7 +16,7 @@ LABEXT_SRC := $(shell find labextension/src labextension/style labextension/sche
 	labextension/package.json labextension/tsconfig.json
 
 .PHONY: help setup build lab test test-ts lint format lint-imports test-browser test-notebooks notebooks test-python test-jax-matrix chromium prometheus mutation clean \
-	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312 xprof-anchor
+	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312
 
 help:
 	@echo "make setup   .venv, editable install (builds the lab extension), ui-tests deps"
@@ -151,6 +151,7 @@ clean:
 # xprof pulls in some 40 packages (gcsfs, grpcio, duckdb, ...), so it gets its own environment; the
 # bench runs it as a subprocess on the profile it captures.
 XPROF_ANCHOR_ENV := $(HOME)/.cache/xprof-anchor
+.PHONY: xprof-anchor
 xprof-anchor:
 	test -x $(XPROF_ANCHOR_ENV)/bin/python || $(PY) -m venv $(XPROF_ANCHOR_ENV)
 	$(XPROF_ANCHOR_ENV)/bin/pip install -q xprof==2.24.2
