@@ -29,6 +29,7 @@ help:
 	@echo "make hub-proxy  configurable-http-proxy (npm, tests/server/hub_proxy) for the JupyterHub test"
 	@echo "make test-jax-matrix  the tests marked jax_versions under each JAX release of tests/jax_matrix.py"
 	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
+	@echo "make xprof-anchor  XProf (xprof from PyPI) in its own environment, for bench/bench_xprof_anchor.py"
 	@echo "make gpu-proof-wheels  the Python 3.12 wheels the GPU machine lacks, into .whl/ (bench/README.md, On a GPU)"
 	@echo "make gpu-proof-dry     the GPU proof's checks that need no GPU, in seconds"
 	@echo "make gpu-proof         the GPU proof itself (on the GPU machine; results under \$$OUT)"
@@ -154,6 +155,15 @@ mutation: $(STAMP_INSTALL)
 clean:
 	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \
 		ui-tests/test-results ui-tests/playwright-report $(VENV)/.stamp-install $(STAMP_UI) mutants mutants-run.log
+
+# --- XProf, the anchor for %gpumem peak (bench/README.md) ------------------------------------------
+# xprof pulls in some 40 packages (gcsfs, grpcio, duckdb, ...), so it gets its own environment; the
+# bench runs it as a subprocess on the profile it captures.
+XPROF_ANCHOR_ENV := $(HOME)/.cache/xprof-anchor
+.PHONY: xprof-anchor
+xprof-anchor:
+	test -x $(XPROF_ANCHOR_ENV)/bin/python || $(PY) -m venv $(XPROF_ANCHOR_ENV)
+	$(XPROF_ANCHOR_ENV)/bin/pip install -q xprof==2.24.2
 
 # --- the GPU proof (bench/README.md, "On a GPU") ---------------------------------------------------
 # The wheels the GPU machine lacks, for its Python 3.12 (pins in bench/gpu_proof_wheels.txt); .whl/ is
