@@ -15,7 +15,7 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts lint format lint-imports test-browser test-notebooks notebooks test-python test-jax-matrix chromium prometheus mutation clean \
+.PHONY: help setup build lab test test-ts lint format lint-imports test-browser test-notebooks notebooks test-python test-jax-matrix chromium prometheus hub-proxy mutation clean \
 	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312
 
 help:
@@ -26,8 +26,10 @@ help:
 	@echo "make format  what make lint checks, fixed in place"
 	@echo "make test    lint, import layers, unit tests of the panel (node), browser tests (chromium), the notebooks"
 	@echo "             from the built wheel, the JAX version matrix, then pytest"
+	@echo "make hub-proxy  configurable-http-proxy (npm, tests/server/hub_proxy) for the JupyterHub test"
 	@echo "make test-jax-matrix  the tests marked jax_versions under each JAX release of tests/jax_matrix.py"
 	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
+	@echo "make xprof-anchor  XProf (xprof from PyPI) in its own environment, for bench/bench_xprof_anchor.py"
 	@echo "make gpu-proof-wheels  the Python 3.12 wheels the GPU machine lacks, into .whl/ (bench/README.md, On a GPU)"
 	@echo "make gpu-proof-dry     the GPU proof's checks that need no GPU, in seconds"
 	@echo "make gpu-proof         the GPU proof itself (on the GPU machine; results under \$$OUT)"
@@ -84,6 +86,14 @@ prometheus:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	fi
 
+# configurable-http-proxy for tests/server/test_hub_end_to_end.py, from the committed lock file.
+HUB_PROXY := tests/server/hub_proxy/node_modules/.bin/configurable-http-proxy
+$(HUB_PROXY): tests/server/hub_proxy/package.json tests/server/hub_proxy/package-lock.json
+	cd tests/server/hub_proxy && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+hub-proxy: $(HUB_PROXY)
+
 test-browser: setup chromium
 	$(MAKE) --no-print-directory $(STAMP_UI)
 	cd ui-tests && GPUMEM_CHROMIUM=$(CHROMIUM) jlpm playwright test
@@ -119,7 +129,7 @@ test-notebooks: setup
 notebooks: setup
 	$(PY) tests/wheel_notebooks.py --out notebooks
 
-test-python: setup prometheus
+test-python: setup prometheus hub-proxy
 	GPUMEM_EXECUTED_NOTEBOOKS=$(abspath $(NB_RUN)) $(PY) -m pytest -q tests/
 
 # The tests marked jax_versions under every JAX release in tests/jax_matrix.py (JAX_VERSIONS), two
@@ -145,6 +155,15 @@ mutation: $(STAMP_INSTALL)
 clean:
 	rm -rf labextension/lib labextension/build-test labextension/tsconfig.tsbuildinfo jupyter_gpumem/labextension \
 		ui-tests/test-results ui-tests/playwright-report $(VENV)/.stamp-install $(STAMP_UI) mutants mutants-run.log
+
+# --- XProf, the anchor for %gpumem peak (bench/README.md) ------------------------------------------
+# xprof pulls in some 40 packages (gcsfs, grpcio, duckdb, ...), so it gets its own environment; the
+# bench runs it as a subprocess on the profile it captures.
+XPROF_ANCHOR_ENV := $(HOME)/.cache/xprof-anchor
+.PHONY: xprof-anchor
+xprof-anchor:
+	test -x $(XPROF_ANCHOR_ENV)/bin/python || $(PY) -m venv $(XPROF_ANCHOR_ENV)
+	$(XPROF_ANCHOR_ENV)/bin/pip install -q xprof==2.24.2
 
 # --- the GPU proof (bench/README.md, "On a GPU") ---------------------------------------------------
 # The wheels the GPU machine lacks, for its Python 3.12 (pins in bench/gpu_proof_wheels.txt); .whl/ is

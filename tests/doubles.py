@@ -23,6 +23,7 @@ from typing import Any
 
 from jupyter_gpumem.core.readings import (
     NO_DRIVER,
+    CpuArraysReading,
     CudaPoolReading,
     DeviceReading,
     JaxDeviceReading,
@@ -77,6 +78,15 @@ def cuda_async_sample() -> Sample:
     return Sample(t=1.0, pid=PID, devices=(dev,), jax=(JaxDeviceReading(0, "gpu", "GPU", 0, stats, pool),))
 
 
+def cpu_sample(t: float = 1.0, arrays: Any = CpuArraysReading(bytes=3 << 20, arrays=2), devices: Any = None) -> Sample:
+    """JAX on its one CPU device (no allocator statistics) holding ``arrays``: by default 2 live
+    arrays of 3 MiB in all. ``devices``: NVML's reading, by default no driver."""
+    cpu = JaxDeviceReading(0, "cpu", "cpu", None, normalise_stats(None, "bfc", platform="cpu"))
+    if devices is None:
+        devices = NotAvailable(NO_DRIVER, "the NVIDIA driver is not loaded")
+    return Sample(t=t, pid=PID, devices=devices, jax=(cpu,), cpu_arrays=arrays)
+
+
 # --- the sampler -------------------------------------------------------------------------------
 
 
@@ -87,6 +97,7 @@ class StubSubscription:
         self.sampler = sampler
         self.callback = callback
         self.closed = False
+        self.cpu_arrays = False
 
     def close(self) -> None:
         self.closed = True
@@ -109,8 +120,11 @@ class StubSampler:
         """The callbacks of the open subscriptions."""
         return [sub.callback for sub in self.subscriptions]
 
-    def subscribe(self, callback: Callable[[Sample], Any], interval: float | None = None) -> StubSubscription:
+    def subscribe(
+        self, callback: Callable[[Sample], Any], interval: float | None = None, *, cpu_arrays: bool = False
+    ) -> StubSubscription:
         sub = StubSubscription(self, callback)
+        sub.cpu_arrays = cpu_arrays  # whether it asked for JAX's live CPU arrays
         self.subscriptions.append(sub)
         return sub
 

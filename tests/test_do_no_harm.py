@@ -216,13 +216,63 @@ def test_shard_views_the_user_made_are_not_listed_as_arrays(tmp_path):
 
 @pytest.mark.jax_versions
 def test_the_cell_hooks_add_no_array_the_user_would_see(tmp_path):
-    """After each cell the doctor registers the cell's new arrays; on the CPU of JAX 0.7.2 to 0.9.2
+    """With ``cells on`` the doctor registers each cell's new arrays; on the CPU of JAX 0.7.2 to 0.9.2
     asking an array for its buffer address (``unsafe_buffer_pointer()``) adds an Array to
     ``jax.live_arrays()``, so the registry must not ask there (0.10.2 adds none)."""
-    cells = ["import jax, jax.numpy as jnp\nx = jnp.ones((1024,))", "print(len(jax.live_arrays()))"]
+    cells = ["import jax, jax.numpy as jnp", CELLS_ON, "x = jnp.ones((1024,))", "print(len(jax.live_arrays()))"]
     plain, loaded = compare(tmp_path, cells)
-    assert plain[1]["out"].strip() == "1"
-    assert loaded[1]["out"].strip() == "1"
+    assert plain[3]["out"].strip() == "1"
+    assert loaded[3]["out"].strip().splitlines()[0] == "1"
+
+
+COUNT_LISTINGS = textwrap.dedent("""\
+    import threading, jax, jax.numpy as jnp
+    listings, _live_arrays = [], jax.live_arrays
+    def counted():  # the hooks run on the main thread; a sampler thread would not count
+        if threading.current_thread() is threading.main_thread():
+            listings.append(1)
+        return _live_arrays()
+    jax.live_arrays = counted
+    x = jnp.ones((4,))""")
+
+
+@pytest.mark.jax_versions
+def test_the_default_hooks_never_list_jax_arrays(tmp_path):
+    """``jax.live_arrays()`` costs about 8 ms a call at 50,000 arrays; the default hooks read
+    which cell made an array from its traceback when asked, so cells that make arrays, and a
+    failing one, list nothing. Before: one listing after every cell."""
+    cells = [
+        COUNT_LISTINGS,
+        "ys = [jnp.ones((3,)) for _ in range(5)]",
+        "z = x + 1",
+        "try:\n    jnp.zeros((2**42,), jnp.float32)\nexcept Exception:\n    pass",
+        "print(len(listings))",
+    ]
+    plain, loaded = compare(tmp_path, cells)
+    assert plain[4]["out"].strip() == loaded[4]["out"].strip() == "0", loaded
+
+
+GROW = "for i in range(2):\n    xs.append(jnp.ones((4,)))"
+CELLS_ON = (
+    "get_ipython().run_line_magic('gpumem', 'cells on') "
+    "if 'gpumem' in get_ipython().magics_manager.magics['line'] else None"
+)
+
+
+@pytest.mark.jax_versions
+def test_cells_on_following_a_growing_list_adds_no_array_and_changes_no_result(tmp_path):
+    """``cells on`` lists the arrays and reads their tracebacks after each cell; the user's
+    listing and values are the same as without the extension."""
+    cells = [
+        "import jax, jax.numpy as jnp\nxs = []",
+        CELLS_ON,
+        GROW,
+        GROW,
+        "print(len(jax.live_arrays()), float(sum(a.sum() for a in xs)))",
+    ]
+    plain, loaded = compare(tmp_path, cells)
+    assert plain[4]["out"].strip() == loaded[4]["out"].strip().splitlines()[0] == "4 16.0", (plain, loaded)
+    assert "growing: cell [4] line 2 keeps arrays from 2 runs" in loaded[3]["out"], loaded[3]
 
 
 def test_an_array_shown_on_the_cpu_is_counted_once(tmp_path):
@@ -368,6 +418,92 @@ def test_jax_lists_live_arrays_newest_first(tmp_path):
     ]
     plain = run_session(tmp_path, cells, ext=False)
     assert plain[0]["out"].strip() == "[5, 4, 3]"
+
+
+# A live monitor, as far as the kernel is concerned: a subscription to the sampler thread, here at
+# 10 ms so it reads often; in the run without the extension it is absent. ``read`` keeps the
+# live-array reading of each sample; ``wait_ticks()`` waits for three more (at once without it),
+# ``wait_reading(check)`` for a reading that passes ``check`` (a reading is reused for 20 times
+# as long as it took, so a given tick may carry an older one).
+LIVE_MONITOR = textwrap.dedent("""\
+    import threading
+    tick, read = threading.Condition(), []
+    def wait_ticks(n=3):
+        with tick:
+            start = len(read)
+            return tick.wait_for(lambda: len(read) >= start + n or not monitor_on, timeout=30)
+    def wait_reading(check):
+        with tick:
+            return tick.wait_for(lambda: read and read[-1] is not None and check(read[-1]), timeout=30)
+    monitor_on = 'gpumem' in get_ipython().magics_manager.magics['line']
+    if monitor_on:
+        from jupyter_gpumem.sampling.sampler import get_sampler
+        def on_sample(sample):
+            with tick:
+                read.append(sample.cpu_arrays)
+                tick.notify_all()
+        monitor_feed = get_sampler().subscribe(on_sample, interval=0.01, cpu_arrays=True)""")
+AFTER_TICKS = "assert wait_ticks()"
+
+
+@pytest.mark.jax_versions
+def test_a_live_monitor_adds_no_array_the_user_would_see(tmp_path):
+    """The sampler lists JAX's live arrays at each tick while a monitor is live; the user's
+    ``jax.live_arrays()`` lists what it lists without the extension, before and after a delete."""
+    cells = [
+        "import jax, jax.numpy as jnp\nx = jnp.ones((1024,))\nys = [jnp.zeros((i + 1,)) for i in range(50)]",
+        LIVE_MONITOR,
+        AFTER_TICKS,
+        "print(len(jax.live_arrays()))",
+        "del ys\n" + AFTER_TICKS,
+        "print(len(jax.live_arrays()))",
+    ]
+    plain, loaded = compare(tmp_path, cells)
+    assert [c["out"].strip() for c in plain[3::2]] == ["51", "1"]
+    assert [c["out"].strip() for c in loaded[3::2]] == ["51", "1"]
+
+
+@pytest.mark.jax_versions
+def test_a_live_monitor_reads_the_bytes_of_the_user_s_cpu_arrays(tmp_path):
+    """The bytes drawn are the arrays' own sizes (``nbytes``), and follow a delete."""
+    cells = [
+        "import jax, jax.numpy as jnp\nx = jnp.ones((1024,))\nys = [jnp.zeros((i + 1,), jnp.int8) for i in range(50)]",
+        LIVE_MONITOR,
+        "assert wait_reading(lambda r: r.arrays == 51)\n"
+        "print(read[-1].bytes, sum(a.nbytes for a in jax.live_arrays()))",
+        "del ys\nassert wait_reading(lambda r: r.arrays == 1)\nprint(read[-1].bytes)",
+    ]
+    loaded = run_session(tmp_path, cells, ext=True)
+    assert loaded[2]["out"].split() == [str(4096 + 1275), str(4096 + 1275)], loaded
+    assert loaded[3]["out"].split() == ["4096"], loaded
+
+
+@pytest.mark.jax_versions
+def test_a_live_monitor_does_not_start_jax(tmp_path):
+    """With jax imported and no computation yet, the sampler's ticks leave the backend unstarted."""
+    cells = [
+        "import jax",
+        LIVE_MONITOR,
+        AFTER_TICKS + "\nfrom jax._src import xla_bridge\nprint(xla_bridge.backends_are_initialized())",
+    ]
+    plain, loaded = compare(tmp_path, cells)
+    assert plain[2]["out"].strip() == loaded[2]["out"].strip() == "False"
+    assert loaded[2]["ok"]
+
+
+def test_a_live_monitor_beside_a_failed_allocation_and_a_debug_print_loop_harms_nothing(tmp_path):
+    """The ticks read only shapes: an array whose allocation failed is listed and sized, never
+    touched (no abort), and a training loop whose callbacks need the GIL runs as without us."""
+    cells = [
+        SETUP,
+        LIVE_MONITOR,
+        "y = f(x)\n" + AFTER_TICKS,
+        "@jax.jit\ndef train_step(p):\n    jax.debug.print('loss {l}', l=p.sum())\n    return p * 0.9\n"
+        "p = x\nfor i in range(3):\n    p = train_step(p)\nfloat(p.sum())",
+        AFTER_TICKS + "\n1 + 1",
+    ]
+    plain, loaded = compare(tmp_path, cells, timeout=60)
+    assert loaded[3]["seconds"] < 5 and loaded[4]["ok"], loaded
 
 
 TRAP = textwrap.dedent("""\

@@ -323,12 +323,12 @@ def test_without_a_gpu_the_notebook_says_so_and_labels_replays_synthetic(name):
     assert "REPLAY" in shown and "SYNTHETIC" in shown
 
 
-def test_quickstart_without_a_gpu_shows_why_the_live_monitor_is_empty_and_leaves_it_open():
+def test_quickstart_without_a_gpu_shows_the_live_arrays_on_the_cpu_and_leaves_the_monitor_open():
     nb = executed("quickstart")
     if not _gpu_visible():
         shown = text_of(cell_with(nb, 'Monitor(replay="synthetic_bfc_growth_fragmenting")'))
-        assert "The live monitor above is empty on this machine" in shown
-        assert "Nothing to draw." in shown and "JAX is running on the CPU" in shown
+        assert "JAX runs on the CPU here: the live monitor above draws its live arrays in host memory" in shown
+        assert "JAX live arrays <b>" in shown and "of the host's memory (not a GPU)" in shown
     closing = [c for c in nb.cells if c.cell_type == "code" and re.search(r"^mon\.close\(\)", c.source, re.M)]
     assert closing == []
 

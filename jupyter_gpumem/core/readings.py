@@ -171,6 +171,18 @@ class TorchDeviceReading:
     allocated_bytes: int
 
 
+@dataclass(frozen=True)
+class CpuArraysReading:
+    """JAX's live arrays on its CPU devices: ``bytes`` of host memory they hold (from their
+    shapes and dtypes, no buffer read) and how many ``arrays`` there are."""
+
+    bytes: int
+    arrays: int
+
+    def to_json(self) -> dict:
+        return {"bytes": self.bytes, "arrays": self.arrays}
+
+
 # --- samples, events, timeline ---------------------------------------------------------------
 
 
@@ -181,6 +193,8 @@ class Sample:
     ``pids_not_here``: the pids NVML listed that were not processes in this PID namespace when
     read (inside a container NVML lists the host's pids); None where nobody looked. ``torch``:
     PyTorch's caching allocator per CUDA device, where torch is imported and has started CUDA.
+    ``cpu_arrays``: JAX's live arrays where JAX runs on the CPU, read while a monitor is live;
+    None where they were not read.
     """
 
     t: float
@@ -189,6 +203,7 @@ class Sample:
     jax: tuple[JaxDeviceReading, ...] | NotAvailable
     pids_not_here: frozenset[int] | None = None
     torch: tuple[TorchDeviceReading, ...] | NotAvailable = ()  # empty: torch not using CUDA here
+    cpu_arrays: CpuArraysReading | NotAvailable | None = None
 
     def device(self, index: int) -> DeviceReading | DeviceUnreadable | None:
         """The NVML reading of GPU ``index`` (the first, should a reading list it twice), or None."""

@@ -5,16 +5,25 @@ Reads ``Array.traceback`` (jaxlib's ``Traceback``: ``.frames``, innermost first,
 ``file_name``, ``line_num`` and ``function_name``; hashable, and equal for equal stacks), which
 jaxlib records when it makes an array; no buffer is read. A site is worked out once per distinct
 traceback and kept, so ten thousand arrays made by one line cost one reduction.
+
+Which cell made an array, and which run of it, come from the same traceback
+(``allocation_labeller``): ``raw_frames()`` gives each frame's code object (jaxlib/traceback.cc,
+jax-v0.7.2 and jax-v0.11.0; jaxlib 0.4.38, built from openxla/xla, has the same method, checked
+on its CPU wheel), and tracebacks are recorded by default (``traceback_enabled_ = true``). Lines
+that keep arrays run after run are ``growing``.
 """
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from jupyter_gpumem.core.units import format_bytes
 
 # A frame as (file, line, function).
 FrameTuple = tuple[str, int, str]
@@ -186,36 +195,55 @@ def origin_of(frames: Iterable[FrameTuple], cells: Mapping[str, int]) -> Origin:
     return Origin(first, user, cell)
 
 
-_by_traceback: dict[Any, tuple[FrameTuple, ...]] = {}
+# Per traceback: its frames outside JAX, and the id of each one's code object (None where
+# jaxlib gives no code objects). The traceback holds its code objects, so the ids stay theirs.
+_by_traceback: dict[Any, tuple[tuple[FrameTuple, ...], tuple[int | None, ...]]] = {}
 
 
-def _qualified_names(traceback: Any, count: int) -> list[str] | None:
+def _raw_codes(traceback: Any, count: int) -> list | None:
+    """The code object of each frame, from ``Traceback.raw_frames()`` (jaxlib 0.4.38 to 0.11:
+    ``(codes, lastis)``); None where they cannot be had."""
+    try:
+        codes, _ = traceback.raw_frames()
+    except Exception:  # noqa: BLE001 - an older jaxlib: the frames alone serve
+        return None
+    return list(codes) if len(codes) == count else None
+
+
+def _qualified_names(codes: list | None) -> list[str] | None:
     """Each frame's qualified name (``make.<listcomp>``), from the code objects of
     ``Traceback.raw_frames()``; None where they cannot be had. jaxlib 0.4.38's ``frames`` name
     functions by ``co_name`` (``__call__``), later ones by ``co_qualname``
     (``ExecuteReplicated.__call__``, 0.7.2 and 0.10.2, observed on their CPU wheels); the code
     objects give the same name on all."""
     try:
-        codes, _ = traceback.raw_frames()
-        names = [code.co_qualname for code in codes]
-    except Exception:  # noqa: BLE001 - an older jaxlib or Python: the frames' own names serve
+        return None if codes is None else [code.co_qualname for code in codes]
+    except AttributeError:  # Python before 3.11
         return None
-    return names if len(names) == count else None
 
 
-def _reduced(traceback: Any) -> tuple[FrameTuple, ...]:
-    """The frames of a jaxlib Traceback outside JAX, innermost first (kept per traceback)."""
+def _reduction(traceback: Any) -> tuple[tuple[FrameTuple, ...], tuple[int | None, ...]]:
+    """The frames of a jaxlib Traceback outside JAX, innermost first, and their code objects'
+    ids (kept per traceback)."""
     found = _by_traceback.get(traceback)
     if found is None:
         frames = traceback.frames
-        names = _qualified_names(traceback, len(frames)) or [f.function_name for f in frames]
-        found = tuple(
-            (f.file_name, f.line_num, name) for f, name in zip(frames, names) if kind_of(f.file_name) != "internal"
+        codes = _raw_codes(traceback, len(frames))
+        names = _qualified_names(codes) or [f.function_name for f in frames]
+        kept = [i for i, f in enumerate(frames) if kind_of(f.file_name) != "internal"]
+        found = (
+            tuple((frames[i].file_name, frames[i].line_num, names[i]) for i in kept),
+            tuple(id(codes[i]) if codes else None for i in kept),
         )
         if len(_by_traceback) > 8192:  # code comes and goes; a few thousand stacks is plenty
             _by_traceback.clear()
         _by_traceback[traceback] = found
     return found
+
+
+def _reduced(traceback: Any) -> tuple[FrameTuple, ...]:
+    """The frames of a jaxlib Traceback outside JAX, innermost first (kept per traceback)."""
+    return _reduction(traceback)[0]
 
 
 NO_TRACEBACK = "(no traceback)"
@@ -238,6 +266,124 @@ def site_labeller(cells: Mapping[str, int]) -> Callable[[Any], str]:
         return text
 
     return label
+
+
+def _cell_text(path: str, line: int) -> str:
+    """A cell's line as IPython cached it (``CachingCompiler.cache`` puts each cell's code in
+    ``linecache.cache`` under its file name: IPython/core/compilerop.py, 8.39.0 and 9.8.0),
+    stripped; "" where it is not cached. Never reads a file."""
+    if path not in linecache.cache:
+        return ""
+    return linecache.getline(path, line).strip()
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Where one array was made, from its traceback alone.
+
+    ``site``: what ``%gpumem arrays`` names (as ``site_labeller``). ``line``: that site's identity
+    across re-runs: a cell's line by its function and its text, so the same line in cell [5] and
+    in its re-run as cell [9] is one site (plain IPython names each run's file apart, ipykernel
+    names it by a hash of the cell's text); a file's line by file, number and function.
+    ``cell``: the number of the cell that was running, from the outermost frame in a cell.
+    ``run``: one execution of the cell statement that made it, ``(statement, token)``: the text
+    of the line the cell was running (its file and line where the text is not cached), and the
+    id of the code object IPython compiled for it that time (``run_ast_nodes`` compiles each
+    top-level statement anew on every run: IPython/core/interactiveshell.py, 9.8.0 line 3639; the
+    file name where jaxlib gives no code objects). The same statement text is the same statement
+    wherever it moved in an edited cell. None outside any cell.
+    """
+
+    site: str
+    line: tuple
+    cell: int | None = None
+    run: tuple | None = None
+
+
+def _line_key(site: Site | None, label: str) -> tuple:
+    if site is None:
+        return (label,)
+    text = _cell_text(site.file, site.line) if site.cell is not None else ""
+    return ("cell", site.function, text) if text else (site.file, site.line, site.function)
+
+
+def _allocation(traceback: Any, cells: Mapping[str, int]) -> Allocation:
+    frames, codes = _reduction(traceback)
+    site = origin_of(frames, cells).site
+    label = INSIDE_JAX if site is None else str(site)
+    for i in range(len(frames) - 1, -1, -1):  # outermost first: the statement the cell ran
+        path, line, _ = frames[i]
+        number = _cell(path, cells)
+        if number is not None:
+            statement = _cell_text(path, line) or f"{path}:{line}"
+            return Allocation(label, _line_key(site, label), number, (statement, codes[i] or path))
+    return Allocation(label, _line_key(site, label))
+
+
+NO_ALLOCATION = Allocation(NO_TRACEBACK, (NO_TRACEBACK,))
+
+
+def allocation_labeller(cells: Mapping[str, int]) -> Callable[[Any], Allocation]:
+    """A function from a jaxlib Traceback (an array's ``traceback``, maybe None) to its
+    :class:`Allocation`, one object per distinct traceback for this one listing (the cell
+    numbers may change between listings)."""
+    seen: dict[Any, Allocation] = {}
+
+    def label(traceback: Any) -> Allocation:
+        if traceback is None:
+            return NO_ALLOCATION
+        found = seen.get(traceback)
+        if found is None:
+            found = seen[traceback] = _allocation(traceback, cells)
+        return found
+
+    return label
+
+
+@dataclass(frozen=True)
+class Growth:
+    """A line whose live arrays come from ``runs`` runs of the same cell statement: a list that
+    keeps more arrays each time a cell runs. ``site`` names its newest run's line."""
+
+    site: str
+    runs: int
+    arrays: int
+    nbytes: int
+
+    def __str__(self) -> str:
+        many = "array" if self.arrays == 1 else "arrays"
+        return f"{self.site} keeps arrays from {self.runs} runs ({self.arrays} {many}, {format_bytes(self.nbytes)})"
+
+
+def newest_labels(allocations: Iterable[Allocation]) -> dict[tuple, str]:
+    """Each line's label as its newest run names it (the highest cell number)."""
+    newest: dict[tuple, Allocation] = {}
+    for a in allocations:
+        known = newest.get(a.line)
+        if known is None or (a.cell or -1) > (known.cell or -1):
+            newest[a.line] = a
+    return {line: a.site for line, a in newest.items()}
+
+
+def growing(made: Iterable[tuple[Allocation, int, int]]) -> list[Growth]:
+    """The lines whose live arrays were made by two or more runs of one cell statement, from
+    ``(allocation, arrays, bytes)`` per distinct allocation; largest first."""
+    made = list(made)
+    labels = newest_labels(a for a, _, _ in made)
+    totals: dict[tuple, list[int]] = {}
+    runs: dict[tuple, dict[tuple, set]] = {}
+    for a, arrays, nbytes in made:
+        total = totals.setdefault(a.line, [0, 0])
+        total[0] += arrays
+        total[1] += nbytes
+        if a.run is not None:
+            runs.setdefault(a.line, {}).setdefault(a.run[0], set()).add(a.run[1])
+    found = []
+    for line, statements in runs.items():
+        most = max(len(tokens) for tokens in statements.values())
+        if most >= 2:
+            found.append(Growth(labels[line], most, *totals[line]))
+    return sorted(found, key=lambda g: (-g.nbytes, g.site))
 
 
 def top_sites(made: Iterable[tuple[Any, int]], cells: Mapping[str, int], top: int = 3) -> list[tuple[str, int]]:
@@ -282,6 +428,11 @@ __all__ = [
     "origin_of",
     "site_labeller",
     "top_sites",
+    "Allocation",
+    "allocation_labeller",
+    "Growth",
+    "growing",
+    "newest_labels",
     "stack_origin",
     "frame_site",
     "forget",

@@ -23,6 +23,7 @@ from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core.files import open_for_appending_lines, open_regular_for_reading
 from jupyter_gpumem.core.package_version import package_version
 from jupyter_gpumem.core.readings import (
+    CpuArraysReading,
     CudaPoolReading,
     DeviceReading,
     DeviceUnreadable,
@@ -159,6 +160,8 @@ def sample_to_json(sample: Sample) -> dict:
     out = {"kind": "sample", "t": sample.t, "pid": sample.pid, "devices": devices, "jax": jax}
     if sample.pids_not_here is not None:
         out["pids_not_here"] = sorted(sample.pids_not_here)
+    if sample.cpu_arrays is not None:
+        out["cpu_arrays"] = sample.cpu_arrays.to_json()
     return out
 
 
@@ -485,7 +488,15 @@ def _sample_in(value: Any) -> Sample:
         not_here = frozenset(
             _int({f"pids_not_here[{i}]": p}, f"pids_not_here[{i}]", "sample") for i, p in enumerate(listed)
         )
-    return Sample(t=t, pid=pid, devices=devices, jax=jax, pids_not_here=not_here)
+    return Sample(t=t, pid=pid, devices=devices, jax=jax, pids_not_here=not_here, cpu_arrays=_cpu_arrays_in(obj))
+
+
+def _cpu_arrays_in(obj: Mapping) -> CpuArraysReading | NotAvailable | None:
+    where, value = "sample.cpu_arrays", obj.get("cpu_arrays")  # traces written before it have none
+    if value is None or _is_na(value):
+        return None if value is None else _na_in(value, where)
+    found = _obj(value, where)
+    return CpuArraysReading(_int(found, "bytes", where), _int(found, "arrays", where))
 
 
 def _event_in(value: Any) -> Event:

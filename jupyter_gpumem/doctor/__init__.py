@@ -2,9 +2,9 @@
 
 One module per job; importing this package imports none of them, so the cell hooks stay cheap.
 
-- ``hooks``: the cell hooks (which cell made which array, the OOM report, the per-cell line)
+- ``hooks``: the cell hooks (the OOM report, the per-cell line)
   and their switches, ``%gpumem doctor|cells on|off``
-- ``array_cells``: which cell made each live array, and the live arrays' device bytes
+- ``array_cells``: the live arrays' device bytes, a tracked cell's new arrays, and live arrays per traceback
 - ``oom_text``: is this exception an out-of-memory error, and how much did it ask for
 - ``oom_rules``: ranked fixes from the numbers read at failure, one function per rule;
   ``oom_readings``: those numbers, and a fix, as data
@@ -15,8 +15,9 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``usage``, ``tracking``: memory now, and the change and peak of a block or a cell
 - ``freeing``: ``%gpumem free``; ``last_error``: what keeps a failed cell's arrays alive, and
   letting go of it; ``estimating``: ``%gpumem estimate``; ``defragmenting``: ``defragment``
-- ``peak_buffers``: what was live at a program's peak, by source line, from XLA's texts, and
-  the fixes it suggests; ``peak_report``: ``%gpumem peak CALL``
+- ``peak_buffers``: what was live at a program's peak, by source line, from XLA's texts;
+  ``peak_fixes``: the fixes it suggests; ``hlo_sources``: each HLO instruction's source;
+  ``peak_report``: ``%gpumem peak CALL``
 - ``text``: how the reports read, as text and as HTML
 - ``after_cell``: the work after a cell; ``session``: the switches ``%gpumem doctor|cells on|off``
   set, and the shell the hooks serve

@@ -39,13 +39,12 @@ _said = {"cpu_caveat": False}
 
 
 def after_cell(result: Any, shell: Any, tracker: Track | None) -> None:
-    """The doctor's work after a cell (called by ``doctor_hooks``, once the cell's arrays are
-    noted): the per-cell line and the OOM report."""
+    """The doctor's work after a cell (called by ``hooks``, once ``tracker`` is stopped and the
+    cell's arrays are noted): the per-cell line and the OOM report."""
     from jupyter_gpumem.core import sites
 
     count = sites.finished_cell_number(result)
     if tracker is not None and SESSION.cells:
-        tracker.stop()
         caveat = tracker.measure != "allocator" and not _said["cpu_caveat"]
         print(tracker.line(f"cell {count}" if count is not None else "cell", caveat=caveat) + _sites_text(shell))
         _said["cpu_caveat"] = _said["cpu_caveat"] or caveat
@@ -53,9 +52,29 @@ def after_cell(result: Any, shell: Any, tracker: Track | None) -> None:
 
 
 def _sites_text(shell: Any) -> str:
-    """Where the cell's new, still-live arrays were allocated: the top three lines by bytes."""
+    """Where the cell's new, still-live arrays were allocated (the top three lines by bytes), and
+    which of those lines keep arrays from earlier runs too (``sites.growing``)."""
     from jupyter_gpumem.core import sites
     from jupyter_gpumem.doctor import array_cells
 
-    top = sites.top_sites(array_cells.made_by_last_cell(), sites.cell_numbers(shell))
-    return ("; allocated at " + ", ".join(f"{site} ({bytes_or_na(size)})" for site, size in top)) if top else ""
+    made = array_cells.made_by_last_cell()
+    cells = sites.cell_numbers(shell)
+    top = sites.top_sites(made, cells)
+    text = ("; allocated at " + ", ".join(f"{site} ({bytes_or_na(size)})" for site, size in top)) if top else ""
+    growth = _growth_text([tb for tb, _ in made], cells)
+    return text + growth
+
+
+def _growth_text(new_tracebacks: list, cells: Any) -> str:
+    """``; growing: ...`` for the lines the cell added arrays at whose live arrays come from
+    two or more runs; "" without any."""
+    from jupyter_gpumem.core import sites
+    from jupyter_gpumem.doctor import array_cells
+
+    if not new_tracebacks:
+        return ""
+    allocation = sites.allocation_labeller(cells)
+    lines_now = {allocation(tb).line for tb in set(new_tracebacks) if tb is not None}
+    live = [(allocation(tb), n, size) for tb, n, size in array_cells.live_by_traceback()]
+    found = sites.growing(made for made in live if made[0].line in lines_now)
+    return ("; growing: " + ", ".join(str(g) for g in found[:3])) if found else ""

@@ -1,12 +1,17 @@
-"""Which cell made each live JAX array, and how many device bytes the live arrays hold.
+"""How many device bytes the live JAX arrays hold, which arrays a tracked cell made, and how
+many live arrays each traceback made.
 
-Kept current after every cell at the cost of the arrays made since the last cell: JAX lists its
-arrays newest first, so the walk stops at the first array already known. Arrays are known by
-identity, through weak references; a dead one leaves the registry in its weakref callback, so a
-later array at the same address is never taken for it. Sizes come from the sharding
-(``jax_arrays.footprint``); no buffer is touched and nothing waits on JAX.
+Brought up to date only when asked (``device_bytes``: ``track()``, ``%gpumem free`` and ``cells
+on`` on the CPU; ``begin_cell``/``end_cell``: ``%gpumem cells on``), never by the default cell
+hooks: listing JAX's arrays costs milliseconds at tens of thousands of arrays. Which cell made an
+array is read from its own traceback instead (``core.sites.allocation_labeller``). Each update
+costs the arrays made since the last one: JAX lists its arrays newest first, so the walk stops
+at the first array already known. Arrays are known by identity, through weak references; a
+dead one leaves the registry in its weakref callback, so a later array at the same address is
+never taken for it. Sizes come from the sharding (``jax_arrays.footprint``); no buffer is
+touched and nothing waits on JAX.
 
-Imports neither jax nor the doctor: the cell hooks call it on every cell.
+Imports neither jax nor the doctor.
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ from jupyter_gpumem.sources import jax_arrays
 
 @dataclass(frozen=True)
 class _Entry:
-    cell: int | None  # None: made before tracking began, or between cells
     ref: Any  # weakref.ref to the array
     device_bytes: int
     buffer: tuple[int, int] | None = None  # jax_arrays.cpu_buffer_key: counted once per buffer
+    traceback: Any = None  # the array's jaxlib Traceback: a field read, no buffer is touched
 
 
 _entries: dict[int, _Entry] = {}
@@ -34,10 +39,13 @@ _total = [0]
 _buffers: dict[tuple[int, int], list[int]] = {}
 # Weakref callbacks run wherever an array dies, this thread included while it holds the lock.
 _lock = threading.RLock()
-_current: list[int | None] = [None]
-# The running cell's new arrays, for the per-cell line's allocation sites: (weakref, jaxlib
-# Traceback or None, device bytes). Reading ``traceback`` is a field read: no buffer is touched.
+# Whether a cell is being tracked (between begin_cell and end_cell).
+_tracking = [False]
+# The tracked cell's new arrays, for the per-cell line's allocation sites: (weakref, jaxlib
+# Traceback or None, device bytes).
 _made: list[tuple[Any, Any, int]] = []
+# Per traceback, [live registered arrays, their device bytes]: what made the live arrays.
+_by_traceback: dict[Any, list[int]] = {}
 
 
 def _forget(key: int, ref: Any) -> None:
@@ -49,6 +57,10 @@ def _forget(key: int, ref: Any) -> None:
 
 
 def _count(entry: _Entry) -> None:
+    if entry.traceback is not None:
+        made = _by_traceback.setdefault(entry.traceback, [0, 0])
+        made[0] += 1
+        made[1] += entry.device_bytes
     if entry.buffer is None:
         _total[0] += entry.device_bytes
         return
@@ -59,6 +71,12 @@ def _count(entry: _Entry) -> None:
 
 
 def _uncount(entry: _Entry) -> None:
+    made = _by_traceback.get(entry.traceback) if entry.traceback is not None else None
+    if made is not None:
+        made[0] -= 1
+        made[1] -= entry.device_bytes
+        if made[0] <= 0:
+            del _by_traceback[entry.traceback]
     if entry.buffer is None:
         _total[0] -= entry.device_bytes
         return
@@ -78,11 +96,9 @@ def _device_bytes(array: Any) -> int:
         return 0
 
 
-def note_new_arrays(cell: int | None = None) -> int:
-    """Register the arrays made since the last call as made by ``cell`` (the cell running now
-    when None); returns how many were new. Never starts JAX."""
-    if cell is None:
-        cell = _current[0]
+def note_new_arrays() -> int:
+    """Register the arrays made since the last call (those of a tracked cell as its own);
+    returns how many were new. Never starts JAX."""
     new = 0
     with _lock:
         arrays = jax_arrays.live_arrays_newest_first()
@@ -107,26 +123,33 @@ def note_new_arrays(cell: int | None = None) -> int:
                 _uncount(entry)
             # An array sharing a buffer already counted (a CPU array's numpy view) adds nothing.
             shared = buffer is not None and _buffers.get(buffer, [0])[0] > 0
-            _entries[key] = _Entry(cell, ref, size, buffer)
+            traceback = getattr(array, "traceback", None)
+            _entries[key] = _Entry(ref, size, buffer, None if shared else traceback)
             _count(_entries[key])
             new += 1
-            if cell is not None and cell == _current[0] and not shared:
-                _made.append((ref, getattr(array, "traceback", None), size))
+            if _tracking[0] and not shared:
+                _made.append((ref, traceback, size))
     return new
 
 
-def begin_cell(cell: int | None) -> None:
-    """Arrays found while this cell runs (``track()``, ``%gpumem`` commands) belong to it."""
-    _current[0] = cell
+def begin_cell(noted: bool = False) -> None:
+    """Register the arrays that live now (``noted``: they were, just now), then take those found
+    until ``end_cell`` (by ``track()`` and ``%gpumem`` commands in the cell, too) as the cell's
+    own."""
+    _tracking[0] = False
     _made.clear()
+    if not noted:
+        note_new_arrays()
+    _tracking[0] = True
 
 
-def end_cell(cell: int | None) -> int:
-    """Register the cell's new arrays as its own; returns how many."""
+def end_cell(noted: bool = False) -> int:
+    """Register the cell's new arrays as its own (``noted``: they were, just now) and stop
+    tracking; returns how many were registered here."""
     try:
-        return note_new_arrays(cell)
+        return note_new_arrays() if _tracking[0] and not noted else 0
     finally:
-        _current[0] = None
+        _tracking[0] = False
 
 
 def made_by_last_cell() -> list[tuple[Any, int]]:
@@ -134,10 +157,16 @@ def made_by_last_cell() -> list[tuple[Any, int]]:
     return [(tb, size) for ref, tb, size in _made if ref() is not None]
 
 
-def cell_of(array: Any) -> int | None:
-    """The cell that made ``array``, where known."""
-    entry = _entries.get(id(array))
-    return entry.cell if entry is not None and entry.ref() is array else None
+def live_by_traceback() -> list[tuple[Any, int, int]]:
+    """``(traceback, arrays, device bytes)`` of the registered live arrays, per traceback, as of
+    the last update."""
+    with _lock:
+        for _ in range(3):
+            try:
+                return [(tb, made[0], made[1]) for tb, made in list(_by_traceback.items())]
+            except RuntimeError:  # an array died (its weakref callback ran) while it was read
+                continue
+        return []
 
 
 def device_bytes() -> int:
@@ -152,6 +181,7 @@ def forget_all() -> None:
     with _lock:
         _entries.clear()
         _buffers.clear()
+        _by_traceback.clear()
         _total[0] = 0
-        _current[0] = None
+        _tracking[0] = False
         _made.clear()

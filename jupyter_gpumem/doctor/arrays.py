@@ -14,7 +14,6 @@ from typing import Any
 
 from jupyter_gpumem.core import sites
 from jupyter_gpumem.core.magic_args import Grammar, Option
-from jupyter_gpumem.doctor import array_cells
 from jupyter_gpumem.doctor.names import (
     WALK_SECONDS_COMMAND,
     NameWalk,
@@ -38,7 +37,9 @@ class ArrayRecord:
     (``params['w']``, ``Out[3]``, ``_``); ``cell`` is the execution count of the cell that made
     it, where known; ``site`` is where it was allocated (``cell [3] line 2 in f``,
     ``model.py:40 in init``: the first frame outside JAX and installed packages, from the
-    array's traceback). Sizes come from the sharding: no buffer is read.
+    array's traceback); ``allocation`` is all its traceback says (``sites.Allocation``: the
+    cell is the one whose statement was running, the outermost frame in a cell). Sizes come
+    from the sharding: no buffer is read.
     """
 
     shape: tuple
@@ -49,6 +50,7 @@ class ArrayRecord:
     host_bytes: int = 0
     memory_kind: str | None = None
     site: str = sites.NO_TRACEBACK
+    allocation: sites.Allocation | None = None
 
     @property
     def device_bytes(self) -> int:
@@ -119,12 +121,10 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
                 views.update(jax_arrays.shard_view_ids(a))
         except Exception:
             continue
-    if arrays:
-        array_cells.note_new_arrays()
     views |= _cpu_alias_ids(arrays, walk.names)
     sized = []
-    names, cell_of, footprint = walk.names, array_cells.cell_of, jax_arrays.footprint
-    site_of = sites.site_labeller(sites.cell_numbers(shell if shell is not None else current_shell()))
+    names, footprint = walk.names, jax_arrays.footprint
+    made_at = sites.allocation_labeller(sites.cell_numbers(shell if shell is not None else current_shell()))
     for a in arrays:
         if id(a) in views:
             continue
@@ -132,15 +132,17 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
             fp = footprint(a)
         except Exception:  # deleted between listing and reading
             continue
+        made = made_at(getattr(a, "traceback", None))
         record = ArrayRecord(
             fp.shape,
             fp.dtype,
             fp.device_bytes,
             tuple(names.get(id(a), ())),
-            cell_of(a),
+            made.cell,
             fp.host_bytes,
             fp.memory_kind,
-            site_of(getattr(a, "traceback", None)),
+            made.site,
+            made,
         )
         sized.append((-(fp.on_device + fp.host_bytes), fp.shape, len(sized), record))
     sized.sort(key=lambda t: t[:3])
@@ -151,16 +153,18 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
             fp = footprint(a)  # shape, dtype and sharding: the failed buffer is not read
         except (AttributeError, RuntimeError, TypeError, ValueError):
             continue
+        made = made_at(getattr(a, "traceback", None))
         never_made.append(
             ArrayRecord(
                 fp.shape,
                 fp.dtype,
                 fp.device_bytes,
                 tuple(names.get(id(a), ())),
-                cell_of(a),
+                made.cell,
                 fp.host_bytes,
                 fp.memory_kind,
-                site_of(getattr(a, "traceback", None)),
+                made.site,
+                made,
             )
         )
     return ArrayCensus(tuple(records), walk, time.perf_counter() - t0, tuple(never_made))
@@ -199,15 +203,17 @@ def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int
     """``(key, count, bytes, first cell, the line that allocated most of its bytes)`` per group,
     largest first."""
     groups: dict[str, list[ArrayRecord]] = {}
+    # A line re-run in later cells is one site, named as its newest run names it.
+    newest = sites.newest_labels(r.allocation for r in records if r.allocation is not None) if by == "line" else {}
     for r in records:
         if by == "shape":
             keys = [f"{r.dtype}{list(r.shape)}"]
         elif by == "dtype":
             keys = [r.dtype]
         elif by == "cell":
-            keys = [f"cell {r.cell}" if r.cell is not None else "before tracking (unknown cell)"]
+            keys = [f"cell {r.cell}" if r.cell is not None else "no cell (made outside the cells)"]
         elif by == "line":
-            keys = [r.site]
+            keys = [newest.get(r.allocation.line, r.site) if r.allocation is not None else r.site]
         else:  # name: the root name of each holder, or unnamed
             roots = []
             for n in r.names:
@@ -239,6 +245,22 @@ def _main_site(records: list[ArrayRecord]) -> str:
     return top + (f" (+{len(by_site) - 1} more)" if len(by_site) > 1 else "")
 
 
+def growth_of(records: list[ArrayRecord] | tuple[ArrayRecord, ...]) -> list[sites.Growth]:
+    """The lines whose live arrays come from two or more runs of one cell statement, largest
+    first (``sites.growing``)."""
+    per: dict[int, list] = {}  # by allocation: records of one traceback share one object
+    for r in records:
+        if r.allocation is None:
+            continue
+        made = per.get(id(r.allocation))
+        if made is None:
+            per[id(r.allocation)] = [r.allocation, 1, r.device_bytes]
+        else:
+            made[1] += 1
+            made[2] += r.device_bytes
+    return sites.growing(tuple(made) for made in per.values())
+
+
 BY_CHOICES = ("shape", "dtype", "cell", "name", "line")
 
 
@@ -253,6 +275,7 @@ class ArraysReport:
     walk_note: str = ""  # what the walk of names could not see
     seconds: float | None = None  # how long the listing took
     failed: tuple[ArrayRecord, ...] = ()  # arrays whose computation failed: left out, hold nothing
+    growth: tuple[sites.Growth, ...] = ()  # lines that keep arrays run after run (growth_of)
 
     @property
     def total_bytes(self) -> int:
@@ -304,7 +327,14 @@ class ArraysReport:
             f"{len(self.records)} live JAX arrays, {bytes_or_na(self.total_bytes)} in device memory{host}; "
             f"{shown} shown, {what}.{took}"
         )
-        return text + (" " + self.walk_note if self.walk_note else "") + self.failed_note()
+        return text + (" " + self.walk_note if self.walk_note else "") + self.growth_note() + self.failed_note()
+
+    def growth_note(self) -> str:
+        """The lines that keep arrays run after run, the largest three; empty without any."""
+        if not self.growth:
+            return ""
+        more = f"; and {len(self.growth) - 3} more" if len(self.growth) > 3 else ""
+        return " Growing, run after run: " + "; ".join(str(g) for g in self.growth[:3]) + more + "."
 
     def failed_note(self) -> str:
         """The arrays left out because their computation failed, named; empty without any."""
@@ -348,6 +378,7 @@ class ArraysReport:
             "by": self.by,
             "walk_note": self.walk_note,
             "seconds": self.seconds,
+            "growing": [{"site": g.site, "runs": g.runs, "arrays": g.arrays, "nbytes": g.nbytes} for g in self.growth],
         }
 
 
@@ -381,4 +412,12 @@ def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
     if not allocator_shim.backend_started():
         return ArraysReport((), top, by, not_started_note())
     found = census(shell)
-    return ArraysReport(found.records, top, by, walk_note=found.walk.note(), seconds=found.seconds, failed=found.failed)
+    return ArraysReport(
+        found.records,
+        top,
+        by,
+        walk_note=found.walk.note(),
+        seconds=found.seconds,
+        failed=found.failed,
+        growth=tuple(growth_of(found.records)),
+    )

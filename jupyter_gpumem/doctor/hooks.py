@@ -2,7 +2,7 @@
 the doctor's other modules so that loading the extension is cheap.
 
 A cell imports the doctor only when it has work for it: an error to diagnose, or ``%gpumem
-cells on``. Noting which cell made which array (``array_cells``) costs the new arrays only.
+cells on``. The default hooks never list JAX's arrays; ``cells on`` pays for what it measures.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import logging
 import sys
 from typing import Any
 
-from jupyter_gpumem.core import sites
 from jupyter_gpumem.core.magic_args import Grammar, Option
 from jupyter_gpumem.doctor.session import SESSION, Switch
 from jupyter_gpumem.sampling.cell_hooks import CellHooks
@@ -26,43 +25,34 @@ def _interrupted(what: str) -> None:
     print(f"gpumem: interrupted while {what}; the cell's own result stands", file=sys.stderr)
 
 
-def _note_arrays_from_before_loading() -> None:
-    """The arrays that live when the hooks are added are "before tracking", no cell's."""
-    if "jax" in sys.modules:
-        from jupyter_gpumem.doctor import array_cells
-
-        try:
-            array_cells.note_new_arrays(None)
-        except RuntimeError:  # jaxlib's XlaRuntimeError from listing the live arrays
-            log.debug("jupyter-gpumem could not list the arrays made before loading", exc_info=True)
-
-
 def install(shell: Any) -> None:
     """Add the doctor's cell hooks to ``shell`` (idempotent).
 
-    After each cell: the arrays the cell made are noted as its own (``array_cells``, at the cost
-    of the new arrays only); an out-of-memory error gets a report (the error itself is shown and
+    After each cell: an out-of-memory error gets a report (the error itself is shown and
     propagates as before: the hook only adds output); with ``%gpumem cells on``, one line of
-    memory use. Nothing here waits on JAX or reads an array's buffers.
+    memory use, the cell's new arrays and the lines that keep arrays run after run. Without an
+    error and with ``cells`` off, a cell costs the hooks two attribute reads: they never list
+    JAX's arrays (which cell made an array is read from its traceback when a command or report
+    asks). Nothing here waits on JAX or reads an array's buffers.
     """
     if shell in _hooks:
         return
     SESSION.shell = shell
-    running: dict[str, Any] = {"track": None}
-    _note_arrays_from_before_loading()
+    running: dict[str, Any] = {"track": None, "noting": False}
 
     def pre_run_cell(info: Any = None) -> None:
-        # IPython 9.8+ counts the cell before pre_run_cell, earlier ones after it ran
-        count = sites.running_cell_number(shell, stored=getattr(info, "store_history", True))
+        if not SESSION.cells:
+            return
         try:
+            from jupyter_gpumem.doctor.tracking import Track
+
+            # On the CPU, starting the track brings the registry up to date: one listing, not two
+            running["track"] = tracker = Track().start()
             if "jax" in sys.modules:
                 from jupyter_gpumem.doctor import array_cells
 
-                array_cells.begin_cell(count)
-            if SESSION.cells:
-                from jupyter_gpumem.doctor.tracking import Track
-
-                running["track"] = Track().start()
+                array_cells.begin_cell(noted=tracker.noted_arrays)
+                running["noting"] = True
         except KeyboardInterrupt:
             running["track"] = None
             _interrupted("measuring memory before the cell")
@@ -72,12 +62,14 @@ def install(shell: Any) -> None:
 
     def post_run_cell(result: Any = None) -> None:
         tracker, running["track"] = running["track"], None
-        count = sites.finished_cell_number(result)
+        noting, running["noting"] = running["noting"], False
         try:
-            if "jax" in sys.modules:
+            if tracker is not None:
+                tracker.stop()  # on the CPU this registers the cell's new arrays as its own
+            if noting:
                 from jupyter_gpumem.doctor import array_cells
 
-                array_cells.end_cell(count)
+                array_cells.end_cell(noted=tracker is not None and tracker.measure == "live_arrays")
             if tracker is None and getattr(result, "error_in_exec", None) is None:
                 return  # nothing for the doctor: no error, no line to print
             from jupyter_gpumem.doctor.after_cell import after_cell

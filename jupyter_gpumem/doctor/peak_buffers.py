@@ -14,7 +14,8 @@ xla/service/buffer_assignment.cc at bfbc776e6233f97b5fb13bbc6022834f61646b62):
 - a program compiled with ``xla_dump_to``: ``*buffer-assignment.txt`` (``ToString``: each
   allocation, its kind and its values; newer XLA moves "Used values:" to
   ``*buffer-assignment-values.txt`` and the live ranges to ``*-live-range.txt``), whose
-  ``HloLiveRange`` section ends with "Live ranges at T (peak):", the values live then; the
+  ``HloLiveRange`` section gives each value's first and last step ("BufferLiveRange:"), from
+  which the peak is counted as XProf's memory viewer counts it (:func:`peak_from_ranges`); the
   optimised HLO (``*after_optimizations.txt``) gives each instruction's source, inline
   (``source_file=``, JAX 0.4.38..0.7.2) or through its ``StackFrames`` tables
   (``stack_frame_id=``, JAX 0.10.2).
@@ -29,6 +30,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from jupyter_gpumem.core import sites
+from jupyter_gpumem.doctor.hlo_sources import (
+    checkpointed_loops,
+    line_number,
+    loop_states,
+    metadata_fields,
+    stack_frames,
+)
 
 ARGUMENT, OUTPUT, TEMPORARY, CONSTANT = "argument", "output", "temporary", "constant"
 OUTPUT_OR_TEMPORARY = "output or temporary"  # an OOM text does not say which allocation a value is in
@@ -40,7 +48,8 @@ class PeakBuffer:
     """One value live at the peak: ``size`` bytes, its ``role`` (argument, output, temporary,
     constant, "output or temporary" where the text cannot tell, donated argument), the JAX
     operation that made it (``op_name``), its source (file, line, function where known), its
-    XLA opcode (``label``) and shape."""
+    XLA opcode (``label``) and shape; ``checkpointed``: a loop's state where the function the
+    loop scans is already recomputed for the backward pass (:func:`checkpointed_loops`)."""
 
     size: int
     role: str
@@ -50,6 +59,7 @@ class PeakBuffer:
     function: str = ""
     label: str = ""
     shape: str = ""
+    checkpointed: bool = False
 
     @property
     def operation(self) -> str:
@@ -136,20 +146,6 @@ def human_bytes(text: str) -> int | None:
     return round(float(match.group("n")) * _UNITS[match.group("unit")])
 
 
-_FIELD = re.compile(r'(\w+)=(?:"((?:[^"\\]|\\.)*)"|(\S+))')
-
-
-def metadata_fields(text: str) -> dict[str, str]:
-    """``key=value`` pairs of an ``OpMetadata`` as XLA prints it (quoted or bare values)."""
-    return {
-        m.group(1): m.group(2) if m.group(2) is not None else m.group(3).rstrip(",}") for m in _FIELD.finditer(text)
-    }
-
-
-def _line_number(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() else None
-
-
 # ---- the OOM text ----------------------------------------------------------------------------
 
 _STATS = {
@@ -212,7 +208,7 @@ def _oom_buffer(block: str) -> PeakBuffer:
         role=ARGUMENT if parameter else OUTPUT_OR_TEMPORARY,
         op_name=meta.get("op_name", ""),
         source_file=meta.get("source_file"),
-        source_line=_line_number(meta.get("source_line")),
+        source_line=line_number(meta.get("source_line")),
         label="parameter" if parameter else fields.get("XLA Label", ""),
         shape=fields.get("Entry Parameter Subshape") or fields.get("Shape", ""),
     )
@@ -222,10 +218,7 @@ def _oom_buffer(block: str) -> PeakBuffer:
 
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+), (.*):$")
 _VALUE = re.compile(r"<(\d+) ([^\s{>]+)(\{[0-9,]*\})?(?: \(phi\))? @\d+>")
-_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) \((.*)\) -> .*\{\s*$")
-_PARAMETER_NAME = re.compile(r"(?:^|, )%?([\w.\-]+): ")
-_LOOP = re.compile(r"=.*? while\(.*?condition=%?([\w.\-]+), body=%?([\w.\-]+)")
-_ASSIGNED = re.compile(r"^ value: <(\d+) [^>]*> \(size=(\d+),offset=\d+\): (.*)$")
+_ASSIGNED = re.compile(r"^ value: <(\d+) ([^\s{>]+)(\{[0-9,]*\})?[^>]*> \(size=(\d+),offset=(\d+)\): (.*)$")
 _INSTRUCTION = re.compile(r"from instruction: %?(\S+) = (.+?) ([a-z][\w-]*)\(")
 _PEAK_AT = re.compile(r"^\s*Live ranges at \d+ \(peak\):\s*$")
 _LIVE = re.compile(r"^\s+(\S+?)(\{[0-9,]*\})?: (\d+) bytes")
@@ -246,84 +239,49 @@ def _allocation_role(kinds: str) -> str:
     return TEMPORARY
 
 
-def stack_frames(hlo_text: str) -> dict[int, tuple[str, int, str]]:
-    """``stack_frame_id -> (file, line, function)`` of the innermost frame, from an HLO
-    module's ``FileNames``/``FunctionNames``/``FileLocations``/``StackFrames`` tables (XLA's
-    ``StackFrameIndex``, printed by HloModule::ToString); empty where it has none."""
-    tables: dict[str, dict[int, str]] = {}
-    current = None
-    for raw in hlo_text.splitlines():
-        if raw in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
-            current = tables.setdefault(raw, {})
-            continue
-        if current is None:
-            continue
-        head, _, rest = raw.partition(" ")
-        if head.isdigit():
-            current[int(head)] = rest
-        elif raw.strip() or raw.startswith("%") or raw.startswith("ENTRY"):
-            current = None
+@dataclass(frozen=True)
+class DumpAllocations:
+    """What a buffer-assignment dump says of each assigned value (``role``, ``size``, ``shape``,
+    and where it sits: ``place``, ``(allocation, offset)``), the allocations' totals by kind
+    (``"alias"``: donated arguments), and the allocations that hold their values for the whole
+    program (``whole_program``: index -> size; parameters, maybe-live-out, constants and
+    thread-local ones, what XProf's memory viewer calls indefinite)."""
 
-    def unquoted(text: str) -> str:
-        return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == '"' else text
-
-    frames: dict[int, tuple[str, int, str]] = {}
-    for frame_id, text in tables.get("StackFrames", {}).items():
-        location = tables.get("FileLocations", {}).get(int(metadata_fields(text).get("file_location_id", "0") or 0))
-        if location is None:
-            continue
-        fields = metadata_fields(location)
-        file = unquoted(tables.get("FileNames", {}).get(int(fields.get("file_name_id", "0") or 0), ""))
-        function = unquoted(tables.get("FunctionNames", {}).get(int(fields.get("function_name_id", "0") or 0), ""))
-        line = _line_number(fields.get("line"))
-        if file and line is not None:
-            frames[frame_id] = (file, line, function)
-    return frames
+    role: dict[int, str]
+    size: dict[int, int]
+    shape: dict[int, str]
+    place: dict[int, tuple[int, int]]
+    key: dict[int, str]
+    totals: dict[str, int]
+    whole_program: dict[int, int]
 
 
-def loop_states(hlo_text: str) -> dict[str, str]:
-    """``parameter name -> the metadata text of its while loop``, for the parameters of loop
-    bodies and conditions (a loop's state: a scan's carry and the per-step values it stacks),
-    which carry no metadata of their own."""
-    params_of: dict[str, list[str]] = {}
-    loops: dict[str, str] = {}
-    for raw in hlo_text.splitlines():
-        header = _COMPUTATION.match(raw)
-        if header:
-            params_of[header.group(1)] = _PARAMETER_NAME.findall(header.group(2))
-            continue
-        loop = _LOOP.search(raw)
-        if loop:
-            meta = raw.split("metadata={", 1)[1] if "metadata={" in raw else ""
-            loops[loop.group(1)] = loops[loop.group(2)] = meta
-    return {name: meta for computation, meta in loops.items() for name in params_of.get(computation, ())}
-
-
-def _allocations(buffer_assignment: str) -> tuple[dict[int, str], dict[int, int], dict[int, str], dict[str, int]]:
-    """Pure: each assigned value's role, size and shape, and the allocations' totals by kind
-    (``"alias"``: donated arguments), from a buffer-assignment dump."""
-    role_of: dict[int, str] = {}
-    size_of: dict[int, int] = {}
-    shape_of: dict[int, str] = {}
-    totals = {ARGUMENT: 0, OUTPUT: 0, TEMPORARY: 0, CONSTANT: 0, "alias": 0}
-    role = TEMPORARY
+def _allocations(buffer_assignment: str) -> DumpAllocations:
+    """Pure: the values and allocations of a buffer-assignment dump."""
+    found = DumpAllocations({}, {}, {}, {}, {}, {ARGUMENT: 0, OUTPUT: 0, TEMPORARY: 0, CONSTANT: 0, "alias": 0}, {})
+    role, index = TEMPORARY, -1
     for raw in buffer_assignment.splitlines():
         match = _ALLOCATION.match(raw)
         if match:
-            size, role = int(match.group(2)), _allocation_role(match.group(3))
+            index, size, kinds = int(match.group(1)), int(match.group(2)), match.group(3)
+            role = _allocation_role(kinds)
             if role == DONATED:
-                totals[ARGUMENT] += size
-                totals[OUTPUT] += size
-                totals["alias"] += size
-            elif "thread-local" not in match.group(3):
-                totals[role] += size
+                found.totals[ARGUMENT] += size
+                found.totals[OUTPUT] += size
+                found.totals["alias"] += size
+            elif "thread-local" not in kinds:
+                found.totals[role] += size
+            if role != TEMPORARY or "thread-local" in kinds:
+                found.whole_program[index] = size
             continue
         assigned = _ASSIGNED.match(raw)
         if assigned:
             value_id = int(assigned.group(1))
-            role_of[value_id], size_of[value_id] = role, int(assigned.group(2))
-            shape_of[value_id] = assigned.group(3).split("{", 1)[0].strip()
-    return role_of, size_of, shape_of, totals
+            found.role[value_id], found.size[value_id] = role, int(assigned.group(4))
+            found.place[value_id] = (index, int(assigned.group(5)))
+            found.key[value_id] = _key(assigned.group(2), assigned.group(3))
+            found.shape[value_id] = assigned.group(6).split("{", 1)[0].strip()
+    return found
 
 
 def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
@@ -333,46 +291,14 @@ def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
 
     Totals are the allocations' sizes by kind, as ``CompiledMemoryStats`` counts them: an
     allocation that is both a parameter and maybe-live-out (a donated argument) counts as both
-    and as aliased. The values live at the peak are XLA's "Live ranges at T (peak)" list, else
-    the largest sum of sizes over the "BufferLiveRange" intervals."""
-    role_of, size_of, shape_of, totals = _allocations(buffer_assignment)
-    frames = stack_frames(hlo_text)
-    loops = loop_states(hlo_text)
-    key_of: dict[str, int] = {}
-    made_by: dict[int, PeakBuffer] = {}
-    value_id = None
-    for raw in buffer_assignment.splitlines():
-        header = _VALUE.fullmatch(raw.strip())
-        if header:
-            value_id = int(header.group(1))
-            key_of.setdefault(_key(header.group(2), header.group(3)), value_id)
-            continue
-        instruction = _INSTRUCTION.search(raw) if value_id is not None else None
-        if instruction and value_id in role_of:
-            meta_text = raw.split("metadata={", 1)[1] if "metadata={" in raw else ""
-            label = instruction.group(3)
-            if not meta_text and label == "parameter" and instruction.group(1) in loops:
-                meta_text, label = loops[instruction.group(1)], "while"  # a loop's state: its loop's source
-            meta = metadata_fields(meta_text)
-            file, line, function = meta.get("source_file"), _line_number(meta.get("source_line")), ""
-            frame = frames.get(int(meta.get("stack_frame_id", "0") or 0)) if "stack_frame_id" in meta else None
-            if frame is not None:
-                file, line, function = frame
-            made_by[value_id] = PeakBuffer(
-                size_of[value_id],
-                role_of[value_id],
-                meta.get("op_name", ""),
-                file,
-                line,
-                function,
-                label,
-                shape_of.get(value_id, ""),
-            )
-            value_id = None
-
-    live = _peak_listing(buffer_assignment) or _peak_from_ranges(buffer_assignment, key_of, size_of)
-    buffers = _live_buffers(live, key_of, made_by, role_of, shape_of)
+    and as aliased. The peak is XProf's memory viewer's (see :func:`peak_from_ranges`); where
+    the dump has no "BufferLiveRange:" section, XLA's "Live ranges at T (peak)" list."""
+    found = _allocations(buffer_assignment)
+    key_of, made_by = _values_made(buffer_assignment, hlo_text, found)
+    live = peak_from_ranges(live_ranges(buffer_assignment), found) or _peak_listing(buffer_assignment)
+    buffers = _live_buffers(live, key_of, made_by, found.role, found.shape)
     buffers.sort(key=lambda b: -b.size)
+    totals = found.totals
     return ProgramPeak(
         totals[ARGUMENT],
         totals[OUTPUT],
@@ -383,6 +309,52 @@ def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
         tuple(buffers),
         "compiled",
     )
+
+
+def _values_made(
+    buffer_assignment: str, hlo_text: str, found: DumpAllocations
+) -> tuple[dict[str, int], dict[int, PeakBuffer]]:
+    """Pure: ``value name -> id``, and each assigned value as a buffer with what made it: its
+    instruction's op name and source (a loop's state: its loop's), from the dump's "Used
+    values" and the optimised HLO."""
+    frames = stack_frames(hlo_text)
+    loops = loop_states(hlo_text)
+    rematted = checkpointed_loops(hlo_text, loops, frames)
+    key_of: dict[str, int] = {}
+    made_by: dict[int, PeakBuffer] = {}
+    value_id = None
+    for raw in buffer_assignment.splitlines():
+        header = _VALUE.fullmatch(raw.strip())
+        if header:
+            value_id = int(header.group(1))
+            key_of.setdefault(_key(header.group(2), header.group(3)), value_id)
+            continue
+        instruction = _INSTRUCTION.search(raw) if value_id is not None else None
+        if instruction and value_id in found.role:
+            meta_text = raw.split("metadata={", 1)[1] if "metadata={" in raw else ""
+            label = instruction.group(3)
+            if (label == "while" or not meta_text and label == "parameter") and instruction.group(1) in loops:
+                meta_text, label = loops[instruction.group(1)], "while"  # a loop's state: its loop's source
+            meta = metadata_fields(meta_text)
+            file, line, function = meta.get("source_file"), line_number(meta.get("source_line")), ""
+            frame = frames.get(int(meta.get("stack_frame_id", "0") or 0)) if "stack_frame_id" in meta else None
+            if frame is not None:
+                file, line, function = frame
+            made_by[value_id] = PeakBuffer(
+                found.size[value_id],
+                found.role[value_id],
+                meta.get("op_name", ""),
+                file,
+                line,
+                function,
+                label,
+                found.shape.get(value_id, ""),
+                instruction.group(1) in rematted,
+            )
+            value_id = None
+    for value, key in found.key.items():
+        key_of.setdefault(key, value)
+    return key_of, made_by
 
 
 def _live_buffers(
@@ -422,26 +394,75 @@ def _peak_listing(text: str) -> list[tuple[str, int]]:
     return []
 
 
-def _peak_from_ranges(text: str, key_of: Mapping[str, int], size_of: Mapping[int, int]) -> list[tuple[str, int]]:
-    ranges = []
+def live_ranges(text: str) -> dict[str, tuple[int, int]]:
+    """``value -> (first, last)`` step of the program's schedule where it is live (both ends
+    included), from the "BufferLiveRange:" section ``HloLiveRange::ToString`` writes
+    (``name{index}:start-end``; xla/hlo/utils/hlo_live_range.cc, the same in the dumps of
+    JAX 0.4.38 to 0.10.2)."""
+    ranges: dict[str, tuple[int, int]] = {}
     inside = False
     for raw in text.splitlines():
         if raw.strip() == "BufferLiveRange:":
             inside = True
             continue
         match = _RANGE.match(raw) if inside else None
-        if inside and match is None:
+        if match is None:
             inside = False
-        if match:
-            key = _key(match.group(1), match.group(2))
-            value_id = key_of.get(key)
-            if value_id is not None:
-                ranges.append((key, size_of.get(value_id, 0), int(match.group(3)), int(match.group(4))))
+            continue
+        ranges.setdefault(_key(match.group(1), match.group(2)), (int(match.group(3)), int(match.group(4))))
+    return ranges
+
+
+def peak_moment(spans: list[tuple[int, int, tuple[int, int, int]]]) -> tuple[int, int]:
+    """``(bytes, step)``: the most bytes live at once and the first step they are, for values
+    given as ``(first, last, slot)``, where ``slot`` is ``(allocation, offset, size)``: values
+    in the same slot at once share its memory (a loop's state, an in-place update), counted
+    once, as XProf's heap simulation counts a ``SHARE_WITH`` buffer once."""
+    events = sorted(e for first, last, slot in spans for e in ((first, 1, slot), (last + 1, 0, slot)))
+    holders: dict[tuple[int, int, int], int] = {}
+    live, best, i = 0, (0, events[0][0] if events else 0), 0
+    while i < len(events):
+        step = events[i][0]
+        while i < len(events) and events[i][0] == step:  # ends first, then starts, then measure
+            _, starts, slot = events[i]
+            holders[slot] = holders.get(slot, 0) + (1 if starts else -1)
+            if holders[slot] == (1 if starts else 0):
+                live += slot[2] if starts else -slot[2]
+            i += 1
+        if live > best[0]:
+            best = (live, step)
+    return best
+
+
+def peak_from_ranges(ranges: Mapping[str, tuple[int, int]], found: DumpAllocations) -> list[tuple[str, int]]:
+    """The values at the program's peak as ``(value, bytes)``, counted as XProf's memory viewer
+    counts its peak (openxla/xprof xprof/convert/hlo_proto_to_memory_visualization_utils.cc at
+    a27d00aa: ``peak_heap_mib`` is the heap simulator's peak of the temporaries plus every
+    allocation of indefinite lifetime, whole): each whole-program allocation by its size, named
+    by its value live at the peak (else its largest), and the temporaries live at the
+    :func:`peak_moment`. Empty where the dump has no live ranges."""
+    spans = {
+        value: (*ranges[key], (*found.place[value], found.size[value]))
+        for value, key in found.key.items()
+        if key in ranges and found.place[value][0] not in found.whole_program
+    }
     if not ranges:
         return []
-    times = sorted({start for _, _, start, _ in ranges})
-    best = max(times, key=lambda t: sum(size for _, size, s, e in ranges if s <= t <= e))
-    return [(key, size) for key, size, s, e in ranges if s <= best <= e]
+    _, step = peak_moment(list(spans.values()))
+    live: list[tuple[str, int]] = []
+    seen: set[tuple[int, int, int]] = set()
+    for value, (first, last, slot) in sorted(spans.items(), key=lambda kv: kv[1][0]):
+        if first <= step <= last and slot not in seen:  # named for the value that made it
+            seen.add(slot)
+            live.append((found.key[value], slot[2]))
+    for index, size in found.whole_program.items():
+        held = [v for v, (where, _) in found.place.items() if where == index]
+        if held:
+            now = [
+                v for v in held if found.key[v] in ranges and ranges[found.key[v]][0] <= step <= ranges[found.key[v]][1]
+            ]
+            live.append((found.key[max(now or held, key=lambda v: found.size[v])], size))
+    return live
 
 
 # ---- by source line --------------------------------------------------------------------------
@@ -497,11 +518,16 @@ def totals_text(peak: ProgramPeak) -> str:
 
 __all__ = [
     "loop_states",
+    "checkpointed_loops",
     "PeakBuffer",
     "ProgramPeak",
     "PeakLine",
     "parse_oom_text",
     "parse_dump",
+    "DumpAllocations",
+    "live_ranges",
+    "peak_moment",
+    "peak_from_ranges",
     "stack_frames",
     "peak_by_line",
     "peak_lines_text",

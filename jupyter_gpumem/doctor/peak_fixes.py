@@ -45,7 +45,8 @@ def peak_fixes(
     - a function whose values saved for the backward pass (forward values of a gradient, live at
       the peak; in an OOM text, where outputs and temporaries are not told apart, either) are a
       quarter of it or more: ``jax.checkpoint`` of that function, naming it and
-      the bytes it would stop keeping;
+      the bytes it would stop keeping; where it is a scan whose function is already
+      checkpointed, scanning checkpointed chunks of steps ("chunk", saving an unknown amount: 0);
     - a float32 upcast (``convert_element_type`` to f32) that is a quarter or more: the dtype;
     - arguments not donated whose shape and dtype an output has (``arguments``: per argument
       ``(position or keyword, bytes, donated, ((shape, dtype), ...))``, ``outputs``: ``(shape,
@@ -74,6 +75,20 @@ def _checkpoint_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None, whole:
         if size >= DOMINANT_SHARE * whole:
             kept = f"({format_bytes(size)}, {_share(size, whole)} of the peak)"
             loop = next((b for b in buffers if b.label == "while"), None)
+            if loop is not None and loop.checkpointed:
+                fixes.append(
+                    PeakFix(
+                        "chunk",
+                        0,
+                        (
+                            f"the loop (scan) at {where_made(loop, cells or {})} already recomputes its steps (the "
+                            f"function it scans is checkpointed) and keeps each step's carry for the backward pass "
+                            f"{kept}: to keep fewer, scan over chunks of steps with each chunk checkpointed (a scan of "
+                            "scans), or shorten the sequence"
+                        ),
+                    )
+                )
+                continue
             if loop is not None:
                 fixes.append(
                     PeakFix(

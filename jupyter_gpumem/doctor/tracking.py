@@ -46,6 +46,12 @@ class Track:
         self._device_max: dict[int, int] = {}
         self._t0 = 0.0
 
+    @property
+    def noted_arrays(self) -> bool:
+        """Whether ``start`` read the live arrays' bytes (no allocator statistics), which brings
+        ``array_cells`` up to date."""
+        return self._start is not None and self._start.measure == "live_arrays"
+
     def start(self) -> Track:
         self._start = memory_now()
         self._t0 = time.perf_counter()

@@ -58,5 +58,5 @@ def memory_now() -> MemoryNow:
             sum_known(pool_bytes(r.stats, r.cuda_pool) for r in readings),
             devices,
         )
-    # Kept current by the cell hooks at the cost of new arrays: O(1) here, whatever lives.
+    # Brought up to date here, at the cost of the arrays made since the last update (and one listing).
     return MemoryNow("live_arrays", array_cells.device_bytes())

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from jupyter_gpumem.monitor.series import SERIES, SERIES_NAMES, DeviceSeries, Values
+from jupyter_gpumem.monitor.series import CPU_KEY, SERIES, SERIES_NAMES, DeviceSeries, Values
 
 _SPEC = {s.name: s for s in SERIES}
 _FRONTEND = Path(__file__).with_name("monitor_plot.js")
@@ -41,11 +41,13 @@ _STYLE = {
     "headroom": dict(color="#1b9e77", dash="dash"),
     "pool_reserved": dict(color="#8c510a"),
     "pool_used": dict(color="#e7298a"),
+    "cpu_arrays": dict(color="#1f77b4"),
 }
 
 _LOWER = ("fragmentation", "largest_free_block", "headroom", "pool_reserved", "pool_used")
 
-_GIB = float(1 << 30)
+# Bytes per unit drawn: a GPU's memory in GiB; the CPU view's arrays, often a few MiB, in MiB.
+_UNITS = {"GiB": float(1 << 30), "MiB": float(1 << 20)}
 
 
 def bytes_or_na(n: float | None) -> str:
@@ -56,13 +58,13 @@ def bytes_or_na(n: float | None) -> str:
     return format_bytes(int(n))
 
 
-def _y(name: str, v: float | None) -> float | None:
-    """A value as drawn: GiB for bytes, percent for fractions."""
+def _y(name: str, v: float | None, unit: str = "GiB") -> float | None:
+    """A value as drawn: bytes in ``unit`` (GiB or MiB), percent for fractions."""
     if v is None:
         return None
     if _SPEC[name].unit == "fraction":
         return round(v * 100.0, 2)
-    return round(v / _GIB, 4)
+    return round(v / _UNITS[unit], 4)
 
 
 def _series_spec(name: str) -> dict:
@@ -139,6 +141,7 @@ class DeviceView:
 
     def __init__(self, key: int, title: str, window_s: float, max_points: int, labels: list[str], lock: Any = None):
         self.key = key
+        self.unit = "MiB" if key == CPU_KEY else "GiB"
         # The sampler thread adds rows while a page reloaded asks for the figure (kernel thread).
         self._lock = lock if lock is not None else threading.RLock()
         self.title = title
@@ -164,11 +167,13 @@ class DeviceView:
         return times, rows
 
     def _columns(self, rows: list[Values]) -> dict[str, list]:
-        return {name: [_y(name, r[SERIES_NAMES.index(name)]) for r in rows] for name in self.drawn}
+        return {name: [_y(name, r[SERIES_NAMES.index(name)], self.unit) for r in rows] for name in self.drawn}
 
     def _top(self) -> float:
+        """How high the cell markers reach: the GPU's total, or on the CPU the arrays' bytes."""
         latest = self.series.latest or {}
-        return _y("total", latest.get("total")) or 1.0
+        top = latest.get("total") if latest.get("total") is not None else latest.get("cpu_arrays")
+        return _y("total", top, self.unit) or 1.0
 
     def figure(self) -> dict:
         """The whole drawing as the browser receives it (times in epoch seconds)."""
@@ -187,6 +192,7 @@ class DeviceView:
             top=self._top(),
             window_s=self.window_s,
             max_points=self.max_points,
+            unit=self.unit,
         )
 
     def redraw(self, cells: list) -> None:

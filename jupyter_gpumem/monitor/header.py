@@ -9,6 +9,9 @@ import html
 import os
 from typing import Any
 
+from jupyter_gpumem.core.units import format_bytes
+from jupyter_gpumem.monitor.series import CPU_KEY, in_view_order, view_name
+
 _SETTING_WORDS = {"async_prealloc": "async-prealloc"}
 
 
@@ -54,13 +57,60 @@ def status_block(report: Any) -> str:
 
 def grouped_notes(notes_by_gpu: dict[int, list[str]]) -> list[str]:
     """Each device's notes as header lines, a note that several GPUs share said once for all of
-    them ("GPUs 0, 1, 2: JAX has not started yet ..."), in the order the notes first appear."""
+    them ("GPUs 0, 1, 2: JAX has not started yet ..."), in the order the notes first appear; the
+    CPU view's (``CPU_KEY``) after the GPUs'."""
     gpus_of: dict[str, list[int]] = {}
-    for key in sorted(notes_by_gpu):
+    for key in in_view_order(notes_by_gpu):
         for note in notes_by_gpu[key]:
             gpus_of.setdefault(note, []).append(key)
     lines = []
     for note, keys in gpus_of.items():
-        who = f"GPU {keys[0]}" if len(keys) == 1 else "GPUs " + ", ".join(str(k) for k in keys)
+        if len(keys) == 1 or CPU_KEY in keys:
+            who = ", ".join(view_name(k) for k in keys)
+        else:
+            who = "GPUs " + ", ".join(str(k) for k in keys)
         lines.append(f"{who}: {note}")
     return lines
+
+
+def _amount(n: float | None) -> str:
+    return "n/a" if n is None else format_bytes(int(n))
+
+
+# What a GPU view's numbers line shows, in order: (label, series).
+_GPU_NUMBERS = (
+    ("JAX arrays", "jax_in_use"),
+    ("pool unused", "pool_unused"),
+    ("outside JAX", "outside_jax"),
+    ("other processes", "other_processes"),
+    ("host pids (this kernel or not)", "host_pids"),
+    ("unattributed", "unattributed"),
+    ("free", "free"),
+    ("of", "total"),
+    ("limit", "bytes_limit"),
+    ("peak", "peak_in_use"),
+    ("fragmentation", "fragmentation"),
+    ("largest free block", "largest_free_block"),
+    ("headroom", "headroom"),
+    ("CUDA pool reserved", "pool_reserved"),
+    ("used", "pool_used"),
+)
+
+
+def numbers_line(key: int, title: str, latest: dict, arrays: int | None = None) -> str:
+    """A view's latest numbers on one line, after its title: a GPU's bands and lines (a number
+    that is not known is left out; "unattributed" only when there is some); for the CPU view
+    (``CPU_KEY``), the host memory JAX's live arrays hold and, where known, how many."""
+    if key == CPU_KEY:
+        held = latest.get("cpu_arrays")
+        count = f" in {arrays:,} array{'' if arrays == 1 else 's'}" if arrays is not None and held is not None else ""
+        words = f"JAX live arrays <b>{_amount(held)}</b>{count} of the host's memory (not a GPU)"
+        return f"<span>{html.escape(title)}:</span> {words}"
+    parts = []
+    for label, name in _GPU_NUMBERS:
+        value = latest.get(name)
+        if value is None or (name == "unattributed" and not value):
+            continue
+        shown = f"{value * 100:.0f}%" if name == "fragmentation" else _amount(value)
+        parts.append(f"{label} <b>{shown}</b>")
+    return f"<span>{html.escape(title)}:</span> " + " · ".join(parts)

@@ -42,7 +42,18 @@ function localMs(t) {
   return ms - new Date(ms).getTimezoneOffset() * 60000;
 }
 
-const EMPTY = { series: [], t: [], y: {}, cells: [], labels: [], lower: false, top: 1, window_s: 600, max_points: 2000 };
+const EMPTY = {
+  series: [],
+  t: [],
+  y: {},
+  cells: [],
+  labels: [],
+  lower: false,
+  top: 1,
+  window_s: 600,
+  max_points: 2000,
+  unit: 'GiB'
+};
 
 export function storeFrom(given) {
   const figure = { ...EMPTY, ...given };
@@ -154,11 +165,13 @@ function themeColors() {
   };
 }
 
-const BYTES_HOVER = '%{y:.2f} GiB<extra>';
+// Bytes arrive in the figure's unit: GiB for a GPU, MiB for the CPU view's arrays.
+const bytesHover = unit => `%{y:.2f} ${unit}<extra>`;
 
 function traceFor(spec, store, theme) {
   // "fg": drawn in the theme's text colour (black on white would vanish on a dark theme).
   const color = spec.color === 'fg' ? theme.text : spec.color;
+  const BYTES_HOVER = bytesHover(store.figure.unit);
   const trace = {
     type: 'scatter',
     mode: 'lines',
@@ -190,33 +203,36 @@ function traceFor(spec, store, theme) {
   return trace;
 }
 
-function cellsTrace(store, theme) {
+// The cell markers: a dotted line per cell run (hover: how long it ran) and, in a trace of its
+// own, its label at the top. One trace of both, with the bottom points' labels left empty, lost
+// the first cell's label (plotly drew it nowhere).
+function cellsTraces(store, theme) {
   const first = store.t.length ? store.t[0] : null;
   const top = store.figure.top || 1;
   const x = [];
   const y = [];
   const text = [];
-  const template = [];
+  const labels = { x: [], y: [], text: [] };
   for (const [t, count, took] of store.cells) {
     if (first === null || t < first) {
       continue; // from before the first sample: nothing to mark it against
     }
     const label = count === null ? '[?]' : `[${count}]`;
     const ms = localMs(t);
+    const ran = label + (took === null ? ' running' : ` ran ${took.toFixed(1)} s`);
     x.push(ms, ms, null);
     y.push(0, top, null);
-    text.push(label + (took === null ? ' running' : ` ran ${took.toFixed(1)} s`), label, null);
-    template.push('', '%{text}', '');
+    text.push(ran, ran, null);
+    labels.x.push(ms);
+    labels.y.push(top);
+    labels.text.push(label);
   }
-  return {
+  const lines = {
     type: 'scatter',
-    mode: 'lines+text',
+    mode: 'lines',
     x,
     y,
     text,
-    texttemplate: template,
-    textposition: 'top center',
-    textfont: { size: 10, color: theme.muted },
     line: { width: 1, color: theme.muted, dash: 'dot' },
     name: 'cells',
     legendgroup: 'cells',
@@ -226,6 +242,21 @@ function cellsTrace(store, theme) {
     xaxis: 'x',
     yaxis: 'y'
   };
+  const tops = {
+    type: 'scatter',
+    mode: 'text',
+    ...labels,
+    textposition: 'top center',
+    textfont: { size: 10, color: theme.muted },
+    name: 'cells',
+    legendgroup: 'cells',
+    showlegend: false,
+    meta: 'cell labels',
+    hoverinfo: 'skip',
+    xaxis: 'x',
+    yaxis: 'y'
+  };
+  return [lines, tops];
 }
 
 function layoutFor(store, theme) {
@@ -264,8 +295,8 @@ function layoutFor(store, theme) {
       nticks: Math.min(8, Math.max(2, Math.floor(spanS) + 1)),
       anchor: lower ? 'y2' : 'y'
     },
-    yaxis: { ...axis, title: { text: 'GiB' }, domain: lower ? [0.42, 1] : [0, 1], rangemode: 'tozero' },
-    yaxis2: { ...axis, title: { text: 'GiB' }, domain: [0, 0.3], rangemode: 'tozero', visible: lower },
+    yaxis: { ...axis, title: { text: fig.unit }, domain: lower ? [0.42, 1] : [0, 1], rangemode: 'tozero' },
+    yaxis2: { ...axis, title: { text: fig.unit }, domain: [0, 0.3], rangemode: 'tozero', visible: lower },
     yaxis3: {
       ...axis,
       title: { text: 'fragmentation %' },
@@ -331,7 +362,7 @@ async function render({ model, el }) {
       pending = false;
       const theme = themeColors();
       const data = store.figure.series.map(s => traceFor(s, store, theme));
-      data.push(cellsTrace(store, theme));
+      data.push(...cellsTraces(store, theme));
       Plotly.react(plot, data, layoutFor(store, theme), { responsive: true, displaylogo: false });
     });
   };

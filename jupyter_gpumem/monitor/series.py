@@ -18,6 +18,9 @@ Where a device's memory is, as stacked bands that add up to NVML's used + free:
 - ``unattributed``      used bytes NVML cannot attribute to a process (MIG, memory per process
                         not reported); None when it can
 - ``free``              free
+
+Where JAX runs on the CPU, a view of its own (key ``CPU_KEY``) draws one band, the host memory
+JAX's live arrays hold (``cpu_arrays``, from ``Sample.cpu_arrays``), beside any GPU views.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from jupyter_gpumem.core.metrics import fragmentation, headroom, held_bytes, out
 from jupyter_gpumem.core.readings import (
     NOT_STARTED,
     AllocatorStats,
+    CpuArraysReading,
     CudaPoolReading,
     DeviceReading,
     Event,
@@ -51,6 +55,10 @@ __all__ = [
     "series_values",
     "row_for",
     "device_keys",
+    "view_keys",
+    "in_view_order",
+    "view_name",
+    "CPU_KEY",
     "nothing_to_show",
     "notes_for",
     "decimate_rows",
@@ -91,6 +99,7 @@ SERIES: tuple[SeriesSpec, ...] = (
     SeriesSpec("headroom", "headroom (limit - pool)", "bfc", "bytes"),
     SeriesSpec("pool_reserved", "CUDA pool reserved", "pool", "bytes"),
     SeriesSpec("pool_used", "CUDA pool used", "pool", "bytes"),
+    SeriesSpec("cpu_arrays", "JAX live arrays (CPU)", "band", "bytes"),
 )
 SERIES_NAMES: tuple[str, ...] = tuple(s.name for s in SERIES)
 BANDS: tuple[str, ...] = tuple(s.name for s in SERIES if s.kind == "band")
@@ -115,6 +124,26 @@ def device_keys(sample: Sample) -> list[int]:
     return [j.jax_id for j in sample.jax if isinstance(j.stats, AllocatorStats) and j.platform != "cpu"]
 
 
+# The key of the CPU view: no NVML index or JAX GPU id is negative.
+CPU_KEY = -1
+
+
+def view_keys(sample: Sample) -> list[int]:
+    """The views a sample has something for: its GPUs (``device_keys``), then ``CPU_KEY`` where
+    JAX's live arrays on the CPU were read (or could not be, which the view says)."""
+    keys = device_keys(sample)
+    return keys + [CPU_KEY] if sample.cpu_arrays is not None else keys
+
+
+def in_view_order(keys: Iterable[int]) -> list[int]:
+    """Keys as the views are shown: GPUs by index, the CPU last."""
+    return sorted(keys, key=lambda k: (k == CPU_KEY, k))
+
+
+def view_name(key: int) -> str:
+    return "CPU" if key == CPU_KEY else f"GPU {key}"
+
+
 def _jax_for(sample: Sample, key: int):
     if isinstance(sample.jax, NotAvailable):
         return None
@@ -132,6 +161,10 @@ def series_values(sample: Sample, key: int) -> dict[str, float | None]:
     None where the number is not known: JAX not started, no allocator stats, pids hidden.
     """
     out: dict[str, float | None] = dict.fromkeys(SERIES_NAMES)
+    if key == CPU_KEY:
+        arrays = sample.cpu_arrays
+        out["cpu_arrays"] = arrays.bytes if isinstance(arrays, CpuArraysReading) else None
+        return out
     dev = sample.device(key)
     dev = dev if isinstance(dev, DeviceReading) else None
     jdev = _jax_for(sample, key)
@@ -199,7 +232,7 @@ def nothing_to_show(sample: Sample | None) -> str | None:
     """Why there is nothing to draw (a sentence for the empty state), or None if there is."""
     if sample is None:
         return "Waiting for the first reading."
-    if device_keys(sample):
+    if view_keys(sample):
         return None
     parts = []
     if isinstance(sample.devices, NotAvailable):
@@ -238,6 +271,18 @@ def _jax_placement_notes(sample: Sample, key: int) -> list[str]:
     ]
 
 
+CPU_VIEW_NOTE = (
+    "JAX's live arrays in the host's memory, where JAX runs on the CPU (their shapes times their "
+    "dtypes' sizes), not in a GPU's; the process's other memory is not drawn."
+)
+
+
+def _cpu_arrays_notes(arrays: CpuArraysReading | NotAvailable | None) -> list[str]:
+    if isinstance(arrays, NotAvailable):
+        return [f"JAX's live arrays could not be read: {arrays.reason}."]
+    return []
+
+
 CANNOT_TELL_NOTE = (
     "NVML lists pids that are not processes here (a container sees the host's pids) and cannot tell "
     "which of them, if any, is this process: their memory is drawn as host pids, not as other processes."
@@ -249,6 +294,8 @@ def notes_for(sample: Sample | None, key: int) -> list[str]:
     pids hidden)."""
     if sample is None:
         return []
+    if key == CPU_KEY:
+        return [CPU_VIEW_NOTE] + _cpu_arrays_notes(sample.cpu_arrays)
     notes = []
     jdev = _jax_for(sample, key)
     if isinstance(sample.jax, NotAvailable) and sample.jax.code == NOT_STARTED:
@@ -541,15 +588,17 @@ def cell_markers(events: Iterable[Event], since: float | None = None) -> list[tu
 def csv_rows(samples: Iterable[Sample], keys: Sequence[int] | None = None) -> list[list]:
     """Rows for a CSV export: a header, then one row per sample and device, in bytes.
 
-    Columns: ``t`` (seconds since the epoch), ``time`` (UTC, ISO 8601), ``device``, then every
-    series; an unknown value is an empty cell.
+    Columns: ``t`` (seconds since the epoch), ``time`` (UTC, ISO 8601), ``device`` (a GPU's
+    index, or ``cpu``), then every series; an unknown value is an empty cell.
     """
     out: list[list] = [["t", "time", "device", *SERIES_NAMES]]
     for sample in samples:
-        for key in keys if keys is not None else device_keys(sample):
-            if key not in device_keys(sample):
+        present = view_keys(sample)
+        for key in keys if keys is not None else present:
+            if key not in present:
                 continue
             when = datetime.fromtimestamp(sample.t, timezone.utc).isoformat(timespec="milliseconds")
             values = row_for(sample, key)
-            out.append([sample.t, when, key, *("" if v is None else v for v in values)])
+            device = "cpu" if key == CPU_KEY else key
+            out.append([sample.t, when, device, *("" if v is None else v for v in values)])
     return out

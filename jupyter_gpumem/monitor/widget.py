@@ -25,9 +25,9 @@ from typing import Any
 
 from jupyter_gpumem.core.files import replaced_on_success
 from jupyter_gpumem.core.magic_args import MagicUsageError, check_interval
-from jupyter_gpumem.core.readings import Event, Sample, Timeline
-from jupyter_gpumem.monitor.figure import DeviceView, bytes_or_na
-from jupyter_gpumem.monitor.header import grouped_notes, recording_block, status_block
+from jupyter_gpumem.core.readings import CpuArraysReading, Event, Sample, Timeline
+from jupyter_gpumem.monitor.figure import DeviceView
+from jupyter_gpumem.monitor.header import grouped_notes, numbers_line, recording_block, status_block
 from jupyter_gpumem.monitor.options import (
     DEFAULT_INTERVAL_S,
     DEFAULT_WINDOW_MIN,
@@ -40,13 +40,15 @@ from jupyter_gpumem.monitor.options import (
     check_window,
 )
 from jupyter_gpumem.monitor.series import (
+    CPU_KEY,
     MAX_POINTS,
     cell_markers,
     csv_rows,
-    device_keys,
+    in_view_order,
     notes_for,
     nothing_to_show,
     row_for,
+    view_keys,
 )
 
 __all__ = ["Monitor", "magic_monitor", "MONITOR_ARGS"]
@@ -56,6 +58,7 @@ _STATUS_EVERY_S = 10.0  # how often the header re-reads the status report
 # A plot each costs the kernel milliseconds to make: a trace listing thousands of devices would
 # block it for minutes. Eight GPUs split seven ways (MIG) is 56.
 MAX_DRAWN_DEVICES = 64
+CPU_TITLE = "CPU: JAX's live arrays in host memory"
 
 
 def _minutes(value: float) -> str:
@@ -198,8 +201,19 @@ class Monitor:
 
     @property
     def drawn_devices(self) -> list[int]:
-        """The GPUs drawn now, by index; empty while the view says why it has nothing to draw."""
-        return sorted(self._views)
+        """The views drawn now: GPUs by index, then ``CPU_KEY`` for JAX's CPU device; empty while
+        the view says why it has nothing to draw."""
+        return in_view_order(self._views)
+
+    @property
+    def drawn_gpus(self) -> list[int]:
+        """The GPUs drawn now, by index."""
+        return [k for k in self.drawn_devices if k != CPU_KEY]
+
+    @property
+    def draws_cpu(self) -> bool:
+        """Whether the view of JAX's CPU device (its live arrays in host memory) is drawn."""
+        return CPU_KEY in self._views
 
     @property
     def labels(self) -> list[str]:
@@ -284,7 +298,7 @@ class Monitor:
         _by_cell[cell] = self
 
     def _subscribe(self) -> None:
-        self._sub = self.sampler.subscribe(self._on_sample, interval=self.interval)
+        self._sub = self.sampler.subscribe(self._on_sample, interval=self.interval, cpu_arrays=True)
 
     def _window_start(self, end: Sample | None) -> float | None:
         """Where the window that ends at ``end`` starts (and "clear" moves it up)."""
@@ -320,7 +334,7 @@ class Monitor:
     # --- data in -------------------------------------------------------------------------
 
     def _wanted(self, sample: Sample) -> list[int]:
-        keys = device_keys(sample)
+        keys = view_keys(sample)
         return keys if self.device is None else [k for k in keys if k == self.device]
 
     def _ingest(self, sample: Sample) -> tuple[dict, bool]:
@@ -339,7 +353,8 @@ class Monitor:
             if view is None:
                 dev = sample.device(key)
                 name = (dev.name if dev is not None else "") or "JAX device"
-                view = DeviceView(key, f"GPU {key}: {name}", self.window_s, self.max_points, self.labels, self._lock)
+                title = CPU_TITLE if key == CPU_KEY else f"GPU {key}: {name}"
+                view = DeviceView(key, title, self.window_s, self.max_points, self.labels, self._lock)
                 self._views[key] = view
                 new_device = True
             row = row_for(sample, key)
@@ -414,7 +429,7 @@ class Monitor:
     # --- what is on screen ---------------------------------------------------------------
 
     def _refresh_layout(self) -> None:
-        views = [self._views[k] for k in sorted(self._views)]
+        views = [self._views[k] for k in in_view_order(self._views)]
         reason = nothing_to_show(self._latest) if not views else None
         if not views:
             self.empty.value = self._empty_html(reason)
@@ -460,7 +475,8 @@ class Monitor:
 
     def header_html(self) -> str:
         """The header: labels and state, the latest numbers per device, settings and warnings."""
-        title = "<b>GPU memory</b>"
+        only_cpu = list(self._views) == [CPU_KEY]
+        title = "<b>JAX memory on the CPU</b>" if only_cpu else "<b>GPU memory</b>"
         if self.labels:
             tag = " ".join(f"<span class='jupyter-gpumem-label'>{html.escape(x.upper())}</span>" for x in self.labels)
             title += f" <span style='color:#b35806;font-weight:bold'>{tag}</span>"
@@ -468,8 +484,11 @@ class Monitor:
         state.append(f"window {_minutes(self.window_min)}")
         title += f" <span style='opacity:.75'>({', '.join(state)})</span>"
         lines = [title]
-        for key in sorted(self._views):
-            lines.append(self._numbers_line(self._views[key]))
+        arrays = self._latest.cpu_arrays if self._latest is not None else None
+        count = arrays.arrays if isinstance(arrays, CpuArraysReading) else None
+        for key in in_view_order(self._views):
+            view = self._views[key]
+            lines.append(numbers_line(key, view.title, view.series.latest or {}, count))
         if self._not_drawn:
             lines.append(
                 f"<div style='color:#b35806'>{len(self._not_drawn):,} more GPUs in the readings are not drawn "
@@ -483,32 +502,6 @@ class Monitor:
             + "".join(f"<div>{x}</div>" if not x.startswith("<div") else x for x in lines if x)
             + "</div>"
         )
-
-    def _numbers_line(self, view: DeviceView) -> str:
-        v = view.series.latest or {}
-        parts = []
-
-        def add(label: str, name: str) -> None:
-            if v.get(name) is not None:
-                parts.append(f"{label} <b>{bytes_or_na(v[name])}</b>")
-
-        add("JAX arrays", "jax_in_use")
-        add("pool unused", "pool_unused")
-        add("outside JAX", "outside_jax")
-        add("other processes", "other_processes")
-        add("host pids (this kernel or not)", "host_pids")
-        add("unattributed", "unattributed") if v.get("unattributed") else None
-        add("free", "free")
-        add("of", "total")
-        add("limit", "bytes_limit")
-        add("peak", "peak_in_use")
-        if v.get("fragmentation") is not None:
-            parts.append(f"fragmentation <b>{v['fragmentation'] * 100:.0f}%</b>")
-        add("largest free block", "largest_free_block")
-        add("headroom", "headroom")
-        add("CUDA pool reserved", "pool_reserved")
-        add("used", "pool_used")
-        return f"<span>{html.escape(view.title)}:</span> " + " · ".join(parts)
 
     def _repr_mimebundle_(self, **kwargs: Any):
         return self.root._repr_mimebundle_(**kwargs)
@@ -586,7 +579,7 @@ class Monitor:
         import csv
 
         path = os.fspath(path or self._export_name("csv"))
-        keys = sorted(self._views) if self._views else None
+        keys = in_view_order(self._views) if self._views else None
         with replaced_on_success(path, encoding="utf-8", newline="") as fh:
             csv.writer(fh).writerows(csv_rows(self._source_samples(), keys))
         return path

@@ -26,6 +26,9 @@ from jupyter_gpumem.sources.torch_memory import read_torch
 log = logging.getLogger(__name__)
 # How long closing the last subscription waits for a reading in progress to finish.
 _JOIN_TIMEOUT = 10.0
+# The most of the sampler thread's time that reading JAX's live CPU arrays may take: a read that
+# took longer (many arrays) is reused until then, so the kernel keeps its GIL.
+_ARRAYS_SHARE = 0.05
 
 SampleCallback = Callable[[Sample], None]
 EventCallback = Callable[[Event], None]
@@ -34,10 +37,11 @@ EventCallback = Callable[[Event], None]
 class Subscription:
     """A handle on a subscriber; ``close()`` stops its callbacks (idempotent)."""
 
-    def __init__(self, sampler: Sampler, callback: Callable, interval: float | None):
+    def __init__(self, sampler: Sampler, callback: Callable, interval: float | None, cpu_arrays: bool = False):
         self._sampler = sampler
         self.callback = callback
         self.interval = interval
+        self.cpu_arrays = cpu_arrays  # its samples should carry JAX's live CPU arrays
         self.last_t: float | None = None
         self.closed = False
 
@@ -64,6 +68,9 @@ class Sampler:
 
     ``interval`` is the default period; each subscriber may ask for its own, and the thread
     runs at the smallest one asked for. An interval out of range raises MagicUsageError.
+    ``read_cpu_arrays`` (JAX's live arrays where JAX runs on the CPU) is read only on the
+    thread's ticks while a subscriber asked for them (a live monitor), and at most
+    ``_ARRAYS_SHARE`` of the time.
     """
 
     def __init__(
@@ -76,9 +83,13 @@ class Sampler:
         *,
         pid: int | None = None,
         pid_exists: Callable[[int], bool] | None = None,
+        read_cpu_arrays: Callable[[], Any] | None = None,
     ):
         self.read_devices = read_devices
         self.read_jax = read_jax
+        self.read_cpu_arrays = read_cpu_arrays if read_cpu_arrays is not None else _read_cpu_arrays
+        self._arrays_due = 0.0  # time.monotonic() from which live arrays are read again
+        self._arrays_last: Any = None
         self.interval = check_interval(interval)
         self.timeline = timeline if timeline is not None else Timeline()
         self.clock = clock
@@ -93,8 +104,9 @@ class Sampler:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def sample_once(self) -> Sample:
-        """Read every source now, append the Sample to the timeline and return it."""
+    def sample_once(self, *, cpu_arrays: bool = False) -> Sample:
+        """Read every source now, append the Sample to the timeline and return it. JAX's live
+        CPU arrays are read only with ``cpu_arrays`` (the thread's ticks)."""
         with self._sample_lock:
             devices = _safely(self.read_devices, "GPU devices (NVML)")
             not_here = _safely(lambda: pids_not_here(devices, self.pid_exists), "which NVML pids are processes here")
@@ -107,9 +119,19 @@ class Sampler:
                 jax=jax,
                 pids_not_here=None if isinstance(not_here, NotAvailable) else not_here,
                 torch=torch,
+                cpu_arrays=self._cpu_arrays_now() if cpu_arrays else None,
             )
             self.timeline.append(sample)
         return sample
+
+    def _cpu_arrays_now(self) -> Any:
+        """JAX's live CPU arrays, read again once the last read's share of time has passed."""
+        started = time.monotonic()
+        if started < self._arrays_due:
+            return self._arrays_last
+        self._arrays_last = _safely(self.read_cpu_arrays, "JAX's live arrays on the CPU")
+        self._arrays_due = started + (time.monotonic() - started) / _ARRAYS_SHARE
+        return self._arrays_last
 
     def add_event(self, name: str, /, **data: Any) -> Event:
         """Record an event now (cell start/end, OOM, settings, marker); cheap, never raises."""
@@ -126,15 +148,18 @@ class Sampler:
 
     # --- subscriptions ---------------------------------------------------------------------
 
-    def subscribe(self, callback: SampleCallback, interval: float | None = None) -> Subscription:
-        """Call ``callback(sample)`` on the sampler thread every ``interval`` seconds.
+    def subscribe(
+        self, callback: SampleCallback, interval: float | None = None, *, cpu_arrays: bool = False
+    ) -> Subscription:
+        """Call ``callback(sample)`` on the sampler thread every ``interval`` seconds; with
+        ``cpu_arrays`` the samples carry JAX's live arrays where JAX runs on the CPU.
 
         Starts the thread if it is not running. ``close()`` the returned Subscription to stop;
         the thread ends when the last one closes.
         """
         if interval is not None:
             interval = check_interval(interval)
-        sub = Subscription(self, callback, interval)
+        sub = Subscription(self, callback, interval, cpu_arrays)
         with self._lock:
             self._subs.append(sub)
             if self._thread is None:
@@ -213,7 +238,9 @@ class Sampler:
                 wake.clear()
                 continue
             started = time.monotonic()
-            sample = self.sample_once()
+            with self._lock:
+                arrays = any(s.cpu_arrays for s in self._subs)
+            sample = self.sample_once(cpu_arrays=arrays)
             with self._lock:
                 if self._thread is not me:
                     return
@@ -279,6 +306,12 @@ def _read_jax() -> Any:
     from jupyter_gpumem.settings.apply import read_jax_devices
 
     return read_jax_devices()
+
+
+def _read_cpu_arrays() -> Any:
+    from jupyter_gpumem.sources.jax_arrays import cpu_arrays
+
+    return cpu_arrays()
 
 
 def get_sampler() -> Sampler:

@@ -21,11 +21,13 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from jupyter_gpumem.server.handlers import handlers
+    from jupyter_gpumem.server.kernels import untrack_usage_messages
     from jupyter_gpumem.server.metrics import MetricsListener, gauges
     from jupyter_gpumem.server.push import route
     from jupyter_gpumem.server.service import GpuMemService
 
     config = GpuMem(parent=serverapp)
+    untrack_usage_messages(serverapp.kernel_manager)  # the pid question is not the user's activity
     service = GpuMemService(config, serverapp.kernel_manager, getattr(serverapp, "session_manager", None))
     web_app = serverapp.web_app
     web_app.settings[_SETTINGS_KEY] = service

@@ -102,6 +102,25 @@ def provisioner_pid(km: Any) -> int | None:
 _NO_ANSWER = (Empty, zmq.ZMQError, OSError, RuntimeError)
 
 
+# The messages of the pid question. ipykernel publishes a busy and an idle status for a control
+# request, parented to it (Kernel.dispatch_control, ipykernel/kernelbase.py, 7.4.0), and
+# jupyter_server sets execution_state and last_activity from a status whose parent's type it
+# tracks (MappingKernelManager.record_activity, jupyter_server 2.21.1): left tracked, asking a
+# busy kernel its pid would make it read idle (and cullable), and an idle one look active.
+USAGE_MESSAGE_TYPES = ("usage_request", "usage_reply")
+
+
+def untrack_usage_messages(kernel_manager: Any) -> None:
+    """Add the pid question's message types to the kernel manager's ``untracked_message_types``
+    (a jupyter_server trait; a manager without it is left as it is)."""
+    untracked = getattr(kernel_manager, "untracked_message_types", None)
+    if untracked is None:
+        return
+    missing = [t for t in USAGE_MESSAGE_TYPES if t not in untracked]
+    if missing:
+        kernel_manager.untracked_message_types = [*untracked, *missing]
+
+
 async def usage_pid(km: Any, timeout: float) -> int | None:
     """The pid the kernel reports in its ``usage_reply``, or None if it does not answer."""
     client = None

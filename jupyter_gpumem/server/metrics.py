@@ -304,9 +304,11 @@ class _ListenerView:
 
 
 def listener_exposition(kernel_names: bool) -> bytes:
-    """What the metrics listener answers: only this extension's gauges, in Prometheus's text format."""
+    """What the metrics listener answers: only this extension's gauges and its culled-kernels
+    counter, in Prometheus's text format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ListenerView(kernel_names))
+    registry.register(_culled_kernels)
     return generate_latest(registry)
 
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
-from jupyter_gpumem.sources.jax_backend import backend_started
+from jupyter_gpumem.core.readings import CpuArraysReading
+from jupyter_gpumem.sources.jax_backend import backend_started, started_default_client
 
 
 @dataclass(frozen=True)
@@ -74,13 +77,16 @@ def _shard_sizes(sharding: Any, shape: tuple, devices: Any) -> dict[int, int]:
 
 def footprint(array: Any) -> Footprint:
     """The array's bytes per device and in host memory, without touching its buffers."""
-    sharding = array.sharding
-    aval = array.aval
+    return footprint_of(array.sharding, array.aval)
+
+
+def footprint_of(sharding: Any, aval: Any) -> Footprint:
+    """:func:`footprint` of an array with this sharding and abstract value (shape, dtype)."""
     key = (sharding, aval.shape, aval.dtype)
     known = _footprints.get(key)
     if known is not None:
         return known
-    nbytes = int(array.nbytes)  # the global array's bytes
+    nbytes = _aval_bytes(aval)  # the global array's bytes, as ArrayImpl.nbytes counts them
     devices = sharding.addressable_devices
     kind = getattr(sharding, "memory_kind", None)
     if len(sharding.device_set) == 1:
@@ -113,6 +119,42 @@ def live_arrays_newest_first() -> list:
     import jax
 
     return jax.live_arrays()
+
+
+def cpu_arrays() -> CpuArraysReading | None:
+    """The bytes and number of JAX's live arrays where JAX's default backend is the CPU; None
+    before JAX has started (asking would start it) or where it runs on another platform.
+
+    Reads the client's list of live arrays (what ``jax.live_arrays()`` returns, jax/_src/api.py,
+    without its backend lookup, which can wait on JAX's start lock) and each array's ``aval``:
+    metadata only, no buffer is read, waited on or made. The list is dropped as soon as the
+    metadata is copied, so an array the user deletes meanwhile is not kept alive for long.
+    With one CPU device, an array's bytes are its shape times its itemsize; with several
+    (``--xla_force_host_platform_device_count``) each device's copy or shard counts
+    (``footprint_of``).
+    """
+    client = started_default_client()
+    if client is None or getattr(client, "platform", None) != "cpu":
+        return None
+    listed = client.live_arrays()  # deleted arrays are not listed (jaxlib PyClient::LiveArrays)
+    if len(client.local_devices()) == 1:
+        avals = list(map(_aval_of, listed))
+        del listed
+        counts = Counter(avals)
+        total = sum(_aval_bytes(aval) * n for aval, n in counts.items())
+        return CpuArraysReading(bytes=total, arrays=len(avals))
+    pairs = [(a.sharding, a.aval) for a in listed]
+    del listed
+    counts = Counter(pairs)
+    total = sum(_held_bytes(footprint_of(sharding, aval)) * n for (sharding, aval), n in counts.items())
+    return CpuArraysReading(bytes=total, arrays=len(pairs))
+
+
+_aval_of = attrgetter("aval")
+
+
+def _held_bytes(found: Footprint) -> int:
+    return found.on_device + found.host_bytes  # on a CPU both are the host's memory
 
 
 # What asking an array about itself raises: jaxlib's RuntimeError (JaxRuntimeError, the

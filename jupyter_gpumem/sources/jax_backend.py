@@ -169,6 +169,13 @@ def _bridge() -> Any:
     return sys.modules.get("jax._src.xla_bridge")
 
 
+def started_default_client() -> Any:
+    """JAX's default backend (its client) once it has been made, else None. Reads the module's
+    ``_default_backend`` (jax/_src/xla_bridge.py, 0.4.30 to 0.12), set at the end of the
+    backends' creation: it never starts JAX and never waits on the lock a start holds."""
+    return getattr(_bridge(), "_default_backend", None) if backend_started() else None
+
+
 def _default_client() -> Any:
     bridge = _bridge()
     client = getattr(bridge, "_default_backend", None)

@@ -39,6 +39,8 @@ from IPython.core.interactiveshell import InteractiveShell
 import jax.numpy as jnp  # imported before the cells: the doctor notes arrays once jax is imported
 from jupyter_gpumem.core import sites
 from jupyter_gpumem.doctor import array_cells, hooks
+from jupyter_gpumem.doctor.arrays import census
+from jupyter_gpumem.doctor.session import SESSION
 from jupyter_gpumem.sampling.sampler import register_cell_events
 
 shell = InteractiveShell.instance()
@@ -47,13 +49,14 @@ shell.events.register("pre_run_cell", lambda info: R["pre"].append(sites.running
 shell.events.register("post_run_cell", lambda result: R["post"].append(sites.finished_cell_number(result)))
 register_cell_events(shell, SimpleNamespace(add_event=lambda name, **data: R["events"].append([name, data.get("execution_count")])))
 hooks.install(shell)
+SESSION.turn("cells", True)  # the per-cell line keeps the arrays each cell made
 shell.user_ns.update(sites=sites, during=[], jnp=jnp)
 counts = []
 for source in ("during.append(sites.running_cell_number(get_ipython()))",
                "a = jnp.ones(4); during.append(sites.running_cell_number(get_ipython()))"):
     counts.append(shell.run_cell(source, store_history=True).execution_count)
 R["made_by_last_cell"] = len(array_cells.made_by_last_cell())
-R["cell_of_a"] = array_cells.cell_of(shell.user_ns["a"])
+R["cell_of_a"] = next(r.cell for r in census(shell).records if "a" in r.names)
 shell.run_cell("1 + 1", store_history=False)
 R["counts"], R["during"] = counts, shell.user_ns["during"]
 R["filename_map"] = sorted(v for v in shell.compile._filename_map.values())
@@ -123,8 +126,10 @@ def test_cell_events_carry_each_cells_own_number(shell_run):
 
 @pytest.mark.jax_versions
 def test_the_doctor_keeps_the_arrays_a_cell_made_for_its_allocation_sites(shell_run):
-    """Before, on IPython 8: the cell began as the one before and ended as its own, so the
-    arrays it made were not kept for the per-cell line's allocation sites."""
+    """With ``cells on``, the cell's new array is kept for the per-cell line's allocation sites,
+    and its cell, read from its traceback, is the number the cell ran as. Before, on IPython 8:
+    the cell began as the one before and ended as its own, so the arrays it made were not
+    kept."""
     assert shell_run["cell_of_a"] == shell_run["counts"][1]
     assert shell_run["made_by_last_cell"] == 1
 

@@ -34,7 +34,13 @@ def session(tmp_path: Path, cells: list[str], env: dict | None = None) -> list[d
         text=True,
         timeout=180,
         cwd=tmp_path,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **(env or {})},
+        env={
+            "JAX_PLATFORMS": "cpu",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(SESSION.parents[1]),
+            **(env or {}),
+        },
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -179,3 +185,26 @@ def test_a_group_from_several_lines_names_the_largest_and_counts_the_others():
         ArrayRecord((1,), "float32", {0: 4}, site="c.py:3"),
     ]
     assert _main_site(records) == "b.py:2 (+2 more)"
+
+
+# --- growth: lines whose live arrays come from several runs (Allocation as the labeller makes it)
+
+
+def made(cell: int, statement: str, token: int, line: tuple = ("cell", "<module>", "xs.append(x)")):
+    return sites.Allocation(f"cell [{cell}] line 2", line, cell, (statement, token))
+
+
+def test_a_line_with_arrays_from_two_runs_of_its_statement_grows_named_by_its_newest_run():
+    found = sites.growing([(made(3, "xs.append(x)", 1), 2, 32), (made(5, "xs.append(x)", 2), 2, 32)])
+    assert [str(g) for g in found] == ["cell [5] line 2 keeps arrays from 2 runs (4 arrays, 64 B)"]
+
+
+def test_two_statements_of_one_run_reaching_one_line_are_not_runs():
+    """``a = make()`` and ``b = make()`` in one cell: one site, two statements, one run each."""
+    line = ("cell", "make", "return jnp.ones(3)")
+    assert sites.growing([(made(3, "a = make()", 1, line), 1, 12), (made(3, "b = make()", 2, line), 1, 12)]) == []
+
+
+def test_arrays_made_outside_any_cell_never_grow():
+    outside = sites.Allocation("train.py:4 in step", ("train.py", 4, "step"))
+    assert sites.growing([(outside, 100, 400)]) == []

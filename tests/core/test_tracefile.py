@@ -15,6 +15,7 @@ from jupyter_gpumem.core import metrics
 from jupyter_gpumem.core import readings as model
 from jupyter_gpumem.core.readings import (
     AllocatorStats,
+    CpuArraysReading,
     CudaPoolReading,
     DeviceReading,
     DeviceUnreadable,
@@ -91,6 +92,47 @@ def _write_lines(path: pathlib.Path, lines: list) -> pathlib.Path:
 def test_sample_round_trips_through_json():
     sample = _bfc_sample()
     assert sample_from_json(json.loads(json.dumps(sample_to_json(sample)))) == sample
+
+
+def _cpu_sample(arrays) -> Sample:
+    cpu = JaxDeviceReading(0, "cpu", "cpu", None, model.normalise_stats(None, "bfc", platform="cpu"))
+    return Sample(t=5.0, pid=7, devices=NotAvailable(model.NO_DRIVER, "no driver"), jax=(cpu,), cpu_arrays=arrays)
+
+
+def test_jax_s_live_arrays_on_the_cpu_round_trip_through_json():
+    sample = _cpu_sample(CpuArraysReading(bytes=3 << 20, arrays=2))
+    data = sample_to_json(sample)
+    assert data["cpu_arrays"] == {"bytes": 3 << 20, "arrays": 2}
+    assert sample_from_json(json.loads(json.dumps(data))) == sample
+
+
+def test_live_arrays_that_could_not_be_read_round_trip_as_not_available():
+    sample = _cpu_sample(NotAvailable(model.ERROR, "reading JAX's live arrays on the CPU failed"))
+    assert sample_from_json(json.loads(json.dumps(sample_to_json(sample)))) == sample
+
+
+def test_a_sample_whose_live_arrays_were_not_read_writes_no_cpu_arrays_field():
+    assert "cpu_arrays" not in sample_to_json(_cpu_sample(None))
+
+
+def test_a_trace_written_before_cpu_arrays_existed_reads_as_before(tmp_path):
+    # A sample line as this package wrote it before the field (the shipped demo traces too).
+    old = (
+        '{"kind": "sample", "t": 1.0, "pid": 7, "devices": {"na": "no_driver", "reason": "no driver"}, '
+        '"jax": [{"id": 0, "platform": "cpu", "kind": "cpu", "nvml_index": null, "allocator": null, '
+        '"memory_stats": null, "stats_na": {"na": "no_stats", "reason": "CPU"}, "cuda_pool": null}]}'
+    )
+    trace = read_trace(_write_lines(tmp_path / "old.jsonl", [HEADER, old]), strict=True)
+    assert [s.cpu_arrays for s in trace.samples] == [None]
+    shipped = read_trace(SYNTHETIC[0], strict=True)
+    assert shipped.samples and all(s.cpu_arrays is None for s in shipped.samples)
+
+
+def test_a_bad_cpu_arrays_count_names_the_field(tmp_path):
+    bad = sample_to_json(_cpu_sample(CpuArraysReading(bytes=1, arrays=1)))
+    bad["cpu_arrays"]["arrays"] = -1
+    trace = read_trace(_write_lines(tmp_path / "t.jsonl", [HEADER, bad]))
+    assert trace.error.message.startswith("sample.cpu_arrays.arrays must be an integer from 0")
 
 
 def test_not_available_serialises_as_na_object():

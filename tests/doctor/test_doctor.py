@@ -367,7 +367,7 @@ def failed_cells(tmp_path_factory) -> list[dict]:
         text=True,
         check=False,
         timeout=180,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(script.parents[1])},
         cwd=path.parent,
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)

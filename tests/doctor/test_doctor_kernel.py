@@ -79,3 +79,32 @@ def test_doctor_off_leaves_the_error_alone(loaded):
     run(loaded, "%gpumem doctor on")
     assert content["status"] == "error"
     assert [o["type"] for o in outputs] == ["error"]
+
+
+GROW = "for i in range(2):\n    xs.append(jnp.ones((4,)))"
+
+
+@pytest.fixture(scope="module")
+def grown_in_kernel(loaded) -> tuple[list[int], str]:
+    """The same code run twice as two cells, then ``%gpumem arrays --by line``: the counts the
+    two runs got, and the listing's text."""
+    run(loaded, "xs = []")
+    counts = [run(loaded, GROW)[0]["execution_count"] for _ in range(2)]
+    _, outputs = run(loaded, "%gpumem arrays --by line")
+    return counts, next(o for o in outputs if o["type"] == "display_data")["data"]["text/plain"]
+
+
+def test_re_running_unchanged_code_in_a_kernel_counts_each_run(grown_in_kernel):
+    """ipykernel names a cell's file by a hash of its code (ipykernel/compiler.py at v7.3.0:
+    ``XCachingCompiler.get_code_name`` returns ``get_file_name(raw_code)``), so both runs share
+    one file name; each run still compiles its own code object, which tells them apart."""
+    counts, text = grown_in_kernel
+    assert f"Growing, run after run: cell [{counts[1]}] line 2 keeps arrays from 2 runs (4 arrays, 64 B)" in text
+
+
+def test_under_ipykernel_identical_runs_take_the_newest_number(grown_in_kernel):
+    """The one file name maps to the newest execution count (``CachingCompiler.cache``), so the
+    site's first cell is the second run's: the documented limit."""
+    counts, text = grown_in_kernel
+    rows = [[c.strip() for c in row.split("  ") if c.strip()] for row in text.splitlines() if row.startswith("  ")]
+    assert [f"cell [{counts[1]}] line 2", "4", "64 B", str(counts[1])] in rows, text

@@ -191,3 +191,24 @@ def test_without_peak_buffers_a_known_call_is_pointed_to_gpumem_peak():
     title, rows = _peak_section(error, program, None)
     assert title == "Live at the peak of blow (cell [2] line 1):"
     assert "`%gpumem peak blow(...)`" in rows[0]
+
+
+def test_the_peak_moment_counts_values_sharing_a_slot_once():
+    """Worked by hand: slots ``(allocation, offset, size)``; a loop's state and the loop's result
+    share one slot (steps 2-5 and 5-8), so step 5 holds 100 + 30 bytes, not 230; step 6 adds a
+    40-byte value beside them: 170 bytes at step 6 is the peak."""
+    state, result, scratch, other = (9, 0, 100), (9, 0, 100), (9, 100, 40), (9, 200, 30)
+    spans = [(2, 5, state), (5, 8, result), (6, 6, scratch), (4, 7, other)]
+    assert peak_buffers.peak_moment(spans) == (170, 6)
+
+
+def test_the_peak_moment_of_nothing_is_zero_bytes():
+    assert peak_buffers.peak_moment([]) == (0, 0)
+
+
+def test_live_ranges_are_read_from_the_buffer_live_range_section():
+    text = (
+        "HloLiveRange (max 9):\n  InstructionSequence:\n    0:x.1\n  BufferLiveRange:\n"
+        "    x.1{}:0-9\n    while.13{2}:4-8\n  Live ranges at 4 (peak):\n    x.1: 16 bytes\n"
+    )  # synthetic, in HloLiveRange::ToString's layout
+    assert peak_buffers.live_ranges(text) == {"x.1": (0, 9), "while.13{2}": (4, 8)}

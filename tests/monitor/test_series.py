@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 
 from jupyter_gpumem import demo_traces
 from jupyter_gpumem.core.readings import (
+    ERROR,
     NO_DRIVER,
     NO_STATS,
     NOT_STARTED,
     PIDS_HIDDEN,
+    CpuArraysReading,
     CudaPoolReading,
     DeviceReading,
     Event,
@@ -35,20 +37,24 @@ from jupyter_gpumem.core.readings import (
 from jupyter_gpumem.monitor.series import (
     BANDS,
     CANNOT_TELL_NOTE,
+    CPU_KEY,
+    CPU_VIEW_NOTE,
     SERIES_NAMES,
     DeviceSeries,
     cell_markers,
     csv_rows,
     decimate_rows,
     device_keys,
+    in_view_order,
     notes_for,
     nothing_to_show,
     row_for,
     series_values,
+    view_keys,
 )
 
 # bfc_sample and cuda_async_sample spell out the numbers the expectations below are worked out from.
-from doubles import PID, bfc_sample, cuda_async_sample
+from doubles import PID, bfc_sample, cpu_sample, cuda_async_sample
 
 GiB = 1 << 30
 
@@ -411,6 +417,56 @@ def test_cell_markers_since_leaves_out_a_run_that_starts_at_that_time():
 def test_cell_markers_since_leaves_out_older_runs():
     events = [Event(10.0, "cell_start", {"execution_count": 3}), Event(20.0, "cell_start", {"execution_count": 4})]
     assert [m[1] for m in cell_markers(events, since=15.0)] == [4]
+
+
+# --- JAX on the CPU -----------------------------------------------------------------------
+
+
+def test_jax_on_the_cpu_with_its_live_arrays_read_gets_the_cpu_view():
+    assert view_keys(cpu_sample()) == [CPU_KEY]
+    assert nothing_to_show(cpu_sample()) is None
+
+
+def test_the_cpu_view_draws_the_live_arrays_bytes_and_nothing_else():
+    values = series_values(cpu_sample(arrays=CpuArraysReading(bytes=3 << 20, arrays=2)), CPU_KEY)
+    assert values["cpu_arrays"] == 3 << 20
+    assert [name for name, v in values.items() if v is not None] == ["cpu_arrays"]
+
+
+def test_a_gpu_view_never_draws_the_cpu_band():
+    assert series_values(bfc_sample(), 0)["cpu_arrays"] is None
+
+
+def test_without_a_live_arrays_reading_jax_on_the_cpu_still_has_nothing_to_draw():
+    sample = cpu_sample(arrays=None)
+    assert view_keys(sample) == []
+    assert "JAX is running on the CPU, which keeps no allocator statistics" in nothing_to_show(sample)
+
+
+def test_gpus_beside_jax_on_the_cpu_keep_their_views_and_the_cpu_view_comes_last():
+    gpus = bfc_sample().devices + (DeviceReading(1, "GPU", "GPU-1", 80 * GiB, 0, 80 * GiB),)
+    assert view_keys(cpu_sample(devices=gpus)) == [0, 1, CPU_KEY]
+    assert in_view_order([CPU_KEY, 2, 0]) == [0, 2, CPU_KEY]
+
+
+def test_the_cpu_view_says_it_is_host_memory_held_by_jax_arrays_not_a_gpu():
+    assert notes_for(cpu_sample(), CPU_KEY) == [CPU_VIEW_NOTE]
+    assert "JAX's live arrays in the host's memory" in CPU_VIEW_NOTE and "not in a GPU's" in CPU_VIEW_NOTE
+
+
+def test_live_arrays_that_could_not_be_read_keep_the_view_blank_and_say_why():
+    sample = cpu_sample(arrays=NotAvailable(ERROR, "reading JAX's live arrays on the CPU failed: RuntimeError: x"))
+    assert view_keys(sample) == [CPU_KEY]
+    assert series_values(sample, CPU_KEY)["cpu_arrays"] is None
+    assert notes_for(sample, CPU_KEY)[1] == (
+        "JAX's live arrays could not be read: reading JAX's live arrays on the CPU failed: RuntimeError: x."
+    )
+
+
+def test_csv_rows_name_the_cpu_view_cpu():
+    header, row = csv_rows([cpu_sample(t=0.0)])
+    named = dict(zip(header, row))
+    assert named["device"] == "cpu" and named["cpu_arrays"] == 3 << 20 and named["free"] == ""
 
 
 # --- CSV -----------------------------------------------------------------------------------

@@ -15,16 +15,17 @@ import pytest
 
 from jupyter_gpumem import demo_traces
 from jupyter_gpumem.core.magic_args import MagicUsageError
-from jupyter_gpumem.core.readings import NO_DRIVER, NOT_STARTED, Event, NotAvailable, Sample
+from jupyter_gpumem.core.readings import NO_DRIVER, NOT_STARTED, CpuArraysReading, Event, NotAvailable, Sample
 from jupyter_gpumem.core.tracefile import TraceWriter, read_trace
-from jupyter_gpumem.monitor.widget import MONITOR_ARGS, Monitor, magic_monitor
+from jupyter_gpumem.monitor.series import CPU_KEY
+from jupyter_gpumem.monitor.widget import CPU_TITLE, MONITOR_ARGS, Monitor, magic_monitor
 from jupyter_gpumem.sampling.sampler import Sampler
 from jupyter_gpumem.sources.replay import timeline_from_trace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "bench"))
 from comm_bytes import measure_comm_bytes  # noqa: E402  (a bench tool, measured here too)
 
-from doubles import PID, StubSampler, bfc_sample
+from doubles import PID, StubSampler, bfc_sample, cpu_sample
 
 TRACES = str(demo_traces.FOLDER)
 SYNTHETIC = sorted(glob.glob(os.path.join(TRACES, "synthetic_*.jsonl")))
@@ -216,6 +217,104 @@ def test_device_option_draws_only_that_gpu():
     stub.push(sample)
     assert list(m._views) == [1]
     m.close()
+
+
+# --- JAX on the CPU ------------------------------------------------------------------------
+
+
+def test_a_live_monitor_asks_the_sampler_for_jax_s_live_cpu_arrays(stub):
+    m = Monitor(sampler=stub)
+    assert [sub.cpu_arrays for sub in stub.subscriptions] == [True]
+    m.close()
+
+
+def test_jax_on_the_cpu_draws_its_live_arrays_in_mib_instead_of_nothing(stub):
+    m = Monitor(sampler=stub)
+    stub.push(cpu_sample(arrays=CpuArraysReading(bytes=3 << 20, arrays=2)))
+    assert m.drawn_devices == [CPU_KEY] and m.drawn_gpus == [] and m.draws_cpu
+    assert m.body.children == (m._views[CPU_KEY].fig,)
+    assert drawn_y(m, "JAX live arrays (CPU)", CPU_KEY) == [3.0]
+    assert m._views[CPU_KEY].figure()["unit"] == "MiB"
+    m.close()
+
+
+def test_the_cpu_view_s_header_says_it_is_the_host_s_memory_held_by_jax_arrays(stub):
+    m = Monitor(sampler=stub)
+    stub.push(cpu_sample(arrays=CpuArraysReading(bytes=3 << 20, arrays=2)))
+    header = m.header.value
+    assert "<b>JAX memory on the CPU</b>" in header
+    assert (
+        "<span>CPU: JAX&#x27;s live arrays in host memory:</span> JAX live arrays <b>3.00 MiB</b> in 2 arrays "
+        "of the host's memory (not a GPU)"
+    ) in header
+    assert "CPU: JAX&#x27;s live arrays in the host&#x27;s memory, where JAX runs on the CPU" in header
+    m.close()
+
+
+def test_the_cpu_view_follows_the_live_arrays_tick_by_tick(stub):
+    m = Monitor(sampler=stub)
+    for t, mib in ((1.0, 1), (2.0, 5), (3.0, 2)):
+        stub.push(cpu_sample(t=t, arrays=CpuArraysReading(bytes=mib << 20, arrays=mib)))
+    assert drawn_y(m, "JAX live arrays (CPU)", CPU_KEY) == [1.0, 5.0, 2.0]
+    assert "JAX live arrays <b>2.00 MiB</b> in 2 arrays" in m.header.value
+    stub.push(cpu_sample(t=4.0, arrays=CpuArraysReading(bytes=1 << 20, arrays=1)))
+    assert "JAX live arrays <b>1.00 MiB</b> in 1 array of" in m.header.value
+    m.close()
+
+
+def test_gpus_beside_jax_on_the_cpu_keep_their_tabs_and_the_cpu_tab_is_added():
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        sample = cpu_sample(devices=NvmlSource().read())
+        stub = StubSampler()
+        m = Monitor(sampler=stub)
+        stub.push(sample)
+        header = m.header.value
+        m.close()
+    assert m.drawn_devices == [0, 1, 2, CPU_KEY]
+    assert m.drawn_gpus == [0, 1, 2] and m.draws_cpu
+    assert m.tabs.titles[:3] == tuple(f"GPU {i}: {m._views[i].title.split(': ', 1)[1]}" for i in range(3))
+    assert m.tabs.titles[3] == CPU_TITLE
+    assert "<b>GPU memory</b>" in header
+    assert "GPUs 0, 1, 2: JAX runs on the CPU, not on this GPU" in header
+
+
+def test_a_device_option_draws_that_gpu_without_the_cpu_view():
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        sample = cpu_sample(devices=NvmlSource().read())
+    stub = StubSampler()
+    m = Monitor(sampler=stub, device=1)
+    stub.push(sample)
+    assert m.drawn_devices == [1]
+    m.close()
+
+
+def test_the_cpu_view_exports_as_csv_rows_of_device_cpu(stub, tmp_path):
+    m = Monitor(sampler=stub)
+    stub.push(cpu_sample(t=5.0))
+    rows = open(m.export_csv(tmp_path / "cpu.csv")).read().strip().splitlines()
+    header = rows[0].split(",")
+    row = dict(zip(header, rows[1].split(",")))
+    assert len(rows) == 2 and row["device"] == "cpu" and row["cpu_arrays"] == str(3 << 20)
+    m.close()
+
+
+def test_a_replayed_trace_of_jax_on_the_cpu_draws_the_cpu_view(stub, tmp_path):
+    path = tmp_path / "cpu.jsonl"
+    m = Monitor(sampler=stub)
+    for t in (1.0, 2.0):
+        stub.push(cpu_sample(t=t))
+    m.export_trace(path)
+    m.close()
+    replay = Monitor(replay=str(path))
+    assert replay.drawn_devices == [CPU_KEY]
+    assert drawn_y(replay, "JAX live arrays (CPU)", CPU_KEY) == [3.0, 3.0]
+    replay.close()
 
 
 # --- incremental updates -------------------------------------------------------------------

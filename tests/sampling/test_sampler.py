@@ -26,7 +26,7 @@ def _sampler_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "jupyter-gpumem-sampler"]
 
 
-def _wait_for_samples(sampler: Sampler, n: int) -> list:
+def _wait_for_samples(sampler: Sampler, n: int, cpu_arrays: bool = False) -> list:
     """Subscribe until ``n`` samples arrived; returns them (waits on an event, not a sleep)."""
     got, done = [], threading.Event()
 
@@ -35,7 +35,7 @@ def _wait_for_samples(sampler: Sampler, n: int) -> list:
         if len(got) >= n:
             done.set()
 
-    sub = sampler.subscribe(callback)
+    sub = sampler.subscribe(callback, cpu_arrays=cpu_arrays)
     assert done.wait(10), "the sampler delivered too few samples"
     sub.close()
     return got
@@ -54,6 +54,60 @@ def test_failing_source_becomes_not_available_error():
 
     sample = Sampler(broken, lambda: (), interval=0.1).sample_once()
     assert sample.devices.code == model.ERROR and "driver went away" in sample.devices.reason
+
+
+ARRAYS = model.CpuArraysReading(bytes=4096, arrays=1)
+
+
+def test_a_sample_read_outside_the_thread_does_not_read_the_live_arrays():
+    """``sample_once`` serves typed commands and checks; only a monitor's ticks read the arrays."""
+    calls = []
+    sampler = _sampler(read_cpu_arrays=lambda: calls.append(1) or ARRAYS)
+    assert sampler.sample_once().cpu_arrays is None
+    assert calls == []
+
+
+def test_a_monitor_s_samples_carry_jax_s_live_arrays_on_the_cpu():
+    sampler = _sampler(read_cpu_arrays=lambda: ARRAYS)
+    assert _wait_for_samples(sampler, 2, cpu_arrays=True)[-1].cpu_arrays == ARRAYS
+
+
+def test_a_subscriber_that_did_not_ask_for_live_arrays_never_has_them_read():
+    """A recording or the doctor's sampling of cells subscribes too; only a monitor asks."""
+    calls = []
+    sampler = _sampler(read_cpu_arrays=lambda: calls.append(1) or ARRAYS)
+    samples = _wait_for_samples(sampler, 3)
+    assert [s.cpu_arrays for s in samples] == [None, None, None] and calls == []
+
+
+def test_live_arrays_that_fail_to_read_are_not_available_and_the_thread_goes_on():
+    def broken():
+        raise RuntimeError("client gone")
+
+    samples = _wait_for_samples(_sampler(read_cpu_arrays=broken), 2, cpu_arrays=True)
+    reading = samples[-1].cpu_arrays
+    assert (
+        reading.code == model.ERROR
+        and "JAX's live arrays on the CPU failed: RuntimeError: client gone" in reading.reason
+    )
+
+
+def test_a_slow_live_arrays_read_is_reused_until_its_share_of_time_has_passed():
+    """A read that took 50 ms is not repeated for 1 s (5%): the kernel keeps its GIL."""
+    calls = []
+
+    def slow():
+        calls.append(time.monotonic())
+        time.sleep(0.05)
+        return model.CpuArraysReading(bytes=len(calls), arrays=len(calls))
+
+    sampler = _sampler(read_cpu_arrays=slow)
+    first = sampler.sample_once(cpu_arrays=True).cpu_arrays
+    again = sampler.sample_once(cpu_arrays=True).cpu_arrays
+    assert again is first and len(calls) == 1
+    assert sampler._arrays_due - calls[0] >= 0.99  # 50 ms at most 5% of the time
+    sampler._arrays_due = 0.0  # the share has passed
+    assert sampler.sample_once(cpu_arrays=True).cpu_arrays.arrays == 2
 
 
 def test_no_thread_before_anyone_subscribes():

@@ -92,7 +92,7 @@ def test_rule_unit_tests_pass_and_cover_every_alert():
 
 def scrape_config(tmp: Path, interval: str = "1s") -> Path:
     """The example scrape config, pointed at a targets file in ``tmp`` naming the test server's
-    metrics listener, as a discovery service would write it."""
+    metrics listener, as the hub discovery service writes it (tests/server/test_hub_end_to_end.py runs the service)."""
     config = yaml.safe_load(SCRAPE_EXAMPLE.read_text())
     config["global"] = {"scrape_interval": interval, "evaluation_interval": interval}
     config["rule_files"] = [str(RULES)]
@@ -101,7 +101,7 @@ def scrape_config(tmp: Path, interval: str = "1s") -> Path:
     targets = [
         {
             "targets": [f"127.0.0.1:{METRICS_PORT}"],
-            "labels": {"__meta_jupyterhub_user": HUB_USER, "__meta_jupyterhub_server_name": "gpu"},
+            "labels": {"hub_user": HUB_USER, "server_name": "gpu"},
         }
     ]
     (tmp / "targets.json").write_text(json.dumps(targets))
@@ -121,7 +121,7 @@ def test_the_example_scrape_config_holds_no_credential():
     """Nothing in the job can authenticate to a Jupyter server (docs/server.md, "Many servers")."""
     (job,) = yaml.safe_load(SCRAPE_EXAMPLE.read_text())["scrape_configs"]
     assert not {"authorization", "basic_auth", "oauth2", "bearer_token", "bearer_token_file"} & set(job)
-    assert job["honor_labels"] is False  # discovery's user and server_name win over the server's
+    assert job["honor_labels"] is False  # the targets file's hub_user and server_name win over the server's
 
 
 class Http:
@@ -251,14 +251,14 @@ def test_a_real_prometheus_scrapes_a_server_and_every_dashboard_query_has_data(t
         assert up["value"][1] == "1" and up["metric"]["instance"] == f"127.0.0.1:{METRICS_PORT}"
         (held,) = query("jupyter_gpumem_kernel_gpu_bytes")
         assert float(held["value"][1]) == KERNEL_BYTES
-        assert (held["metric"]["user"], held["metric"]["server_name"], held["metric"]["index"]) == (
+        assert (held["metric"]["hub_user"], held["metric"]["server_name"], held["metric"]["index"]) == (
             HUB_USER,
             "gpu",
             str(KERNEL_GPU),
         )
         assert held["metric"]["kernel"] and not {"kernel_id", "notebook_path"} & set(held["metric"])
         assert kernel_id not in json.dumps(query('{job="jupyterhub-singleuser"}'))
-        assert not query(f'{{user="{SERVER_ENV_USER}"}}') and not query('{exported_user!=""}')
+        assert not query(f'{{hub_user="{SERVER_ENV_USER}"}}') and not query('{user!=""}')
         (synthetic,) = query("max(jupyter_gpumem_readings_synthetic)")
         assert synthetic["value"][1] == "1"  # the fake world says so
     finally:

@@ -553,6 +553,20 @@ async def test_the_metrics_listener_serves_the_gauges_without_a_token_and_withou
 
 
 @pytest.mark.parametrize("gpumem_config", [{"metrics_port": "free"}])
+async def test_the_metrics_listener_counts_culled_kernels_as_metrics_does(jp_fetch, service, world):
+    """Prometheus scrapes the listener alone (deploy/prometheus/prometheus.yml): the culls must be there."""
+    from jupyter_gpumem.server.metrics import count_culled_kernel
+
+    def culled(text: str) -> float:
+        (line,) = [l for l in text.splitlines() if l.startswith("jupyter_gpumem_culled_kernels_total ")]
+        return float(line.split()[1])
+
+    before = culled((await listener_get(service, "/metrics")).body.decode())
+    count_culled_kernel()
+    assert culled((await listener_get(service, "/metrics")).body.decode()) == before + 1
+
+
+@pytest.mark.parametrize("gpumem_config", [{"metrics_port": "free"}])
 async def test_the_metrics_listener_answers_nothing_but_get_metrics(jp_fetch, service, world):
     for path in ("/", "/api/kernels", "/api/status", "/jupyter-gpumem/api/devices", "/metrics/x", "/login"):
         assert (await listener_get(service, path)).code == 404, path

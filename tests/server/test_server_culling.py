@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import pytest
 
 from jupyter_gpumem.server.culling import annotate, check_every, cull_plan, human_duration
-from jupyter_gpumem.server.kernels import KernelInfo
+from jupyter_gpumem.server.kernels import KernelInfo, usage_pid
 from jupyter_gpumem.testing import fake_nvml
 
 GiB = 1024**3
@@ -240,6 +240,10 @@ async def test_an_idle_kernel_holding_no_gpu_memory_is_left_alone(jp_fetch, jp_s
     holder_id = await start_kernel(jp_fetch, "holder.ipynb")  # shows the culler is at work
     world.add_process(2, await kernel_pid(jp_fetch, holder_id), 5 * GiB)
     km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    started = time.monotonic()
+    while km.execution_state != "idle":  # a starting kernel is never culled: that would prove nothing
+        assert time.monotonic() - started < 60
+        await asyncio.sleep(0.5)
     # Idle past the limit and two checks (every 2 s) later, and after the holder was shut down.
     while holder_id in await running_kernels(jp_fetch) or time.time() - km.last_activity.timestamp() < 8 + 2 * 2 + 1:
         await asyncio.sleep(0.5)
@@ -266,6 +270,50 @@ async def test_activity_resets_the_clock_of_an_idle_holder(jp_fetch, jp_serverap
     while kernel_id in await running_kernels(jp_fetch):  # quiet again: culled as before
         assert time.monotonic() - stopped < 40
         await asyncio.sleep(0.5)
+
+
+async def test_a_busy_kernel_stays_busy_when_the_server_asks_its_pid(jp_fetch, jp_serverapp, world):
+    """ipykernel publishes a busy and an idle status for a control-channel request too, parented
+    to it (``Kernel.dispatch_control``, ipykernel/kernelbase.py, 7.4.0), and jupyter_server takes
+    ``execution_state`` from a status whose parent's type it tracks
+    (``MappingKernelManager.record_activity``, ``untracked_message_types``, jupyter_server
+    2.21.1), which lists no ``usage_request``. Untracked, the server's pid question would make a
+    kernel running a long cell read ``idle`` (and cullable), and an idle one look active."""
+    kernel_id = await start_kernel(jp_fetch, "long.ipynb")
+    km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=30)
+        client.execute("import time; time.sleep(30)")
+        waited = time.monotonic()
+        while km.execution_state != "busy":
+            assert time.monotonic() - waited < 30, f"the kernel reads {km.execution_state!r}, not busy"
+            await asyncio.sleep(0.1)
+        assert await usage_pid(km, timeout=30) is not None  # the kernel answered while busy
+        await asyncio.sleep(1)  # its idle status for the question has arrived by now
+        assert km.execution_state == "busy"
+    finally:
+        client.stop_channels()
+
+
+async def test_an_idle_kernel_looks_no_more_active_when_the_server_asks_its_pid(jp_fetch, jp_serverapp, world):
+    """The other half of the test above: the question moves no idle kernel's ``last_activity``
+    (jupyter_server moves it on any message while the kernel is busy, which is its own rule)."""
+    kernel_id = await start_kernel(jp_fetch, "quiet.ipynb")
+    km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=30)
+    finally:
+        client.stop_channels()
+    await asyncio.sleep(1)
+    activity = km.last_activity
+    assert km.execution_state == "idle"
+    assert await usage_pid(km, timeout=30) is not None
+    await asyncio.sleep(1)
+    assert km.last_activity == activity and km.execution_state == "idle"
 
 
 def free_port():

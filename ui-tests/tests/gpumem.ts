@@ -1,6 +1,6 @@
 /** Helpers shared by the jupyter-gpumem browser specs. */
 import * as path from 'path';
-import { IJupyterLabPageFixture } from '@jupyterlab/galata';
+import { expect, IJupyterLabPageFixture } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 
 export const PANEL_ID = 'jupyter-gpumem-panel';
@@ -50,6 +50,15 @@ export async function openNotebook(
   await waitForKernelIdle(page);
 }
 
+/**
+ * Fails if `view` shows the test's own folder (galata's `tmpPath`, where openNotebook uploads
+ * each test's notebooks): a view kept as a screenshot shows a notebook's name, not where the
+ * test put it.
+ */
+export async function expectNoTestFolderShown(view: Locator, tmpPath: string): Promise<void> {
+  expect(await view.innerText()).not.toContain(tmpPath);
+}
+
 /** The jupyter_gpumem metadata of the active notebook, read from the app. */
 export function notebookMetadata(page: IJupyterLabPageFixture): Promise<any> {
   return page.evaluate(() => {
@@ -79,6 +88,33 @@ export function kernelAllocatorChoices(page: IJupyterLabPageFixture): Promise<st
       code:
         'import json\nfrom jupyter_gpumem.kernel import comm as kernel_comm\n' +
         "print(json.dumps(kernel_comm.snapshot().get('allocator_choices')))",
+      store_history: false
+    });
+    let out = '';
+    future.onIOPub = (msg: any) => {
+      if (msg.header.msg_type === 'stream') {
+        out += msg.content.text;
+      }
+    };
+    await future.done;
+    return JSON.parse(out);
+  });
+}
+
+/**
+ * Asked of the active notebook's kernel directly: whether jupyter_gpumem is loaded as an IPython
+ * extension, and whether JAX's backend has started (jupyter_gpumem/sources/jax_backend.py's
+ * probe, which never imports jax; a kernel without jax imported has not started it).
+ */
+export function kernelLoadState(page: IJupyterLabPageFixture): Promise<{ loaded: boolean; jaxStarted: boolean }> {
+  return page.evaluate(async () => {
+    const app = (window as any).jupyterapp;
+    const kernel = app.shell.currentWidget.sessionContext.session.kernel;
+    const future = kernel.requestExecute({
+      code:
+        "print(__import__('json').dumps({'loaded': 'jupyter_gpumem' in get_ipython().extension_manager.loaded, " +
+        "'jaxStarted': 'jax' in __import__('sys').modules and " +
+        "__import__('jupyter_gpumem.sources.jax_backend', fromlist=['_']).backend_started()}))",
       store_history: false
     });
     let out = '';

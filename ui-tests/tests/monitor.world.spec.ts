@@ -138,6 +138,7 @@ test('a page reloaded draws the monitor again with every reading so far, and it 
   page,
   tmpPath
 }) => {
+  test.setTimeout(180000); // a reload builds JupyterLab again: over a minute on a loaded machine
   await startMonitor(page, tmpPath, 4);
   const count = () =>
     page.locator(PLOT).first().evaluate((gd: any) => (gd.data && gd.data.length ? gd.data[0].x.length : 0));
@@ -173,7 +174,7 @@ test('closing the notebook after its kernel shut down logs no widget errors', as
   expect(console_.filter(line => line.startsWith('error:'))).toEqual([]);
 });
 
-test('the quickstart, on GPUs where JAX runs on the CPU, says its live monitor draws them, and its checks pass', async ({
+test('the quickstart, on GPUs where JAX runs on the CPU, says its live monitor draws them and the CPU view, and its checks pass', async ({
   page,
   tmpPath
 }) => {
@@ -194,8 +195,11 @@ test('the quickstart, on GPUs where JAX runs on the CPU, says its live monitor d
   const said = cell('The live monitor above draws GPUs');
   await said.scrollIntoViewIfNeeded();
   await expect(said.locator('.jp-OutputArea-output').first()).toHaveText(
-    "The live monitor above draws GPUs 0, 1, 2 as NVML reads them; JAX runs on the CPU here, so none of it is JAX's."
+    "The live monitor above draws GPUs 0, 1, 2 as NVML reads them; JAX runs on the CPU here, so none of it is JAX's.\n" +
+      'JAX runs on the CPU here: the live monitor above draws its live arrays in host memory. Its header:\n'
   );
+  // The header shown below it: the CPU view beside the GPUs'.
+  await expect(said.locator('.jp-OutputArea-output').nth(1)).toContainText("CPU: JAX's live arrays in host memory: JAX live arrays");
   // The check cell is collapsed for the learner (its source hidden), so it is read from the model.
   const checkOutputs = await page.evaluate(() => {
     const cells = (window as any).jupyterapp.shell.currentWidget.content.model.cells;

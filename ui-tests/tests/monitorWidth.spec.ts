@@ -1,10 +1,10 @@
 /**
  * The monitor in a notebook beside the open sidebar, at a laptop's 1440 px: one page, no
- * horizontal scrollbars of its own inside the cell's output.
+ * horizontal scrollbars of its own inside the cell's output, and no test folder in view.
  */
 import { expect, test } from '@jupyterlab/galata';
 
-import { openNotebook, openPanel } from './gpumem';
+import { expectNoTestFolderShown, openNotebook, openPanel } from './gpumem';
 
 test.use({ autoGoto: true, viewport: { width: 1440, height: 900 } });
 
@@ -28,4 +28,7 @@ test('a replay monitor beside the open sidebar at 1440 px scrolls sideways nowhe
   });
   await page.screenshot({ path: test.info().outputPath('monitor-1440.png') });
   expect(scrolling).toEqual([]);
+  // The panel's notebook section names the notebook; its folder, the test's, is only in the tooltip.
+  await expect(page.locator('#jupyter-gpumem-panel .jp-GpuMem-path')).toHaveText('monitor_replay.ipynb');
+  await expectNoTestFolderShown(page.locator('body'), tmpPath); // the file browser is closed
 });

@@ -33,10 +33,13 @@ test('in Notebook 7 the panel opens from View > Left Sidebar and explains that t
   // The name, not the folder: screenshots show no test folder.
   await expect(panel.locator('.jp-GpuMem-path')).toHaveText('nb7.ipynb');
   await expect(panel.locator('.jp-GpuMem-path')).toHaveAttribute('title', `${tmpPath}/nb7.ipynb`);
-  await expect(panel.locator('.jp-GpuMem-notice', { hasText: 'not loaded' })).toContainText(
-    'jupyter_gpumem is not loaded in this kernel'
-  );
+  const offer = panel.locator('.jp-GpuMem-notice', { hasText: 'not loaded' });
+  await expect(offer).toContainText('jupyter_gpumem is not loaded in this kernel');
   await expect(panel.locator('.jp-GpuMem-load')).toHaveText('Load jupyter_gpumem');
   await page.screenshot({ path: path.join(IMAGES_DIR, 'panel-notebook7.png') });
+  // The panel talks with the notebook's kernel here too: loading answers with the kernel's state.
+  await panel.locator('.jp-GpuMem-load').click();
+  await expect(panel.locator('.jp-GpuMem-backend')).toHaveText('JAX has not started yet; readings begin when it does');
+  await expect(offer).toHaveCount(0);
   await page.close();
 });

@@ -19,18 +19,34 @@ test.use({ autoGoto: true, ...NO_KERNEL_TRACKER });
 
 test('a replayed trace shows its devices, labelled replay and synthetic', async ({ page }) => {
   const panel = await openPanel(page);
-  // jupyter_gpumem/testing/demo_trace.py: two A100 40GB; GPU 1 holds 2.5 GiB (a process of no
-  // kernel, and the driver's reserve), 10% busy; GPU 0's use changes along the trace.
+  // jupyter_gpumem/testing/demo_trace.py: two A100 40GB. On GPU 0 two processes hold 30 GiB
+  // and 6 or 8 GiB (every other sample), with 512 MiB reserved: 36.5 or 38.5 GiB used, 60% to
+  // 64% busy as the trace goes on. GPU 1 holds 2.5 GiB (2 GiB of one process of no kernel,
+  // "python train.py" of user demo), 10% busy.
   const cards = panel.locator('.jp-GpuMem-card');
   await expect(cards.locator('.jp-GpuMem-cardHead')).toHaveText([
     'GPU 0 · NVIDIA A100-SXM4-40GB',
     'GPU 1 · NVIDIA A100-SXM4-40GB'
   ]);
   await expect(cards.locator('.jp-GpuMem-memUsed')).toHaveText([
-    /^[\d.]+ GiB \/ 40\.0 GiB used$/,
+    /^(36|38)\.5 GiB \/ 40\.0 GiB used$/,
     '2.50 GiB / 40.0 GiB used'
   ]);
-  await expect(cards.locator('.jp-GpuMem-util')).toHaveText([/^GPU busy 6\d%$/, 'GPU busy 10%']);
+  await expect(cards.locator('.jp-GpuMem-util')).toHaveText([/^GPU busy 6[0-4]%$/, 'GPU busy 10%']);
+  await expect(cards.locator('.jp-GpuMem-procs > summary')).toHaveText(['2 processes', '1 process']);
+  const gpu0Bytes = panel.locator('.jp-GpuMem-card[data-device="0"] .jp-GpuMem-procTable tbody td:last-child');
+  await expect(gpu0Bytes).toHaveText(['30.0 GiB', /^(6|8)\.00 GiB$/]);
+  const gpu1 = panel.locator('.jp-GpuMem-card[data-device="1"]');
+  const other = gpu1.locator('.jp-GpuMem-procTable tbody tr');
+  await expect(other).toHaveAttribute('data-pid', '4300001');
+  await expect(other.locator('.jp-GpuMem-user')).toHaveText('demo');
+  await expect(other.locator('.jp-GpuMem-command')).toHaveText('python train.py');
+  await expect(other.locator('td').last()).toHaveText('2.00 GiB');
+  await expect(gpu1.locator('.jp-GpuMem-legend li')).toHaveText([
+    'other kernels 0 B',
+    'other processes 2.50 GiB',
+    'free 37.5 GiB'
+  ]);
   await expect(panel.locator('[data-badge="replay"]')).toHaveText('replay');
   await expect(panel.locator('[data-badge="synthetic"]')).toHaveText('synthetic');
 });

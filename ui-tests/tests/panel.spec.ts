@@ -7,6 +7,7 @@ import { expect, test } from '@jupyterlab/galata';
 import {
   IMAGES_DIR,
   kernelAllocatorChoices,
+  kernelLoadState,
   NO_KERNEL_TRACKER,
   notebookMetadata,
   openNotebook,
@@ -91,6 +92,13 @@ test('without the extension loaded the kernel section offers to load it', async 
   await expect(notice).toContainText('jupyter_gpumem is not loaded in this kernel');
   await expect(notice).toContainText('Loading does not start JAX.');
   await expect(notice.locator('.jp-GpuMem-load')).toHaveText('Load jupyter_gpumem');
+  expect(await kernelLoadState(page)).toEqual({ loaded: false, jaxStarted: false });
+  // The offer does what it says: the kernel has the extension, JAX has not started, and the
+  // panel reads the kernel instead of offering again.
+  await notice.locator('.jp-GpuMem-load').click();
+  await expect(panel.locator('.jp-GpuMem-backend')).toHaveText('JAX has not started yet; readings begin when it does');
+  await expect(notice).toHaveCount(0);
+  expect(await kernelLoadState(page)).toEqual({ loaded: true, jaxStarted: false });
 });
 
 test('once loaded, JAX on CPU shows its backend, settings with sources, and why there are no statistics', async ({ page, tmpPath }) => {

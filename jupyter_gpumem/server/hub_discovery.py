@@ -1,0 +1,380 @@
+"""Prometheus targets from a JupyterHub: one per running single-user server's metrics listener.
+
+``python -m jupyter_gpumem.server.hub_discovery --output FILE --target TEMPLATE`` runs as a
+JupyterHub service. It asks the hub's REST API which servers are ready
+(``GET /hub/api/users?state=ready``) and writes a Prometheus ``file_sd`` file with one target
+per server, the address its ``GpuMem.metrics_port`` listener has, labelled ``hub_user`` and
+``server_name`` from the hub's answer. A server's own environment (``JUPYTERHUB_USER``) is its
+user's to change, so identity is never taken from it: Prometheus's scrape job keeps these target
+labels over anything a server exports (``honor_labels: false``, deploy/prometheus/prometheus.yml).
+
+The hub's server model names no address a server listens on (``server_model`` in
+jupyterhub/apihandlers/base.py, JupyterHub 6.1.1, has name, url path, ready, pending, and
+``state`` only with ``admin:server_state``), so the address is the operator's: a template over
+the hub's names (``jupyter-{username}:9500``, a container or service name the spawner gives
+each server, with the port set by ``c.GpuMem.metrics_port`` in the Spawner's config), or one
+address per server (``--target-for alice=10.0.0.5:9500``).
+
+The service's token needs ``list:users`` (the list; it brings ``read:users:name``) and
+``read:servers`` (each user's server models). Neither reaches a server: per jupyterhub/scopes.py
+(6.1.1) ``read:servers`` reads "users' names and their server models (excluding the server
+state)", while ``access:servers`` ("Access user servers via API or browser") is what a
+single-user server checks before it lets a token in. At start the service asks the hub which
+scopes its token holds (``GET /hub/api/user``) and refuses to run with one that can reach a
+kernel (``SCOPES_THAT_REACH_SERVERS``).
+
+The file is written atomically (a temporary file beside it, then renamed), and only when it
+changes; while the hub does not answer, the last file stays as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import string
+import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("jupyter_gpumem.hub_discovery")
+
+# jupyterhub/apihandlers/base.py (6.1.1): PAGINATION_MEDIA_TYPE; with it GET /users answers
+# {"items": [...], "_pagination": {"offset", "limit", "total", "next"}}.
+PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+SCOPES_NEEDED = ("list:users", "read:users:name", "read:servers")
+# Scopes (jupyterhub/scopes.py, 6.1.1) that reach a user's server, directly or by making a token
+# that does: access:servers; tokens ("Read, write, create and delete user tokens"); admin:users
+# ("tantamount to superuser"); shares (it includes access:servers).
+SCOPES_THAT_REACH_SERVERS = ("access:servers", "tokens", "admin:users", "shares")
+TEMPLATE_FIELDS = ("username", "servername", "server_suffix")
+INTERVAL_RANGE = (1.0, 3600.0)
+_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])$")
+
+
+class DiscoveryError(Exception):
+    """Bad input or a hub that refuses: the message says what is wrong and what is valid."""
+
+
+class TokenReachesServers(DiscoveryError):
+    """The service's token holds a scope that reaches users' servers: the service will not run."""
+
+
+@dataclass(frozen=True)
+class Server:
+    """One ready single-user server, as the hub names it."""
+
+    user: str
+    name: str = ""  # "" is the user's default server
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """Where each server's metrics listener is: per-server addresses first, else the template."""
+
+    template: str | None = None
+    per_server: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def address_of(self, server: Server) -> str | None:
+        fixed = self.per_server.get((server.user, server.name))
+        if fixed is not None:
+            return fixed
+        if self.template is None:
+            return None
+        suffix = f"-{server.name}" if server.name else ""
+        return self.template.format(username=server.user, servername=server.name, server_suffix=suffix)
+
+
+def checked_address(address: str, what: str) -> str:
+    """``address`` if it is ``host:port`` (port 1 to 65535), else a DiscoveryError naming ``what``."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise DiscoveryError(
+            f"{what}: {address!r} is not HOST:PORT (a host name or IP address of letters, digits, '.', '-', '_', "
+            "or [IPv6], and a port from 1 to 65535)"
+        )
+    return address
+
+
+def checked_template(template: str) -> str:
+    """The template if it formats with the hub's names only and gives ``HOST:PORT``."""
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise DiscoveryError(f"--target {template!r}: {exc}") from None
+    unknown = sorted(f for f in fields if f not in TEMPLATE_FIELDS)
+    if unknown:
+        raise DiscoveryError(
+            f"--target {template!r}: unknown field(s) {', '.join(unknown)}; valid fields: "
+            + ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
+        )
+    checked_address(template.format(username="alice", servername="gpu", server_suffix="-gpu"), f"--target {template!r}")
+    return template
+
+
+def parse_target_for(text: str) -> tuple[tuple[str, str], str]:
+    """``USER[/SERVER]=HOST:PORT`` as ``((user, server_name), address)``."""
+    name, sep, address = text.partition("=")
+    user, _, server_name = name.partition("/")
+    if not sep or not user:
+        raise DiscoveryError(f"--target-for {text!r}: expected USER=HOST:PORT or USER/SERVER=HOST:PORT")
+    return (user, server_name), checked_address(address, f"--target-for {text!r}")
+
+
+def ready_servers(users: Iterable[dict]) -> list[Server]:
+    """The servers the hub says are ready, from user models as ``GET /hub/api/users`` gives them
+    (each with ``servers``: name -> server model, whose ``ready`` is true once the server answers).
+    A user model without ``servers`` means the token lacks ``read:servers`` (the hub leaves the key
+    out then, ``user_model`` in jupyterhub/apihandlers/base.py, 6.1.1): a DiscoveryError, so an
+    empty file never replaces the targets."""
+    found = []
+    for user in users:
+        if not isinstance(user.get("servers"), dict):
+            raise DiscoveryError(
+                f"the hub's model of user {user.get('name')!r} has no servers: give the service the scope read:servers"
+            )
+        for name, model in user["servers"].items():
+            if isinstance(model, dict) and model.get("ready"):
+                found.append(Server(str(user["name"]), str(name)))
+    return sorted(found, key=lambda s: (s.user, s.name))
+
+
+def target_groups(servers: Iterable[Server], addresses: Addresses) -> tuple[list[dict], list[str]]:
+    """The file_sd groups (one per server with an address) and a line for each server left out."""
+    groups, left_out = [], []
+    for server in servers:
+        label = f"{server.user}/{server.name}" if server.name else server.user
+        try:
+            address = addresses.address_of(server)
+            if address is None:
+                raise DiscoveryError("no --target template and no --target-for for it")
+            checked_address(address, "its address")
+        except DiscoveryError as exc:
+            left_out.append(f"{label}: {exc}")
+            continue
+        labels = {"hub_user": server.user, "server_name": server.name}
+        groups.append({"targets": [address], "labels": labels})
+    return groups, left_out
+
+
+def scopes_reaching_servers(scopes: Iterable[str]) -> list[str]:
+    """The scopes (filters kept, ``access:servers!user=alice``) that reach a server."""
+    return sorted(s for s in scopes if s.partition("!")[0] in SCOPES_THAT_REACH_SERVERS)
+
+
+def file_text(groups: list[dict]) -> str:
+    return json.dumps(groups, indent=1, sort_keys=True) + "\n"
+
+
+def write_atomically(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so Prometheus never reads
+    half a file. False (nothing written) when the file already holds it."""
+    try:
+        if path.read_text() == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, 0o644)  # Prometheus often runs as another user
+        os.replace(temporary, path)
+    finally:
+        Path(temporary).unlink(missing_ok=True)  # gone already once renamed
+    return True
+
+
+class Hub:
+    """The hub's REST API, read with the service's token (``Authorization: token ...``)."""
+
+    def __init__(self, api_url: str, token: str, timeout: float = 10.0) -> None:
+        self.api_url = api_url.rstrip("/") + "/"
+        self.token, self.timeout = token, timeout
+
+    def get(self, path: str, accept: str = "application/json") -> object:
+        request = urllib.request.Request(self.api_url + path.lstrip("/"))
+        request.add_header("Authorization", f"token {self.token}")
+        request.add_header("Accept", accept)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read().decode())
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                raise DiscoveryError(
+                    f"the hub refused {path} ({exc.code}): give the service a role with the scopes "
+                    + ", ".join(SCOPES_NEEDED)
+                ) from None
+            raise DiscoveryError(f"the hub answered {exc.code} to {path}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise DiscoveryError(f"the hub at {self.api_url} did not answer {path}: {exc}") from None
+
+    def scopes(self) -> list[str]:
+        """The scopes the token holds, as the hub's whoami (``GET /user``) lists them."""
+        model = self.get("user")
+        return list(model.get("scopes", [])) if isinstance(model, dict) else []
+
+    def users_with_ready_servers(self) -> list[dict]:
+        """Every user with a ready server, page by page."""
+        users: list[dict] = []
+        offset = 0
+        while True:
+            page = self.get(f"users?state=ready&offset={offset}", accept=PAGINATION_MEDIA_TYPE)
+            if isinstance(page, list):  # a hub before pagination answers one list
+                return users + page
+            if not isinstance(page, dict) or not isinstance(page.get("items"), list):
+                raise DiscoveryError("the hub's user list is not a list of users")
+            users.extend(page["items"])
+            following = (page.get("_pagination") or {}).get("next")
+            if not following:
+                return users
+            offset = int(following["offset"])
+
+
+def refuse_scopes_that_reach_servers(hub: Hub) -> None:
+    reaching = scopes_reaching_servers(hub.scopes())
+    if reaching:
+        raise TokenReachesServers(
+            "this token can reach users' servers (" + ", ".join(reaching) + "); give the service a role with "
+            "only " + ", ".join(SCOPES_NEEDED)
+        )
+
+
+def checking_scopes_first(hub: Hub, discover: Callable[[], int]) -> Callable[[], int]:
+    """``discover``, run only once the hub has said the token reaches no server (asked until it answers)."""
+    checked = threading.Event()
+
+    def discover_if_safe() -> int:
+        if not checked.is_set():
+            refuse_scopes_that_reach_servers(hub)
+            checked.set()
+        return discover()
+
+    return discover_if_safe
+
+
+def discover_once(hub: Hub, addresses: Addresses, output: Path) -> int:
+    """Read the hub, write the file; the number of targets written."""
+    groups, left_out = target_groups(ready_servers(hub.users_with_ready_servers()), addresses)
+    for line in left_out:
+        log.warning("jupyter-gpumem hub discovery: no target for %s", line)
+    if write_atomically(output, file_text(groups)):
+        log.info("jupyter-gpumem hub discovery: %d target(s) written to %s", len(groups), output)
+    return len(groups)
+
+
+def run_forever(discover: Callable[[], int], interval: float, stop: threading.Event) -> None:
+    """``discover`` every ``interval`` seconds until ``stop``; a hub that does not answer is logged
+    and asked again at the next interval (the file keeps its last targets meanwhile). A token that
+    reaches servers ends it (``TokenReachesServers`` is raised)."""
+    while not stop.is_set():
+        try:
+            discover()
+        except TokenReachesServers:
+            raise
+        except DiscoveryError as exc:
+            log.error("jupyter-gpumem hub discovery: %s", exc)
+        stop.wait(interval)
+
+
+def interval_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    low, high = INTERVAL_RANGE
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds from {low:g} to {high:g}")
+    return value
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m jupyter_gpumem.server.hub_discovery",
+        description="Write a Prometheus file_sd file with one target per ready JupyterHub server's "
+        "jupyter-gpumem metrics listener, labelled hub_user and server_name by the hub.",
+        epilog="The hub's API URL and the token come from JUPYTERHUB_API_URL and JUPYTERHUB_API_TOKEN "
+        "(JupyterHub sets both for a service it starts). The token needs only the scopes "
+        + ", ".join(SCOPES_NEEDED)
+        + "; one that can reach a server is refused.",
+    )
+    parser.add_argument("--output", required=True, type=Path, help="the targets file Prometheus reads (JSON)")
+    parser.add_argument(
+        "--target",
+        help="address template of a server's metrics listener, HOST:PORT with "
+        + ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
+        + " (e.g. jupyter-{username}{server_suffix}:9500)",
+    )
+    parser.add_argument(
+        "--target-for",
+        action="append",
+        default=[],
+        metavar="USER[/SERVER]=HOST:PORT",
+        help="the address of one server's metrics listener (repeatable; wins over --target)",
+    )
+    parser.add_argument("--interval", type=interval_seconds, default=30.0, help="seconds between reads (1 to 3600)")
+    parser.add_argument("--once", action="store_true", help="read the hub once, write the file, exit")
+    parser.add_argument("--hub-api-url", default=os.environ.get("JUPYTERHUB_API_URL"), help=argparse.SUPPRESS)
+    return parser
+
+
+def addresses_from(args: argparse.Namespace) -> Addresses:
+    if args.target is None and not args.target_for:
+        raise DiscoveryError("give --target TEMPLATE, or --target-for USER=HOST:PORT for each server")
+    template = None if args.target is None else checked_template(args.target)
+    return Addresses(template, dict(parse_target_for(text) for text in args.target_for))
+
+
+def checked_output(path: Path) -> Path:
+    if not path.parent.is_dir():
+        raise DiscoveryError(f"--output {path}: the folder {path.parent} does not exist")
+    if path.is_dir():
+        raise DiscoveryError(f"--output {path}: is a folder; give the targets file's path")
+    return path
+
+
+def hub_from_environment(api_url: str | None) -> Hub:
+    token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+    if not api_url or not token:
+        raise DiscoveryError(
+            "JUPYTERHUB_API_URL and JUPYTERHUB_API_TOKEN must be set (JupyterHub sets both for a service "
+            "it starts; for one it does not, set them to the hub's API URL and the service's api_token)"
+        )
+    if urllib.parse.urlsplit(api_url).scheme not in ("http", "https"):
+        raise DiscoveryError(f"JUPYTERHUB_API_URL {api_url!r} is not an http:// or https:// URL")
+    return Hub(api_url, token)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argument_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
+    try:
+        addresses, output = addresses_from(args), checked_output(args.output)
+        hub = hub_from_environment(args.hub_api_url)
+        discover = checking_scopes_first(hub, lambda: discover_once(hub, addresses, output))
+        if args.once:
+            discover()
+            return 0
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        run_forever(discover, args.interval, stop)
+    except DiscoveryError as exc:
+        print(f"jupyter-gpumem hub discovery: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Arrays kept across cells: a line that keeps more arrays every time a cell runs is called out
+as growing, in ``%gpumem arrays`` and in ``%gpumem cells on``, with re-runs of a cell counted
+as one site.
+
+A real IPython ``InteractiveShell`` (tests/kernel_session.py) on CPU JAX. What the tests rely
+on, read in the sources:
+
+- IPython names each run's cell file apart (``<ipython-input-N-hash>``: ``code_name`` in
+  IPython/core/compilerop.py, 8.39.0 and 9.8.0), maps it to its execution count
+  (``CachingCompiler.cache``: ``self._filename_map[name] = number``) and puts the cell's code
+  in ``linecache.cache`` under that name;
+- ``run_ast_nodes`` compiles each top-level statement of a cell anew on every run
+  (IPython/core/interactiveshell.py, 9.8.0 lines 3629-3639: ``Module([node], [])`` then
+  ``compiler(mod, cell_name, mode)``), so two runs of one statement have two code objects;
+- jaxlib records a Traceback on every array it makes, holding each frame's code object
+  (jaxlib/traceback.cc at jax-v0.7.2 and jax-v0.11.0: ``Traceback::Get`` increfs
+  ``f_code``/``f_executable``; ``raw_frames()`` gives them back; tracebacks are on by default,
+  ``traceback_enabled_ = true``); jaxlib 0.4.38 (then built from openxla/xla) has the same
+  ``raw_frames()``, checked on its CPU wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SESSION = Path(__file__).parents[1] / "kernel_session.py"
+
+GROW = "for i in range(2):\n    xs.append(jnp.ones((4,)))"
+
+
+def session(tmp_path: Path, cells: list[str]) -> list[dict]:
+    """Each cell's record (``ok``, ``out``) from a fresh IPython with the extension loaded."""
+    path = tmp_path / "cells.json"
+    path.write_text(json.dumps(cells))
+    proc = subprocess.run(
+        [sys.executable, str(SESSION), str(path), "--ext"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={
+            "JAX_PLATFORMS": "cpu",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(SESSION.parents[1]),
+        },
+    )
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(line[4:])
+    assert all(c["ok"] for c in records), records
+    return records
+
+
+def table(text: str) -> list[list[str]]:
+    """The rows under a ``%gpumem arrays`` summary, split on the column gaps."""
+    return [[c.strip() for c in row.split("  ") if c.strip()] for row in text.splitlines()[1:] if row.startswith("  ")]
+
+
+# Cells 1 to 10. The growing cell runs as 2 and 3, and again as 5 after an edit that moves its
+# line; ``make`` keeps arrays from two runs of cell 6; cell 7 rebinds a name three times; cell 9
+# makes 50 arrays in one run.
+CELLS = [
+    "import jax, jax.numpy as jnp\nxs, kept = [], []\ndef keep():\n    kept.append(jnp.zeros((2,)))",
+    GROW,
+    GROW,
+    "%gpumem arrays --by line",
+    "# edited: the line moved down one\n" + GROW,
+    "keep()",
+    "for _ in range(3):\n    w = jnp.ones((8,))",
+    "keep()",
+    "once = [jnp.ones((1,)) for _ in range(50)]",
+    "%gpumem arrays --by line",
+]
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory) -> list[dict]:
+    return session(tmp_path_factory.mktemp("growth"), CELLS)
+
+
+@pytest.mark.jax_versions
+def test_a_list_that_grows_each_run_is_called_out_in_arrays(grown):
+    assert (
+        grown[3]["out"]
+        .splitlines()[0]
+        .endswith("Growing, run after run: cell [3] line 2 keeps arrays from 2 runs (4 arrays, 64 B).")
+    ), grown[3]["out"]
+
+
+@pytest.mark.jax_versions
+def test_re_runs_of_a_cell_are_one_site_in_arrays_by_line(grown):
+    """The line of cells 2 and 3 is one row, named by its newest run, first made in cell 2."""
+    assert ["cell [3] line 2", "4", "64 B", "2"] in table(grown[3]["out"])
+    assert not [row for row in table(grown[3]["out"]) if row[0] == "cell [2] line 2"]
+
+
+@pytest.mark.jax_versions
+def test_a_line_moved_by_an_edit_is_still_the_same_site(grown):
+    rows = table(grown[9]["out"])
+    assert ["cell [5] line 3", "6", "96 B", "2"] in rows, rows
+    assert "cell [5] line 3 keeps arrays from 3 runs (6 arrays, 96 B)" in grown[9]["out"]
+
+
+@pytest.mark.jax_versions
+def test_a_function_that_keeps_an_array_on_each_call_grows_at_its_own_line(grown):
+    assert "cell [1] line 4 in keep keeps arrays from 2 runs (2 arrays, 16 B)" in grown[9]["out"]
+
+
+def test_a_name_rebound_on_each_run_is_not_growing(grown):
+    """Cell 7 made three arrays at one line; two died as ``w`` was rebound."""
+    assert ["cell [7] line 2", "1", "32 B", "7"] in table(grown[9]["out"])
+    assert "cell [7] line 2 keeps" not in grown[9]["out"]
+
+
+def test_many_arrays_from_one_run_are_not_growing(grown):
+    assert ["cell [9] line 1 in <listcomp>", "50", "200 B", "9"] in table(grown[9]["out"])
+    assert "cell [9] line 1 in <listcomp> keeps" not in grown[9]["out"]
+
+
+@pytest.fixture(scope="module")
+def tracked(tmp_path_factory) -> list[dict]:
+    cells = ["import jax, jax.numpy as jnp\nxs = []", "%gpumem cells on", GROW, GROW, "y = jnp.ones((3,))"]
+    return session(tmp_path_factory.mktemp("tracked"), cells)
+
+
+@pytest.mark.jax_versions
+def test_cells_on_calls_out_the_line_that_grew_again(tracked):
+    line = tracked[3]["out"].strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"gpumem: cell 4: live arrays \+32 B \(now [\d.]+ B\); allocated at cell \[4\] line 2 \(32 B\); "
+        r"growing: cell \[4\] line 2 keeps arrays from 2 runs \(4 arrays, 64 B\)",
+        line,
+    ), line
+
+
+def test_cells_on_says_nothing_of_growth_for_a_line_run_once(tracked):
+    assert "growing" not in tracked[2]["out"] and "growing" not in tracked[4]["out"]
+    assert "allocated at cell [5] line 1 (12 B)" in tracked[4]["out"]

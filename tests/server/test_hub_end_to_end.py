@@ -1,0 +1,384 @@
+"""A real JupyterHub, end to end: Prometheus finds each user's server through the hub, names it by
+the hub's user, alerts on the right user's idle GPU holder, and the culler shuts down that
+user's kernel alone.
+
+JupyterHub 6.1.1 from PyPI, configurable-http-proxy 5.3.0 from npm (tests/server/hub_proxy,
+``make hub-proxy``), Debian's Prometheus (``make prometheus``). Two hub users, alice and bob, each
+with a single-user server (SimpleLocalProcessSpawner: both run as this test's Unix user, so the
+test needs no root and no accounts; JupyterHub's docs call it a spawner for tests) with the
+extension on the fake three-GPU world (the drop-in pynvml; synthetic readings) and one kernel
+whose pid the world gives GPU memory. The hub runs on the ``jupyterhub_config.py`` docs/server.md
+gives operators (``operators_config``), so it starts the discovery service
+(``jupyter_gpumem.server.hub_discovery``) with the docs' role (only ``list:users``,
+``read:users:name`` and ``read:servers``); Prometheus reads its targets file with
+the example scrape job (deploy/prometheus/prometheus.yml) and the example rules
+(deploy/prometheus/jupyter-gpumem.rules.yml), the idle-kernel alert's 30 min and 1 min cut to
+seconds. Both servers share one host here, so each gets a metrics port of its own from the hub's
+config (a ``pre_spawn_hook``) and the service is told each server's address (``--target-for``);
+on Kubernetes or Docker one ``--target`` template does it.
+
+What JupyterHub does, read in its source (jupyterhub 6.1.1): ``Spawner.get_env`` sets
+``JUPYTERHUB_USER`` after ``Spawner.environment`` (jupyterhub/spawner.py), so alice's claim to be
+bob is made by her spawner's ``get_env`` here, standing for anything she runs in her own server;
+``GET /hub/api/users?state=ready`` lists users with a ready server (jupyterhub/apihandlers/users.py);
+``LocalProcessSpawner`` starts each server in a session of its own (``start_new_session``), and
+the hub stops its servers, services and proxy when it gets SIGTERM (``cleanup_servers``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR, GiB, scenario
+
+pytestmark = pytest.mark.hub
+
+ROOT = Path(__file__).resolve().parents[2]
+CHP = ROOT / "tests" / "server" / "hub_proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
+DEPLOY = ROOT / "deploy" / "prometheus"
+PROXY_PORT, PROXY_API_PORT, HUB_PORT, PROMETHEUS_PORT = 9150, 9151, 9152, 9153  # this test's ports
+METRICS_PORTS = {"alice": 9154, "bob": 9155}
+HELD = {"alice": (2, 5 * GiB), "bob": (2, 3 * GiB)}  # GPU and bytes each user's kernel holds
+CULL_IDLE_AFTER = 20  # seconds; the idle-kernel alert (cut to 2 s idle) fires well before
+ALERT = "JupyterGpumemIdleKernelHoldsGpuMemory"
+
+try:
+    import jupyterhub  # noqa: F401
+
+    HUB_MISSING = None
+except ImportError:
+    HUB_MISSING = "jupyterhub not installed (pip install -e '.[test]')"
+if not CHP.exists():
+    HUB_MISSING = HUB_MISSING or "configurable-http-proxy not installed (make hub-proxy)"
+PROMETHEUS = subprocess.run(["sh", "-c", "command -v prometheus"], capture_output=True, text=True).stdout.strip()
+if not PROMETHEUS:
+    HUB_MISSING = HUB_MISSING or "prometheus not installed (make prometheus)"
+
+
+def operators_config() -> str:
+    """The ``jupyterhub_config.py`` docs/server.md gives operators to copy (its Python block
+    after "The JupyterHub config an operator copies")."""
+    text = (ROOT / "docs" / "server.md").read_text()
+    after = text[text.index("**The JupyterHub config an operator copies**") :]
+    return after[after.index("```python\n") + len("```python\n") : after.index("\n```\n")]
+
+
+def hub_config(tmp: Path, admin_token: str, targets: Path, world: Path) -> str:
+    """jupyterhub_config.py: the operator's config from docs/server.md as it is, then what this
+    test changes: the targets file's path, one address per server instead of the template (the
+    servers share this host), the listener on 127.0.0.1 and a port per server, culling after
+    20 s, the fake world, ports, and an admin service for the test's own requests."""
+    server_config = tmp / "jupyter-config"
+    server_config.mkdir()
+    (server_config / "jupyter_server_config.json").write_text(
+        json.dumps(
+            {
+                "ServerApp": {
+                    "allow_root": True,
+                    "jpserver_extensions": {
+                        "jupyter_gpumem": True,
+                        "jupyterlab": False,
+                        "notebook_shim": False,
+                        "notebook": False,
+                        "jupyter_lsp": False,
+                        "jupyter_server_terminals": False,
+                    },
+                }
+            }
+        )
+    )
+    addresses = ["--interval", "1"]
+    for user, port in METRICS_PORTS.items():
+        addresses += ["--target-for", f"{user}=127.0.0.1:{port}"]
+    environment = {
+        "PYTHONPATH": os.pathsep.join([str(DROPIN_DIR), str(ROOT)]),
+        ENV_VAR: str(world),
+        "JUPYTER_CONFIG_DIR": str(server_config),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+    }
+    return (
+        operators_config()
+        + f"""
+# --- what the test changes ---
+from jupyterhub.spawner import SimpleLocalProcessSpawner
+
+(service,) = c.JupyterHub.services
+command = list(service["command"])
+command[command.index("--output") + 1] = {str(targets)!r}
+del command[command.index("--target") : command.index("--target") + 2]
+service["command"] = command + {addresses!r}
+service["environment"] = {{"PYTHONPATH": {str(ROOT)!r}}}
+
+class ClaimingSpawner(SimpleLocalProcessSpawner):
+    def get_env(self):
+        env = super().get_env()
+        if self.user.name == "alice":  # alice says she is bob, on bob's server
+            env.update(JUPYTERHUB_USER="bob", JUPYTERHUB_SERVER_NAME="bobs")
+        return env
+
+METRICS_PORTS = {METRICS_PORTS!r}
+
+def metrics_port(spawner):  # both servers share this host: a port each
+    spawner.args = [*spawner.args, f"--GpuMem.metrics_port={{METRICS_PORTS[spawner.user.name]}}"]
+
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {PROXY_PORT}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {HUB_PORT}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{PROXY_API_PORT}"
+c.ConfigurableHTTPProxy.command = [{str(CHP)!r}]
+c.JupyterHub.db_url = "sqlite:///{tmp / "jupyterhub.sqlite"}"
+c.JupyterHub.cookie_secret_file = {str(tmp / "cookie_secret")!r}
+c.JupyterHub.authenticator_class = "dummy"
+c.JupyterHub.spawner_class = ClaimingSpawner
+c.SimpleLocalProcessSpawner.home_dir_template = {str(tmp / "home" / "{username}")!r}
+c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
+changed = ("--GpuMem.metrics_port", "--GpuMem.metrics_ip", "--GpuMem.cull_idle_after")
+assert all(any(a.startswith(name + "=") for a in c.Spawner.args) for name in changed)
+c.Spawner.args = [a for a in c.Spawner.args if a.split("=")[0] not in changed] + [
+    "--GpuMem.metrics_ip=127.0.0.1",
+    "--GpuMem.poll_interval=0.5",
+    "--GpuMem.idle_after=0",
+    "--GpuMem.cull_idle_after={CULL_IDLE_AFTER}",
+    "--GpuMem.cull_min_bytes=1073741824",
+]
+c.Spawner.pre_spawn_hook = metrics_port
+c.Spawner.environment = {environment!r}
+c.Spawner.start_timeout = 90
+c.Spawner.http_timeout = 90
+c.JupyterHub.services.append({{"name": "test-admin", "api_token": {admin_token!r}}})
+c.JupyterHub.load_roles.append(
+    {{"name": "test-admin", "scopes": ["admin:users", "admin:servers", "access:servers"], "services": ["test-admin"]}}
+)
+"""
+    )
+
+
+def prometheus_config(tmp: Path, targets: Path) -> Path:
+    """The example scrape job and rules, scraping every second, the idle-kernel alert's 30 min
+    idle and 1 min ``for`` cut to 2 s and 0 s."""
+    rules = yaml.safe_load((DEPLOY / "jupyter-gpumem.rules.yml").read_text())
+    (alert,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == ALERT]
+    assert "jupyter_gpumem_kernel_idle_seconds > 1800" in alert["expr"]
+    alert["expr"] = alert["expr"].replace(
+        "jupyter_gpumem_kernel_idle_seconds > 1800", "jupyter_gpumem_kernel_idle_seconds > 2"
+    )
+    alert["for"] = "0s"
+    (tmp / "rules.yml").write_text(yaml.safe_dump(rules))
+    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [str(tmp / "rules.yml")]
+    (job,) = config["scrape_configs"]
+    job.update(scrape_interval="1s", scrape_timeout="1s")
+    (sd,) = job["file_sd_configs"]
+    sd.update(files=[str(targets)], refresh_interval="1s")
+    path = tmp / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def http(url: str, token: str | None = None, method: str = "GET", body: dict | None = None) -> object:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    if token:
+        request.add_header("Authorization", f"token {token}")
+    with urllib.request.urlopen(request, timeout=15) as response:
+        text = response.read().decode()
+    return json.loads(text) if text else None
+
+
+def wait_for(what: str, check, timeout: float, logs: list[Path], every: float = 0.5):
+    """``check()``'s first truthy answer within ``timeout`` seconds, or a failure with the logs' ends."""
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            answer = check()
+            if answer:
+                return answer
+            last = answer
+        except (urllib.error.URLError, ConnectionError, OSError, KeyError, ValueError) as exc:
+            last = exc
+        time.sleep(every)
+    tails = "\n".join(f"--- {log.name}\n{log.read_text()[-4000:]}" for log in logs if log.exists())
+    raise AssertionError(f"{what}: not within {timeout:g} s (last: {last!r})\n{tails}")
+
+
+def stop_all(hub: subprocess.Popen | None, prometheus: subprocess.Popen | None) -> None:
+    """SIGTERM the hub (it stops its servers, service and proxy) and Prometheus; then kill whatever
+    of theirs is left, kernels included, so a failed test leaves no process behind."""
+    leftovers = []
+    for proc in (hub, prometheus):
+        if proc is not None and proc.poll() is None:
+            try:
+                leftovers += psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+            proc.send_signal(signal.SIGTERM)
+    for proc in (hub, prometheus):
+        if proc is not None:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+    _, alive = psutil.wait_procs(leftovers, timeout=10)
+    for child in alive:
+        child.kill()
+    psutil.wait_procs(alive, timeout=10)
+
+
+async def run_forever_in(ws_url: str, token: str) -> None:
+    """Send an execute_request for a cell that sleeps ten minutes (the kernel stays busy), on
+    jupyter_server's kernel websocket (JSON messages, protocol 5.3), and wait for the busy status."""
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    session, msg_id = uuid.uuid4().hex, uuid.uuid4().hex
+    connection = await websocket_connect(HTTPRequest(ws_url, headers={"Authorization": f"token {token}"}))
+    header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "bob", "session": session}
+    header.update(date="2026-01-01T00:00:00.000000Z", version="5.3")
+    content = {"code": "import time; time.sleep(600)", "silent": False, "store_history": True}
+    content.update(user_expressions={}, allow_stdin=False, stop_on_error=True)
+    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": "shell"}
+    await connection.write_message(json.dumps(message))
+    while True:
+        reply = json.loads(await asyncio.wait_for(connection.read_message(), 30))
+        if reply.get("msg_type") == "status" and reply["content"].get("execution_state") == "busy":
+            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                break
+    connection.close()
+
+
+@pytest.mark.skipif(HUB_MISSING is not None, reason=HUB_MISSING or "")
+def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder_is_culled(tmp_path):
+    admin_token = secrets.token_hex(32)
+    targets, world_file = tmp_path / "targets.json", tmp_path / "world.json"
+    world = scenario("three_gpus")
+    world.save(world_file)
+    (tmp_path / "jupyterhub_config.py").write_text(hub_config(tmp_path, admin_token, targets, world_file))
+    (tmp_path / "tsdb").mkdir()
+    hub_log, prometheus_log = tmp_path / "hub.log", tmp_path / "prometheus.log"
+    logs = [hub_log, prometheus_log]
+    hub = prometheus = None
+    try:
+        hub = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(tmp_path / "jupyterhub_config.py")],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdout=hub_log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        prometheus = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={prometheus_config(tmp_path, targets)}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+            ],
+            stdout=prometheus_log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        api = f"http://127.0.0.1:{HUB_PORT}/hub/api/"
+        proxy = f"http://127.0.0.1:{PROXY_PORT}/user/"
+
+        def hub_api(path: str, method: str = "GET", body: dict | None = None):
+            return http(api + path, admin_token, method, body)
+
+        def query(expr: str) -> list:
+            url = f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+            return http(url)["data"]["result"]
+
+        wait_for("the hub answers", lambda: hub_api("") is not None, 60, logs)
+        hub_api("users", "POST", {"usernames": list(METRICS_PORTS)})
+        for user in METRICS_PORTS:
+            hub_api(f"users/{user}/server", "POST", {})
+        for user in METRICS_PORTS:
+            wait_for(f"{user}'s server ready", lambda u=user: hub_api(f"users/{u}")["servers"][""]["ready"], 90, logs)
+
+        kernels = {}
+        for user, (gpu, held) in HELD.items():
+            session = http(
+                f"{proxy}{user}/api/sessions",
+                admin_token,
+                "POST",
+                {"path": f"{user}.ipynb", "type": "notebook", "name": "", "kernel": {"name": "python3"}},
+            )
+            kernel_id = session["kernel"]["id"]
+
+            def pid_of(u=user, k=kernel_id):
+                rows = http(f"{proxy}{u}/jupyter-gpumem/api/kernels", admin_token)["kernels"]
+                return next((r["pid"] for r in rows if r["kernel_id"] == k and r["pid"]), None)
+
+            kernels[user] = (kernel_id, wait_for(f"{user}'s kernel pid", pid_of, 60, logs))
+            world.add_process(gpu, kernels[user][1], held)  # the drop-in reads the file again
+        world.save(world_file)
+        ws = f"ws://127.0.0.1:{PROXY_PORT}/user/bob/api/kernels/{kernels['bob'][0]}/channels"
+        asyncio.run(run_forever_in(ws, admin_token))  # bob's kernel is busy: never idle, never culled
+
+        # The discovery service's file: one target per server, labelled by the hub.
+        written = wait_for(
+            "two targets written",
+            lambda: len(json.loads(targets.read_text())) == 2 and json.loads(targets.read_text()),
+            30,
+            logs,
+        )
+        assert sorted((g["labels"]["hub_user"], g["targets"]) for g in written) == [
+            ("alice", [f"127.0.0.1:{METRICS_PORTS['alice']}"]),
+            ("bob", [f"127.0.0.1:{METRICS_PORTS['bob']}"]),
+        ]
+
+        # Both targets up in Prometheus, each kernel's bytes under the hub's user.
+        def held_per_user():
+            rows = query("jupyter_gpumem_kernel_gpu_bytes")
+            return len(rows) == 2 and {r["metric"]["hub_user"]: r for r in rows}
+
+        held = wait_for("both kernels' bytes in Prometheus", held_per_user, 40, logs)
+        ups = query('up{job="jupyterhub-singleuser"}')
+        assert sorted((u["metric"]["hub_user"], u["metric"]["instance"], u["value"][1]) for u in ups) == [
+            ("alice", f"127.0.0.1:{METRICS_PORTS['alice']}", "1"),
+            ("bob", f"127.0.0.1:{METRICS_PORTS['bob']}", "1"),
+        ]
+        for user, (gpu, size) in HELD.items():
+            metric = held[user]["metric"]
+            assert float(held[user]["value"][1]) == size and metric["index"] == str(gpu)
+            assert metric["instance"] == f"127.0.0.1:{METRICS_PORTS[user]}"
+        # alice's claim to be bob changed nothing: bob's series are his server's only.
+        assert {r["metric"]["instance"] for r in query('{hub_user="bob"}')} == {f"127.0.0.1:{METRICS_PORTS['bob']}"}
+        assert not query('{server_name="bobs"}') and not query('{user!=""}')
+
+        # The idle-holder alert fires for alice alone (bob's kernel is busy).
+        firing = wait_for(
+            "the idle-holder alert", lambda: query(f'ALERTS{{alertname="{ALERT}",alertstate="firing"}}'), 30, logs
+        )
+        assert [a["metric"]["hub_user"] for a in firing] == ["alice"]
+
+        # Culling: alice's idle kernel holding 5 GiB is shut down; bob's busy one is untouched.
+        wait_for("alice's kernel culled", lambda: http(f"{proxy}alice/api/kernels", admin_token) == [], 60, logs)
+        (bobs,) = http(f"{proxy}bob/api/kernels", admin_token)
+        assert bobs["id"] == kernels["bob"][0] and bobs["execution_state"] == "busy"
+
+        def culled_per_user():
+            culled = {r["metric"]["hub_user"]: r["value"][1] for r in query("jupyter_gpumem_culled_kernels_total")}
+            return culled.get("alice") == "1" and culled
+
+        assert wait_for("the cull counted", culled_per_user, 10, logs) == {"alice": "1", "bob": "0"}
+    finally:
+        stop_all(hub, prometheus)
