@@ -142,9 +142,9 @@ test-jax-matrix: setup
 test: lint lint-imports test-ts test-browser test-notebooks test-jax-matrix test-python
 
 # Mutation testing (mutmut) of the pure core against the tests that specify it: the modules and
-# tests are listed in pyproject.toml's [tool.mutmut]. Results are kept in mutants/ (a second run
-# redoes only what changed); MUTANTS="jupyter_gpumem.core.units*" runs a subset. docs/testing.md has
-# the last score and why each survivor is left.
+# tests are listed in pyproject.toml's [tool.mutmut]. Results are kept in mutants/ (a run without
+# MUTANTS redoes what is not checked; a change to the tests unchecks the rest); MUTANTS="jupyter_gpumem.core.units*"
+# runs that subset again whole. docs/testing.md has the last score and why each survivor is left.
 MUTANTS ?=
 mutation: $(STAMP_INSTALL)
 	nice $(BIN)/mutmut run $(MUTANTS) > mutants-run.log 2>&1 || (tail -20 mutants-run.log; exit 1)
