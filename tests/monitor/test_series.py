@@ -27,6 +27,7 @@ from jupyter_gpumem.core.readings import (
     CpuArraysReading,
     CudaPoolReading,
     DeviceReading,
+    DeviceUnreadable,
     Event,
     JaxDeviceReading,
     NotAvailable,
@@ -769,6 +770,14 @@ def test_when_nvml_lists_no_gpu_a_jax_gpu_keyed_by_its_id_draws_jaxs_numbers():
     sample = Sample(0.0, PID, (), (JaxDeviceReading(1, "gpu", "H100", None, stats),))
     assert device_keys(sample) == [1]
     assert (series_values(sample, 1)["jax_in_use"], series_values(sample, 1)["pool_unused"]) == (2 * GiB, 2 * GiB)
+
+
+def test_a_gpu_nvml_cannot_read_draws_jaxs_numbers_and_no_nvml_bands():
+    s = bfc_sample()
+    lost = DeviceUnreadable(0, NotAvailable(ERROR, "synthetic: GPU is lost"))
+    values = series_values(Sample(s.t, PID, (lost,), s.jax), 0)
+    assert values["jax_in_use"] == 6 * GiB
+    assert [values[n] for n in ("total", "free", "outside_jax", "other_processes", "unattributed")] == [None] * 5
 
 
 def test_hidden_pids_under_cuda_async_leave_the_used_bytes_beyond_the_driver_pool_unattributed():
