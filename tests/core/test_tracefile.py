@@ -612,3 +612,72 @@ def test_a_jax_device_without_statistics_is_written_with_null_allocator_and_stat
             "cuda_pool": {"na": "error", "reason": "synthetic: pool unread"},
         }
     ]
+
+
+def test_named_processes_hidden_processes_and_jax_not_started_read_back_as_written():
+    named = DeviceReading(
+        0, "GPU", "GPU-0", 80 * GiB, 3 * GiB, 77 * GiB, processes=(ProcessReading(7, 1 * GiB, "python", "ana"),)
+    )
+    hidden = DeviceReading(1, "GPU", "GPU-1", 80 * GiB, 3 * GiB, 77 * GiB, processes=NotAvailable("pids_hidden", "MIG"))
+    sample = Sample(1.0, 7, (named, hidden), NotAvailable("not_started", "synthetic"))
+    assert sample_from_json(sample_to_json(sample)) == sample
+
+
+def test_a_device_written_without_name_uuid_or_processes_reads_with_empty_ones():
+    line = {
+        "kind": "sample",
+        "t": 1.0,
+        "pid": 7,
+        "jax": [],
+        "devices": [{"index": 0, "total_bytes": 8, "used_bytes": 3, "free_bytes": 5}],
+    }
+    assert sample_from_json(line).devices == (DeviceReading(0, "", "", 8, 3, 5),)
+
+
+def _device_error(device: dict) -> str:
+    line = {"kind": "sample", "t": 1.0, "pid": 7, "jax": [], "devices": [device]}
+    data = (json.dumps(HEADER) + "\n" + json.dumps(line) + "\n").encode()
+    return read_trace_bytes(data).error.message
+
+
+GOOD_DEVICE = {"index": 0, "total_bytes": 8, "used_bytes": 3, "free_bytes": 5}
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ([], "devices[0] must be an object, got a list"),
+        ({**GOOD_DEVICE, "index": "0"}, "devices[0].index must be an integer, got a string"),
+        ({**GOOD_DEVICE, "name": 5}, "devices[0].name must be a string, got the number 5"),
+        ({**GOOD_DEVICE, "used_bytes": None}, "devices[0].used_bytes must be an integer, got null"),
+        ({**GOOD_DEVICE, "free_bytes": 1.5}, "devices[0].free_bytes must be an integer, got the number 1.5"),
+        ({**GOOD_DEVICE, "processes": 5}, "devices[0].processes must be a list, got the number 5"),
+        ({**GOOD_DEVICE, "processes": ["x"]}, "devices[0].processes[0] must be an object, got a string"),
+        (
+            {**GOOD_DEVICE, "processes": [{"pid": 1, "name": 2}]},
+            "devices[0].processes[0].name must be a string, got the number 2",
+        ),
+        (
+            {**GOOD_DEVICE, "processes": {"na": "pids_hidden", "reason": 1}},
+            'devices[0].processes must be {"na": code, "reason": text} with two strings',
+        ),
+        (
+            {**GOOD_DEVICE, "processes": {"na": 1, "reason": "MIG"}},
+            'devices[0].processes must be {"na": code, "reason": text} with two strings',
+        ),
+        (
+            {**GOOD_DEVICE, "processes": {"na": "pids_hidden", "reason": "MIG", "more": 1}},
+            'devices[0].processes must be {"na": code, "reason": text} with two strings',
+        ),
+        (
+            {**GOOD_DEVICE, "processes": [{"pid": 1, "used_bytes": {"na": 1, "reason": "x"}}]},
+            'devices[0].processes[0].used_bytes must be {"na": code, "reason": text} with two strings',
+        ),
+        (
+            {**GOOD_DEVICE, "processes": [{"pid": 1, "used_bytes": "1"}]},
+            "devices[0].processes[0].used_bytes must be an integer, got a string",
+        ),
+    ],
+)
+def test_a_bad_device_field_is_named_with_what_it_got(device, message):
+    assert _device_error(device) == message
