@@ -681,3 +681,28 @@ GOOD_DEVICE = {"index": 0, "total_bytes": 8, "used_bytes": 3, "free_bytes": 5}
 )
 def test_a_bad_device_field_is_named_with_what_it_got(device, message):
     assert _device_error(device) == message
+
+
+def test_each_line_is_written_as_compact_json(tmp_path):
+    with TraceWriter(tmp_path / "t.jsonl", {"synthetic": True}) as writer:
+        writer.write_event(Event(1.0, "marker", {"a": 1}))
+    assert (tmp_path / "t.jsonl").read_text().splitlines()[
+        1
+    ] == '{"kind":"event","t":1.0,"name":"marker","data":{"a":1}}'
+
+
+def test_a_value_json_cannot_hold_is_refused_not_written(tmp_path):
+    with TraceWriter(tmp_path / "t.jsonl", {"synthetic": True}) as writer:
+        with pytest.raises(ValueError):
+            writer.write_event(Event(1.0, "marker", {"a": float("nan")}))
+    assert len((tmp_path / "t.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_closed_writer_says_so_and_refuses_more_lines_naming_the_trace(tmp_path):
+    writer = TraceWriter(tmp_path / "t.jsonl", {"synthetic": True})
+    writer.close()
+    writer.close()  # a second close changes nothing
+    assert writer.closed
+    with pytest.raises(ValueError) as err:
+        writer.write_event(Event(1.0, "marker"))
+    assert str(err.value) == f"trace {tmp_path / 't.jsonl'} is closed"
