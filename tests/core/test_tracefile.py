@@ -7,6 +7,7 @@ import os
 import pathlib
 import socket
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -706,3 +707,63 @@ def test_a_closed_writer_says_so_and_refuses_more_lines_naming_the_trace(tmp_pat
     with pytest.raises(ValueError) as err:
         writer.write_event(Event(1.0, "marker"))
     assert str(err.value) == f"trace {tmp_path / 't.jsonl'} is closed"
+
+
+def test_a_jax_device_without_statistics_and_its_unread_pool_read_back_as_written():
+    jax = JaxDeviceReading(0, "gpu", "H100", 0, NotAvailable("no_stats", "synthetic"), NotAvailable("error", "unread"))
+    sample = Sample(1.0, 7, (), (jax,))
+    assert sample_from_json(sample_to_json(sample)) == sample
+
+
+def test_memory_stats_skip_flags_nulls_and_text_and_keep_the_largest_count():
+    line = {
+        "kind": "sample",
+        "t": 1.0,
+        "pid": 7,
+        "devices": [],
+        "jax": [
+            {
+                "id": 0,
+                "platform": "gpu",
+                "memory_stats": {"flag": True, "none": None, "text": "x", "bytes_in_use": 2**63 - 1},
+            }
+        ],
+    }
+    stats = sample_from_json(line).jax[0].stats
+    assert (stats.allocator, stats.bytes_in_use) == ("unknown", 2**63 - 1)
+
+
+def _jax_error(device: Any) -> str:
+    line = {"kind": "sample", "t": 1.0, "pid": 7, "devices": [], "jax": [device]}
+    data = (json.dumps(HEADER) + "\n" + json.dumps(line) + "\n").encode()
+    return read_trace_bytes(data).error.message
+
+
+GOOD_JAX = {"id": 0, "platform": "gpu"}
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("gpu", "jax[0] must be an object, got a string"),
+        ({"id": 0, "platform": 1}, "jax[0].platform must be a string, got the number 1"),
+        ({**GOOD_JAX, "allocator": 1}, "jax[0].allocator must be a string, got the number 1"),
+        ({**GOOD_JAX, "memory_stats": []}, "jax[0].memory_stats must be an object, got a list"),
+        (
+            {**GOOD_JAX, "memory_stats": {"bytes_in_use": 2**63}},
+            "jax[0].memory_stats['bytes_in_use'] must be a number no larger than 2**63-1, got the number 9223372036854775808",
+        ),
+        ({**GOOD_JAX, "stats_na": "x"}, "jax[0].stats_na must be a not-available value"),
+        (
+            {**GOOD_JAX, "stats_na": {"na": 1, "reason": "x"}},
+            'jax[0].stats_na must be {"na": code, "reason": text} with two strings',
+        ),
+        (
+            {**GOOD_JAX, "cuda_pool": {"na": 1, "reason": "x"}},
+            'jax[0].cuda_pool must be {"na": code, "reason": text} with two strings',
+        ),
+        ({**GOOD_JAX, "cuda_pool": 5}, "jax[0].cuda_pool must be an object, got the number 5"),
+    ],
+)
+def test_a_bad_jax_device_field_is_named_with_what_it_got(device, message):
+    assert _jax_error(device) == message
