@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import socket
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,6 +32,7 @@ from jupyter_gpumem.core.tracefile import (
     Trace,
     TraceError,
     TraceWriter,
+    header_devices,
     read_trace,
     read_trace_bytes,
     sample_from_json,
@@ -38,6 +42,7 @@ from jupyter_gpumem.core.tracefile import (
 TRACES = demo_traces.FOLDER
 SYNTHETIC = sorted(TRACES.glob("synthetic_*.jsonl"))
 HEADER = {"kind": "header", "format": 1, "synthetic": True}
+GiB = 1 << 30
 
 
 def _bfc_sample(t: float = 100.0) -> Sample:
@@ -489,3 +494,276 @@ def test_samples_at_the_same_time_and_events_out_of_order_are_read():
     ]
     trace = read_trace_bytes(("\n".join(json.dumps(x) for x in lines) + "\n").encode(), strict=True)
     assert len(trace.samples) == 2 and len(trace.events) == 1
+
+
+def _event_error(event: dict) -> str:
+    data = (json.dumps(HEADER) + "\n" + json.dumps({"kind": "event", **event}) + "\n").encode()
+    return read_trace_bytes(data).error.message
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (None, "null"),
+        (True, "a boolean"),
+        (5, "the number 5"),
+        (2.5, "the number 2.5"),
+        (10**38, f"the number {10**38}"),  # 39 digits: still written out
+        (10**39, "a huge number"),  # 40 digits
+        ([], "a list"),
+        ({}, "an object"),
+    ],
+)
+def test_a_field_of_the_wrong_type_says_what_it_got(value, words):
+    assert _event_error({"t": 1.0, "name": value}) == f"event.name must be a string, got {words}"
+
+
+def test_an_event_with_an_empty_name_is_refused():
+    assert _event_error({"t": 1.0, "name": ""}) == "event.name must not be empty"
+
+
+def test_an_event_without_a_time_is_refused_naming_the_field():
+    assert _event_error({"name": "marker"}) == "event.t is missing"
+
+
+def test_an_event_whose_data_is_not_an_object_is_refused_naming_the_field():
+    assert _event_error({"t": 1.0, "name": "marker", "data": [1]}) == "event.data must be an object, got a list"
+
+
+def test_an_event_without_data_reads_with_empty_data():
+    data = (json.dumps(HEADER) + "\n" + json.dumps({"kind": "event", "t": 2.5, "name": "marker"}) + "\n").encode()
+    trace = read_trace_bytes(data)
+    assert trace.error is None and trace.events == [Event(2.5, "marker", {})]
+
+
+def _first_line(path: pathlib.Path) -> dict:
+    return json.loads(path.read_text().splitlines()[0])
+
+
+def test_the_writer_writes_the_header_whole_with_its_defaults(tmp_path):
+    writer = TraceWriter(tmp_path / "t.jsonl", {"synthetic": True})
+    writer.close()
+    header = _first_line(tmp_path / "t.jsonl")
+    assert header == {
+        "kind": "header",
+        "format": 1,
+        "synthetic": True,
+        "host": socket.gethostname(),
+        "jax_version": None,
+        "settings": {},
+        "devices": [],
+        "created": writer.header["created"],
+        "pid": os.getpid(),
+        "tool": writer.header["tool"],
+    }
+    assert datetime.fromisoformat(header["created"]).utcoffset() == timedelta(0)
+
+
+def test_header_fields_cannot_change_the_kind_or_the_format(tmp_path):
+    TraceWriter(tmp_path / "t.jsonl", {"synthetic": False, "kind": "sample", "format": 7}).close()
+    header = _first_line(tmp_path / "t.jsonl")
+    assert (header["kind"], header["format"], header["synthetic"]) == ("header", 1, False)
+
+
+def test_writer_without_synthetic_says_what_to_give():
+    with pytest.raises(ValueError) as err:
+        TraceWriter("unused.jsonl", {"synthetic": "yes"})
+    assert str(err.value) == "header_fields must give 'synthetic': true or false"
+
+
+def test_header_devices_are_the_readable_gpus_index_name_uuid_and_total():
+    ok = DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-0", 80 * GiB, 0, 80 * GiB)
+    lost = DeviceUnreadable(1, NotAvailable("error", "synthetic"))
+    assert header_devices((ok, lost)) == [
+        {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0", "total_bytes": 80 * GiB}
+    ]
+    assert header_devices(NotAvailable("no_driver", "synthetic")) == []
+
+
+def test_a_process_is_written_with_its_name_and_user_only_where_known():
+    procs = (ProcessReading(7, 1 * GiB, name="python", user="ana"), ProcessReading(8, 2 * GiB))
+    dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 3 * GiB, 77 * GiB, processes=procs)
+    line = sample_to_json(Sample(1.0, 7, (dev,), NotAvailable("not_started", "synthetic")))
+    assert line["devices"][0]["processes"] == [
+        {"pid": 7, "used_bytes": 1 * GiB, "name": "python", "user": "ana"},
+        {"pid": 8, "used_bytes": 2 * GiB},
+    ]
+    assert line["jax"] == {"na": "not_started", "reason": "synthetic"}
+
+
+def test_hidden_processes_are_written_as_not_available_with_the_reason():
+    dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 3 * GiB, 77 * GiB, processes=NotAvailable("pids_hidden", "MIG"))
+    line = sample_to_json(Sample(1.0, 7, (dev,), ()))
+    assert line["devices"][0]["processes"] == {"na": "pids_hidden", "reason": "MIG"}
+
+
+def test_a_jax_device_without_statistics_is_written_with_null_allocator_and_stats_and_why():
+    no_stats = NotAvailable("no_stats", "synthetic")
+    pool = NotAvailable("error", "synthetic: pool unread")
+    line = sample_to_json(Sample(1.0, 7, (), (JaxDeviceReading(0, "gpu", "H100", 0, no_stats, pool),)))
+    assert line["jax"] == [
+        {
+            "id": 0,
+            "platform": "gpu",
+            "kind": "H100",
+            "nvml_index": 0,
+            "allocator": None,
+            "memory_stats": None,
+            "stats_na": {"na": "no_stats", "reason": "synthetic"},
+            "cuda_pool": {"na": "error", "reason": "synthetic: pool unread"},
+        }
+    ]
+
+
+def test_named_processes_hidden_processes_and_jax_not_started_read_back_as_written():
+    named = DeviceReading(
+        0, "GPU", "GPU-0", 80 * GiB, 3 * GiB, 77 * GiB, processes=(ProcessReading(7, 1 * GiB, "python", "ana"),)
+    )
+    hidden = DeviceReading(1, "GPU", "GPU-1", 80 * GiB, 3 * GiB, 77 * GiB, processes=NotAvailable("pids_hidden", "MIG"))
+    sample = Sample(1.0, 7, (named, hidden), NotAvailable("not_started", "synthetic"))
+    assert sample_from_json(sample_to_json(sample)) == sample
+
+
+def test_a_device_written_without_name_uuid_or_processes_reads_with_empty_ones():
+    line = {
+        "kind": "sample",
+        "t": 1.0,
+        "pid": 7,
+        "jax": [],
+        "devices": [{"index": 0, "total_bytes": 8, "used_bytes": 3, "free_bytes": 5}],
+    }
+    assert sample_from_json(line).devices == (DeviceReading(0, "", "", 8, 3, 5),)
+
+
+def _device_error(device: dict) -> str:
+    line = {"kind": "sample", "t": 1.0, "pid": 7, "jax": [], "devices": [device]}
+    data = (json.dumps(HEADER) + "\n" + json.dumps(line) + "\n").encode()
+    return read_trace_bytes(data).error.message
+
+
+GOOD_DEVICE = {"index": 0, "total_bytes": 8, "used_bytes": 3, "free_bytes": 5}
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ([], "devices[0] must be an object, got a list"),
+        ({**GOOD_DEVICE, "index": "0"}, "devices[0].index must be an integer, got a string"),
+        ({**GOOD_DEVICE, "name": 5}, "devices[0].name must be a string, got the number 5"),
+        ({**GOOD_DEVICE, "used_bytes": None}, "devices[0].used_bytes must be an integer, got null"),
+        ({**GOOD_DEVICE, "free_bytes": 1.5}, "devices[0].free_bytes must be an integer, got the number 1.5"),
+        ({**GOOD_DEVICE, "processes": 5}, "devices[0].processes must be a list, got the number 5"),
+        ({**GOOD_DEVICE, "processes": ["x"]}, "devices[0].processes[0] must be an object, got a string"),
+        (
+            {**GOOD_DEVICE, "processes": [{"pid": 1, "name": 2}]},
+            "devices[0].processes[0].name must be a string, got the number 2",
+        ),
+        (
+            {**GOOD_DEVICE, "processes": {"na": "pids_hidden", "reason": 1}},
+            'devices[0].processes must be {"na": code, "reason": text} with two strings',
+        ),
+        (
+            {**GOOD_DEVICE, "processes": {"na": 1, "reason": "MIG"}},
+            'devices[0].processes must be {"na": code, "reason": text} with two strings',
+        ),
+        (
+            {**GOOD_DEVICE, "processes": {"na": "pids_hidden", "reason": "MIG", "more": 1}},
+            'devices[0].processes must be {"na": code, "reason": text} with two strings',
+        ),
+        (
+            {**GOOD_DEVICE, "processes": [{"pid": 1, "used_bytes": {"na": 1, "reason": "x"}}]},
+            'devices[0].processes[0].used_bytes must be {"na": code, "reason": text} with two strings',
+        ),
+        (
+            {**GOOD_DEVICE, "processes": [{"pid": 1, "used_bytes": "1"}]},
+            "devices[0].processes[0].used_bytes must be an integer, got a string",
+        ),
+    ],
+)
+def test_a_bad_device_field_is_named_with_what_it_got(device, message):
+    assert _device_error(device) == message
+
+
+def test_each_line_is_written_as_compact_json(tmp_path):
+    with TraceWriter(tmp_path / "t.jsonl", {"synthetic": True}) as writer:
+        writer.write_event(Event(1.0, "marker", {"a": 1}))
+    assert (tmp_path / "t.jsonl").read_text().splitlines()[
+        1
+    ] == '{"kind":"event","t":1.0,"name":"marker","data":{"a":1}}'
+
+
+def test_a_value_json_cannot_hold_is_refused_not_written(tmp_path):
+    with TraceWriter(tmp_path / "t.jsonl", {"synthetic": True}) as writer:
+        with pytest.raises(ValueError):
+            writer.write_event(Event(1.0, "marker", {"a": float("nan")}))
+    assert len((tmp_path / "t.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_closed_writer_says_so_and_refuses_more_lines_naming_the_trace(tmp_path):
+    writer = TraceWriter(tmp_path / "t.jsonl", {"synthetic": True})
+    writer.close()
+    writer.close()  # a second close changes nothing
+    assert writer.closed
+    with pytest.raises(ValueError) as err:
+        writer.write_event(Event(1.0, "marker"))
+    assert str(err.value) == f"trace {tmp_path / 't.jsonl'} is closed"
+
+
+def test_a_jax_device_without_statistics_and_its_unread_pool_read_back_as_written():
+    jax = JaxDeviceReading(0, "gpu", "H100", 0, NotAvailable("no_stats", "synthetic"), NotAvailable("error", "unread"))
+    sample = Sample(1.0, 7, (), (jax,))
+    assert sample_from_json(sample_to_json(sample)) == sample
+
+
+def test_memory_stats_skip_flags_nulls_and_text_and_keep_the_largest_count():
+    line = {
+        "kind": "sample",
+        "t": 1.0,
+        "pid": 7,
+        "devices": [],
+        "jax": [
+            {
+                "id": 0,
+                "platform": "gpu",
+                "memory_stats": {"flag": True, "none": None, "text": "x", "bytes_in_use": 2**63 - 1},
+            }
+        ],
+    }
+    stats = sample_from_json(line).jax[0].stats
+    assert (stats.allocator, stats.bytes_in_use) == ("unknown", 2**63 - 1)
+
+
+def _jax_error(device: Any) -> str:
+    line = {"kind": "sample", "t": 1.0, "pid": 7, "devices": [], "jax": [device]}
+    data = (json.dumps(HEADER) + "\n" + json.dumps(line) + "\n").encode()
+    return read_trace_bytes(data).error.message
+
+
+GOOD_JAX = {"id": 0, "platform": "gpu"}
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("gpu", "jax[0] must be an object, got a string"),
+        ({"id": 0, "platform": 1}, "jax[0].platform must be a string, got the number 1"),
+        ({**GOOD_JAX, "allocator": 1}, "jax[0].allocator must be a string, got the number 1"),
+        ({**GOOD_JAX, "memory_stats": []}, "jax[0].memory_stats must be an object, got a list"),
+        (
+            {**GOOD_JAX, "memory_stats": {"bytes_in_use": 2**63}},
+            "jax[0].memory_stats['bytes_in_use'] must be a number no larger than 2**63-1, got the number 9223372036854775808",
+        ),
+        ({**GOOD_JAX, "stats_na": "x"}, "jax[0].stats_na must be a not-available value"),
+        (
+            {**GOOD_JAX, "stats_na": {"na": 1, "reason": "x"}},
+            'jax[0].stats_na must be {"na": code, "reason": text} with two strings',
+        ),
+        (
+            {**GOOD_JAX, "cuda_pool": {"na": 1, "reason": "x"}},
+            'jax[0].cuda_pool must be {"na": code, "reason": text} with two strings',
+        ),
+        ({**GOOD_JAX, "cuda_pool": 5}, "jax[0].cuda_pool must be an object, got the number 5"),
+    ],
+)
+def test_a_bad_jax_device_field_is_named_with_what_it_got(device, message):
+    assert _jax_error(device) == message

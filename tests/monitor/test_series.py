@@ -27,6 +27,7 @@ from jupyter_gpumem.core.readings import (
     CpuArraysReading,
     CudaPoolReading,
     DeviceReading,
+    DeviceUnreadable,
     Event,
     JaxDeviceReading,
     NotAvailable,
@@ -51,6 +52,7 @@ from jupyter_gpumem.monitor.series import (
     row_for,
     series_values,
     view_keys,
+    view_name,
 )
 
 # bfc_sample and cuda_async_sample spell out the numbers the expectations below are worked out from.
@@ -296,6 +298,20 @@ def test_decimation_refuses_a_budget_below_two_per_column():
         decimate_rows([(1, 2)] * 10, 5)
 
 
+def test_decimation_of_no_rows_keeps_none():
+    assert decimate_rows([], 2) == []
+
+
+def test_decimation_keeps_every_row_when_there_are_exactly_as_many_as_the_budget():
+    assert decimate_rows([(5,)] * 4, 4) == [0, 1, 2, 3]
+
+
+def test_decimation_refusal_says_the_least_budget_for_the_columns_given():
+    with pytest.raises(ValueError) as err:
+        decimate_rows([(1, 2, 3)] * 10, 7)
+    assert str(err.value) == "max_rows must be at least 2 + 2 per column (8), got 7"
+
+
 _PLOT_JS = Path(__file__).parents[2] / "jupyter_gpumem" / "monitor" / "monitor_plot.js"
 
 
@@ -535,6 +551,279 @@ def test_minis_that_outgrow_the_budget_are_merged_into_one():
         merged += [c for c in series.add(i / 10, row) if c.replaces]
     assert merged and len(series.minis) < 8
     assert sum(len(m.rows) for m in series.minis) <= series.per_chunk
+
+
+# --- a device's series: budgets, ids and the rows of each chunk --------------------------------
+
+
+def _rows(n: int, start: float = 0.0) -> list[tuple[float, tuple]]:
+    """``n`` rows one second apart, each with its own time as the JAX arrays' bytes."""
+    col = SERIES_NAMES.index("jax_in_use")
+    out = []
+    for i in range(n):
+        row = [None] * len(SERIES_NAMES)
+        row[col] = start + i
+        out.append((start + i, tuple(row)))
+    return out
+
+
+@pytest.mark.parametrize("window_s", [0, -1.0, float("inf"), float("nan")])
+def test_a_window_that_is_not_a_positive_number_of_seconds_is_refused(window_s):
+    with pytest.raises(ValueError) as err:
+        DeviceSeries(window_s=window_s)
+    assert str(err.value) == f"window must be a positive number of seconds, got {window_s!r}"
+
+
+def test_the_window_is_split_into_sixteen_spans_by_default():
+    assert DeviceSeries(window_s=160).span_s == 10.0
+
+
+def test_a_chunks_budget_shares_the_points_between_the_spans_and_the_live_one():
+    assert DeviceSeries(window_s=60).per_chunk == 2000 // 17
+    assert DeviceSeries(window_s=60, max_points=500, chunks=4).per_chunk == 100
+
+
+def test_a_chunks_budget_is_never_below_two_rows_per_series_and_the_ends():
+    assert DeviceSeries(window_s=60, max_points=100, chunks=4).per_chunk == 2 + 2 * len(SERIES_NAMES)
+
+
+def test_the_live_tail_is_sealed_every_sixteen_rows_by_default_and_never_under_two():
+    assert DeviceSeries(window_s=60).tail_rows == 16
+    assert DeviceSeries(window_s=60, tail_rows=1).tail_rows == 2
+
+
+def test_a_new_series_has_no_latest_row_and_nothing_to_expire():
+    series = DeviceSeries(window_s=60)
+    assert (series.last_t, series.latest) == (None, None)
+    assert series.expire() == []
+    assert series.tail() == ([], [])
+
+
+def test_adding_a_row_keeps_it_as_the_latest_values_by_name():
+    series = DeviceSeries(window_s=60)
+    ((t, row),) = _rows(1, start=5.0)
+    assert series.add(t, row) == []
+    assert series.last_t == 5.0
+    assert series.latest == dict(zip(SERIES_NAMES, row))
+
+
+def test_every_tail_rows_rows_become_a_mini_chunk_joined_to_the_row_before():
+    series = DeviceSeries(window_s=1000, chunks=1, tail_rows=4)  # one 1000 s span
+    sealed = [c for t, row in _rows(8) for c in series.add(t, row)]
+    first, second = sealed
+    assert (first.id, first.kind, first.start, first.end, first.times, first.replaces) == (
+        0,
+        "mini",
+        0.0,
+        3.0,
+        (0.0, 1.0, 2.0, 3.0),
+        (),
+    )
+    assert (second.id, second.start, second.end, second.times) == (1, 3.0, 7.0, (3.0, 4.0, 5.0, 6.0, 7.0))
+    assert [r[SERIES_NAMES.index("jax_in_use")] for r in second.rows] == [3.0, 4.0, 5.0, 6.0, 7.0]
+    assert series.minis == [first, second]
+
+
+def test_the_tail_is_the_rows_after_the_last_mini_led_by_its_last_row():
+    series = DeviceSeries(window_s=1000, chunks=1, tail_rows=4)
+    for t, row in _rows(6):
+        series.add(t, row)
+    times, rows = series.tail()
+    assert times == [3.0, 4.0, 5.0]
+    assert [r[SERIES_NAMES.index("jax_in_use")] for r in rows] == [3.0, 4.0, 5.0]
+    assert series.points_per_series() == 4 + 3
+
+
+def test_minis_over_the_budget_merge_into_one_mini_of_every_row_that_replaces_them():
+    # 38-row budget; minis of 4, then 5 rows (each led by the row before): 4 + 5 * 6 = 34, and the
+    # eighth (34 + 5 > 38) merges all 32 rows, which fit its own budget of 38 undecimated.
+    series = DeviceSeries(window_s=1000, max_points=38, chunks=1, tail_rows=4)
+    sealed = [c for t, row in _rows(32) for c in series.add(t, row)]
+    merged = sealed[-1]
+    assert [len(c.rows) for c in sealed[:-1]] == [4, 5, 5, 5, 5, 5, 5]
+    assert (merged.id, merged.kind, merged.replaces) == (7, "mini", (0, 1, 2, 3, 4, 5, 6))
+    assert merged.times == tuple(float(i) for i in range(32))
+    assert series.minis == [merged]
+
+
+def test_merged_minis_are_thinned_to_half_a_chunks_budget():
+    # per_chunk 100; minis of 12, then 13 rows: 12 + 13 * 6 = 90, and the eighth (90 + 13 > 100)
+    # merges all 96 rows into at most 50: 24 buckets of 4 equal rows keep each one's first row,
+    # and the last row is kept too (25).
+    series = DeviceSeries(window_s=1000, max_points=200, chunks=1, tail_rows=12)
+    row = row_for(bfc_sample(), 0)
+    sealed = [c for i in range(96) for c in series.add(float(i), row)]
+    merged = [c for c in sealed if c.replaces]
+    assert len(merged) == 1 and len(merged[0].rows) == 25
+
+
+def test_a_mini_that_exactly_fills_a_chunks_budget_is_kept_as_it_is():
+    # 39-row budget: minis of 4, then 5 rows: the eighth brings them to 4 + 5 * 7 = 39, not over it.
+    series = DeviceSeries(window_s=1000, max_points=78, chunks=1, tail_rows=4)
+    sealed = [c for t, row in _rows(32) for c in series.add(t, row)]
+    assert [len(c.rows) for c in sealed] == [4, 5, 5, 5, 5, 5, 5, 5]
+    assert [c.replaces for c in sealed] == [()] * 8
+
+
+def test_right_after_a_mini_is_sealed_the_tail_is_empty():
+    series = DeviceSeries(window_s=1000, chunks=1, tail_rows=4)
+    for t, row in _rows(4):
+        series.add(t, row)
+    assert series.tail() == ([], [])
+
+
+def test_a_sealed_span_replaces_its_minis_and_leads_the_next_span_with_its_last_row():
+    series = DeviceSeries(window_s=20, chunks=2, tail_rows=4)  # 10 s spans
+    sealed = [c for t, row in _rows(14) for c in series.add(t, row)]
+    minis, span, next_mini = sealed[:2], sealed[2], sealed[3]
+    assert (span.kind, span.times, span.replaces) == ("span", tuple(float(i) for i in range(10)), (0, 1))
+    assert [m.id for m in minis] == [0, 1] and span.id == 2
+    # the next span's first mini: its 4 rows, led by the last row of the span before
+    assert (next_mini.id, next_mini.kind, next_mini.times) == (3, "mini", (9.0, 10.0, 11.0, 12.0, 13.0))
+    assert [r[SERIES_NAMES.index("jax_in_use")] for r in next_mini.rows] == [9.0, 10.0, 11.0, 12.0, 13.0]
+
+
+def test_merged_minis_of_a_later_span_are_led_by_the_last_row_of_the_span_before():
+    # span 0 holds one row; in span 1 the minis are 5 rows each (4 and the row before): the eighth
+    # (35 + 5 > 38) merges the carried row and all 32 rows, 33 in all, within a budget of 38.
+    series = DeviceSeries(window_s=2000, max_points=114, chunks=2, tail_rows=4)  # 1000 s spans
+    series.add(0.0, _rows(1)[0][1])
+    sealed = [c for t, row in _rows(32, start=1000.0) for c in series.add(t, row)]
+    merged = sealed[-1]
+    assert merged.replaces and merged.times == (0.0, *(1000.0 + i for i in range(32)))
+
+
+def test_a_merged_mini_never_holds_more_rows_than_two_per_series_and_the_ends():
+    # 38-row budget, 72 rows merged (a mini of 36, then 37 more): 18 buckets of 4 rows keep each
+    # one's first and last (a rising column), and three columns known at one row each add rows
+    # 1, 5 and 9: 39 rows, one over. 16 wider buckets then keep 32 and rows 1 and 5 (row 9
+    # starts a bucket): 34.
+    series = DeviceSeries(window_s=1000, max_points=38, chunks=1, tail_rows=36)
+    rising = SERIES_NAMES.index("jax_in_use")
+    once = {1: SERIES_NAMES.index("pool_unused"), 5: SERIES_NAMES.index("outside_jax"), 9: SERIES_NAMES.index("free")}
+    sealed = []
+    for i in range(72):
+        row = [None] * len(SERIES_NAMES)
+        row[rising] = i
+        if i in once:
+            row[once[i]] = 1
+        sealed += series.add(float(i), tuple(row))
+    merged = sealed[-1]
+    assert merged.replaces == (0,) and len(merged.rows) == 34
+    assert {1.0, 5.0, 9.0} <= set(merged.times)
+
+
+def test_a_series_no_longer_drawn_after_its_chunks_expire_is_no_longer_active():
+    series = DeviceSeries(window_s=40, chunks=4)  # 10 s spans
+    early, late = SERIES_NAMES.index("pool_unused"), SERIES_NAMES.index("jax_in_use")
+    for i in range(61):
+        row = [None] * len(SERIES_NAMES)
+        row[early if i < 10 else late] = 1
+        series.add(float(i), tuple(row))
+    assert series.active_series() == ["jax_in_use", "pool_unused"]
+    # at 60 the window reaches back to 20: the spans that ended at 9 and 19 (led by row 9) go
+    assert [c.end for c in series.expire()] == [9.0, 19.0]
+    assert series.active_series() == ["jax_in_use"]
+
+
+def test_views_are_named_gpu_by_index_and_cpu():
+    assert (view_name(0), view_name(3), view_name(CPU_KEY)) == ("GPU 0", "GPU 3", "CPU")
+
+
+def test_a_cell_event_without_data_is_marked_with_no_execution_count():
+    assert cell_markers([Event(10.0, "cell_start", None)]) == [(10.0, None, None)]
+
+
+def test_without_nvml_a_jax_gpu_drawn_by_its_id_gets_no_drawn_on_no_gpu_note():
+    """sources/device_identity.py's match gives a GPU "NVML cannot be read: ..." as why_not
+    when NVML is out; the view is then keyed by the JAX id, so the GPU is drawn."""
+    gpu = JaxDeviceReading(
+        1,
+        "gpu",
+        "H100",
+        None,
+        normalise_stats({"bytes_in_use": 0}, "bfc"),
+        nvml_unmatched="NVML cannot be read: synthetic",
+    )
+    sample = Sample(0.0, PID, NotAvailable(NO_DRIVER, "synthetic"), (gpu,))
+    assert device_keys(sample) == [1]
+    assert notes_for(sample, 1) == []
+
+
+# --- bands where NVML cannot name this process's bytes -----------------------------------------
+
+
+def _gpu(used: int, processes) -> DeviceReading:
+    return DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-0", 80 * GiB, used, 80 * GiB - used, processes=processes)
+
+
+def test_without_nvml_only_jaxs_own_numbers_are_drawn_for_a_gpu_keyed_by_its_id():
+    stats = normalise_stats({"bytes_in_use": 2 * GiB, "pool_bytes": 4 * GiB}, "bfc")
+    sample = Sample(0.0, PID, NotAvailable(NO_DRIVER, "synthetic"), (JaxDeviceReading(1, "gpu", "H100", None, stats),))
+    values = series_values(sample, 1)
+    assert (values["jax_in_use"], values["pool_unused"]) == (2 * GiB, 2 * GiB)
+    assert [values[n] for n in ("total", "free", "outside_jax", "other_processes", "unattributed")] == [None] * 5
+
+
+def test_when_nvml_lists_no_gpu_a_jax_gpu_keyed_by_its_id_draws_jaxs_numbers():
+    stats = normalise_stats({"bytes_in_use": 2 * GiB, "pool_bytes": 4 * GiB}, "bfc")
+    sample = Sample(0.0, PID, (), (JaxDeviceReading(1, "gpu", "H100", None, stats),))
+    assert device_keys(sample) == [1]
+    assert (series_values(sample, 1)["jax_in_use"], series_values(sample, 1)["pool_unused"]) == (2 * GiB, 2 * GiB)
+
+
+def test_a_gpu_nvml_cannot_read_draws_jaxs_numbers_and_no_nvml_bands():
+    s = bfc_sample()
+    lost = DeviceUnreadable(0, NotAvailable(ERROR, "synthetic: GPU is lost"))
+    values = series_values(Sample(s.t, PID, (lost,), s.jax), 0)
+    assert values["jax_in_use"] == 6 * GiB
+    assert [values[n] for n in ("total", "free", "outside_jax", "other_processes", "unattributed")] == [None] * 5
+
+
+def test_hidden_pids_under_cuda_async_leave_the_used_bytes_beyond_the_driver_pool_unattributed():
+    # 9 GiB used, of which the driver pool JAX allocates from reserves 8 GiB (3 GiB in use)
+    s = cuda_async_sample()
+    sample = Sample(s.t, PID, (_gpu(9 * GiB, NotAvailable(PIDS_HIDDEN, "synthetic")),), s.jax)
+    assert series_values(sample, 0)["unattributed"] == 1 * GiB
+
+
+def test_hidden_pids_with_every_used_byte_in_jaxs_pool_leave_nothing_unattributed():
+    s = cuda_async_sample()
+    sample = Sample(s.t, PID, (_gpu(8 * GiB, NotAvailable(PIDS_HIDDEN, "synthetic")),), s.jax)
+    assert series_values(sample, 0)["unattributed"] == 0
+
+
+def test_hidden_pids_before_jax_starts_leave_every_used_byte_unattributed():
+    sample = Sample(0.0, PID, (_gpu(7 * GiB, NotAvailable(PIDS_HIDDEN, "synthetic")),), NotAvailable(NOT_STARTED, "x"))
+    assert series_values(sample, 0)["unattributed"] == 7 * GiB
+
+
+def test_two_host_pids_put_the_used_bytes_beyond_jaxs_pool_and_the_other_processes_in_their_band():
+    # 35 GiB used: JAX's BFC pool 16 GiB, pid 999 (a process here) 5 GiB, the rest 14 GiB
+    hosts = (ProcessReading(812_345, 10 * GiB), ProcessReading(812_399, 20 * GiB), ProcessReading(999, 5 * GiB))
+    s = bfc_sample()
+    sample = Sample(s.t, PID, (_gpu(35 * GiB, hosts),), s.jax, pids_not_here=frozenset({812_345, 812_399}))
+    values = series_values(sample, 0)
+    assert (values["host_pids"], values["other_processes"]) == (14 * GiB, 5 * GiB)
+
+
+def test_the_host_pids_band_is_never_below_zero():
+    # 20 GiB used, less than JAX's 16 GiB pool and pid 999's 5 GiB together (readings taken apart)
+    hosts = (ProcessReading(812_345, 10 * GiB), ProcessReading(812_399, 20 * GiB), ProcessReading(999, 5 * GiB))
+    s = bfc_sample()
+    sample = Sample(s.t, PID, (_gpu(20 * GiB, hosts),), s.jax, pids_not_here=frozenset({812_345, 812_399}))
+    assert series_values(sample, 0)["host_pids"] == 0
+
+
+def test_a_host_pid_before_jax_starts_puts_every_used_byte_in_the_host_pids_band():
+    sample = Sample(
+        0.0,
+        PID,
+        (_gpu(10 * GiB, (ProcessReading(812_345, 10 * GiB),)),),
+        NotAvailable(NOT_STARTED, "x"),
+        pids_not_here=frozenset({812_345}),
+    )
+    assert series_values(sample, 0)["host_pids"] == 10 * GiB
 
 
 # --- cuda_async beside another user of CUDA's default pool ------------------------------------

@@ -87,6 +87,12 @@ def test_without_a_reading_the_band_is_as_before():
         assert (v["outside_jax"], v["torch_allocated"], v["torch_cached"]) == (4 * GiB, None, None)
 
 
+def test_pytorch_with_its_whole_cache_in_tensors_and_all_bytes_outside_jax_leaves_zero_in_both_bands():
+    """bfc_sample: 20 - 16 = 4 GiB outside JAX; PyTorch reserves those 4 GiB, all in tensors."""
+    v = series_values(with_torch((TorchDeviceReading(0, 4 * GiB, 4 * GiB),)), 0)
+    assert (v["outside_jax"], v["torch_allocated"], v["torch_cached"]) == (0, 4 * GiB, 0)
+
+
 def test_pytorch_on_another_device_than_jax_is_not_subtracted():
     v = series_values(with_torch((TorchDeviceReading(1, 3 * GiB, 2 * GiB),)), 0)
     assert (v["outside_jax"], v["torch_allocated"]) == (4 * GiB, None)
