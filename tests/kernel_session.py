@@ -8,6 +8,8 @@ comparison. Each cell's record: ``ok``, ``error`` (the exception's class name), 
 (wall time of ``run_cell``, hooks included) and ``out`` (what it printed and displayed).
 The last line printed is ``JSON`` and the records. The test runs this under a time limit: a
 cell that hangs never prints it, and an abort shows as the return code.
+
+Tests that need only the records call ``run_session``.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -45,6 +49,30 @@ def main() -> None:
         )
         print(f"cell {len(records)} done in {seconds:.3f} s", file=sys.__stderr__, flush=True)
     print("JSON" + json.dumps(records), flush=True)
+
+
+def run_session(folder: Path, cells: list[str], env: dict | None = None) -> list[dict]:
+    """Each cell's record from this script run with the extension loaded, in a fresh process
+    in ``folder`` on CPU JAX, with this checkout's package first; ``env`` adds variables."""
+    path = folder / "cells.json"
+    path.write_text(json.dumps(cells))
+    proc = subprocess.run(
+        [sys.executable, __file__, str(path), "--ext"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=folder,
+        env={
+            "JAX_PLATFORMS": "cpu",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(folder),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            **(env or {}),
+        },
+    )
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(line[4:])
 
 
 if __name__ == "__main__":

@@ -11,40 +11,15 @@ frame is in jax/_src/interpreters/pxla.py and the last is the caller's ``<module
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from jupyter_gpumem.core import sites
 
+from kernel_session import run_session as session
+
 pytestmark = pytest.mark.jax_versions
-
-SESSION = Path(__file__).parents[1] / "kernel_session.py"
-
-
-def session(tmp_path: Path, cells: list[str], env: dict | None = None) -> list[dict]:
-    path = tmp_path / "cells.json"
-    path.write_text(json.dumps(cells))
-    proc = subprocess.run(
-        [sys.executable, str(SESSION), str(path), "--ext"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-        env={
-            "JAX_PLATFORMS": "cpu",
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(tmp_path),
-            "PYTHONPATH": str(SESSION.parents[1]),
-            **(env or {}),
-        },
-    )
-    line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
-    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(line[4:])
 
 
 def write_sources(tmp_path: Path) -> None:

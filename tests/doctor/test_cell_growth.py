@@ -21,39 +21,19 @@ on, read in the sources:
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-SESSION = Path(__file__).parents[1] / "kernel_session.py"
+from kernel_session import run_session
 
 GROW = "for i in range(2):\n    xs.append(jnp.ones((4,)))"
 
 
 def session(tmp_path: Path, cells: list[str]) -> list[dict]:
     """Each cell's record (``ok``, ``out``) from a fresh IPython with the extension loaded."""
-    path = tmp_path / "cells.json"
-    path.write_text(json.dumps(cells))
-    proc = subprocess.run(
-        [sys.executable, str(SESSION), str(path), "--ext"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-        env={
-            "JAX_PLATFORMS": "cpu",
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(tmp_path),
-            "PYTHONPATH": str(SESSION.parents[1]),
-        },
-    )
-    line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
-    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    records = json.loads(line[4:])
+    records = run_session(tmp_path, cells)
     assert all(c["ok"] for c in records), records
     return records
 
