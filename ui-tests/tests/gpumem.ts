@@ -76,20 +76,12 @@ export async function setNotebookMetadata(page: IJupyterLabPageFixture, value: u
   }, value);
 }
 
-/**
- * The allocator names the active notebook's kernel reports in its snapshot (null when it does
- * not know them), asked of the kernel directly.
- */
-export function kernelAllocatorChoices(page: IJupyterLabPageFixture): Promise<string[] | null> {
-  return page.evaluate(async () => {
+/** Runs `code` in the active notebook's kernel, out of its history, and parses what it printed as JSON. */
+function askKernelJson(page: IJupyterLabPageFixture, code: string): Promise<any> {
+  return page.evaluate(async (source: string) => {
     const app = (window as any).jupyterapp;
     const kernel = app.shell.currentWidget.sessionContext.session.kernel;
-    const future = kernel.requestExecute({
-      code:
-        'import json\nfrom jupyter_gpumem.kernel import comm as kernel_comm\n' +
-        "print(json.dumps(kernel_comm.snapshot().get('allocator_choices')))",
-      store_history: false
-    });
+    const future = kernel.requestExecute({ code: source, store_history: false });
     let out = '';
     future.onIOPub = (msg: any) => {
       if (msg.header.msg_type === 'stream') {
@@ -98,7 +90,19 @@ export function kernelAllocatorChoices(page: IJupyterLabPageFixture): Promise<st
     };
     await future.done;
     return JSON.parse(out);
-  });
+  }, code);
+}
+
+/**
+ * The allocator names the active notebook's kernel reports in its snapshot (null when it does
+ * not know them), asked of the kernel directly.
+ */
+export function kernelAllocatorChoices(page: IJupyterLabPageFixture): Promise<string[] | null> {
+  return askKernelJson(
+    page,
+    'import json\nfrom jupyter_gpumem.kernel import comm as kernel_comm\n' +
+      "print(json.dumps(kernel_comm.snapshot().get('allocator_choices')))"
+  );
 }
 
 /**
@@ -107,25 +111,12 @@ export function kernelAllocatorChoices(page: IJupyterLabPageFixture): Promise<st
  * probe, which never imports jax; a kernel without jax imported has not started it).
  */
 export function kernelLoadState(page: IJupyterLabPageFixture): Promise<{ loaded: boolean; jaxStarted: boolean }> {
-  return page.evaluate(async () => {
-    const app = (window as any).jupyterapp;
-    const kernel = app.shell.currentWidget.sessionContext.session.kernel;
-    const future = kernel.requestExecute({
-      code:
-        "print(__import__('json').dumps({'loaded': 'jupyter_gpumem' in get_ipython().extension_manager.loaded, " +
-        "'jaxStarted': 'jax' in __import__('sys').modules and " +
-        "__import__('jupyter_gpumem.sources.jax_backend', fromlist=['_']).backend_started()}))",
-      store_history: false
-    });
-    let out = '';
-    future.onIOPub = (msg: any) => {
-      if (msg.header.msg_type === 'stream') {
-        out += msg.content.text;
-      }
-    };
-    await future.done;
-    return JSON.parse(out);
-  });
+  return askKernelJson(
+    page,
+    "print(__import__('json').dumps({'loaded': 'jupyter_gpumem' in get_ipython().extension_manager.loaded, " +
+      "'jaxStarted': 'jax' in __import__('sys').modules and " +
+      "__import__('jupyter_gpumem.sources.jax_backend', fromlist=['_']).backend_started()}))"
+  );
 }
 
 /** Waits until the active notebook's kernel is connected and idle. */
