@@ -250,22 +250,31 @@ NO_TRACEBACK = "(no traceback)"
 INSIDE_JAX = "(inside JAX)"
 
 
-def site_labeller(cells: Mapping[str, int]) -> Callable[[Any], str]:
-    """A function from a jaxlib Traceback (an array's ``traceback``, maybe None) to its site as
-    text, remembering each traceback's answer for this one listing (the cell numbers may change
-    between listings)."""
-    seen: dict[Any, str] = {}
+def _per_traceback(answer: Callable[[Any], Any], without: Any) -> Callable[[Any], Any]:
+    """``answer`` of each distinct jaxlib Traceback, asked once and remembered for this one
+    listing (the cell numbers may change between listings); ``without`` for an array with none."""
+    seen: dict[Any, Any] = {}
 
-    def label(traceback: Any) -> str:
+    def label(traceback: Any) -> Any:
         if traceback is None:
-            return NO_TRACEBACK
-        text = seen.get(traceback)
-        if text is None:
-            site = origin_of(_reduced(traceback), cells).site
-            text = seen[traceback] = INSIDE_JAX if site is None else str(site)
-        return text
+            return without
+        found = seen.get(traceback)
+        if found is None:
+            found = seen[traceback] = answer(traceback)
+        return found
 
     return label
+
+
+def _site_text(traceback: Any, cells: Mapping[str, int]) -> str:
+    site = origin_of(_reduced(traceback), cells).site
+    return INSIDE_JAX if site is None else str(site)
+
+
+def site_labeller(cells: Mapping[str, int]) -> Callable[[Any], str]:
+    """A function from a jaxlib Traceback (an array's ``traceback``, maybe None) to its site as
+    text, remembering each traceback's answer for this one listing."""
+    return _per_traceback(lambda traceback: _site_text(traceback, cells), NO_TRACEBACK)
 
 
 def _cell_text(path: str, line: int) -> str:
@@ -325,19 +334,8 @@ NO_ALLOCATION = Allocation(NO_TRACEBACK, (NO_TRACEBACK,))
 
 def allocation_labeller(cells: Mapping[str, int]) -> Callable[[Any], Allocation]:
     """A function from a jaxlib Traceback (an array's ``traceback``, maybe None) to its
-    :class:`Allocation`, one object per distinct traceback for this one listing (the cell
-    numbers may change between listings)."""
-    seen: dict[Any, Allocation] = {}
-
-    def label(traceback: Any) -> Allocation:
-        if traceback is None:
-            return NO_ALLOCATION
-        found = seen.get(traceback)
-        if found is None:
-            found = seen[traceback] = _allocation(traceback, cells)
-        return found
-
-    return label
+    :class:`Allocation`, one object per distinct traceback for this one listing."""
+    return _per_traceback(lambda traceback: _allocation(traceback, cells), NO_ALLOCATION)
 
 
 @dataclass(frozen=True)
