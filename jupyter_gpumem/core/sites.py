@@ -19,7 +19,7 @@ import linecache
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -382,6 +382,14 @@ def growing(made: Iterable[tuple[Allocation, int, int]]) -> list[Growth]:
         if most >= 2:
             found.append(Growth(labels[line], most, *totals[line]))
     return sorted(found, key=lambda g: (-g.nbytes, g.site))
+
+
+def growth_sentence(found: Sequence[Growth]) -> str:
+    """``Growing, run after run: ...`` naming the three largest of ``found``, or ``""``."""
+    if not found:
+        return ""
+    more = f"; and {len(found) - 3} more" if len(found) > 3 else ""
+    return "Growing, run after run: " + "; ".join(str(g) for g in found[:3]) + more + "."
 
 
 def top_sites(made: Iterable[tuple[Any, int]], cells: Mapping[str, int], top: int = 3) -> list[tuple[str, int]]:

@@ -331,10 +331,7 @@ class ArraysReport:
 
     def growth_note(self) -> str:
         """The lines that keep arrays run after run, the largest three; empty without any."""
-        if not self.growth:
-            return ""
-        more = f"; and {len(self.growth) - 3} more" if len(self.growth) > 3 else ""
-        return " Growing, run after run: " + "; ".join(str(g) for g in self.growth[:3]) + more + "."
+        return " " + sites.growth_sentence(self.growth) if self.growth else ""
 
     def failed_note(self) -> str:
         """The arrays left out because their computation failed, named; empty without any."""

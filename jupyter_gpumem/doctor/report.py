@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpumem.core import metrics
+from jupyter_gpumem.core import metrics, sites
 from jupyter_gpumem.core.attribution import attribute, jax_pool_on
 from jupyter_gpumem.core.readings import (
     AllocatorStats,
@@ -22,7 +22,7 @@ from jupyter_gpumem.core.readings import (
     Sample,
 )
 from jupyter_gpumem.doctor import oom_rules, oom_text, peak_buffers, peak_fixes
-from jupyter_gpumem.doctor.arrays import ArrayRecord, census, not_started_note
+from jupyter_gpumem.doctor.arrays import ArrayRecord, census, growth_of, not_started_note
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
 from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
 from jupyter_gpumem.doctor.oom_rules import Fix
@@ -118,6 +118,12 @@ class OomReport(TextReport):
     # XLA's peak buffers from the error text, by source line (rows), and the totals they sit in
     peak_rows: tuple[str, ...] = ()
     peak_title: str = ""
+    # lines whose live arrays come from several runs of one cell statement (arrays.growth_of)
+    growth: tuple[sites.Growth, ...] = ()
+
+    def growth_line(self) -> str:
+        """``Growing, run after run: ...`` for the three largest growing lines, or ``""``."""
+        return sites.growth_sentence(self.growth)
 
     def requested_line(self) -> str:
         e = self.error
@@ -187,6 +193,8 @@ class OomReport(TextReport):
                 out.append(f"  {self.arrays_note}")
         else:
             out.append(f"  {self.arrays_note or 'none'}")
+        if self.growth:
+            out.append(f"  {self.growth_line()}")
         if self.readings.program is not None:
             out += ["", "The failing call's program (compiled again, not run):", f"  {self.program_line()}"]
         out += ["", "What to do, best first:"]
@@ -286,7 +294,8 @@ class OomReport(TextReport):
             f"<p>Other processes on the device:</p><ul>{others}</ul>"
             "<p>Largest live arrays:</p><table><thead><tr><th>bytes</th><th>array</th><th>held by</th><th>cell</th></tr></thead>"
             f"<tbody>{arrays}</tbody></table>"
-            "<p><small>The error above is unchanged and still stops the run.</small></p></div>"
+            + (f"<p>{escape_html(self.growth_line())}</p>" if self.growth else "")
+            + "<p><small>The error above is unchanged and still stops the run.</small></p></div>"
         )
 
     def to_json(self) -> dict:
@@ -296,6 +305,7 @@ class OomReport(TextReport):
             "devices": [d.__dict__ for d in self.devices],
             "others": [p.__dict__ for p in self.others],
             "arrays": [r.to_json() for r in self.arrays],
+            "growing": [{"site": g.site, "runs": g.runs, "arrays": g.arrays, "nbytes": g.nbytes} for g in self.growth],
             "live_bytes": self.readings.live_bytes,  # None: not known (a replay, or JAX not started)
             "fixes": [f.to_json() for f in self.fixes],
             "peak": [self.peak_title, *self.peak_rows] if self.peak_rows else [],
@@ -520,7 +530,18 @@ def oom_report(
     devices, fixes = _device_states(sample, replayed), tuple(oom_rules.advise(readings))
     title, rows = _peak_section(error, readings.program, shell)
     return OomReport(
-        error, settings, devices, who.others, who.note, tuple(records[:5]), arrays_note, readings, fixes, rows, title
+        error,
+        settings,
+        devices,
+        who.others,
+        who.note,
+        tuple(records[:5]),
+        arrays_note,
+        readings,
+        fixes,
+        rows,
+        title,
+        tuple(growth_of(records)),
     )
 
 

@@ -21,6 +21,7 @@ on, read in the sources:
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -123,3 +124,46 @@ def test_cells_on_calls_out_the_line_that_grew_again(tracked):
 def test_cells_on_says_nothing_of_growth_for_a_line_run_once(tracked):
     assert "growing" not in tracked[2]["out"] and "growing" not in tracked[4]["out"]
     assert "allocated at cell [5] line 1 (12 B)" in tracked[4]["out"]
+
+
+OOM = "jnp.zeros((2**42,), jnp.float32)"  # 16 TiB: a real out-of-memory error on CPU
+
+
+@pytest.mark.jax_versions
+def test_the_oom_report_names_a_line_that_kept_arrays_from_earlier_runs(tmp_path):
+    """A cell that ran out of memory after a list grew over re-runs: the report's live-array
+    section says which line keeps arrays run after run (the same sentence as ``%gpumem arrays``)."""
+    cells = session_allowing_errors(tmp_path, [CELLS[0], GROW, GROW, OOM])
+    report = cells[3]["out"]
+    assert "Largest live arrays:" in report, report
+    growing = [line.strip() for line in report.splitlines() if "Growing, run after run" in line]
+    assert growing == ["Growing, run after run: cell [3] line 2 keeps arrays from 2 runs (4 arrays, 64 B)."], report
+
+
+@pytest.mark.jax_versions
+def test_the_oom_report_names_no_growing_line_when_each_run_rebinds_its_name(tmp_path):
+    cells = session_allowing_errors(tmp_path, [CELLS[0], CELLS[6], CELLS[6], OOM])
+    assert "Largest live arrays:" in cells[3]["out"] and "Growing" not in cells[3]["out"], cells[3]["out"]
+
+
+CAUGHT = (
+    "from jupyter_gpumem.doctor import oom_report\n"
+    "try:\n    jnp.zeros((2**42,), jnp.float32)\nexcept Exception as e:\n    report = oom_report(e)\n"
+    "print(json.dumps(report.to_json()['growing']))\nprint(report._repr_html_())"
+)
+
+
+@pytest.mark.jax_versions
+def test_the_oom_reports_json_and_html_carry_the_growing_lines(tmp_path):
+    """Tools read ``to_json()['growing']``; a notebook shows the same sentence as the text."""
+    out = session(tmp_path, [CELLS[0] + "\nimport json", GROW, GROW, CAUGHT])[3]["out"].splitlines()
+    assert json.loads(out[0]) == [{"site": "cell [3] line 2", "runs": 2, "arrays": 4, "nbytes": 64}]
+    assert "<p>Growing, run after run: cell [3] line 2 keeps arrays from 2 runs (4 arrays, 64 B).</p>" in out[1]
+
+
+def session_allowing_errors(tmp_path: Path, cells: list[str]) -> list[dict]:
+    """Each cell's record; only the last cell may fail, and it must fail for want of memory."""
+    records = run_session(tmp_path, cells)
+    assert all(c["ok"] for c in records[:-1]), records
+    assert records[-1]["error"] in ("XlaRuntimeError", "JaxRuntimeError"), records[-1]
+    return records
