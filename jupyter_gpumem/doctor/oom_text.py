@@ -188,11 +188,14 @@ def parse_request(text: str) -> tuple[str, int | None, bool, int | None] | None:
             except ValueError:
                 size = None
         ordinal = groups.get("ordinal")
-        if ordinal is None:
-            other = _ORDINAL.search(text)
-            ordinal = other.group("ordinal") if other else None
-        return form, size, exact, int(ordinal) if ordinal is not None else None
+        return form, size, exact, int(ordinal) if ordinal is not None else _named_ordinal(text)
     return None
+
+
+def _named_ordinal(text: str) -> int | None:
+    """The N of "device ordinal N" anywhere in ``text``, else None."""
+    named = _ORDINAL.search(text)
+    return int(named.group("ordinal")) if named else None
 
 
 def requested_range(text: str) -> tuple[int, int] | None:
@@ -224,10 +227,7 @@ def recognise_text(text: str, class_name: str = "") -> OomError | None:
         form, size, exact, ordinal = parsed
         return OomError(form, size, exact, ordinal, class_name, text, requested_range(text))
     if _RESOURCE_EXHAUSTED in text and (not class_name or class_name in _RUNTIME_CLASS_NAMES):
-        ordinal = _ORDINAL.search(text)
-        return OomError(
-            "resource_exhausted", None, False, int(ordinal.group("ordinal")) if ordinal else None, class_name, text
-        )
+        return OomError("resource_exhausted", None, False, _named_ordinal(text), class_name, text)
     return None
 
 
@@ -242,7 +242,6 @@ def recognise(exc: BaseException | None) -> OomError | None:
     while exc is not None and seen < 5:
         names = _class_names(exc)
         if "RuntimeError" in names:
-            runtime_name = next((n for n in names if n in _RUNTIME_CLASS_NAMES), "")
             try:
                 text = str(exc)
             except Exception:
@@ -251,10 +250,8 @@ def recognise(exc: BaseException | None) -> OomError | None:
             if parsed is not None:
                 form, size, exact, ordinal = parsed
                 return OomError(form, size, exact, ordinal, type(exc).__name__, text, requested_range(text))
-            if runtime_name and _RESOURCE_EXHAUSTED in text:
-                found = recognise_text(text, runtime_name)
-                if found is not None:
-                    return OomError(found.form, None, False, found.ordinal, type(exc).__name__, text)
+            if _RESOURCE_EXHAUSTED in text and any(n in _RUNTIME_CLASS_NAMES for n in names):
+                return OomError("resource_exhausted", None, False, _named_ordinal(text), type(exc).__name__, text)
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None

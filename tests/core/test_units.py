@@ -170,8 +170,11 @@ def test_every_fraction_in_range_reads_back_as_written(x):
         ("a\x1b[2Jb", "a\\x1b[2Jb"),  # an ANSI escape
         ("one\ntwo\rthree\tfour", "one\\ntwo\\rthree\\tfour"),
         ("x\x85y\u2028z", "x\\x85y\\u2028z"),  # C1 next-line, Unicode line separator
+        ("p\u2029q", "p\\u2029q"),  # Unicode paragraph separator
         ("abc\u202edef", "abc\\u202edef"),  # a right-to-left override
         ("bad\udcffbyte", "bad\\udcffbyte"),  # an undecodable byte (surrogateescape)
+        ("C:\\jobs\x1b", "C:\\jobs\\x1b"),  # its own backslash kept single beside an escape
+        ("no\xa0break\u3000wide\n", "no\xa0break\u3000wide\\n"),  # spaces of other scripts kept
     ],
 )
 def test_printable_shows_control_characters_escaped_and_keeps_the_rest(text, shown):
