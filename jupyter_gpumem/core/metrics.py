@@ -133,9 +133,12 @@ def fragmentation(stats: AllocatorStats, cuda_pool: PoolReading = None) -> float
     ``(pool - in_use - largest_free) / (pool - in_use)``: the share of the pool's free bytes that
     are not in its largest free block. 0 when the pool has no free bytes. None when the
     allocator does not report the three stats (cuda_async, whose driver pool reports no largest
-    free block; platform; CPU).
+    free block; platform; CPU), and whenever a driver pool reading comes with the stats: a
+    largest free block beside one (a hand-written trace) is not a block of that pool.
     """
-    pool = pool_bytes(stats, cuda_pool)
+    if isinstance(cuda_pool, CudaPoolReading):
+        return None
+    pool = stats.pool_bytes
     in_use, largest = stats.bytes_in_use, stats.largest_free_block_bytes
     if pool is None or in_use is None or largest is None:
         return None

@@ -264,6 +264,20 @@ def test_fragmentation_under_cuda_async_is_not_measured():
     assert fragmentation(cuda_async(), POOL_8_OF_3) is None
 
 
+def test_fragmentation_beside_a_driver_pool_reading_is_not_measured_whatever_the_allocators_name():
+    """A trace may carry a driver pool reading with a null allocator (read as "unknown") and a
+    largest free block (core/tracefile.py accepts both); that block is not a block of the driver
+    pool, so no fragmentation is made of the two."""
+    stats = AllocatorStats(allocator="unknown", bytes_in_use=3 * GiB, largest_free_block_bytes=GiB)
+    assert fragmentation(stats, POOL_8_OF_3) is None
+
+
+def test_fragmentation_of_a_pool_with_one_free_byte_outside_any_block_is_whole():
+    """BFC's chunks are multiples of 256 bytes (kMinAllocationBits = 8, xla/tsl/framework/
+    bfc_allocator.h), so XLA never reports one free byte; a trace file may: (1 - 0) / 1."""
+    assert fragmentation(bfc(pool_bytes=1024, bytes_in_use=1023, largest_free_block_bytes=0)) == 1.0
+
+
 def test_driver_pool_is_known_by_the_allocator_or_by_a_pool_reading():
     assert uses_driver_pool(cuda_async())
     assert uses_driver_pool(AllocatorStats(allocator="unknown"), POOL_8_OF_3)
