@@ -103,9 +103,10 @@ def numbers_line(key: int, title: str, latest: dict, arrays: int | None = None) 
     (``CPU_KEY``), the host memory JAX's live arrays hold and, where known, how many."""
     if key == CPU_KEY:
         held = latest.get("cpu_arrays")
-        count = f" in {arrays:,} array{'' if arrays == 1 else 's'}" if arrays is not None and held is not None else ""
-        words = f"JAX live arrays <b>{_amount(held)}</b>{count} of the host's memory (not a GPU)"
-        return f"<span>{html.escape(title)}:</span> {words}"
+        count = (
+            f" in {arrays:,} live array{'' if arrays == 1 else 's'}" if arrays is not None and held is not None else ""
+        )
+        return f"<span>{html.escape(title)}:</span> <b>{_amount(held)}</b>{count}, in host memory (not a GPU's)"
     parts = []
     for label, name in _GPU_NUMBERS:
         value = latest.get(name)

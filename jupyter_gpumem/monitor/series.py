@@ -271,9 +271,10 @@ def _jax_placement_notes(sample: Sample, key: int) -> list[str]:
     ]
 
 
-CPU_VIEW_NOTE = (
-    "JAX's live arrays in the host's memory, where JAX runs on the CPU (their shapes times their "
-    "dtypes' sizes), not in a GPU's; the process's other memory is not drawn."
+# The CPU view's heading, above its plot: what its one band is, said in full (its tab title is short).
+CPU_VIEW_HEADING = (
+    "JAX's live arrays on the CPU, in the host's memory (not a GPU's): their shapes times their dtypes' "
+    "sizes, summed. The process's other memory is not drawn."
 )
 
 
@@ -295,7 +296,7 @@ def notes_for(sample: Sample | None, key: int) -> list[str]:
     if sample is None:
         return []
     if key == CPU_KEY:
-        return [CPU_VIEW_NOTE] + _cpu_arrays_notes(sample.cpu_arrays)
+        return _cpu_arrays_notes(sample.cpu_arrays)
     notes = []
     jdev = _jax_for(sample, key)
     if isinstance(sample.jax, NotAvailable) and sample.jax.code == NOT_STARTED:

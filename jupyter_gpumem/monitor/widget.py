@@ -41,6 +41,7 @@ from jupyter_gpumem.monitor.options import (
 )
 from jupyter_gpumem.monitor.series import (
     CPU_KEY,
+    CPU_VIEW_HEADING,
     MAX_POINTS,
     cell_markers,
     csv_rows,
@@ -58,7 +59,9 @@ _STATUS_EVERY_S = 10.0  # how often the header re-reads the status report
 # A plot each costs the kernel milliseconds to make: a trace listing thousands of devices would
 # block it for minutes. Eight GPUs split seven ways (MIG) is 56.
 MAX_DRAWN_DEVICES = 64
-CPU_TITLE = "CPU: JAX's live arrays in host memory"
+# Short enough for a tab (ipywidgets cuts titles at about 20 characters); the view's heading
+# (series.CPU_VIEW_HEADING) says it in full.
+CPU_TITLE = "CPU: JAX arrays"
 
 
 def _minutes(value: float) -> str:
@@ -317,7 +320,7 @@ class Monitor:
         """Draw what the timeline already holds, in one go."""
         with self._lock:
             for view in self._views.values():
-                view.fig.close()  # a new window draws new plots
+                view.close()  # a new window draws new plots
             self._views.clear()
             self._not_drawn = set()
             self._events = self._source_events()
@@ -354,7 +357,8 @@ class Monitor:
                 dev = sample.device(key)
                 name = (dev.name if dev is not None else "") or "JAX device"
                 title = CPU_TITLE if key == CPU_KEY else f"GPU {key}: {name}"
-                view = DeviceView(key, title, self.window_s, self.max_points, self.labels, self._lock)
+                heading = CPU_VIEW_HEADING if key == CPU_KEY else None
+                view = DeviceView(key, title, self.window_s, self.max_points, self.labels, self._lock, heading)
                 self._views[key] = view
                 new_device = True
             row = row_for(sample, key)
@@ -435,10 +439,10 @@ class Monitor:
             self.empty.value = self._empty_html(reason)
             self.body.children = (self.empty,)
         elif len(views) == 1:
-            if self.body.children != (views[0].fig,):
-                self.body.children = (views[0].fig,)
+            if self.body.children != (views[0].widget,):
+                self.body.children = (views[0].widget,)
         else:
-            self.tabs.children = tuple(v.fig for v in views)
+            self.tabs.children = tuple(v.widget for v in views)
             # All titles in one assignment: set_title per tab copies and re-validates the whole
             # list each time (ipywidgets 8.1 Tab.set_title), quadratic in devices.
             self.tabs.titles = tuple(v.title for v in views)
@@ -619,7 +623,7 @@ class Monitor:
             sub.close()
         for view in list(self._views.values()):
             with contextlib.suppress(Exception):
-                view.fig.close()
+                view.close()
         with contextlib.suppress(Exception):
             self.root.close()
 

@@ -232,23 +232,43 @@ def test_jax_on_the_cpu_draws_its_live_arrays_in_mib_instead_of_nothing(stub):
     m = Monitor(sampler=stub)
     stub.push(cpu_sample(arrays=CpuArraysReading(bytes=3 << 20, arrays=2)))
     assert m.drawn_devices == [CPU_KEY] and m.drawn_gpus == [] and m.draws_cpu
-    assert m.body.children == (m._views[CPU_KEY].fig,)
+    assert m.body.children == (m._views[CPU_KEY].widget,)
+    assert m._views[CPU_KEY].widget.children[1] is m._views[CPU_KEY].fig
     assert drawn_y(m, "JAX live arrays (CPU)", CPU_KEY) == [3.0]
     assert m._views[CPU_KEY].figure()["unit"] == "MiB"
     m.close()
 
 
-def test_the_cpu_view_s_header_says_it_is_the_host_s_memory_held_by_jax_arrays(stub):
+def test_the_cpu_view_s_header_line_says_host_memory_once(stub):
     m = Monitor(sampler=stub)
     stub.push(cpu_sample(arrays=CpuArraysReading(bytes=3 << 20, arrays=2)))
     header = m.header.value
     assert "<b>JAX memory on the CPU</b>" in header
-    assert (
-        "<span>CPU: JAX&#x27;s live arrays in host memory:</span> JAX live arrays <b>3.00 MiB</b> in 2 arrays "
-        "of the host's memory (not a GPU)"
-    ) in header
-    assert "CPU: JAX&#x27;s live arrays in the host&#x27;s memory, where JAX runs on the CPU" in header
+    assert "<span>CPU: JAX arrays:</span> <b>3.00 MiB</b> in 2 live arrays, in host memory (not a GPU's)" in header
+    assert header.count("host") == 1
     m.close()
+
+
+def test_the_cpu_tab_title_is_short_and_its_view_s_heading_explains_it_in_full():
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        stub = StubSampler()
+        m = Monitor(sampler=stub)
+        stub.push(cpu_sample(devices=NvmlSource().read()))
+        m.close()
+    assert m.tabs.titles[3] == CPU_TITLE == "CPU: JAX arrays"
+    # ipywidgets' tab bar cuts a title at about 20 characters: "CPU: JAX's live array" was cut.
+    assert len(CPU_TITLE) <= 16
+    cpu_view = m.tabs.children[3]
+    assert cpu_view is m._views[CPU_KEY].widget and cpu_view.children[1] is m._views[CPU_KEY].fig
+    assert cpu_view.children[0].value == (
+        "<div class='jupyter-gpumem-view-heading'>JAX&#x27;s live arrays on the CPU, in the host&#x27;s memory "
+        "(not a GPU&#x27;s): their shapes times their dtypes&#x27; sizes, summed. The process&#x27;s other memory "
+        "is not drawn.</div>"
+    )
+    assert all(child is m._views[i].fig for i, child in enumerate(m.tabs.children[:3]))
 
 
 def test_the_cpu_view_follows_the_live_arrays_tick_by_tick(stub):
@@ -256,9 +276,9 @@ def test_the_cpu_view_follows_the_live_arrays_tick_by_tick(stub):
     for t, mib in ((1.0, 1), (2.0, 5), (3.0, 2)):
         stub.push(cpu_sample(t=t, arrays=CpuArraysReading(bytes=mib << 20, arrays=mib)))
     assert drawn_y(m, "JAX live arrays (CPU)", CPU_KEY) == [1.0, 5.0, 2.0]
-    assert "JAX live arrays <b>2.00 MiB</b> in 2 arrays" in m.header.value
+    assert "<b>2.00 MiB</b> in 2 live arrays" in m.header.value
     stub.push(cpu_sample(t=4.0, arrays=CpuArraysReading(bytes=1 << 20, arrays=1)))
-    assert "JAX live arrays <b>1.00 MiB</b> in 1 array of" in m.header.value
+    assert "<b>1.00 MiB</b> in 1 live array, in host" in m.header.value
     m.close()
 
 
