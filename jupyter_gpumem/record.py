@@ -4,7 +4,8 @@
 
 With ``--run`` the script runs in this process while it is sampled, so the trace holds this
 process's JAX allocator statistics; the script may call ``jupyter_gpumem.record.mark(name)`` to
-add "marker" events. Traces recorded here are real readings: ``"synthetic": false``.
+add "marker" events. Traces recorded here are real readings, ``"synthetic": false``, except NVML's
+in the fake world (``"synthetic_fields": ["devices", "pids_not_here"]``).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from jupyter_gpumem.core.magic_args import (
     check_interval,
 )
 from jupyter_gpumem.core.readings import NOT_STARTED, NotAvailable
+from jupyter_gpumem.core.synthetic import header_fields as synthetic_header
 from jupyter_gpumem.core.tracefile import TraceWriter, header_devices
 from jupyter_gpumem.sampling.sampler import Sampler, get_sampler
-from jupyter_gpumem.sources.nvml import is_fake as nvml_is_fake
+from jupyter_gpumem.sources.nvml import made_up_fields as nvml_made_up_fields
 
 # The settings that decide how JAX's allocator behaves, as the environment gave them.
 _SETTINGS_ENV = (
@@ -70,9 +72,10 @@ class Recorder:
         interval: float | None = None,
         header_fields: dict | None = None,
     ):
-        first = sampler.sample_once()  # the header's device list comes from a real reading
+        # The header's device list comes from a real reading.
+        first = sampler.sample_once()
         fields = {
-            "synthetic": nvml_is_fake(),
+            **synthetic_header(nvml_made_up_fields()),  # the fake world's NVML readings; JAX's are real
             "jax_version": _jax_version(),
             "settings": {"env": {k: os.environ[k] for k in _SETTINGS_ENV if k in os.environ}},
             "devices": header_devices(first.devices),

@@ -169,7 +169,7 @@ class DeviceView:
             import ipywidgets as W
 
             self.heading = W.HTML(
-                f"<div class='jupyter-gpumem-view-heading'>{html.escape(heading)}</div>",
+                f"<div class='jupyter-gpumem-view-heading' style='line-height:1.4'>{html.escape(heading)}</div>",
                 layout=W.Layout(width="100%", margin="2px 0px"),
             )
             self.widget = W.VBox([self.heading, self.fig], layout=W.Layout(width="100%"))

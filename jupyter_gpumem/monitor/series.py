@@ -29,7 +29,7 @@ import math
 import os
 import sys
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -142,6 +142,19 @@ def in_view_order(keys: Iterable[int]) -> list[int]:
 
 def view_name(key: int) -> str:
     return "CPU" if key == CPU_KEY else f"GPU {key}"
+
+
+def view_fields(key: int) -> tuple[str, ...]:
+    """The sample fields a view is drawn from: a GPU's from NVML's, JAX's and PyTorch's
+    readings; the CPU view's from JAX's live CPU arrays alone."""
+    return ("cpu_arrays",) if key == CPU_KEY else ("devices", "jax", "pids_not_here", "torch")
+
+
+def view_labels(key: int, made_up: Collection[str], replay: bool) -> list[str]:
+    """How a view is marked: "replay" when drawn from a recording, and "synthetic" where a field
+    it is drawn from is made up (``core.synthetic``)."""
+    labels = ["replay"] if replay else []
+    return labels + ["synthetic"] if set(view_fields(key)) & set(made_up) else labels
 
 
 def _jax_for(sample: Sample, key: int):

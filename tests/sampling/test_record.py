@@ -246,7 +246,7 @@ def test_magic_record_adds_cell_events_from_the_shell(tmp_path, fake_process_sam
     assert [e.name for e in read_trace(path).events] == ["cell_start", "cell_end"]
 
 
-def test_recording_the_fake_nvml_world_is_marked_synthetic(tmp_path):
+def test_recording_the_fake_nvml_world_is_marked_synthetic_in_nvml_s_readings_only(tmp_path):
     from jupyter_gpumem.sources.nvml import NvmlSource
     from jupyter_gpumem.testing import fake_nvml
 
@@ -255,6 +255,7 @@ def test_recording_the_fake_nvml_world_is_marked_synthetic(tmp_path):
         recorder.stop()
     trace = read_trace(tmp_path / "r.jsonl", strict=True)
     assert trace.synthetic is True and len(trace.header["devices"]) == 3
+    assert trace.header["synthetic_fields"] == ["devices", "pids_not_here"]
 
 
 def test_magic_record_onto_a_planted_fifo_is_refused_at_once_and_starts_nothing(tmp_path, fake_process_sampler):
@@ -277,3 +278,4 @@ def test_the_command_line_refuses_a_planted_link_with_exit_2(tmp_path, fake_proc
     os.symlink(tmp_path / "private", tmp_path / "r.jsonl")
     assert main([str(tmp_path / "r.jsonl"), "--force", "--seconds", "0"]) == 2
     assert "is a symbolic link" in capsys.readouterr().err and (tmp_path / "private").read_text() == "secret"
+
