@@ -63,7 +63,10 @@ def _jax_version() -> str | None:
 
 
 class Recorder:
-    """Writes every sample and event of ``sampler`` to a trace at ``path`` until ``stop()``."""
+    """Writes every sample and event of ``sampler`` to a trace at ``path`` until ``stop()``.
+
+    Samples carry JAX's live CPU arrays (``cpu_arrays``) while a live monitor's CPU view has the
+    sampler read them; a recording alone adds no such read."""
 
     def __init__(
         self,
@@ -72,8 +75,9 @@ class Recorder:
         interval: float | None = None,
         header_fields: dict | None = None,
     ):
-        # The header's device list comes from a real reading.
-        first = sampler.sample_once()
+        # The header's device list comes from a real reading. It and the last one carry JAX's
+        # live CPU arrays only where a monitor has the sampler read them already, as its ticks do.
+        first = sampler.sample_once(cpu_arrays=sampler.wants_cpu_arrays)
         fields = {
             **synthetic_header(nvml_made_up_fields()),  # the fake world's NVML readings; JAX's are real
             "jax_version": _jax_version(),
@@ -118,7 +122,8 @@ class Recorder:
         self._samples.close()
         self._events.close()
         if last_sample and not self.writer.closed:
-            self._write_sample(self.sampler.sample_once())  # the state at the end
+            end = self.sampler.sample_once(cpu_arrays=self.sampler.wants_cpu_arrays)  # the state at the end
+            self._write_sample(end)
         self.writer.close()
 
 
