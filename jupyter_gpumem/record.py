@@ -4,7 +4,8 @@
 
 With ``--run`` the script runs in this process while it is sampled, so the trace holds this
 process's JAX allocator statistics; the script may call ``jupyter_gpumem.record.mark(name)`` to
-add "marker" events. Traces recorded here are real readings: ``"synthetic": false``.
+add "marker" events. Traces recorded here are real readings, ``"synthetic": false``, except NVML's
+in the fake world (``"synthetic_fields": ["devices", "pids_not_here"]``).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from jupyter_gpumem.core.magic_args import (
     check_interval,
 )
 from jupyter_gpumem.core.readings import NOT_STARTED, NotAvailable
+from jupyter_gpumem.core.synthetic import header_fields as synthetic_header
 from jupyter_gpumem.core.tracefile import TraceWriter, header_devices
 from jupyter_gpumem.sampling.sampler import Sampler, get_sampler
-from jupyter_gpumem.sources.nvml import is_fake as nvml_is_fake
+from jupyter_gpumem.sources.nvml import made_up_fields as nvml_made_up_fields
 
 # The settings that decide how JAX's allocator behaves, as the environment gave them.
 _SETTINGS_ENV = (
@@ -61,7 +63,10 @@ def _jax_version() -> str | None:
 
 
 class Recorder:
-    """Writes every sample and event of ``sampler`` to a trace at ``path`` until ``stop()``."""
+    """Writes every sample and event of ``sampler`` to a trace at ``path`` until ``stop()``.
+
+    Samples carry JAX's live CPU arrays (``cpu_arrays``) while a live monitor's CPU view has the
+    sampler read them; a recording alone adds no such read."""
 
     def __init__(
         self,
@@ -70,9 +75,11 @@ class Recorder:
         interval: float | None = None,
         header_fields: dict | None = None,
     ):
-        first = sampler.sample_once()  # the header's device list comes from a real reading
+        # The header's device list comes from a real reading. It and the last one carry JAX's
+        # live CPU arrays only where a monitor has the sampler read them already, as its ticks do.
+        first = sampler.sample_once(cpu_arrays=sampler.wants_cpu_arrays)
         fields = {
-            "synthetic": nvml_is_fake(),
+            **synthetic_header(nvml_made_up_fields()),  # the fake world's NVML readings; JAX's are real
             "jax_version": _jax_version(),
             "settings": {"env": {k: os.environ[k] for k in _SETTINGS_ENV if k in os.environ}},
             "devices": header_devices(first.devices),
@@ -115,7 +122,8 @@ class Recorder:
         self._samples.close()
         self._events.close()
         if last_sample and not self.writer.closed:
-            self._write_sample(self.sampler.sample_once())  # the state at the end
+            end = self.sampler.sample_once(cpu_arrays=self.sampler.wants_cpu_arrays)  # the state at the end
+            self._write_sample(end)
         self.writer.close()
 
 

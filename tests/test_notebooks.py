@@ -328,7 +328,7 @@ def test_quickstart_without_a_gpu_shows_the_live_arrays_on_the_cpu_and_leaves_th
     if not _gpu_visible():
         shown = text_of(cell_with(nb, 'Monitor(replay="synthetic_bfc_growth_fragmenting")'))
         assert "JAX runs on the CPU here: the live monitor above draws its live arrays in host memory" in shown
-        assert "JAX live arrays <b>" in shown and "of the host's memory (not a GPU)" in shown
+        assert "CPU: JAX arrays:</span> <b>" in shown and "in host memory (not a GPU's)" in shown
     closing = [c for c in nb.cells if c.cell_type == "code" and re.search(r"^mon\.close\(\)", c.source, re.M)]
     assert closing == []
 

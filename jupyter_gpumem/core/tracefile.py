@@ -33,6 +33,7 @@ from jupyter_gpumem.core.readings import (
     ProcessReading,
     Sample,
 )
+from jupyter_gpumem.core.synthetic import synthetic_fields_problem
 
 FORMAT = 1
 # Traces larger than this are refused before any of it is read: reading one builds Python
@@ -151,11 +152,8 @@ def _jax_to_json(dev: JaxDeviceReading) -> dict:
 
 def sample_to_json(sample: Sample) -> dict:
     """A Sample as the JSON object of a ``"kind": "sample"`` line."""
-    devices = (
-        _na(sample.devices)
-        if isinstance(sample.devices, NotAvailable)
-        else [_device_to_json(d) for d in sample.devices]
-    )
+    nvml = sample.devices
+    devices = _na(nvml) if isinstance(nvml, NotAvailable) else [_device_to_json(d) for d in nvml]
     jax = _na(sample.jax) if isinstance(sample.jax, NotAvailable) else [_jax_to_json(d) for d in sample.jax]
     out = {"kind": "sample", "t": sample.t, "pid": sample.pid, "devices": devices, "jax": jax}
     if sample.pids_not_here is not None:
@@ -517,6 +515,8 @@ def _check_header(obj: Any) -> dict:
         raise _Bad(f"format must be {FORMAT}, got {obj.get('format')!r}: this reader knows format {FORMAT} only")
     if not isinstance(obj.get("synthetic"), bool):
         raise _Bad("header.synthetic must be true or false")
+    if (problem := synthetic_fields_problem(obj)) is not None:
+        raise _Bad(problem)
     for key in ("host", "created", "tool"):
         if key in obj and obj[key] is not None and not isinstance(obj[key], str):
             raise _Bad(f"header.{key} must be a string, got {_type_name(obj[key])}")

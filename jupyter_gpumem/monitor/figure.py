@@ -12,6 +12,7 @@ refers to.
 
 from __future__ import annotations
 
+import html
 import threading
 import uuid
 from pathlib import Path
@@ -139,7 +140,16 @@ def plot_widget_class() -> Any:
 class DeviceView:
     """One device's series, and the plot widget that draws them."""
 
-    def __init__(self, key: int, title: str, window_s: float, max_points: int, labels: list[str], lock: Any = None):
+    def __init__(
+        self,
+        key: int,
+        title: str,
+        window_s: float,
+        max_points: int,
+        labels: list[str],
+        lock: Any = None,
+        heading: str | None = None,
+    ):
         self.key = key
         self.unit = "MiB" if key == CPU_KEY else "GiB"
         # The sampler thread adds rows while a page reloaded asks for the figure (kernel thread).
@@ -153,6 +163,23 @@ class DeviceView:
         self.cells_drawn: tuple = ()
         self.fig = plot_widget_class()(uid=uuid.uuid4().hex, library=plotly_library())
         self.fig.current_figure = self.figure
+        # What a tab or the body shows: the plot, under its heading where it has one.
+        self.widget = self.fig
+        if heading is not None:
+            import ipywidgets as W
+
+            self.heading = W.HTML(
+                f"<div class='jupyter-gpumem-view-heading' style='line-height:1.4'>{html.escape(heading)}</div>",
+                layout=W.Layout(width="100%", margin="2px 0px"),
+            )
+            self.widget = W.VBox([self.heading, self.fig], layout=W.Layout(width="100%"))
+
+    def close(self) -> None:
+        """Close the plot widget, and its heading where it has one."""
+        self.fig.close()
+        if self.widget is not self.fig:
+            self.heading.close()
+            self.widget.close()
 
     def _points(self) -> tuple[list[float], list[Values]]:
         """Every point drawn: the sealed chunks and the tail, each time once."""

@@ -97,15 +97,25 @@ _GPU_NUMBERS = (
 )
 
 
-def numbers_line(key: int, title: str, latest: dict, arrays: int | None = None) -> str:
+def label_tags(labels: list[str]) -> str:
+    """Labels ("replay", "synthetic") as the header shows them after a title: capitals, in orange."""
+    if not labels:
+        return ""
+    tags = " ".join(f"<span class='jupyter-gpumem-label'>{html.escape(x.upper())}</span>" for x in labels)
+    return f" <span style='color:#b35806;font-weight:bold'>{tags}</span>"
+
+
+def numbers_line(key: int, title: str, latest: dict, arrays: int | None = None, tags: str = "") -> str:
     """A view's latest numbers on one line, after its title: a GPU's bands and lines (a number
     that is not known is left out; "unattributed" only when there is some); for the CPU view
-    (``CPU_KEY``), the host memory JAX's live arrays hold and, where known, how many."""
+    (``CPU_KEY``), the host memory JAX's live arrays hold and, where known, how many. ``tags``
+    (``label_tags``) follow the title: the view's own labels."""
     if key == CPU_KEY:
         held = latest.get("cpu_arrays")
-        count = f" in {arrays:,} array{'' if arrays == 1 else 's'}" if arrays is not None and held is not None else ""
-        words = f"JAX live arrays <b>{_amount(held)}</b>{count} of the host's memory (not a GPU)"
-        return f"<span>{html.escape(title)}:</span> {words}"
+        count = (
+            f" in {arrays:,} live array{'' if arrays == 1 else 's'}" if arrays is not None and held is not None else ""
+        )
+        return f"<span>{html.escape(title)}{tags}:</span> <b>{_amount(held)}</b>{count}, in host memory (not a GPU's)"
     parts = []
     for label, name in _GPU_NUMBERS:
         value = latest.get(name)
@@ -113,4 +123,4 @@ def numbers_line(key: int, title: str, latest: dict, arrays: int | None = None) 
             continue
         shown = f"{value * 100:.0f}%" if name == "fragmentation" else _amount(value)
         parts.append(f"{label} <b>{shown}</b>")
-    return f"<span>{html.escape(title)}:</span> " + " · ".join(parts)
+    return f"<span>{html.escape(title)}{tags}:</span> " + " · ".join(parts)

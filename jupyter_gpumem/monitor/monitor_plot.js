@@ -307,7 +307,10 @@ function layoutFor(store, theme) {
       visible: lower,
       showgrid: false
     },
-    // Below the plot: a notebook column is narrow, and the plot keeps its full width.
+    // Below the plot: a notebook column is narrow, and the plot keeps its full width. Shown even
+    // for one band (the CPU view's before any cell marker), which plotly would leave unnamed, its
+    // clock times cut off by the bottom margin.
+    showlegend: true,
     legend: { orientation: 'h', x: 0, y: -0.08, yanchor: 'top', font: { size: 11 } },
     annotations,
     uirevision: 'keep', // zoom and legend clicks survive updates

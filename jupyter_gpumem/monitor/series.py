@@ -29,7 +29,7 @@ import math
 import os
 import sys
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -142,6 +142,19 @@ def in_view_order(keys: Iterable[int]) -> list[int]:
 
 def view_name(key: int) -> str:
     return "CPU" if key == CPU_KEY else f"GPU {key}"
+
+
+def view_fields(key: int) -> tuple[str, ...]:
+    """The sample fields a view is drawn from: a GPU's from NVML's, JAX's and PyTorch's
+    readings; the CPU view's from JAX's live CPU arrays alone."""
+    return ("cpu_arrays",) if key == CPU_KEY else ("devices", "jax", "pids_not_here", "torch")
+
+
+def view_labels(key: int, made_up: Collection[str], replay: bool) -> list[str]:
+    """How a view is marked: "replay" when drawn from a recording, and "synthetic" where a field
+    it is drawn from is made up (``core.synthetic``)."""
+    labels = ["replay"] if replay else []
+    return labels + ["synthetic"] if set(view_fields(key)) & set(made_up) else labels
 
 
 def _jax_for(sample: Sample, key: int):
@@ -271,9 +284,10 @@ def _jax_placement_notes(sample: Sample, key: int) -> list[str]:
     ]
 
 
-CPU_VIEW_NOTE = (
-    "JAX's live arrays in the host's memory, where JAX runs on the CPU (their shapes times their "
-    "dtypes' sizes), not in a GPU's; the process's other memory is not drawn."
+# The CPU view's heading, above its plot: what its one band is, said in full (its tab title is short).
+CPU_VIEW_HEADING = (
+    "JAX's live arrays on the CPU, in the host's memory (not a GPU's): their shapes times their dtypes' "
+    "sizes, summed. The process's other memory is not drawn."
 )
 
 
@@ -295,7 +309,7 @@ def notes_for(sample: Sample | None, key: int) -> list[str]:
     if sample is None:
         return []
     if key == CPU_KEY:
-        return [CPU_VIEW_NOTE] + _cpu_arrays_notes(sample.cpu_arrays)
+        return _cpu_arrays_notes(sample.cpu_arrays)
     notes = []
     jdev = _jax_for(sample, key)
     if isinstance(sample.jax, NotAvailable) and sample.jax.code == NOT_STARTED:

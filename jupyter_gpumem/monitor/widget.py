@@ -23,11 +23,12 @@ import weakref
 from datetime import datetime
 from typing import Any
 
+from jupyter_gpumem.core import synthetic
 from jupyter_gpumem.core.files import replaced_on_success
 from jupyter_gpumem.core.magic_args import MagicUsageError, check_interval
 from jupyter_gpumem.core.readings import CpuArraysReading, Event, Sample, Timeline
 from jupyter_gpumem.monitor.figure import DeviceView
-from jupyter_gpumem.monitor.header import grouped_notes, numbers_line, recording_block, status_block
+from jupyter_gpumem.monitor.header import grouped_notes, label_tags, numbers_line, recording_block, status_block
 from jupyter_gpumem.monitor.options import (
     DEFAULT_INTERVAL_S,
     DEFAULT_WINDOW_MIN,
@@ -41,6 +42,7 @@ from jupyter_gpumem.monitor.options import (
 )
 from jupyter_gpumem.monitor.series import (
     CPU_KEY,
+    CPU_VIEW_HEADING,
     MAX_POINTS,
     cell_markers,
     csv_rows,
@@ -49,6 +51,7 @@ from jupyter_gpumem.monitor.series import (
     nothing_to_show,
     row_for,
     view_keys,
+    view_labels,
 )
 
 __all__ = ["Monitor", "magic_monitor", "MONITOR_ARGS"]
@@ -58,7 +61,9 @@ _STATUS_EVERY_S = 10.0  # how often the header re-reads the status report
 # A plot each costs the kernel milliseconds to make: a trace listing thousands of devices would
 # block it for minutes. Eight GPUs split seven ways (MIG) is 56.
 MAX_DRAWN_DEVICES = 64
-CPU_TITLE = "CPU: JAX's live arrays in host memory"
+# Short enough for a tab (ipywidgets cuts titles at about 20 characters); the view's heading
+# (series.CPU_VIEW_HEADING) says it in full.
+CPU_TITLE = "CPU: JAX arrays"
 
 
 def _minutes(value: float) -> str:
@@ -215,17 +220,29 @@ class Monitor:
         """Whether the view of JAX's CPU device (its live arrays in host memory) is drawn."""
         return CPU_KEY in self._views
 
+    def made_up_fields(self) -> frozenset[str]:
+        """The sample fields whose readings are made up: for a recording, as its header says; live,
+        NVML's in the fake world (JAX's readings beside it are real)."""
+        header = self.timeline.trace_header
+        if header is not None:
+            return synthetic.made_up_fields(header)
+        from jupyter_gpumem.sources import nvml
+
+        return frozenset(nvml.made_up_fields() if self.live else ())
+
+    def labels_of(self, key: int) -> list[str]:
+        """How view ``key`` is marked: "replay" when drawn from a trace, and "synthetic" where a
+        reading it is drawn from is made up: the fake world's GPUs are, the real JAX arrays on
+        the CPU beside them are not."""
+        return view_labels(key, self.made_up_fields(), replay=self.timeline.trace_header is not None)
+
     @property
     def labels(self) -> list[str]:
-        """How the drawing is marked: "replay" for a timeline read from a trace, and "synthetic"
-        where that trace says its readings are made up, or where live readings come from the
-        fake NVML world."""
-        header = self.timeline.trace_header
-        if header is None:
-            from jupyter_gpumem.sources.nvml import is_fake
-
-            return ["synthetic"] if self.live and is_fake() else []
-        return ["replay", "synthetic"] if header.get("synthetic") else ["replay"]
+        """How the whole drawing is marked: the labels every drawn view has (a GPU view's while
+        none is drawn). A view's own further labels are shown beside it."""
+        keys = list(self._views) or [0]
+        each = [self.labels_of(k) for k in keys]
+        return [x for x in each[0] if all(x in other for other in each[1:])]
 
     @property
     def window_s(self) -> float:
@@ -317,7 +334,7 @@ class Monitor:
         """Draw what the timeline already holds, in one go."""
         with self._lock:
             for view in self._views.values():
-                view.fig.close()  # a new window draws new plots
+                view.close()  # a new window draws new plots
             self._views.clear()
             self._not_drawn = set()
             self._events = self._source_events()
@@ -354,7 +371,8 @@ class Monitor:
                 dev = sample.device(key)
                 name = (dev.name if dev is not None else "") or "JAX device"
                 title = CPU_TITLE if key == CPU_KEY else f"GPU {key}: {name}"
-                view = DeviceView(key, title, self.window_s, self.max_points, self.labels, self._lock)
+                heading = CPU_VIEW_HEADING if key == CPU_KEY else None
+                view = DeviceView(key, title, self.window_s, self.max_points, self.labels_of(key), self._lock, heading)
                 self._views[key] = view
                 new_device = True
             row = row_for(sample, key)
@@ -435,10 +453,10 @@ class Monitor:
             self.empty.value = self._empty_html(reason)
             self.body.children = (self.empty,)
         elif len(views) == 1:
-            if self.body.children != (views[0].fig,):
-                self.body.children = (views[0].fig,)
+            if self.body.children != (views[0].widget,):
+                self.body.children = (views[0].widget,)
         else:
-            self.tabs.children = tuple(v.fig for v in views)
+            self.tabs.children = tuple(v.widget for v in views)
             # All titles in one assignment: set_title per tab copies and re-validates the whole
             # list each time (ipywidgets 8.1 Tab.set_title), quadratic in devices.
             self.tabs.titles = tuple(v.title for v in views)
@@ -477,9 +495,8 @@ class Monitor:
         """The header: labels and state, the latest numbers per device, settings and warnings."""
         only_cpu = list(self._views) == [CPU_KEY]
         title = "<b>JAX memory on the CPU</b>" if only_cpu else "<b>GPU memory</b>"
-        if self.labels:
-            tag = " ".join(f"<span class='jupyter-gpumem-label'>{html.escape(x.upper())}</span>" for x in self.labels)
-            title += f" <span style='color:#b35806;font-weight:bold'>{tag}</span>"
+        shared = self.labels
+        title += label_tags(shared)
         state = ["paused" if self._paused else f"live, every {self.interval:g} s"] if self.live else []
         state.append(f"window {_minutes(self.window_min)}")
         title += f" <span style='opacity:.75'>({', '.join(state)})</span>"
@@ -488,7 +505,8 @@ class Monitor:
         count = arrays.arrays if isinstance(arrays, CpuArraysReading) else None
         for key in in_view_order(self._views):
             view = self._views[key]
-            lines.append(numbers_line(key, view.title, view.series.latest or {}, count))
+            own = label_tags([x for x in view.labels if x not in shared])
+            lines.append(numbers_line(key, view.title, view.series.latest or {}, count, own))
         if self._not_drawn:
             lines.append(
                 f"<div style='color:#b35806'>{len(self._not_drawn):,} more GPUs in the readings are not drawn "
@@ -587,13 +605,15 @@ class Monitor:
     def export_trace(self, path: str | os.PathLike | None = None) -> str:
         """Write the window's samples and events as a trace file (JSON Lines); returns the path."""
         from jupyter_gpumem.core.tracefile import TraceWriter, header_devices
-        from jupyter_gpumem.sources.nvml import is_fake
+        from jupyter_gpumem.sources import nvml
 
         path = os.fspath(path or self._export_name("jsonl"))
         samples = self._source_samples()
-        # A recording keeps its own header; readings taken here are made up only in the fake world.
+        # A recording keeps its own header; readings taken here are made up only in the fake world,
+        # and there only NVML's.
         fields = {k: v for k, v in (self.timeline.trace_header or {}).items() if k not in ("kind", "format")}
-        fields.setdefault("synthetic", is_fake())
+        if "synthetic" not in fields:
+            fields.update(synthetic.header_fields(nvml.made_up_fields()))
         if samples:
             fields.setdefault("devices", header_devices(samples[-1].devices))
         items: list = [*samples, *self._source_events()]
@@ -619,7 +639,7 @@ class Monitor:
             sub.close()
         for view in list(self._views.values()):
             with contextlib.suppress(Exception):
-                view.fig.close()
+                view.close()
         with contextlib.suppress(Exception):
             self.root.close()
 

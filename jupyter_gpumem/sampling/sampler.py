@@ -197,6 +197,13 @@ class Sampler:
             thread.join(timeout=_JOIN_TIMEOUT)
 
     @property
+    def wants_cpu_arrays(self) -> bool:
+        """Whether an open subscriber (a live monitor) asked for JAX's live CPU arrays: only then
+        are they read, on the thread's ticks or in a sample a recording takes beside them."""
+        with self._lock:
+            return any(s.cpu_arrays for s in self._subs)
+
+    @property
     def subscribers(self) -> int:
         with self._lock:
             return len(self._subs)
@@ -238,9 +245,7 @@ class Sampler:
                 wake.clear()
                 continue
             started = time.monotonic()
-            with self._lock:
-                arrays = any(s.cpu_arrays for s in self._subs)
-            sample = self.sample_once(cpu_arrays=arrays)
+            sample = self.sample_once(cpu_arrays=self.wants_cpu_arrays)
             with self._lock:
                 if self._thread is not me:
                     return

@@ -42,6 +42,7 @@ from jupyter_gpumem.core.readings import (
     NotAvailable,
     ProcessReading,
 )
+from jupyter_gpumem.core.synthetic import NVML_FIELDS
 from jupyter_gpumem.sources.device_identity import GpuIdentity
 
 __all__ = ["NvmlSource", "explain_nvml_error", "RETRY_INTERVAL_S"]
@@ -159,6 +160,12 @@ def is_fake() -> bool:
     """True when the ``pynvml`` in use is the fake world from ``jupyter_gpumem.testing`` (its
     readings are made up). Never imports pynvml."""
     return bool(getattr(sys.modules.get("pynvml"), "__fake__", False))
+
+
+def made_up_fields() -> tuple[str, ...]:
+    """The sample fields the NVML in use makes up: NVML's own (``synthetic.NVML_FIELDS``) in the
+    fake world, none otherwise. JAX's readings beside it are real."""
+    return NVML_FIELDS if is_fake() else ()
 
 
 def _text(value: Any) -> str:

@@ -39,7 +39,7 @@ from jupyter_gpumem.monitor.series import (
     BANDS,
     CANNOT_TELL_NOTE,
     CPU_KEY,
-    CPU_VIEW_NOTE,
+    CPU_VIEW_HEADING,
     SERIES_NAMES,
     DeviceSeries,
     cell_markers,
@@ -465,18 +465,22 @@ def test_gpus_beside_jax_on_the_cpu_keep_their_views_and_the_cpu_view_comes_last
     assert in_view_order([CPU_KEY, 2, 0]) == [0, 2, CPU_KEY]
 
 
-def test_the_cpu_view_says_it_is_host_memory_held_by_jax_arrays_not_a_gpu():
-    assert notes_for(cpu_sample(), CPU_KEY) == [CPU_VIEW_NOTE]
-    assert "JAX's live arrays in the host's memory" in CPU_VIEW_NOTE and "not in a GPU's" in CPU_VIEW_NOTE
+def test_the_cpu_view_s_heading_says_it_is_host_memory_held_by_jax_arrays_not_a_gpu():
+    assert "JAX's live arrays on the CPU, in the host's memory (not a GPU's)" in CPU_VIEW_HEADING
+
+
+def test_the_cpu_view_has_no_header_note_while_its_arrays_are_read():
+    # Its heading says what it draws; a note would say it again (notes are for what is unknown).
+    assert notes_for(cpu_sample(), CPU_KEY) == []
 
 
 def test_live_arrays_that_could_not_be_read_keep_the_view_blank_and_say_why():
     sample = cpu_sample(arrays=NotAvailable(ERROR, "reading JAX's live arrays on the CPU failed: RuntimeError: x"))
     assert view_keys(sample) == [CPU_KEY]
     assert series_values(sample, CPU_KEY)["cpu_arrays"] is None
-    assert notes_for(sample, CPU_KEY)[1] == (
+    assert notes_for(sample, CPU_KEY) == [
         "JAX's live arrays could not be read: reading JAX's live arrays on the CPU failed: RuntimeError: x."
-    )
+    ]
 
 
 def test_csv_rows_name_the_cpu_view_cpu():

@@ -232,23 +232,43 @@ def test_jax_on_the_cpu_draws_its_live_arrays_in_mib_instead_of_nothing(stub):
     m = Monitor(sampler=stub)
     stub.push(cpu_sample(arrays=CpuArraysReading(bytes=3 << 20, arrays=2)))
     assert m.drawn_devices == [CPU_KEY] and m.drawn_gpus == [] and m.draws_cpu
-    assert m.body.children == (m._views[CPU_KEY].fig,)
+    assert m.body.children == (m._views[CPU_KEY].widget,)
+    assert m._views[CPU_KEY].widget.children[1] is m._views[CPU_KEY].fig
     assert drawn_y(m, "JAX live arrays (CPU)", CPU_KEY) == [3.0]
     assert m._views[CPU_KEY].figure()["unit"] == "MiB"
     m.close()
 
 
-def test_the_cpu_view_s_header_says_it_is_the_host_s_memory_held_by_jax_arrays(stub):
+def test_the_cpu_view_s_header_line_says_host_memory_once(stub):
     m = Monitor(sampler=stub)
     stub.push(cpu_sample(arrays=CpuArraysReading(bytes=3 << 20, arrays=2)))
     header = m.header.value
     assert "<b>JAX memory on the CPU</b>" in header
-    assert (
-        "<span>CPU: JAX&#x27;s live arrays in host memory:</span> JAX live arrays <b>3.00 MiB</b> in 2 arrays "
-        "of the host's memory (not a GPU)"
-    ) in header
-    assert "CPU: JAX&#x27;s live arrays in the host&#x27;s memory, where JAX runs on the CPU" in header
+    assert "<span>CPU: JAX arrays:</span> <b>3.00 MiB</b> in 2 live arrays, in host memory (not a GPU's)" in header
+    assert header.count("host") == 1
     m.close()
+
+
+def test_the_cpu_tab_title_is_short_and_its_view_s_heading_explains_it_in_full():
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        stub = StubSampler()
+        m = Monitor(sampler=stub)
+        stub.push(cpu_sample(devices=NvmlSource().read()))
+        m.close()
+    assert m.tabs.titles[3] == CPU_TITLE == "CPU: JAX arrays"
+    # ipywidgets' tab bar cuts a title at about 20 characters: "CPU: JAX's live array" was cut.
+    assert len(CPU_TITLE) <= 16
+    cpu_view = m.tabs.children[3]
+    assert cpu_view is m._views[CPU_KEY].widget and cpu_view.children[1] is m._views[CPU_KEY].fig
+    assert cpu_view.children[0].value == (
+        "<div class='jupyter-gpumem-view-heading' style='line-height:1.4'>JAX&#x27;s live arrays on the CPU, in the host&#x27;s memory "
+        "(not a GPU&#x27;s): their shapes times their dtypes&#x27; sizes, summed. The process&#x27;s other memory "
+        "is not drawn.</div>"
+    )
+    assert all(child is m._views[i].fig for i, child in enumerate(m.tabs.children[:3]))
 
 
 def test_the_cpu_view_follows_the_live_arrays_tick_by_tick(stub):
@@ -256,9 +276,9 @@ def test_the_cpu_view_follows_the_live_arrays_tick_by_tick(stub):
     for t, mib in ((1.0, 1), (2.0, 5), (3.0, 2)):
         stub.push(cpu_sample(t=t, arrays=CpuArraysReading(bytes=mib << 20, arrays=mib)))
     assert drawn_y(m, "JAX live arrays (CPU)", CPU_KEY) == [1.0, 5.0, 2.0]
-    assert "JAX live arrays <b>2.00 MiB</b> in 2 arrays" in m.header.value
+    assert "<b>2.00 MiB</b> in 2 live arrays" in m.header.value
     stub.push(cpu_sample(t=4.0, arrays=CpuArraysReading(bytes=1 << 20, arrays=1)))
-    assert "JAX live arrays <b>1.00 MiB</b> in 1 array of" in m.header.value
+    assert "<b>1.00 MiB</b> in 1 live array, in host" in m.header.value
     m.close()
 
 
@@ -434,6 +454,63 @@ def test_live_readings_from_the_fake_nvml_world_are_labelled_synthetic():
         assert m.labels == ["synthetic"]
         assert "SYNTHETIC" in m.header.value and "REPLAY" not in m.header.value
         assert figure_labels(m) == ["SYNTHETIC"] * 3
+
+
+@contextlib.contextmanager
+def fake_world_with_jax_on_the_cpu():
+    """A live monitor on the fake three-GPU world (synthetic NVML) beside JAX's real CPU arrays."""
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        stub = StubSampler()
+        m = Monitor(sampler=stub)
+        stub.push(cpu_sample(devices=NvmlSource().read()))
+        yield m, stub
+        m.close()
+
+
+def header_line_of(monitor: Monitor, title: str) -> str:
+    """The header's line that starts with a view's title."""
+    lines = [x for x in monitor.header.value.split("<div>") if x.startswith(f"<span>{title}")]
+    assert len(lines) == 1, monitor.header.value
+    return lines[0]
+
+
+def test_on_the_fake_world_the_gpu_views_are_synthetic_and_the_cpu_view_of_real_arrays_is_not():
+    with fake_world_with_jax_on_the_cpu() as (m, _):
+        assert [m.labels_of(k) for k in m.drawn_devices] == [["synthetic"]] * 3 + [[]]
+        assert [m._views[k].figure()["labels"] for k in m.drawn_devices] == [["synthetic"]] * 3 + [[]]
+        assert m.labels == []  # nothing shared by every view: the title carries no label
+        title = m.header.value.split("</div>")[0]
+        assert "SYNTHETIC" not in title
+        for i in range(3):
+            assert "SYNTHETIC" in header_line_of(m, f"GPU {i}: ")
+        assert "SYNTHETIC" not in header_line_of(m, "CPU: JAX arrays")
+
+
+def test_a_trace_exported_on_the_fake_world_says_only_nvml_was_made_up_and_replays_so(tmp_path):
+    path = tmp_path / "world.jsonl"
+    with fake_world_with_jax_on_the_cpu() as (m, stub):
+        stub.push(cpu_sample(t=2.0, devices=m._latest.devices))
+        m.export_trace(path)
+    header = read_trace(path).header
+    assert header["synthetic"] is True and header["synthetic_fields"] == ["devices", "pids_not_here"]
+    replay = Monitor(replay=str(path))
+    assert [replay.labels_of(k) for k in replay.drawn_devices] == [["replay", "synthetic"]] * 3 + [["replay"]]
+    assert replay.labels == ["replay"]
+    assert "SYNTHETIC" not in header_line_of(replay, "CPU: JAX arrays")
+    replay.close()
+
+
+def test_a_synthetic_trace_that_names_no_fields_marks_its_cpu_view_synthetic_too(tmp_path):
+    path = tmp_path / "made_up.jsonl"
+    with TraceWriter(str(path), {"synthetic": True}) as writer:
+        writer.write_sample(cpu_sample(t=1.0))
+    m = Monitor(replay=str(path))
+    assert m.drawn_devices == [CPU_KEY] and m.labels == m.labels_of(CPU_KEY) == ["replay", "synthetic"]
+    assert "SYNTHETIC" in m.header.value.split("</div>")[0]
+    m.close()
 
 
 def test_a_replay_header_reads_its_settings_as_status_does(tmp_path):

@@ -246,7 +246,7 @@ def test_magic_record_adds_cell_events_from_the_shell(tmp_path, fake_process_sam
     assert [e.name for e in read_trace(path).events] == ["cell_start", "cell_end"]
 
 
-def test_recording_the_fake_nvml_world_is_marked_synthetic(tmp_path):
+def test_recording_the_fake_nvml_world_is_marked_synthetic_in_nvml_s_readings_only(tmp_path):
     from jupyter_gpumem.sources.nvml import NvmlSource
     from jupyter_gpumem.testing import fake_nvml
 
@@ -255,6 +255,7 @@ def test_recording_the_fake_nvml_world_is_marked_synthetic(tmp_path):
         recorder.stop()
     trace = read_trace(tmp_path / "r.jsonl", strict=True)
     assert trace.synthetic is True and len(trace.header["devices"]) == 3
+    assert trace.header["synthetic_fields"] == ["devices", "pids_not_here"]
 
 
 def test_magic_record_onto_a_planted_fifo_is_refused_at_once_and_starts_nothing(tmp_path, fake_process_sampler):
@@ -277,3 +278,85 @@ def test_the_command_line_refuses_a_planted_link_with_exit_2(tmp_path, fake_proc
     os.symlink(tmp_path / "private", tmp_path / "r.jsonl")
     assert main([str(tmp_path / "r.jsonl"), "--force", "--seconds", "0"]) == 2
     assert "is a symbolic link" in capsys.readouterr().err and (tmp_path / "private").read_text() == "secret"
+
+
+# --- JAX's live CPU arrays, while a monitor's CPU view reads them --------------------------------
+
+HELD = model.CpuArraysReading(bytes=4 << 20, arrays=1)
+
+
+def _cpu_sampler(reads: list) -> Sampler:
+    """A sampler whose JAX runs on the CPU holding ``HELD``; ``reads`` counts the arrays' reads."""
+    return Sampler(
+        lambda: DEVICES,
+        lambda: model.NotAvailable(model.NOT_STARTED, "not started"),
+        interval=0.01,
+        read_cpu_arrays=lambda: reads.append(1) or HELD,
+    )
+
+
+def test_a_recording_beside_a_live_cpu_view_keeps_every_sample_s_cpu_arrays_and_replays_the_view(tmp_path):
+    from jupyter_gpumem.monitor.series import CPU_KEY
+    from jupyter_gpumem.monitor.widget import Monitor
+
+    reads: list = []
+    sampler = _cpu_sampler(reads)
+    cpu_view = sampler.subscribe(lambda s: None, interval=0.01, cpu_arrays=True)  # as a live monitor does
+    recorder = Recorder(tmp_path / "r.jsonl", sampler)
+    _wait_for_samples(recorder, 4)
+    recorder.stop()
+    cpu_view.close()
+    trace = read_trace(tmp_path / "r.jsonl", strict=True)
+    # The first sample (taken at start) and the last (at stop) included, not only the ticks'.
+    assert len(trace.samples) >= 4 and [s.cpu_arrays for s in trace.samples] == [HELD] * len(trace.samples)
+    replay = Monitor(replay=str(tmp_path / "r.jsonl"))
+    assert replay.drawn_devices == [0, CPU_KEY]
+    assert "CPU: JAX arrays:</span> <b>4.00 MiB</b> in 1 live array, in host memory" in replay.header.value
+    replay.close()
+
+
+def test_a_recording_with_no_cpu_view_never_reads_the_live_arrays(tmp_path):
+    reads: list = []
+    sampler = _cpu_sampler(reads)
+    recorder = Recorder(tmp_path / "r.jsonl", sampler)
+    _wait_for_samples(recorder, 4)
+    recorder.stop()
+    trace = read_trace(tmp_path / "r.jsonl", strict=True)
+    assert reads == [] and {s.cpu_arrays for s in trace.samples} == {None}
+
+
+def test_magic_record_beside_a_live_monitor_on_real_cpu_jax_keeps_its_arrays(tmp_path):
+    """In a fresh process: JAX on the CPU holding one 4 MiB array, a live monitor, then
+    ``%gpumem record``; the trace read back carries the array in every sample and replays the
+    CPU view."""
+    out = tmp_path / "cpu.jsonl"
+    script = textwrap.dedent(
+        f"""
+        import time
+        import jax.numpy as jnp
+        from jupyter_gpumem.monitor.widget import Monitor
+        from jupyter_gpumem.record import magic_record
+
+        x = jnp.ones((1024, 1024), dtype=jnp.float32)
+        monitor = Monitor(interval=0.2)
+        assert monitor.wait_for_update(0, timeout=60)
+        magic_record([{str(out)!r}, "--interval", "0.1"])
+        time.sleep(0.8)
+        magic_record(["stop"])
+        monitor.close()
+        """
+    )
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr
+    trace = read_trace(out, strict=True)
+    assert len(trace.samples) >= 3
+    assert {s.cpu_arrays for s in trace.samples} == {model.CpuArraysReading(bytes=4 << 20, arrays=1)}
+
+    from jupyter_gpumem.monitor.series import CPU_KEY
+    from jupyter_gpumem.monitor.widget import Monitor
+
+    replay = Monitor(replay=str(out))
+    assert CPU_KEY in replay.drawn_devices
+    assert "<b>4.00 MiB</b> in 1 live array" in replay.header.value
+    replay.close()

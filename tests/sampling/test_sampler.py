@@ -80,6 +80,17 @@ def test_a_subscriber_that_did_not_ask_for_live_arrays_never_has_them_read():
     assert [s.cpu_arrays for s in samples] == [None, None, None] and calls == []
 
 
+def test_the_sampler_wants_live_arrays_only_while_a_subscriber_that_asked_is_open():
+    sampler = _sampler(read_cpu_arrays=lambda: ARRAYS)
+    recording = sampler.subscribe(lambda s: None)
+    assert sampler.wants_cpu_arrays is False
+    monitor = sampler.subscribe(lambda s: None, cpu_arrays=True)
+    assert sampler.wants_cpu_arrays is True
+    monitor.close()
+    assert sampler.wants_cpu_arrays is False
+    recording.close()
+
+
 def test_live_arrays_that_fail_to_read_are_not_available_and_the_thread_goes_on():
     def broken():
         raise RuntimeError("client gone")

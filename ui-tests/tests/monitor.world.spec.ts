@@ -6,7 +6,7 @@
 import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 
-import { IMAGES_DIR, openNotebook, waitForKernelIdle } from './gpumem';
+import { expectNoTestFolderShown, IMAGES_DIR, openNotebook, waitForKernelIdle } from './gpumem';
 import { runCell } from './panelSteps';
 
 test.use({ autoGoto: true, viewport: { width: 1280, height: 1100 } });
@@ -199,7 +199,7 @@ test('the quickstart, on GPUs where JAX runs on the CPU, says its live monitor d
       'JAX runs on the CPU here: the live monitor above draws its live arrays in host memory. Its header:\n'
   );
   // The header shown below it: the CPU view beside the GPUs'.
-  await expect(said.locator('.jp-OutputArea-output').nth(1)).toContainText("CPU: JAX's live arrays in host memory: JAX live arrays");
+  await expect(said.locator('.jp-OutputArea-output').nth(1)).toContainText('CPU: JAX arrays: ');
   // The check cell is collapsed for the learner (its source hidden), so it is read from the model.
   const checkOutputs = await page.evaluate(() => {
     const cells = (window as any).jupyterapp.shell.currentWidget.content.model.cells;
@@ -213,4 +213,53 @@ test('the quickstart, on GPUs where JAX runs on the CPU, says its live monitor d
     return found;
   });
   expect(checkOutputs).toEqual([[0, true]]);
+});
+
+test('on the fake world the GPU views are marked synthetic, the CPU view of real JAX arrays is not, and its tab title fits', async ({
+  page,
+  tmpPath
+}) => {
+  await page.setViewportSize({ width: 1280, height: 1500 }); // the whole monitor in its screenshot
+  await openNotebook(page, tmpPath, 'monitor_world_cpu.ipynb');
+  await page.notebook.runCell(1, true); // JAX starts on the CPU and holds 16 MiB
+  await page.notebook.runCell(2, true); // %gpumem monitor --interval 1
+  const monitor = page.locator(MONITOR);
+  const cpuTab = monitor.getByRole('tab', { name: 'CPU: JAX arrays' });
+  await expect(cpuTab).toBeVisible({ timeout: 60000 });
+
+  // The tab's title is drawn whole: its label is as wide as its text.
+  const label = cpuTab.locator('.lm-TabBar-tabLabel');
+  await expect(label).toHaveText('CPU: JAX arrays');
+  const fits = await label.evaluate((el: HTMLElement) => el.scrollWidth <= el.clientWidth);
+  expect(fits).toBe(true);
+
+  // The header: the GPU lines carry SYNTHETIC, the CPU line and the title (shared by all) do not.
+  const lines = monitor.locator('.jupyter-gpumem-header > div');
+  await expect(lines.first()).toContainText('GPU memory');
+  await expect(lines.first()).not.toContainText('SYNTHETIC');
+  for (const gpu of ['GPU 0: ', 'GPU 1: ', 'GPU 2: ']) {
+    await expect(lines.filter({ hasText: gpu })).toContainText('SYNTHETIC');
+  }
+  const cpuLine = lines.filter({ hasText: 'CPU: JAX arrays:' });
+  await expect(cpuLine).toContainText("16.00 MiB in 1 live array, in host memory (not a GPU's)", { timeout: 30000 });
+  await expect(cpuLine).not.toContainText('SYNTHETIC');
+  // Host memory is said once (the GPU lines' "host pids" are NVML's pids, not memory).
+  const said = await monitor.locator('.jupyter-gpumem-header').innerText();
+  expect(said.match(/host('s)? memory/g)).toEqual(['host memory']);
+
+  // The plots: GPU 0's is labelled SYNTHETIC; the CPU view's, under its heading, has no label.
+  await expect(monitor.locator('.js-plotly-plot').first().locator('.annotation-text')).toHaveText('SYNTHETIC');
+  await cpuTab.click();
+  const heading = monitor.locator('.jupyter-gpumem-view-heading');
+  await expect(heading).toBeVisible();
+  await expect(heading).toHaveText(
+    "JAX's live arrays on the CPU, in the host's memory (not a GPU's): their shapes times their dtypes' sizes, summed. The process's other memory is not drawn."
+  );
+  const cpuPlot = monitor.locator('.js-plotly-plot').nth(3);
+  await expect(cpuPlot).toBeVisible();
+  // Its one band is named in a legend, which also keeps room for the clock times below the plot.
+  await expect(cpuPlot.locator('.legendtext').first()).toHaveText('JAX live arrays (CPU)');
+  await expect(cpuPlot.locator('.annotation-text')).toHaveCount(0);
+  await expectNoTestFolderShown(monitor, tmpPath);
+  await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-world-cpu.png') });
 });
