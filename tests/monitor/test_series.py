@@ -108,6 +108,24 @@ def test_cuda_async_preallocated_draws_its_limit_but_no_headroom():
     assert (v["pool_unused"], v["outside_jax"]) == (40 * GiB, 1 * GiB)  # 60 - 20; 61 - 60
 
 
+def test_a_driver_pool_reading_beside_bfc_like_stats_draws_no_fragmentation_or_headroom():
+    """A trace may pair a driver pool reading with an allocator it does not name and BFC's
+    fields (core/tracefile.py reads ``cuda_pool`` beside any allocator; only "cuda_async" drops
+    the largest free block in ``normalise_stats``): the pool is the driver's, which no fraction
+    caps and which reports no largest free block, so neither band is drawn from BFC's fields."""
+    dev = DeviceReading(0, "GPU", "GPU-0", 80 * GiB, 9 * GiB, 71 * GiB, processes=(ProcessReading(PID, 9 * GiB),))
+    stats = normalise_stats(
+        {"bytes_in_use": 3 * GiB, "pool_bytes": 4 * GiB, "bytes_limit": 60 * GiB, "largest_free_block_bytes": GiB},
+        "unknown",
+    )
+    pool = CudaPoolReading(
+        reserved_bytes=8 * GiB, reserved_high_bytes=8 * GiB, used_bytes=3 * GiB, used_high_bytes=3 * GiB
+    )
+    v = series_values(Sample(1.0, PID, (dev,), (JaxDeviceReading(0, "gpu", "GPU", 0, stats, pool),)), 0)
+    assert (v["fragmentation"], v["headroom"]) == (None, None)
+    assert v["pool_reserved"] == 8 * GiB
+
+
 def test_hidden_pids_leave_the_rest_unattributed():
     s = bfc_sample()
     dev = DeviceReading(
