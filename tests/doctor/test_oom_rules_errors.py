@@ -104,6 +104,12 @@ def test_without_preallocation_a_lower_fraction_is_worked_from_the_limit_when_no
     assert (fix.action, fix.extra_actions) == (FREE_LINE, ("%gpumem fraction 0.65" + RESTART_FIRST,))
 
 
+def test_the_lower_fraction_worked_from_the_limit_is_rounded_down_to_a_whole_percent():
+    # limit 141 of 200 GiB: 70.5%, ten points lower 60.5%: 0.6
+    r = oom(device_total=200 * GiB, bytes_limit=141 * GiB, preallocate=False, error_form="cubin")
+    assert kernel_load(r, None).extra_actions == ("%gpumem fraction 0.6" + RESTART_FIRST,)
+
+
 def test_the_lower_fraction_offered_is_never_below_a_tenth():
     fix = kernel_load(oom(bytes_limit=GiB, fraction=0.15, preallocate=False, error_form="cubin"), None)
     assert fix.extra_actions == ("%gpumem fraction 0.1" + RESTART_FIRST,)
@@ -156,8 +162,12 @@ def test_a_cuda_graph_that_could_not_be_instantiated_is_advised_no_command_buffe
 
 @pytest.mark.parametrize(
     "readings",
-    [oom(error_form="command_buffer"), preallocated(error_form="command_buffer", allocator="cuda_async")],
-    ids=["nothing known", "cuda_async"],
+    [
+        oom(error_form="command_buffer"),
+        oom(fraction=0.75, error_form="command_buffer"),
+        preallocated(error_form="command_buffer", allocator="cuda_async"),
+    ],
+    ids=["nothing known", "a fraction but no limit in effect", "cuda_async"],
 )
 def test_a_cuda_graph_without_a_pool_setting_to_change_is_advised_only_to_clear_caches(readings):
     assert command_buffers(readings, None).extra_actions == (CACHES_LINE,)
@@ -318,6 +328,11 @@ def test_donation_is_enough_when_the_call_then_needs_no_more_than_is_free(temp, 
     assert donate_arguments(short_of_2_mib(budget(4, temp, gain=2)), None).enough is fits
 
 
+def test_a_donation_of_a_single_byte_is_still_offered():
+    program = ProgramBudget("step (train.py:12)", 8, 4, 0, 0, 0, donation_gain=1)
+    assert donate_arguments(short_of_2_mib(program), None).gain_bytes == 1
+
+
 @pytest.mark.parametrize("program", [budget(4, 0), None], ids=["nothing to donate", "no program"])
 def test_no_donation_fix_without_outputs_to_put_in_arguments(program):
     assert donate_arguments(short_of_2_mib(program), None) is None
@@ -373,6 +388,20 @@ def test_a_fix_that_wins_no_bytes_still_ranks_above_one_whose_gain_is_not_known(
         error_form="cubin",
     )
     assert [(f.kind, f.gain_bytes) for f in advise(r)] == [("kernel_load", 0), ("other_process", None)]
+
+
+def test_a_fix_winning_a_single_byte_ranks_above_one_winning_none():
+    # a full preallocated pool (kernel_load wins 0) and a program 2 GiB short, 1 byte of it donatable
+    r = oom(
+        device_total=80 * GiB,
+        live_bytes=40 * GiB,
+        pool_bytes=40 * GiB,
+        bytes_in_use=40 * GiB,
+        preallocate=True,
+        error_form="cubin",
+        program=ProgramBudget("step (train.py:12)", 0, 2 * GiB, 0, 0, 0, donation_gain=1),
+    )
+    assert [(f.kind, f.gain_bytes) for f in advise(r)] == [("donation", 1), ("kernel_load", 0), ("program", None)]
 
 
 def test_a_host_memory_error_is_advised_the_host_limit_alone():

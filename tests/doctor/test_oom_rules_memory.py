@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from jupyter_gpumem.core.readings import CudaPoolReading
 from jupyter_gpumem.doctor.oom_readings import Fix, OomReadings, OtherProcess
 from jupyter_gpumem.doctor.oom_rules import (
     compiled_programs,
@@ -220,6 +221,11 @@ def test_other_processes_holding_under_a_quarter_but_the_whole_shortfall_are_eno
     assert (fix.title, fix.enough) == ("1 other process holds 4.00 GiB (5%) of this device", True)
 
 
+def test_a_single_byte_other_processes_hold_covers_a_shortfall_of_one_byte():
+    fix = other_processes(oom(12 * GiB, device_total=80 * GiB, others=(OtherProcess(9, 1),)), 1)
+    assert (fix.title, fix.enough) == ("1 other process holds 1 B (0%) of this device", True)
+
+
 def test_other_processes_are_no_fix_when_nothing_is_short():
     assert other_processes(oom(12 * GiB, device_total=80 * GiB, others=(OtherProcess(9, GiB),)), 0) is None
 
@@ -286,6 +292,28 @@ def test_processes_listed_by_host_pids_holding_under_a_quarter_are_a_fix_only_fo
 @pytest.mark.parametrize("total", [None, 0])
 def test_processes_listed_by_host_pids_are_no_fix_on_a_device_of_unknown_size(total):
     assert host_pid_processes(oom(12 * GiB, device_total=total, host_pid_processes=host_listed(60)), GiB) is None
+
+
+def test_a_single_byte_beside_this_kernels_pool_covers_a_shortfall_of_one_byte():
+    listed = (OtherProcess(1001, 20 * GiB + 1, here=False),)
+    r = oom(12 * GiB, device_total=80 * GiB, host_pid_processes=listed, **bfc(10 * GiB, 20 * GiB, 60 * GiB, GiB))
+    assert host_pid_processes(r, 1).title == "Processes NVML lists by host pid may hold up to 1 B (0%) of this device"
+
+
+def test_under_cuda_async_this_kernels_pool_among_host_pids_is_the_driver_pools_reserved_bytes():
+    # the driver pool reserves 30 GiB, 10 of it in use: 50 listed - 30 = 20 GiB (25%) another's
+    r = oom(
+        12 * GiB,
+        device_total=80 * GiB,
+        host_pid_processes=host_listed(50),
+        allocator="cuda_async",
+        bytes_in_use=10 * GiB,
+        cuda_pool=CudaPoolReading(30 * GiB, 30 * GiB, 10 * GiB, 10 * GiB),
+    )
+    assert host_pid_processes(r, None).why.endswith(
+        "Together they hold 50.00 GiB; this kernel's JAX pool is 30.00 GiB of it, and the rest, up to "
+        "20.00 GiB, is other processes' or this kernel's outside JAX."
+    )
 
 
 # --- output history ------------------------------------------------------------------------------
