@@ -9,6 +9,8 @@ numbers in the comments are worked by hand. The error forms are those of tests/d
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from jupyter_gpumem.doctor.oom_readings import Fix, OomReadings, OtherProcess
@@ -286,8 +288,6 @@ def test_a_program_that_fits_exactly_once_its_arguments_are_donated_is_not_blame
     ids=["the allocator", "the cpu", "arrays past the total"],
 )
 def test_the_program_is_weighed_against_what_it_could_have(readings, free):
-    from dataclasses import replace
-
     fix = program_itself(replace(readings, requested=2 * GiB, program=budget(2048, 0)), None)
     assert fix.title == f"step (train.py:12): its outputs and temporaries (2.00 GiB) exceed what is free ({free})"
 
