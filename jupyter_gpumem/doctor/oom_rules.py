@@ -448,7 +448,6 @@ def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
     )
 
 
-# In FIX_KINDS order. request_larger_than_device comes first and, when it applies, alone.
 def _free_for_program(r: OomReadings) -> int | None:
     """What the program could have: the allocator's free and growable bytes; on the CPU the
     host's available memory, as ``%gpumem estimate`` weighs it; else the total less the live
@@ -515,6 +514,7 @@ def donate_arguments(r: OomReadings, need: int | None) -> Fix | None:
     )
 
 
+# In FIX_KINDS order; advise runs the first two and command_buffers apart from the rest.
 RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     jax_on_cpu_beside_gpus,
     request_larger_than_device,
