@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jupyter_gpumem.core import metrics
+from jupyter_gpumem.core import metrics, sites
 from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading
 from jupyter_gpumem.doctor.program_budget import ProgramBudget
 
@@ -49,6 +49,8 @@ class OomReadings:
     - ``live_bytes``: bytes of live JAX arrays on the device (deduplicated); None where not
       known (JAX not started, or a replayed trace, which records the allocator, not the arrays)
     - ``history_bytes``: of those, bytes reachable only through Out/_ history
+    - ``growing``: lines whose live arrays come from several runs of one cell statement
+      (``sites.growing``), largest first
     - ``error_form``: the message form (``OomError.form``): "host" is the GPU client's pinned
       host memory pool, "cubin" a compiled kernel that could not be loaded onto the device,
       "command_buffer" a CUDA graph the driver could not instantiate
@@ -74,6 +76,7 @@ class OomReadings:
     remat: bool | None = None
     live_bytes: int | None = None
     history_bytes: int = 0
+    growing: tuple[sites.Growth, ...] = ()
     platform: str = "gpu"
     synthetic: bool = False
     cuda_pool: CudaPoolReading | None = None
@@ -148,6 +151,7 @@ FIX_KINDS = (
     "too_large",
     "other_process",
     "history",
+    "growing",
     "fragmentation",
     "fraction_cap",
     "compiled_programs",

@@ -173,6 +173,26 @@ def output_history(r: OomReadings, need: int | None) -> Fix | None:
     )
 
 
+def kept_runs(r: OomReadings, need: int | None) -> Fix | None:
+    """Arrays kept from earlier runs of a cell (a list appended to on every run): emptying what
+    holds them frees every array of those lines (``sites.growing``)."""
+    if not r.growing:
+        return None
+    gain = sum(g.nbytes for g in r.growing)
+    top = r.growing[0]
+    others = len(r.growing) - 1
+    more = f" ({others} more such line{'s' if others > 1 else ''}, {_b(gain)} in all)" if others else ""
+    return Fix(
+        "growing",
+        f"Arrays from earlier runs of a cell are still alive: {top}{more}",
+        "empty or rebind what that line adds its arrays to (the list or dict), then run the cell again",
+        f"Each run of the cell kept its arrays there and no run freed the ones before; "
+        f"`%gpumem arrays --by line` lists them. {_b(gain)} would be freed.",
+        gain,
+        _enough(gain, need),
+    )
+
+
 def fragmented_pool(r: OomReadings, need: int | None) -> Fix | None:
     """Enough free in total, but no block large enough: BFC fragmentation.
 
@@ -521,6 +541,7 @@ RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     other_processes,
     host_pid_processes,
     output_history,
+    kept_runs,
     fragmented_pool,
     fraction_cap,
     compiled_programs,

@@ -118,12 +118,10 @@ class OomReport(TextReport):
     # XLA's peak buffers from the error text, by source line (rows), and the totals they sit in
     peak_rows: tuple[str, ...] = ()
     peak_title: str = ""
-    # lines whose live arrays come from several runs of one cell statement (arrays.growth_of)
-    growth: tuple[sites.Growth, ...] = ()
 
     def growth_line(self) -> str:
         """``Growing, run after run: ...`` for the three largest growing lines, or ``""``."""
-        return sites.growth_sentence(self.growth)
+        return sites.growth_sentence(self.readings.growing)
 
     def requested_line(self) -> str:
         e = self.error
@@ -193,7 +191,7 @@ class OomReport(TextReport):
                 out.append(f"  {self.arrays_note}")
         else:
             out.append(f"  {self.arrays_note or 'none'}")
-        if self.growth:
+        if self.readings.growing:
             out.append(f"  {self.growth_line()}")
         if self.readings.program is not None:
             out += ["", "The failing call's program (compiled again, not run):", f"  {self.program_line()}"]
@@ -294,7 +292,7 @@ class OomReport(TextReport):
             f"<p>Other processes on the device:</p><ul>{others}</ul>"
             "<p>Largest live arrays:</p><table><thead><tr><th>bytes</th><th>array</th><th>held by</th><th>cell</th></tr></thead>"
             f"<tbody>{arrays}</tbody></table>"
-            + (f"<p>{escape_html(self.growth_line())}</p>" if self.growth else "")
+            + (f"<p>{escape_html(self.growth_line())}</p>" if self.readings.growing else "")
             + "<p><small>The error above is unchanged and still stops the run.</small></p></div>"
         )
 
@@ -305,7 +303,9 @@ class OomReport(TextReport):
             "devices": [d.__dict__ for d in self.devices],
             "others": [p.__dict__ for p in self.others],
             "arrays": [r.to_json() for r in self.arrays],
-            "growing": [{"site": g.site, "runs": g.runs, "arrays": g.arrays, "nbytes": g.nbytes} for g in self.growth],
+            "growing": [
+                {"site": g.site, "runs": g.runs, "arrays": g.arrays, "nbytes": g.nbytes} for g in self.readings.growing
+            ],
             "live_bytes": self.readings.live_bytes,  # None: not known (a replay, or JAX not started)
             "fixes": [f.to_json() for f in self.fixes],
             "peak": [self.peak_title, *self.peak_rows] if self.peak_rows else [],
@@ -477,6 +477,7 @@ def _oom_readings(
         remat=_typed(values, "remat", bool),
         live_bytes=live_bytes if arrays_known else None,
         history_bytes=sum(r.device_bytes for r in on_device if r.history_only),
+        growing=tuple(growth_of(on_device)),
         error_form=error.form,
         host_array_bytes=sum(r.host_bytes for r in records) if arrays_known else None,
         platform=failing.platform,
@@ -541,7 +542,6 @@ def oom_report(
         fixes,
         rows,
         title,
-        tuple(growth_of(records)),
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from jupyter_gpumem.core.sites import Growth
 from jupyter_gpumem.doctor.oom_readings import Fix, OomReadings, OtherProcess
 from jupyter_gpumem.doctor.oom_rules import (
     advise,
@@ -370,6 +371,13 @@ def test_a_donation_that_fits_ranks_above_a_larger_fix_that_falls_short():
     # 1 MiB makes the call need 2 MiB, what is free
     r = short_of_2_mib(budget(3, 0, gain=1), device_free=0, history_bytes=3 * MiB // 2, remat=True)
     assert [(f.kind, f.enough) for f in advise(r)] == [("donation", True), ("history", False)]
+
+
+def test_arrays_kept_from_earlier_runs_that_cover_the_shortfall_rank_above_history_that_does_not():
+    # NVML 2 GiB free of a 8 GiB request: short by 6 GiB; the growing line holds 6 GiB, history 1 GiB
+    kept = Growth("cell [3] line 2", 4, 8, 6 * GiB)
+    r = oom(8 * GiB, device_total=80 * GiB, device_free=2 * GiB, history_bytes=GiB, growing=(kept,))
+    assert [(f.kind, f.enough) for f in advise(r)] == [("growing", True), ("history", False)]
 
 
 def test_a_fix_short_of_enough_ranks_above_one_whose_gain_is_not_known():

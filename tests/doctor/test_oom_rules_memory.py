@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpumem.core.readings import CudaPoolReading
+from jupyter_gpumem.core.sites import Growth
 from jupyter_gpumem.doctor.oom_readings import Fix, OomReadings, OtherProcess
 from jupyter_gpumem.doctor.oom_rules import (
     compiled_programs,
@@ -17,6 +18,7 @@ from jupyter_gpumem.doctor.oom_rules import (
     fragmented_pool,
     host_pid_processes,
     jax_on_cpu_beside_gpus,
+    kept_runs,
     other_processes,
     output_history,
     rematerialisation,
@@ -599,3 +601,37 @@ def test_no_remat_advice_for_a_request_within_what_is_held_or_a_tenth_of_the_dev
 
 def test_a_request_just_over_a_tenth_of_the_device_and_the_live_arrays_is_temporaries():
     assert rematerialisation(oom(9, device_total=80, live_bytes=1), None).kind == "remat"
+
+
+# --- arrays kept from earlier runs of a cell (sites.growing) -------------------------------------
+
+LOSSES = Growth("cell [3] line 2", 4, 8, 6 * GiB)  # a list appended to on each of 4 runs
+
+
+def test_arrays_kept_run_after_run_are_freed_by_emptying_what_holds_them():
+    assert kept_runs(oom(4 * GiB, growing=(LOSSES,)), 2 * GiB) == Fix(
+        "growing",
+        "Arrays from earlier runs of a cell are still alive: cell [3] line 2 keeps arrays from 4 runs (8 arrays, 6.00 GiB)",
+        "empty or rebind what that line adds its arrays to (the list or dict), then run the cell again",
+        "Each run of the cell kept its arrays there and no run freed the ones before; "
+        "`%gpumem arrays --by line` lists them. 6.00 GiB would be freed.",
+        6 * GiB,
+        True,
+    )
+
+
+def test_several_growing_lines_are_named_by_the_largest_and_freed_together():
+    fix = kept_runs(oom(GiB, growing=(LOSSES, Growth("train.py:12 in step", 2, 2, GiB))), 8 * GiB)
+    assert fix.title.endswith("(8 arrays, 6.00 GiB) (1 more such line, 7.00 GiB in all)")
+    assert fix.why.endswith("7.00 GiB would be freed.")
+    assert (fix.gain_bytes, fix.enough) == (7 * GiB, False)
+
+
+def test_three_growing_lines_count_the_two_beside_the_largest():
+    fix = kept_runs(oom(GiB, growing=(LOSSES, Growth("a.py:1", 2, 2, GiB), Growth("b.py:1", 2, 2, GiB))), None)
+    assert fix.title.endswith("(8 arrays, 6.00 GiB) (2 more such lines, 8.00 GiB in all)")
+    assert fix.enough is None
+
+
+def test_no_growing_line_is_no_kept_runs_fix():
+    assert kept_runs(oom(GiB, history_bytes=GiB), GiB) is None
