@@ -6,6 +6,7 @@ changed word, field or line number fails it. The format is docs/trace-format.md.
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
@@ -211,6 +212,16 @@ def test_the_first_sample_may_have_any_time():
     assert (trace.error, [s.t for s in trace.samples]) == (None, [-5.0, -5.0])
 
 
+def test_a_sample_is_compared_in_time_with_the_one_just_before_it():
+    times = [1.0, 2.0, 3.0, 2.5]
+    trace = read_trace_bytes(_bytes(HEADER, *({**SAMPLE, "t": t} for t in times)))
+    assert [s.t for s in trace.samples] == [1.0, 2.0, 3.0]
+    assert str(trace.error) == (
+        "line 5: sample.t is 2.5, earlier than the sample before it (3.0): samples must be in time order "
+        "(was the clock set back?); the trace is read up to here"
+    )
+
+
 # --- reading a whole file ----------------------------------------------------------------------
 
 
@@ -341,6 +352,20 @@ def test_a_file_that_grows_by_one_byte_while_read_is_stopped_at_the_limit(tmp_pa
     assert (trace.error.line, len(trace.samples)) == (3, 1)
 
 
+def test_a_trace_named_by_a_symbolic_link_is_read_from_the_file_it_names(tmp_path):
+    (tmp_path / "t.jsonl").write_bytes(_bytes(HEADER, SAMPLE))
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "link.jsonl", strict=True)
+    assert (trace.header, len(trace.samples)) == (HEADER, 1)
+
+
+def test_a_writer_given_an_open_file_writes_there_and_creates_nothing_at_its_path(tmp_path):
+    out = io.StringIO()
+    writer = TraceWriter(tmp_path / "named.jsonl", {"synthetic": True}, file=out)
+    assert json.loads(out.getvalue()) == writer.header
+    assert not (tmp_path / "named.jsonl").exists()
+
+
 def test_a_file_exactly_at_the_limit_is_read_whole(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_bytes(_bytes(HEADER, SAMPLE))
@@ -437,6 +462,7 @@ def test_a_sample_without_pids_not_here_matches_pids_as_they_are():
     ("device", "message"),
     [
         ({"total_bytes": 8}, "devices[0].index is missing"),
+        ({**DEVICE, "index": True}, "devices[0].index must be an integer, got a boolean"),
         ({**DEVICE, "index": -1}, "devices[0].index must be an integer from 0 to 2**63-1, got the number -1"),
         ({**DEVICE, "uuid": 1}, "devices[0].uuid must be a string, got the number 1"),
         ({**DEVICE, "unreadable": "lost"}, "devices[0].unreadable must be a not-available value"),
@@ -505,7 +531,8 @@ def test_a_device_reads_back_every_field_as_written():
         "display_active": True,
         "mig_mode": {"na": "not_supported", "reason": "synthetic"},
         "processes": [
-            {"pid": 4, "used_bytes": {"na": "pids_hidden", "reason": "synthetic"}, "name": None, "user": "ana"}
+            {"pid": 4, "used_bytes": {"na": "pids_hidden", "reason": "synthetic"}, "name": None, "user": "ana"},
+            {"pid": 5, "used_bytes": 2, "name": "python", "user": None},
         ],
     }
     assert sample_from_json({**SAMPLE, "devices": [device]}).devices == (
@@ -520,7 +547,10 @@ def test_a_device_reads_back_every_field_as_written():
             utilization_percent=40,
             display_active=True,
             mig_mode=NotAvailable("not_supported", "synthetic"),
-            processes=(ProcessReading(4, NotAvailable("pids_hidden", "synthetic"), name=None, user="ana"),),
+            processes=(
+                ProcessReading(4, NotAvailable("pids_hidden", "synthetic"), name=None, user="ana"),
+                ProcessReading(5, 2, name="python", user=None),
+            ),
         ),
     )
 
@@ -584,6 +614,14 @@ def test_memory_stats_holding_infinity_written_as_a_long_exponent_are_refused():
     line = '{"kind":"sample","t":1,"pid":7,"devices":[],"jax":[{"id":0,"platform":"gpu","memory_stats":{"x":1e999}}]}'
     assert _error(HEADER, line) == (
         "line 2: jax[0].memory_stats['x'] must be a number no larger than 2**63-1, got the number inf"
+    )
+
+
+@pytest.mark.parametrize("good", [True, None, "bfc", 5, 0.5], ids=["flag", "null", "text", "count", "fraction"])
+def test_memory_stats_are_each_checked_after_a_good_one(good):
+    device = {"id": 0, "platform": "gpu", "memory_stats": {"good": good, "bad": 2**63}}
+    assert _sample_error(jax=[device]) == (
+        "line 2: jax[0].memory_stats['bad'] must be a number no larger than 2**63-1, got the number 9223372036854775808"
     )
 
 
