@@ -143,6 +143,13 @@ def test_a_header_with_its_devices_reads_whole():
     assert read_trace_bytes(_bytes(header)).header == header
 
 
+def test_the_header_line_opens_with_its_kind_and_format_whatever_fields_are_given(tmp_path):
+    """A reader can tell a trace, and its format, from the first bytes of the file."""
+    path = tmp_path / "t.jsonl"
+    TraceWriter(path, {"description": "x", "format": 7, "synthetic": True, "kind": "sample"}).close()
+    assert path.read_text().startswith('{"kind":"header","format":1,"synthetic":true,')
+
+
 def test_the_writer_refuses_a_bad_header_field_naming_it_and_writes_nothing(tmp_path):
     path = tmp_path / "t.jsonl"
     with pytest.raises(ValueError) as err:
@@ -393,6 +400,12 @@ def test_a_sample_that_is_not_an_object_is_named():
     assert (info.value.line, info.value.message) == (0, "sample must be an object, got a list")
 
 
+def test_a_sample_given_as_a_python_value_of_another_type_names_that_type():
+    with pytest.raises(TraceError) as info:
+        sample_from_json(("sample", 1.0))
+    assert info.value.message == "sample must be an object, got tuple"
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
@@ -411,6 +424,10 @@ def test_a_sample_that_is_not_an_object_is_named():
         ({"pids_not_here": 5}, "sample.pids_not_here must be a list, got the number 5"),
         ({"pids_not_here": [3, "4"]}, "sample.pids_not_here[1] must be an integer, got a string"),
         ({"cpu_arrays": []}, "sample.cpu_arrays must be an object, got a list"),
+        (
+            {"cpu_arrays": {"na": "error", "reason": 5}},
+            'sample.cpu_arrays must be {"na": code, "reason": text} with two strings',
+        ),
         ({"cpu_arrays": {"bytes": 5}}, "sample.cpu_arrays.arrays is missing"),
     ],
 )
