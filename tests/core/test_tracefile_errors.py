@@ -427,6 +427,7 @@ def test_a_sample_given_as_a_python_value_of_another_type_names_that_type():
             {"cpu_arrays": {"na": "error", "reason": 5}},
             'sample.cpu_arrays must be {"na": code, "reason": text} with two strings',
         ),
+        ({"cpu_arrays": {"arrays": 2}}, "sample.cpu_arrays.bytes is missing"),
         ({"cpu_arrays": {"bytes": 5}}, "sample.cpu_arrays.arrays is missing"),
     ],
 )
