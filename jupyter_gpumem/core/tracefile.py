@@ -186,7 +186,8 @@ class TraceWriter:
     """Writes a trace line by line; each line is flushed as it is written. Thread-safe.
 
     ``header_fields`` must say ``synthetic`` (True for anything not read from a real GPU);
-    ``format``, ``kind``, ``host``, ``pid``, ``created`` and ``tool`` are filled in when absent.
+    ``kind`` and ``format`` are always the writer's own (a caller's are ignored), and ``host``,
+    ``pid``, ``created`` and ``tool`` are filled in when absent.
     The file at ``path`` is created or emptied; a link, FIFO or device there is refused
     (files.UnsafePathError) and left as it is. With ``file`` (a text file open for writing) the
     lines go there instead, and ``path`` only names it.
@@ -207,8 +208,7 @@ class TraceWriter:
             "pid": os.getpid(),
             "tool": _tool(),
         }
-        header.update(header_fields)
-        header["kind"], header["format"] = "header", FORMAT
+        header.update((key, value) for key, value in header_fields.items() if key not in ("kind", "format"))
         try:
             _check_header(json.loads(json.dumps(header)))
         except _Bad as exc:
@@ -497,8 +497,7 @@ def _cpu_arrays_in(obj: Mapping) -> CpuArraysReading | NotAvailable | None:
     return CpuArraysReading(_int(found, "bytes", where), _int(found, "arrays", where))
 
 
-def _event_in(value: Any) -> Event:
-    obj = _obj(value, "event")
+def _event_in(obj: dict) -> Event:
     t = _float(obj, "t", "event")
     name = _str(obj, "name", "event")
     if not name:
