@@ -35,6 +35,7 @@ from jupyter_gpumem.core.readings import (
     Sample,
     normalise_stats,
 )
+from jupyter_gpumem.core.synthetic import NVML_FIELDS, SAMPLE_FIELDS
 from jupyter_gpumem.monitor.series import (
     BANDS,
     CANNOT_TELL_NOTE,
@@ -51,7 +52,9 @@ from jupyter_gpumem.monitor.series import (
     nothing_to_show,
     row_for,
     series_values,
+    view_fields,
     view_keys,
+    view_labels,
     view_name,
 )
 
@@ -589,6 +592,10 @@ def _rows(n: int, start: float = 0.0) -> list[tuple[float, tuple]]:
     return out
 
 
+def test_a_window_of_less_than_a_second_is_a_window():
+    assert DeviceSeries(window_s=0.5, chunks=4).span_s == 0.125
+
+
 @pytest.mark.parametrize("window_s", [0, -1.0, float("inf"), float("nan")])
 def test_a_window_that_is_not_a_positive_number_of_seconds_is_refused(window_s):
     with pytest.raises(ValueError) as err:
@@ -903,3 +910,22 @@ def test_shared_pool_note_reaches_the_monitor_notes():
     finally:
         if not had:
             del sys.modules["cupy"]
+
+
+# --- which views are made up (core/synthetic.py) -------------------------------------------------
+
+
+def test_a_gpu_view_is_drawn_from_nvml_jax_and_torch_and_the_cpu_view_from_live_cpu_arrays_alone():
+    assert view_fields(0) == ("devices", "jax", "pids_not_here", "torch")
+    assert view_fields(CPU_KEY) == ("cpu_arrays",)
+
+
+def test_on_the_fake_nvml_world_only_gpu_views_are_labelled_synthetic():
+    assert view_labels(0, NVML_FIELDS, replay=False) == ["synthetic"]
+    assert view_labels(CPU_KEY, NVML_FIELDS, replay=False) == []
+
+
+def test_a_replay_is_labelled_replay_first_and_synthetic_where_its_fields_are_made_up():
+    assert view_labels(CPU_KEY, SAMPLE_FIELDS, replay=True) == ["replay", "synthetic"]
+    assert view_labels(1, (), replay=True) == ["replay"]
+    assert view_labels(1, ("torch",), replay=False) == ["synthetic"]
