@@ -22,6 +22,11 @@ from jupyter_gpumem.monitor.series import CPU_KEY, SERIES, SERIES_NAMES, DeviceS
 
 _SPEC = {s.name: s for s in SERIES}
 _FRONTEND = Path(__file__).with_name("monitor_plot.js")
+# ipywidgets gives every tab 144 px (--jp-widgets-horizontal-tab-width, jupyterlab-manager 5.0's
+# widgets.css), which cuts "GPU 0: NVIDIA A100-SXM4-40GB" to "GPU 0: NVIDIA A100": the monitor's
+# tabs take their titles' width instead, and still shrink where many share a narrow row.
+TABS_CLASS = "jupyter-gpumem-tabs"
+TAB_CSS = f".{TABS_CLASS} {{ --jp-widgets-horizontal-tab-width: auto; }}"
 
 # "fg": the theme's text colour, for lines that would vanish drawn black on a dark theme.
 _STYLE = {
@@ -120,6 +125,7 @@ def plot_widget_class() -> Any:
         """One device's plot. ``figure`` is the whole drawing; ``append``/``cells`` messages add to it."""
 
         _esm = _FRONTEND.read_text(encoding="utf-8")
+        _css = TAB_CSS  # put in the page by anywidget with the first plot
         uid = traitlets.Unicode().tag(sync=True)
         figure = traitlets.Dict().tag(sync=True)
         library = traitlets.Instance(ipywidgets.Widget).tag(sync=True, **ipywidgets.widget_serialization)

@@ -27,7 +27,7 @@ from jupyter_gpumem.core import synthetic
 from jupyter_gpumem.core.files import replaced_on_success
 from jupyter_gpumem.core.magic_args import MagicUsageError, check_interval
 from jupyter_gpumem.core.readings import CpuArraysReading, Event, Sample, Timeline
-from jupyter_gpumem.monitor.figure import DeviceView
+from jupyter_gpumem.monitor.figure import TABS_CLASS, DeviceView
 from jupyter_gpumem.monitor.header import grouped_notes, label_tags, numbers_line, recording_block, status_block
 from jupyter_gpumem.monitor.options import (
     DEFAULT_INTERVAL_S,
@@ -61,7 +61,7 @@ _STATUS_EVERY_S = 10.0  # how often the header re-reads the status report
 # A plot each costs the kernel milliseconds to make: a trace listing thousands of devices would
 # block it for minutes. Eight GPUs split seven ways (MIG) is 56.
 MAX_DRAWN_DEVICES = 64
-# Short enough for a tab (ipywidgets cuts titles at about 20 characters); the view's heading
+# Short: a tab is as wide as its title (figure.TAB_CSS), and the view's heading
 # (series.CPU_VIEW_HEADING) says it in full.
 CPU_TITLE = "CPU: JAX arrays"
 
@@ -256,6 +256,7 @@ class Monitor:
         self.status_box = W.HTML(layout=W.Layout(width="100%", margin="2px 0px"))
         self.empty = W.HTML(layout=W.Layout(width="100%", margin="2px 0px"))
         self.tabs = W.Tab()
+        self.tabs.add_class(TABS_CLASS)  # each tab as wide as its title (figure.TAB_CSS)
         self.body = W.VBox([self.empty])
         self.pause_button = W.ToggleButton(
             value=False, description="Pause", icon="pause", tooltip="Pause or resume updates"

@@ -215,7 +215,7 @@ test('the quickstart, on GPUs where JAX runs on the CPU, says its live monitor d
   expect(checkOutputs).toEqual([[0, true]]);
 });
 
-test('on the fake world the GPU views are marked synthetic, the CPU view of real JAX arrays is not, and its tab title fits', async ({
+test('on the fake world the GPU views are marked synthetic, the CPU view of real JAX arrays is not, and every tab title fits', async ({
   page,
   tmpPath
 }) => {
@@ -227,11 +227,19 @@ test('on the fake world the GPU views are marked synthetic, the CPU view of real
   const cpuTab = monitor.getByRole('tab', { name: 'CPU: JAX arrays' });
   await expect(cpuTab).toBeVisible({ timeout: 60000 });
 
-  // The tab's title is drawn whole: its label is as wide as its text.
-  const label = cpuTab.locator('.lm-TabBar-tabLabel');
-  await expect(label).toHaveText('CPU: JAX arrays');
-  const fits = await label.evaluate((el: HTMLElement) => el.scrollWidth <= el.clientWidth);
-  expect(fits).toBe(true);
+  // Every tab's title is drawn whole: each label is as wide as its text (ipywidgets' 144 px tabs
+  // cut "GPU 0: NVIDIA A100-SXM4-40GB" to "GPU 0: NVIDIA A100").
+  const labels = monitor.locator('.lm-TabBar-tabLabel');
+  await expect(labels).toHaveText([
+    'GPU 0: NVIDIA A100-SXM4-40GB',
+    'GPU 1: NVIDIA A100-SXM4-40GB',
+    'GPU 2: NVIDIA A100-SXM4-40GB',
+    'CPU: JAX arrays'
+  ]);
+  const cut = await labels.evaluateAll((els: HTMLElement[]) =>
+    els.filter(el => el.scrollWidth > el.clientWidth).map(el => el.textContent)
+  );
+  expect(cut).toEqual([]);
 
   // The header: the GPU lines carry SYNTHETIC, the CPU line and the title (shared by all) do not.
   const lines = monitor.locator('.jupyter-gpumem-header > div');
