@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 
 import psutil
 
@@ -95,7 +97,16 @@ def test_pid_in_namespace_counts_a_process_kill_may_not_signal(monkeypatch):
 
 def test_pid_in_namespace_is_false_for_a_pid_no_process_has():
     assert pid_in_namespace(4_200_101) is False  # above PID_MAX_LIMIT
-    assert pid_in_namespace(os.getpid()) is True
+
+
+def test_pid_in_namespace_is_true_for_a_running_process():
+    # A child of its own, not this process: a kill() that sent a real signal would end only it.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert pid_in_namespace(child.pid) is True
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_a_process_proc_hides_is_still_a_process_here(monkeypatch):
