@@ -305,11 +305,14 @@ def check_imports(python: str, folder: str) -> list[tuple[bool, str]]:
                 else f"the recorder failed: {rec.stderr.strip()[-300:]}",
             )
         )
-        files = sorted(
-            set(
-                gpu_proof.marked_test_files(os.path.join(REPO, "tests"), "gpu")
-                + gpu_proof.marked_test_files(os.path.join(REPO, "tests"), "jax_versions")
-            )
+        files, left_out = gpu_proof.runnable_test_files(
+            sorted(
+                set(
+                    gpu_proof.marked_test_files(os.path.join(REPO, "tests"), "gpu")
+                    + gpu_proof.marked_test_files(os.path.join(REPO, "tests"), "jax_versions")
+                )
+            ),
+            python,
         )
         collect = subprocess.run(
             [
@@ -335,6 +338,7 @@ def check_imports(python: str, folder: str) -> list[tuple[bool, str]]:
             (
                 collect.returncode == 0,
                 f"pytest collects {len(files)} files: {last}"
+                + (f"; left out: {', '.join(left_out)}" if left_out else "")
                 if collect.returncode == 0
                 else f"pytest cannot collect: {collect.stdout.strip()[-600:]}",
             )

@@ -91,8 +91,12 @@ def between(value: float, low: float, high: float) -> bool:
 
 
 def human_oom_size(text: str | None) -> str | None:
-    """The human size in XLA's "Out of memory while trying to allocate 21.88GiB." (or None)."""
-    found = re.search(r"Out of memory while trying to allocate (\d+(?:\.\d+)?(?:B|KiB|MiB|GiB|TiB))\.", text or "")
+    """The human size in XLA's "Out of memory while trying to allocate 21.88GiB." (or None); JAX
+    0.11.2 follows the size with " with allocator GPU_0_bfc on device 0." (seen on an H100)."""
+    found = re.search(
+        r"Out of memory while trying to allocate (\d+(?:\.\d+)?(?:B|KiB|MiB|GiB|TiB))(?:\.| with allocator )",
+        text or "",
+    )
     return found.group(1) if found else None
 
 
@@ -272,7 +276,15 @@ def _stats_none(o):
 
 def _platform_oom_text(o):
     text = o["error"] or ""
-    return first_line(text) or "no error", "Failed to allocate request for" in text and "on device ordinal" in text
+    named = re.search(r"Out of memory while trying to allocate \S+ with allocator SE_\d+_space_\d+ on device \d+", text)
+    return first_line(text) or "no error", named is not None
+
+
+def _names_allocator(o):
+    text = o["error"] or ""
+    named = re.search(r"with allocator (\S+) on device \d+", text)
+    seen = f"allocator {named.group(1)!r}: {first_line(text)}" if named else (first_line(text) or "no error")
+    return seen, human_oom_size(text) is not None and named is not None
 
 
 def _mine_below(limit):
@@ -323,10 +335,11 @@ def _human_units(o):
     return (f"size written as {size!r}: {first_line(o['error'])}" if o["error"] else "no error"), size is not None
 
 
-def _peak_buffers(o):
+def _run_time_oom_without_buffers(o):
     text = o["error"] or ""
     seen = f"at {o['phase']}: 'BufferAssignment OOM Debugging' {'in' if 'BufferAssignment OOM Debugging' in text else 'not in'} the text, 'Peak buffers:' {'in' if 'Peak buffers:' in text else 'not in'} it"
-    return seen, "Peak buffers:" in text and "BufferAssignment OOM Debugging" in text
+    plain = o["phase"] == "run" and human_oom_size(text) is not None
+    return seen, plain and "Peak buffers:" not in text and "BufferAssignment OOM Debugging" not in text
 
 
 def _analysis_counts_temp(o):
@@ -443,10 +456,23 @@ PROBES: tuple[Probe, ...] = (
                 _stats_none,
             ),
             Check(
-                "platform: the OOM text is 'Failed to allocate request for … on device ordinal N'",
+                "platform: the OOM text is XLA's allocator text, naming SE_<n>_space_<m>",
                 _section("Out-of-memory errors"),
-                "that form",
+                "'Out of memory while trying to allocate … with allocator SE_0_space_0 on device 0.'",
                 _platform_oom_text,
+            ),
+        ),
+    ),
+    Probe(
+        "cuda_async_oom",
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        _STATS_AND_OOM.format(name="cuda_async_oom"),
+        (
+            Check(
+                "cuda_async: the OOM text names the size in human units and the allocator",
+                _section("Out-of-memory errors"),
+                "'Out of memory while trying to allocate … with allocator NAME on device 0.'",
+                _names_allocator,
             ),
         ),
     ),
@@ -468,9 +494,9 @@ PROBES: tuple[Probe, ...] = (
                 _stats_none,
             ),
             Check(
-                "address: the OOM text is 'Failed to allocate request for … on device ordinal N'",
+                "address: the OOM text is XLA's allocator text, naming SE_<n>_space_<m>",
                 _section("Out-of-memory errors"),
-                "that form",
+                "'Out of memory while trying to allocate … with allocator SE_0_space_0 on device 0.'",
                 _platform_oom_text,
             ),
         ),
@@ -538,7 +564,7 @@ PROBES: tuple[Probe, ...] = (
             Check(
                 "BFC OOM names the size in human units",
                 _section("Out-of-memory errors"),
-                "'Out of memory while trying to allocate 12.34GiB.'",
+                "'Out of memory while trying to allocate 12.34GiB' then '.' or ' with allocator …'",
                 _human_units,
             ),
         ),
@@ -633,10 +659,10 @@ PROBES: tuple[Probe, ...] = (
         _JIT_OOM,
         (
             Check(
-                "a GPU program's OOM carries 'BufferAssignment OOM Debugging' and 'Peak buffers:'",
+                "a program whose temporaries pass the device compiles, then fails at run with the allocator's text alone",
                 _section("Read from JAX 0.10.2, 0.11.0 … (second pass)"),
-                "both in the text",
-                _peak_buffers,
+                "at run: 'Out of memory while trying to allocate …'; no 'BufferAssignment OOM Debugging', no 'Peak buffers:'",
+                _run_time_oom_without_buffers,
             ),
             Check(
                 "memory_analysis() gives the temp size before running",

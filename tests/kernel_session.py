@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from child_env import pythonpath
 from IPython.core.interactiveshell import InteractiveShell
 
 
@@ -66,7 +67,7 @@ def run_session(folder: Path, cells: list[str], env: dict | None = None) -> list
             "JAX_PLATFORMS": "cpu",
             "PATH": "/usr/bin:/bin",
             "HOME": str(folder),
-            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            "PYTHONPATH": pythonpath(),
             **(env or {}),
         },
     )

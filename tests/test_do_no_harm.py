@@ -23,6 +23,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from child_env import pythonpath
 
 HERE = Path(__file__).parent
 SESSION = HERE / "kernel_session.py"
@@ -30,7 +31,7 @@ SESSION = HERE / "kernel_session.py"
 SETUP = textwrap.dedent("""\
     import jax, jax.numpy as jnp
     x = jnp.ones((1000,))
-    f = jax.jit(lambda x: jnp.zeros((2**42,), jnp.float32) + x.sum())  # output cannot be allocated
+    f = jax.jit(lambda x: jnp.zeros((2**46,), jnp.float32) + x.sum())  # output cannot be allocated
     x.block_until_ready()""")
 
 
@@ -45,7 +46,7 @@ def run_session(
         "JAX_PLATFORMS": "cpu",
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
-        "PYTHONPATH": str(SESSION.parents[1]),
+        "PYTHONPATH": pythonpath(),
         **(env or {}),
     }
     args = [sys.executable, str(SESSION), str(path)] + (["--ext"] if ext else [])
@@ -118,12 +119,12 @@ def test_typed_commands_survive_failed_arrays(tmp_path):
     cells = [SETUP, "y = f(x)", "%gpumem cells on", "z = f(x)", "%gpumem arrays", "%gpumem free", "1 + 1"]
     loaded = run_session(tmp_path, cells, ext=True)
     assert all(c["ok"] for c in loaded), loaded
-    assert "live JAX arrays" in loaded[4]["out"] and "float32[4398046511104]" in loaded[4]["out"]
+    assert "live JAX arrays" in loaded[4]["out"] and "float32[70368744177664]" in loaded[4]["out"]
     assert "Freed" in loaded[5]["out"]
 
 
 def test_an_array_whose_computation_failed_is_not_listed_as_held_memory(tmp_path):
-    """The 16 TiB output of a failed computation was never allocated: %gpumem arrays leaves it
+    """The 256 TiB output of a failed computation was never allocated: %gpumem arrays leaves it
     out of the live arrays and their bytes, and names it, sized from shape and dtype only."""
     cells = [
         SETUP,
@@ -136,10 +137,10 @@ def test_an_array_whose_computation_failed_is_not_listed_as_held_memory(tmp_path
     shown = loaded[3]["out"]
     assert shown.startswith("1 live JAX arrays, 3.91 KiB in device memory"), shown
     table = shown.splitlines()[1:]
-    assert not [row for row in table if "float32[4398046511104]" in row]
+    assert not [row for row in table if "float32[70368744177664]" in row]
     assert (
-        "Left out: 1 array whose computation failed, holding no memory: float32[4398046511104] "
-        "(16.00 TiB asked for) held by y."
+        "Left out: 1 array whose computation failed, holding no memory: float32[70368744177664] "
+        "(256.00 TiB asked for) held by y."
     ) in shown
 
 
@@ -245,7 +246,7 @@ def test_the_default_hooks_never_list_jax_arrays(tmp_path):
         COUNT_LISTINGS,
         "ys = [jnp.ones((3,)) for _ in range(5)]",
         "z = x + 1",
-        "try:\n    jnp.zeros((2**42,), jnp.float32)\nexcept Exception:\n    pass",
+        "try:\n    jnp.zeros((2**46,), jnp.float32)\nexcept Exception:\n    pass",
         "print(len(listings))",
     ]
     plain, loaded = compare(tmp_path, cells)
@@ -332,7 +333,7 @@ ODD_OBJECTS = textwrap.dedent("""\
 
 
 def test_odd_objects_in_the_namespace_are_skipped_and_counted(tmp_path):
-    cells = [SETUP, ODD_OBJECTS, "%gpumem arrays", "%gpumem free", "jnp.zeros((2**42,), jnp.float32)", "1 + 1"]
+    cells = [SETUP, ODD_OBJECTS, "%gpumem arrays", "%gpumem free", "jnp.zeros((2**46,), jnp.float32)", "1 + 1"]
     loaded = run_session(tmp_path, cells, ext=True)
     assert [c["ok"] for c in loaded] == [True, True, True, True, False, True], loaded
     arrays = loaded[2]["out"]
@@ -524,7 +525,7 @@ def test_an_interrupt_during_a_command_ends_it_in_one_line(tmp_path):
 
 
 def test_an_interrupt_during_a_hook_is_one_line_and_the_next_cell_runs(tmp_path):
-    cells = [SETUP, TRAP, "jnp.zeros((2**42,), jnp.float32)", "1 + 1"]
+    cells = [SETUP, TRAP, "jnp.zeros((2**46,), jnp.float32)", "1 + 1"]
     loaded = run_session(tmp_path, cells, ext=True)
     out = loaded[2]["out"]
     assert "gpumem: interrupted while reporting on the cell" in out

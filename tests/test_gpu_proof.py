@@ -278,3 +278,16 @@ def test_a_trace_without_a_gpu_reading_is_not_a_recording_of_the_gpu(tmp_path):
             )
     assert gpu_proof.trace_problem(str(path)) == "no sample has a JAX reading on a GPU (JAX ran on the CPU?)"
     assert gpu_proof.trace_problem(str(tmp_path / "absent.jsonl")) == "no trace written"
+
+
+def test_a_test_folder_whose_stack_is_missing_is_left_out_and_named(monkeypatch, tmp_path):
+    """The GPU machine has no Jupyter: tests/server cannot be imported there, so the proof leaves
+    it out and says so, asking the interpreter that runs the tests, not this one."""
+    files = [str(tmp_path / "tests" / "server" / "test_a.py"), str(tmp_path / "tests" / "core" / "test_b.py")]
+    monkeypatch.setattr(gpu_proof, "NEEDS_STACK", {"server": "no_such_module_here"})
+    assert gpu_proof.runnable_test_files(files, sys.executable) == (
+        [files[1]],
+        ["tests/server (no no_such_module_here)"],
+    )
+    monkeypatch.setattr(gpu_proof, "NEEDS_STACK", {"server": "json"})
+    assert gpu_proof.runnable_test_files(files, sys.executable) == (files, [])

@@ -45,4 +45,14 @@ except Exception as exc:
     save_text(f"oom_compile_{phase}", f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
     mark(f"out of memory at {phase} of a new program")
     pause()
+    # The same program compiled without the autotuner's trials (xla_gpu_autotune_level 0, a
+    # per-program compiler option): does it compile and run on the same full GPU?
+    try:
+        program = jax.jit(lambda m: jnp.tanh(m @ m.T) @ m).lower(a)
+        program.compile(compiler_options={"xla_gpu_autotune_level": 0})(a).block_until_ready()
+        outcome = "compiled with xla_gpu_autotune_level 0 and ran on the full GPU"
+    except Exception as retry:
+        outcome = f"{type(retry).__module__}.{type(retry).__name__}: {retry}"
+    save_text("oom_compile_autotune_off", outcome)
+    mark("autotune off: " + outcome[:120])
     raise

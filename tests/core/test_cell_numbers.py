@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from child_env import pythonpath
 
 from jupyter_gpumem.core.sites import counts_cells_first, finished_cell_number, running_cell_number
 
@@ -76,7 +77,9 @@ def _interpreters() -> list:
 
 def _run(python: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "TF_", "JAX_"))}
-    env.update(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
+    # this interpreter keeps what it was given (where its IPython may come from); another keeps its own
+    path = pythonpath() if python == sys.executable else str(REPO)
+    env.update(PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
     proc = subprocess.run([python, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=180, cwd=REPO)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT=")]
     assert proc.returncode == 0 and lines, f"child failed:\n{proc.stdout}\n{proc.stderr}"

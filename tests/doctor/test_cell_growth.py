@@ -126,14 +126,14 @@ def test_cells_on_says_nothing_of_growth_for_a_line_run_once(tracked):
     assert "allocated at cell [5] line 1 (12 B)" in tracked[4]["out"]
 
 
-OOM = "jnp.zeros((2**42,), jnp.float32)"  # 16 TiB: a real out-of-memory error on CPU
+OOM = "jnp.zeros((2**46,), jnp.float32)"  # 256 TiB: a real out-of-memory error on CPU
 
 
 @pytest.mark.jax_versions
 def test_the_oom_report_names_a_line_that_kept_arrays_from_earlier_runs(tmp_path):
     """A cell that ran out of memory after a list grew over re-runs: the report's live-array
     section says which line keeps arrays run after run (the same sentence as ``%gpumem arrays``).
-    Its fix (``oom_rules.kept_runs``) is not offered here: a 16 TiB request is larger than the
+    Its fix (``oom_rules.kept_runs``) is not offered here: a 256 TiB request is larger than the
     host, and then only the program's own fix is (tests/doctor/test_oom_rules_*.py)."""
     cells = session_allowing_errors(tmp_path, [CELLS[0], GROW, GROW, OOM])
     report = cells[3]["out"]
@@ -150,7 +150,7 @@ def test_the_oom_report_names_no_growing_line_when_each_run_rebinds_its_name(tmp
 
 CAUGHT = (
     "from jupyter_gpumem.doctor import oom_report\n"
-    "try:\n    jnp.zeros((2**42,), jnp.float32)\nexcept Exception as e:\n    report = oom_report(e)\n"
+    "try:\n    jnp.zeros((2**46,), jnp.float32)\nexcept Exception as e:\n    report = oom_report(e)\n"
     "print(json.dumps(report.to_json()['growing']))\nprint(report._repr_html_())"
 )
 

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from child_env import pythonpath
 
 from jupyter_gpumem import doctor
 
@@ -75,7 +76,7 @@ def estimated(line):
     return {"verdict": rep.verdict, "needed": rep.needed, "free": rep.total_free, "text": str(rep)}
 
 out["estimate_ones"] = estimated("jnp.ones((1 << 20,))")
-out["estimate_16tib"] = estimated("jnp.zeros((2**42,), jnp.float32)")
+out["estimate_256tib"] = estimated("jnp.zeros((2**46,), jnp.float32)")
 out["estimate_mixed"] = estimated("jnp.reshape(a, (65536,), order='C')")
 cell("def scaled(x, k, *, by):\n    return jnp.tile(x, k) * by")
 out["estimate_kw"] = estimated("scaled(a, [2, 3], by=jnp.float32(2))")
@@ -109,7 +110,7 @@ def session() -> dict:
         capture_output=True,
         text=True,
         timeout=180,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath()},
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -207,12 +208,12 @@ def test_estimate_treats_a_shape_tuple_as_static_and_answers_4_mib(session):
     )
 
 
-def test_estimate_of_16_tib_does_not_fit_and_says_needed_against_free(session):
-    est = session["estimate_16tib"]
-    assert (est["verdict"], est["needed"]) == ("does not fit", 2**42 * 4)
+def test_estimate_of_256_tib_does_not_fit_and_says_needed_against_free(session):
+    est = session["estimate_256tib"]
+    assert (est["verdict"], est["needed"]) == ("does not fit", 2**46 * 4)
     first = est["text"].splitlines()[0]
     assert re.fullmatch(
-        r"jnp\.zeros\(\(2\*\*42,\), jnp\.float32\): does not fit: needs 16\.00 TiB, "
+        r"jnp\.zeros\(\(2\*\*46,\), jnp\.float32\): does not fit: needs 256\.00 TiB, "
         r"only [\d.]+ [KMG]iB free .*",
         first,
     ), first
@@ -284,7 +285,7 @@ def test_arrays_before_jax_starts_say_so_without_starting_it():
         capture_output=True,
         text=True,
         timeout=60,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath()},
     ).stdout.strip()
     assert out.startswith("JAX's backend has not started") and out.endswith("False")
 
@@ -316,7 +317,7 @@ def allocate_then_raise(key):
 def allocate_then_oom(key):
     x = jnp.ones((16 * 2**20,), jnp.float32)
     refs[key] = weakref.ref(x)
-    return jnp.zeros((2**42,), jnp.float32) + x[0]
+    return jnp.zeros((2**46,), jnp.float32) + x[0]
 keep = None
 def allocate_keep_then_raise(key):
     global keep
@@ -367,7 +368,7 @@ def failed_cells(tmp_path_factory) -> list[dict]:
         text=True,
         check=False,
         timeout=180,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(script.parents[1])},
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath()},
         cwd=path.parent,
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)

@@ -1,6 +1,6 @@
 """The OOM report in a real kernel: the error still fails the cell, and the report follows it.
 
-A real CPU out-of-memory error, `jnp.zeros((2**42,), jnp.float32)`, in an ipykernel started
+A real CPU out-of-memory error, `jnp.zeros((2**46,), jnp.float32)`, in an ipykernel started
 through jupyter_client, as nbclient and papermill drive one.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-OOM_CELL = "x = jnp.zeros((2**42,), jnp.float32)"
+OOM_CELL = "x = jnp.zeros((2**46,), jnp.float32)"
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def oom_outputs(loaded):
 def test_oom_cell_still_replies_error_with_jax_error_name(oom_outputs):
     content, _ = oom_outputs
     assert (content["status"], content["ename"]) == ("error", "JaxRuntimeError")
-    assert "Out of memory allocating 17592186044416 bytes" in content["evalue"]
+    assert "Out of memory allocating 281474976710656 bytes" in content["evalue"]
 
 
 def test_oom_traceback_is_shown_then_the_report(oom_outputs):
@@ -57,7 +57,7 @@ def test_oom_traceback_is_shown_then_the_report(oom_outputs):
     kinds = [o["type"] for o in outputs]
     assert kinds.index("error") < kinds.index("display_data")
     report = next(o for o in outputs if o["type"] == "display_data")["data"]
-    assert "Requested: 16.00 TiB (17,592,186,044,416 bytes)." in report["text/plain"]
+    assert "Requested: 256.00 TiB (281,474,976,710,656 bytes)." in report["text/plain"]
     assert "larger than host memory" in report["text/plain"]
     assert "JAX ran out of memory" in report["text/html"]
 

@@ -117,10 +117,15 @@ def test_scan_under_grad_peak_counts_the_loop_bodys_values_as_xprofs_memory_view
     ``peak_heap_mib``, openxla/xprof xprof/convert/hlo_proto_to_memory_visualization_utils.cc at
     a27d00aa). XLA's own "Live ranges at T (peak)" moment sizes a loop's state by its tuple
     (xla/hlo/utils/hlo_live_range.cc ``ComputePeakMemoryMoment``), so it lands outside the
-    backward loop and misses the 1 MiB its body holds beside the three stacked values."""
+    backward loop and misses the 1 MiB its body holds beside the stacked values.
+
+    How many per-step values the forward loop stacks for the backward one is JAX's choice: three
+    f32[16,512,256] up to 0.10.2, two from 0.11.2 (both read in the peak's buffers on CPU)."""
     w, x = _scan_args()
     p = peak(jax.grad(scan_loss), w, x).peak
-    stacked, body = 3 * 16 * 512 * 256 * 4, 2 * 512 * 256 * 4
+    n_stacked = _stacked_values(p)
+    assert n_stacked >= 2
+    stacked, body = n_stacked * 16 * 512 * 256 * 4, 2 * 512 * 256 * 4
     assert p.argument_bytes + p.output_bytes + stacked + body <= p.peak_bytes <= p.total_bytes
     assert p.total_bytes - p.peak_bytes < 1024  # what the temporaries' heap leaves unused
 
@@ -128,8 +133,13 @@ def test_scan_under_grad_peak_counts_the_loop_bodys_values_as_xprofs_memory_view
 _JAX_MINOR = tuple(int(p) for p in jax.__version__.split(".")[:2])
 
 
+def _stacked_values(p) -> int:
+    """The per-step values of the scan stacked over its 16 steps among the peak's buffers."""
+    return sum(1 for b in p.buffers if b.shape == "f32[16,512,256]")
+
+
 def test_a_scan_of_a_checkpointed_function_is_not_sent_to_checkpoint_again():
-    """The fix applied: the peak falls (of the three stacked values one is kept, the carry), and the
+    """The fix applied: the peak falls (of the stacked values one is kept, the carry), and the
     advice is to checkpoint chunks of steps. Before JAX 0.7 the backward loop carries no name
     of its own and every scan of a gradient has the same forward name
     (``jit(f)/jit(main)/jvp(while)``), so it cannot be told which scan is checkpointed: the
@@ -138,8 +148,10 @@ def test_a_scan_of_a_checkpointed_function_is_not_sent_to_checkpoint_again():
     before = peak(jax.grad(scan_loss), w, x)
     after = peak(jax.grad(checkpointed_scan_loss), w, x)
     stacked, step = 16 * 512 * 256 * 4, 512 * 256 * 4
-    # two of the three stacked arrays go; recomputing a step holds up to two of its values
-    assert before.peak.peak_bytes - after.peak.peak_bytes >= 2 * stacked - 2 * step
+    assert _stacked_values(after.peak) == 1
+    # all stacked arrays but one go; recomputing a step holds up to two of its values
+    gone = _stacked_values(before.peak) - 1
+    assert gone >= 1 and before.peak.peak_bytes - after.peak.peak_bytes >= gone * stacked - 2 * step
     kinds = [f.kind for f in after.fixes]
     assert ("chunk" in kinds and "checkpoint" not in kinds) if _JAX_MINOR >= (0, 7) else "checkpoint" in kinds
     if _JAX_MINOR >= (0, 7):
@@ -275,7 +287,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_a_real_cpu_oom_of_a_known_call_points_its_report_to_gpumem_peak(tmp_path):
-    """A jitted call that really fails on the CPU (16 TiB): the CPU's text has no peak buffers,
+    """A jitted call that really fails on the CPU (256 TiB): the CPU's text has no peak buffers,
     so the report names the call and the command, and compiles nothing more for it."""
     import json
     import subprocess
@@ -283,7 +295,7 @@ def test_a_real_cpu_oom_of_a_known_call_points_its_report_to_gpumem_peak(tmp_pat
 
     setup = (
         "import jax, jax.numpy as jnp\n@jax.jit\ndef blow(x):\n"
-        "    return jnp.zeros((2**42,), jnp.float32) + x.sum()\nx = jnp.ones(8)"
+        "    return jnp.zeros((2**46,), jnp.float32) + x.sum()\nx = jnp.ones(8)"
     )
     (tmp_path / "cells.json").write_text(json.dumps([setup, "y = blow(x)"]))
     proc = subprocess.run(

@@ -2,7 +2,7 @@
 compiles it again without running it, and weighs the program's own budget.
 
 Real CPU JAX in a fresh IPython shell (tests/kernel_session.py): a jitted function whose output
-is 2**42 float32 (16 TiB) really runs out of memory, called from a cell and from a function.
+is 2**46 float32 (256 TiB) really runs out of memory, called from a cell and from a function.
 Under IPython JAX keeps its frames in the traceback (mode "tracebackhide",
 jax/_src/traceback_util.py 0.10.2), among them ``cache_miss(*args, **kwargs)`` in
 jax/_src/pjit.py, which holds the call's arguments. The donation case compiles a real
@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from child_env import pythonpath
 
 from jupyter_gpumem.doctor.oom_readings import OomReadings
 from jupyter_gpumem.doctor.oom_rules import advise
@@ -30,7 +31,7 @@ MiB = 1 << 20
 
 SETUP = (
     "import json, jax, jax.numpy as jnp\n@jax.jit\ndef blow(x):\n"
-    "    return jnp.zeros((2**42,), jnp.float32) + x.sum()\nx = jnp.ones(8)"
+    "    return jnp.zeros((2**46,), jnp.float32) + x.sum()\nx = jnp.ones(8)"
 )
 BUDGETS = """\
 from jupyter_gpumem.sources import jax_arrays
@@ -68,7 +69,7 @@ def cells(tmp_path_factory) -> list[dict]:
                 "def outer(v):\n    return blow(v)\nouter(x)",
                 BUDGETS,
                 COMPILES,
-                "z = jnp.zeros((2**42,), jnp.float32)",
+                "z = jnp.zeros((2**46,), jnp.float32)",
             ]
         )
     )
@@ -82,7 +83,7 @@ def cells(tmp_path_factory) -> list[dict]:
             "JAX_PLATFORMS": "cpu",
             "PATH": "/usr/bin:/bin",
             "HOME": str(tmp_path),
-            "PYTHONPATH": str(SESSION.parent.parent),
+            "PYTHONPATH": pythonpath(),
         },
     )  # this checkout, not the installed one
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
@@ -98,7 +99,7 @@ def test_the_report_names_the_jitted_call_and_its_compiled_budget(cells):
     lines = _report(cells[1]["out"])
     at = lines.index("The failing call's program (compiled again, not run):")
     assert lines[at + 1] == (
-        "  blow (cell [2] line 1): arguments 32 B, outputs 16.00 TiB, temporaries 4 B, code 0 B, "
+        "  blow (cell [2] line 1): arguments 32 B, outputs 256.00 TiB, temporaries 4 B, code 0 B, "
         "aliased 0 B; no argument donated."
     )
 
@@ -108,16 +109,16 @@ def test_a_program_no_setting_can_fit_is_sent_to_the_program_first(cells):
     lines = _report(cells[1]["out"])
     fixes = lines[lines.index("What to do, best first:") + 1 :]
     assert fixes[0].startswith(
-        "  1. blow (cell [2] line 1): its outputs and temporaries (16.00 TiB) exceed what is free ("
+        "  1. blow (cell [2] line 1): its outputs and temporaries (256.00 TiB) exceed what is free ("
     )
-    # all outputs (16.00 TiB) and 4 B of temporaries: checkpointing, which shrinks only
+    # all outputs (256.00 TiB) and 4 B of temporaries: checkpointing, which shrinks only
     # temporaries, is not the fix (before, it was the one offered)
     assert fixes[1] == (
         "     Do: Make its outputs smaller: a smaller batch or array, a lower precision dtype, or outputs "
         "sharded across devices (jax.sharding); jax.checkpoint shrinks only temporaries"
     )
     assert "no allocator setting changes what the program itself needs" in fixes[2]
-    assert fixes[3].startswith("  2. The request (16.00 TiB) is larger than host memory")
+    assert fixes[3].startswith("  2. The request (256.00 TiB) is larger than host memory")
 
 
 @pytest.mark.jax_versions
@@ -248,7 +249,7 @@ def test_objects_that_are_not_jitted_are_never_asked_for_attributes():
 def test_the_budget_reuses_the_program_the_call_compiled(cells):
     """No compilation of blow is logged while its budget is read; a new program is (the check
     can fail: it sees the compilation of the lambda)."""
-    assert cells[4]["out"].split() == [str(2**44), "0", "1"], cells[4]["out"]
+    assert cells[4]["out"].split() == [str(2**48), "0", "1"], cells[4]["out"]
 
 
 def test_on_the_cpu_the_program_is_weighed_against_the_hosts_available_memory():

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from child_env import pythonpath
 
 from jupyter_gpumem.doctor.snapshot import check_path
 
@@ -46,7 +47,7 @@ def run(tmp_path_factory) -> tuple[Path, list[dict]]:
         text=True,
         timeout=180,
         cwd=tmp_path,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": pythonpath()},
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]

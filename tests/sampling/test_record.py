@@ -165,7 +165,7 @@ def test_run_executes_the_script_in_process_with_markers(tmp_path):
 
 def test_run_script_that_runs_out_of_memory_records_an_oom_event(tmp_path):
     script = tmp_path / "oom.py"
-    script.write_text("import jax.numpy as jnp\njnp.zeros((2**42,), jnp.float32)\n")
+    script.write_text("import jax.numpy as jnp\njnp.zeros((2**46,), jnp.float32)\n")
     out = tmp_path / "out.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "jupyter_gpumem.record", str(out), "--run", str(script)],

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from child_env import pythonpath
+from machine import without_cuda_plugin
 
 from jupyter_gpumem.core.readings import DeviceReading, JaxDeviceReading, NotAvailable, ProcessReading, Sample
 from jupyter_gpumem.doctor.oom_readings import OomReadings
@@ -189,7 +191,7 @@ from jupyter_gpumem.monitor.series import notes_for
 from jupyter_gpumem.settings.status import status
 jnp.ones(3).block_until_ready()
 try:
-    jnp.zeros((2**42,), jnp.float32)
+    jnp.zeros((2**46,), jnp.float32)
 except Exception as exc:
     report = doctor.oom_report(exc)
 print(json.dumps({
@@ -205,7 +207,7 @@ print(json.dumps({
 def faces():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_", "CUDA_"))}
     env.update(
-        PYTHONPATH=os.pathsep.join([DROPIN_DIR, str(ROOT)]),
+        PYTHONPATH=pythonpath(DROPIN_DIR),
         JUPYTER_GPUMEM_FAKE_NVML="three_gpus",
         TF_CPP_MIN_LOG_LEVEL="3",
     )
@@ -214,18 +216,22 @@ def faces():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@without_cuda_plugin
 def test_real_cpu_jax_gpumem_status_says_so(faces):
     assert f"Warnings:\n  - {SENTENCE}" in faces["status"]
 
 
+@without_cuda_plugin
 def test_real_cpu_jax_panel_says_so(faces):
     assert faces["panel"][0] == SENTENCE
 
 
+@without_cuda_plugin
 def test_real_cpu_jax_monitor_says_so(faces):
     assert faces["monitor"][0].startswith("JAX runs on the CPU, not on this GPU")
 
 
+@without_cuda_plugin
 def test_real_cpu_jax_oom_report_leads_with_the_gpus(faces):
     assert faces["oom"][0] == [
         "cpu_beside_gpus",
@@ -264,7 +270,7 @@ before_ipython_kept_it = jax_backend.backend_info().fallback_reason
 sys.last_value = RuntimeError(first)  # what IPython's _get_exc_info keeps of the failed cell
 from jupyter_gpumem import doctor
 try:
-    jnp.zeros((2**42,), jnp.float32)
+    jnp.zeros((2**46,), jnp.float32)
 except Exception as exc:
     report = doctor.oom_report(exc)
 print(json.dumps({
@@ -296,6 +302,7 @@ def failed_start():
 
 
 @pytest.mark.jax_versions
+@without_cuda_plugin
 def test_a_cuda_backend_that_fails_to_start_is_raised_once_and_not_recorded(failed_start):
     """The JAX behaviour the reason rests on, on the installed JAX: ``backends()`` in
     jax/_src/xla_bridge.py (0.4.38, 0.7.2, 0.10.2, 0.11.2, 0.12.0.1) raises a fail_quietly=False
@@ -306,6 +313,7 @@ def test_a_cuda_backend_that_fails_to_start_is_raised_once_and_not_recorded(fail
 
 
 @pytest.mark.jax_versions
+@without_cuda_plugin
 def test_a_cuda_backend_that_failed_to_start_is_named_even_without_a_record(failed_start):
     reason = failed_start["reason_without_record"]
     assert reason.startswith(
@@ -315,6 +323,7 @@ def test_a_cuda_backend_that_failed_to_start_is_named_even_without_a_record(fail
 
 
 @pytest.mark.jax_versions
+@without_cuda_plugin
 def test_status_and_panel_quote_the_start_error_the_cell_raised(failed_start):
     quoted = "The first operation raised: \"Unable to initialize backend 'cuda': synthetic: CUDA_ERROR_OUT_OF_MEMORY"
     assert quoted in failed_start["status"] and "not installed" not in failed_start["status"]
@@ -359,6 +368,7 @@ def test_a_cpu_chosen_through_jax_config_is_said_as_a_choice_not_a_missing_plugi
 
 
 @pytest.mark.jax_versions
+@without_cuda_plugin
 def test_the_oom_report_gives_the_failed_start_as_the_gpu_fix(failed_start):
     kind, _, action = failed_start["oom"][0]
     assert kind == "cpu_beside_gpus"

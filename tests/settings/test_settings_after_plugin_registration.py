@@ -22,8 +22,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from machine import without_cuda_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# Each scenario is JAX with no CUDA backend that starts; with the CUDA plugin installed, JAX_PLATFORMS=cuda
+# starts it (on the GPU machine these tests all failed for that reason, 2026-11-26).
+pytestmark = without_cuda_plugin
 
 _ASK = """
 from jax._src import xla_bridge

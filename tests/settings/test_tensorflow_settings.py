@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from child_env import pythonpath
 
 SESSION = Path(__file__).parents[1] / "kernel_session.py"
 
@@ -125,7 +126,7 @@ def session(tmp_path: Path, cells: list[str]) -> list[dict]:
         timeout=120,
         cwd=tmp_path,
         # this checkout's package, not whichever one the environment installed
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(SESSION.parents[1])},
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": pythonpath()},
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]

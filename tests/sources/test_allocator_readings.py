@@ -101,6 +101,15 @@ def test_readings_without_jax_installed_say_so(monkeypatch):
 def test_gpu_readings_are_normalised_and_mapped_through_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA's order is then NVML's
+    # no NVML to ask (as on CI): the mapping comes from CUDA_VISIBLE_DEVICES alone. A real NVML
+    # with one GPU (the GPU machine) has no index 3, and the reading would rightly say so.
+    monkeypatch.setattr(
+        jax_backend,
+        "NvmlSource",
+        lambda: SimpleNamespace(
+            identities=lambda: model.NotAvailable(model.NO_LIBRARY, "synthetic: no NVML"), shutdown=lambda: None
+        ),
+    )
     fake_jax(monkeypatch, started=True, devices=[_device(0, 0, BFC_STATS), _device(1, 1, BFC_STATS)])
     readings = shim.read_jax_devices()
     assert [(r.jax_id, r.nvml_index, r.platform) for r in readings] == [(0, 2, "gpu"), (1, 3, "gpu")]
@@ -316,9 +325,10 @@ def test_allocator_in_effect_is_cpu_on_a_cpu_backend(monkeypatch):
 # --- the real CPU JAX, in fresh interpreters ---------------------------------------------------
 
 
-def _run(script: str) -> dict:
+def _run(script: str, **extra_env: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_"))}
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env.update(extra_env)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -341,7 +351,8 @@ print(json.dumps({"code": readings.code, "started": xla_bridge.backends_are_init
 
 
 def test_cpu_backend_readings_after_the_first_operation():
-    result = _run("""
+    result = _run(
+        """
 import json
 import jax.numpy as jnp
 jnp.ones(3).block_until_ready()
@@ -353,7 +364,9 @@ print(json.dumps({"probe": allocator_shim.backend_started(), "platform": info.pl
                   "devices": info.to_json()["devices"], "fallback": info.fallback_reason,
                   "readings": [(x.platform, x.nvml_index, x.stats.code) for x in r],
                   "allocator": allocator_shim.allocator_in_effect()}))
-""")
+""",
+        JAX_PLATFORMS="cpu",
+    )  # the CPU backend asked for: on a machine with a GPU, JAX would start that one
     assert result == {
         "probe": True,
         "platform": "cpu",

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from child_env import pythonpath
 
 ROOT = Path(__file__).parents[2]
 
@@ -33,7 +34,7 @@ def _read(devices: int) -> dict:
     env = {
         "JAX_PLATFORMS": "cpu",
         "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": pythonpath(),
         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
         "HOME": os.environ.get("HOME", "/tmp"),
     }

@@ -1,0 +1,21 @@
+"""The PYTHONPATH a test gives the fresh Python processes it starts.
+
+This checkout comes first (its package, not whichever one the environment installed), then
+whatever this process was itself given: the GPU proof puts the wheels it carries (IPython and
+its needs) on PYTHONPATH (bench/gpu_proof.py, ``install``), and a child that lost them could not
+import IPython there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pythonpath(*first: str | os.PathLike) -> str:
+    """``first`` (a drop-in folder, say), this checkout, then this process's own PYTHONPATH."""
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    parts = [str(p) for p in first] + [str(ROOT)]
+    return os.pathsep.join(dict.fromkeys(parts + inherited))
