@@ -220,7 +220,19 @@ def series_values(sample: Sample, key: int) -> dict[str, float | None]:
                 out["torch_allocated"] = torch.allocated_bytes
                 out["torch_cached"] = max(0, torch.reserved_bytes - torch.allocated_bytes)
                 out["outside_jax"] = max(0, out["outside_jax"] - torch.reserved_bytes)
+        out["free"] = _free_left(out, dev)
     return out
+
+
+def _free_left(out: dict, dev: DeviceReading) -> int:
+    """NVML's free bytes, less what the in-process readings hold beyond NVML's count.
+
+    NVML and the allocator are read one after the other, not at one instant: a pool taken in
+    between (cuda_async reserving its whole pool, tests/data/traces/cuda_async_preallocated.jsonl
+    sample 13: NVML 3.4 MB used, the driver pool 59.4 GiB reserved) is in JAX's bands and still
+    in NVML's free. The newer reading wins, so the stack never passes the device's total."""
+    below = sum(out[b] or 0 for b in BANDS if b != "free")
+    return max(0, min(dev.free_bytes, dev.total_bytes - below))
 
 
 def _torch_for(sample: Sample, jdev) -> TorchDeviceReading | None:
