@@ -64,6 +64,10 @@ FROM_NOTEBOOK = "notebook settings"
 FROM_CONFIG = "jax.config"
 
 
+# A setting read from a trace's header (settings.env): the environment the recorded process had.
+FROM_RECORDING = "recorded"
+
+
 # JAX's documented default when XLA_CLIENT_MEM_FRACTION is unset (of total memory).
 DEFAULT_FRACTION = 0.75
 

@@ -86,6 +86,7 @@ class OomReadings:
     idle_gpus: int | None = None
     gpu_fix: str | None = None
     error_form: str = ""
+    autotuning: bool = False  # the compiler's autotuner ran out while it tried kernels (OomError.autotuning)
     host_array_bytes: int | None = None
     program: ProgramBudget | None = None  # the failing jitted call, where it was found
 
@@ -158,6 +159,7 @@ FIX_KINDS = (
     "remat",
     "kernel_load",
     "command_buffer",
+    "autotune",
     "host_memory",
     "program",
     "donation",

@@ -434,6 +434,46 @@ def command_buffers(r: OomReadings, need: int | None) -> Fix | None:
     )
 
 
+def autotuner(r: OomReadings, need: int | None) -> Fix | None:
+    """The compile failed in XLA's autotuner ("Failed to get configs for: N out of M instructions.
+    ... Example failure: Out of memory while trying to allocate 32.00MiB ...", recorded on JAX
+    0.11.2 on an H100 with the GPU filled; tests/data/oom_texts/h100_jax_0.11.2_oom_compile_compile.txt).
+    XLA's GPU compiler times candidate kernels for some instructions on the device, each with
+    scratch memory of its own; ``xla_gpu_autotune_level`` 0 skips the trials and takes a default
+    kernel. Compiled with that option, the same program on the same full GPU got past the compile
+    and failed only for its own 16 MiB output (h100_jax_0.11.2_oom_compile_autotune_off.txt)."""
+    if not r.autotuning:
+        return None
+    room = (
+        "%gpumem preallocate off  (restart the kernel, then run it first: a preallocated pool leaves the trials "
+        "only what is beside it)"
+        if r.preallocate is True and not r.driver_pool
+        else None
+    )
+    return Fix(
+        "autotune",
+        "The compiler ran out of memory while it tried kernels for the program (autotuning), before the program ran",
+        'jax.jit(f).lower(*args).compile(compiler_options={"xla_gpu_autotune_level": 0})  '
+        "(this program only, with f and args yours; call what it returns)",
+        "XLA's GPU compiler times candidate kernels for some operations on the device, and each trial needs "
+        "device memory beside what the program's arrays will take; with the device full, the trials fail and "
+        "so does the compile. Level 0 skips the trials and takes a default kernel, which may run somewhat "
+        "slower. The program itself still needs its own memory when it runs.",
+        None,
+        None,
+        tuple(
+            a
+            for a in (
+                "%gpumem free   (then run the cell again: the trials run once per program, with the room freed)",
+                room,
+                "%env XLA_FLAGS=--xla_gpu_autotune_level=0  (every program; restart the kernel, then run it before "
+                "JAX starts, keeping any flags XLA_FLAGS already has)",
+            )
+            if a
+        ),
+    )
+
+
 def pinned_host_pool(r: OomReadings, need: int | None) -> Fix | None:
     """The GPU client's pinned host memory pool is full ("Out of host memory while trying to
     allocate 14.16GiB.", xla/stream_executor/integrations/tf_allocator_adapter.cc): host RAM capped
@@ -534,7 +574,7 @@ def donate_arguments(r: OomReadings, need: int | None) -> Fix | None:
     )
 
 
-# In FIX_KINDS order; advise runs the first two and command_buffers apart from the rest.
+# In FIX_KINDS order; advise runs the first two, command_buffers and autotuner apart from the rest.
 RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     jax_on_cpu_beside_gpus,
     request_larger_than_device,
@@ -548,6 +588,7 @@ RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     rematerialisation,
     kernel_load,
     command_buffers,
+    autotuner,
     pinned_host_pool,
     program_itself,
     donate_arguments,
@@ -567,12 +608,19 @@ def advise(r: OomReadings) -> list[Fix]:
     if r.error_form == "host":  # host RAM, not the device: no device fix applies
         return [fix for fix in (pinned_host_pool(r, None),) if fix is not None]
     need = shortfall(r)
-    # a CUDA graph that could not be instantiated has its own fix, named first
-    first = [fix for fix in (jax_on_cpu_beside_gpus(r, need), command_buffers(r, need)) if fix is not None]
+    # a CUDA graph that could not be instantiated, and a compile the autotuner failed, have their
+    # own fixes, named first
+    first = [
+        fix
+        for fix in (jax_on_cpu_beside_gpus(r, need), command_buffers(r, need), autotuner(r, need))
+        if fix is not None
+    ]
     too_large = request_larger_than_device(r, need)
     if too_large is not None:  # only the program's own fix can add to it
         return first + [fix for fix in (program_itself(r, need),) if fix is not None] + [too_large]
-    fixes = [fix for rule in RULES[2:] if rule is not command_buffers and (fix := rule(r, need)) is not None]
+    fixes = [
+        fix for rule in RULES[2:] if rule not in (command_buffers, autotuner) and (fix := rule(r, need)) is not None
+    ]
     order = {kind: i for i, kind in enumerate(FIX_KINDS)}
     fixes.sort(
         key=lambda f: (

@@ -116,9 +116,22 @@ _FORMS: tuple[tuple[str, re.Pattern], ...] = (
             re.IGNORECASE,
         ),
     ),
+    # GPU, the vmm allocator's physical-memory budget (XLA's DeviceAddressVmmAllocator,
+    # device_address_vmm_allocator.cc): "Not enough PA budget: pa_allocated=2097152B,
+    # allocation_size=102626230272B, pa_budget=63763120128B" (recorded on JAX 0.11.2), or "Not
+    # enough PA budget for allocation: pa_allocated=...B, rounded_size=...B, pa_budget=...B"
+    (
+        "vmm",
+        re.compile(
+            r"Not enough PA budget[^\n]*?(?:allocation_size|rounded_size)=(?P<exact>\d+)B",
+            re.IGNORECASE,
+        ),
+    ),
     # GPU BFC, 0.4.30: "Out of memory while trying to allocate 7406166528 bytes."
     ("gpu_bytes", re.compile(r"Out of memory while trying to allocate\s+(?P<exact>\d+)\s*bytes", re.IGNORECASE)),
-    # GPU BFC, current: "Out of memory while trying to allocate 21.88GiB." (rounded to 2 decimals)
+    # GPU BFC, current: "Out of memory while trying to allocate 21.88GiB." (rounded to 2 decimals);
+    # JAX 0.11.2 adds the allocator and the device: "... 159.29GiB with allocator GPU_0_bfc on
+    # device 0. [tf-allocator-allocation-error=''] [executable_name='jit_broadcast_in_dim']"
     (
         "gpu_human",
         re.compile(
@@ -134,7 +147,43 @@ _FORMS: tuple[tuple[str, re.Pattern], ...] = (
 _RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
 
 
-_ORDINAL = re.compile(r"device ordinal\s+(?P<ordinal>\d+)", re.IGNORECASE)
+# "device ordinal 0" (the platform allocator's older text) or "on device 0" (JAX 0.11.2's texts)
+_ORDINAL = re.compile(r"(?:device ordinal|on device)\s+(?P<ordinal>\d+)", re.IGNORECASE)
+
+# "with allocator GPU_0_bfc" (JAX 0.11.2): the XLA allocator that refused, by its own name
+_ALLOCATOR = re.compile(r"with allocator\s+(?P<name>[A-Za-z0-9_]+)")
+
+# The compiler's autotuner (XLA's AutotunerUtil / GemmFusionAutotuner: "Failed to get configs for:
+# N out of M instructions. See logs for all failures. Example failure: \n" + the first status),
+# which keeps that status's code: an out-of-memory among its trials fails the compile.
+_AUTOTUNE = re.compile(r"Failed to get configs for:|Failed to profile configs:|Autotuning failed", re.IGNORECASE)
+
+
+def allocator_named(text: str) -> str | None:
+    """The allocator an error text names ("GPU_0_bfc", "SE_0_space_0"), else None."""
+    found = _ALLOCATOR.search(text) if isinstance(text, str) else None
+    return found.group("name") if found else None
+
+
+def allocator_words(name: str | None) -> str:
+    """What an allocator's name means to a user, as recorded on JAX 0.11.2 (tests/data/oom_texts):
+    BFC is ``GPU_<n>_bfc``, cuda_async ``gpu_async_<n>``; the platform and address allocators both
+    raise as ``SE_<n>_space_<m>`` (XLA's StreamExecutor allocator for memory space m, no pool of
+    JAX's own)."""
+    if not name:
+        return ""
+    if re.fullmatch(r"GPU_\d+_bfc", name):
+        return "JAX's BFC pool"
+    if re.fullmatch(r"gpu_async_\d+", name):
+        return "the CUDA driver's memory pool (cuda_async)"
+    if re.fullmatch(r"SE_\d+_space_\d+", name):
+        return "CUDA directly, without a pool (the platform or address allocator)"
+    return ""
+
+
+def while_autotuning(text: str) -> bool:
+    """Whether the error came from the compiler's autotuner trying kernels, not from a buffer."""
+    return isinstance(text, str) and bool(_AUTOTUNE.search(text))
 
 
 @dataclass(frozen=True)
@@ -143,10 +192,13 @@ class OomError:
 
     ``form``: "gpu_human", "gpu_bytes", "host" (GPU's pinned host memory pool), "cubin" (loading a
     compiled kernel onto a full device), "command_buffer" (instantiating a CUDA graph on a full
-    device), "platform", "cpu", or "resource_exhausted" (the status without a size we can read). ``requested_bytes`` is None where the text gives no size;
-    ``exact`` is False where the size was printed rounded (human units); ``requested_range`` is
-    then the lowest and highest byte count XLA prints that way (``xla_human_bytes``), and for an
-    exact size the size twice.
+    device), "vmm" (the vmm allocator's physical budget), "platform", "cpu", or
+    "resource_exhausted" (the status without a size we can read). ``requested_bytes`` is None
+    where the text gives no size; ``exact`` is False where the size was printed rounded (human
+    units); ``requested_range`` is then the lowest and highest byte count XLA prints that way
+    (``xla_human_bytes``), and for an exact size the size twice. ``allocator``: the allocator the
+    text names ("GPU_0_bfc"), else None; ``autotuning``: the compiler's autotuner ran out while
+    it tried kernels (the size is one trial's scratch, not an array of the program).
     """
 
     form: str
@@ -156,10 +208,14 @@ class OomError:
     class_name: str
     message: str
     requested_range: tuple[int, int] | None = field(default=None)
+    allocator: str | None = None
+    autotuning: bool = False
 
     def to_json(self) -> dict:
         return {
             "form": self.form,
+            "allocator": self.allocator,
+            "autotuning": self.autotuning,
             "requested_bytes": self.requested_bytes,
             "requested_range": list(self.requested_range) if self.requested_range else None,
             "exact": self.exact,
@@ -220,15 +276,25 @@ def _class_names(exc: BaseException) -> tuple[str, ...]:
     return tuple(cls.__name__ for cls in type(exc).__mro__)
 
 
-def recognise_text(text: str, class_name: str = "") -> OomError | None:
-    """An ``OomError`` from a message text alone (for recorded texts and logs)."""
+def _from_text(text: str, class_name: str, jax_class: bool) -> OomError | None:
+    """The ``OomError`` a text reads as: a message form, else RESOURCE_EXHAUSTED from a class of
+    JAX's (``jax_class``); None for anything else."""
     parsed = parse_request(text)
     if parsed is not None:
         form, size, exact, ordinal = parsed
-        return OomError(form, size, exact, ordinal, class_name, text, requested_range(text))
-    if _RESOURCE_EXHAUSTED in text and (not class_name or class_name in _RUNTIME_CLASS_NAMES):
-        return OomError("resource_exhausted", None, False, _named_ordinal(text), class_name, text)
-    return None
+        size_range = requested_range(text)
+    elif _RESOURCE_EXHAUSTED in text and jax_class:
+        form, size, exact, ordinal, size_range = "resource_exhausted", None, False, _named_ordinal(text), None
+    else:
+        return None
+    return OomError(
+        form, size, exact, ordinal, class_name, text, size_range, allocator_named(text), while_autotuning(text)
+    )
+
+
+def recognise_text(text: str, class_name: str = "") -> OomError | None:
+    """An ``OomError`` from a message text alone (for recorded texts and logs)."""
+    return _from_text(text, class_name, not class_name or class_name in _RUNTIME_CLASS_NAMES)
 
 
 def recognise(exc: BaseException | None) -> OomError | None:
@@ -246,12 +312,9 @@ def recognise(exc: BaseException | None) -> OomError | None:
                 text = str(exc)
             except Exception:
                 text = ""
-            parsed = parse_request(text)
-            if parsed is not None:
-                form, size, exact, ordinal = parsed
-                return OomError(form, size, exact, ordinal, type(exc).__name__, text, requested_range(text))
-            if _RESOURCE_EXHAUSTED in text and any(n in _RUNTIME_CLASS_NAMES for n in names):
-                return OomError("resource_exhausted", None, False, _named_ordinal(text), type(exc).__name__, text)
+            found = _from_text(text, type(exc).__name__, any(n in _RUNTIME_CLASS_NAMES for n in names))
+            if found is not None:
+                return found
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None

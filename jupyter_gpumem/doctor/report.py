@@ -7,6 +7,7 @@ then asks ``oom_rules`` for ranked fixes.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from jupyter_gpumem.doctor.arrays import ArrayRecord, census, growth_of, not_sta
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
 from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
 from jupyter_gpumem.doctor.oom_rules import Fix
-from jupyter_gpumem.doctor.oom_text import OomError
+from jupyter_gpumem.doctor.oom_text import OomError, allocator_words
 from jupyter_gpumem.doctor.text import (
     TextReport,
     action_label,
@@ -36,6 +37,7 @@ from jupyter_gpumem.doctor.text import (
 )
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.settings.cpu_fallback import read_cpu_fallback
+from jupyter_gpumem.settings.effective import recorded_settings
 from jupyter_gpumem.sources import host_memory
 
 
@@ -139,6 +141,20 @@ class OomReport(TextReport):
             f"Requested: {bytes_or_na(e.requested_bytes)} ({e.requested_bytes:,} bytes; the error printed it rounded)."
         )
 
+    def raised_by_line(self) -> str:
+        """Which of XLA's allocators refused, and when, where the text says; else ``""``."""
+        e = self.error
+        said = []
+        if e.allocator:
+            words = allocator_words(e.allocator)
+            said.append(f"Raised by XLA's allocator {e.allocator}" + (f" ({words})" if words else "") + ".")
+        if e.autotuning:
+            said.append(
+                "While compiling: XLA's autotuner ran out as it tried kernels for the program, so the size is "
+                "one trial's scratch, not an array of the program."
+            )
+        return " ".join(said)
+
     def program_line(self) -> str:
         p = self.readings.program
         if p is None:
@@ -154,6 +170,7 @@ class OomReport(TextReport):
             "JAX ran out of memory (jupyter-gpumem doctor)"
             + (" [synthetic readings]" if self.readings.synthetic else ""),
             self.requested_line(),
+            *filter(None, [self.raised_by_line()]),
         ]
         if self.peak_rows:
             out += ["", self.peak_title, *self.peak_rows]
@@ -273,7 +290,9 @@ class OomReport(TextReport):
         synthetic = " <i>(synthetic readings)</i>" if self.readings.synthetic else ""
         return (
             "<div class='jupyter-gpumem-oom' style='border-left:4px solid var(--jp-error-color1, #d32f2f);padding-left:8px'>"
-            f"<p><b>JAX ran out of memory</b>{synthetic}. {escape_html(self.requested_line())}</p>"
+            f"<p><b>JAX ran out of memory</b>{synthetic}. {escape_html(self.requested_line())}"
+            + (f" {escape_html(self.raised_by_line())}" if self.raised_by_line() else "")
+            + "</p>"
             # the fixes first: the traceback above is already long, the numbers behind them follow
             f"<p>What to do, best first:</p><ol>{fixes}</ol>"
             + (
@@ -479,6 +498,7 @@ def _oom_readings(
         history_bytes=sum(r.device_bytes for r in on_device if r.history_only),
         growing=tuple(growth_of(on_device)),
         error_form=error.form,
+        autotuning=error.autotuning,
         host_array_bytes=sum(r.host_bytes for r in records) if arrays_known else None,
         platform=failing.platform,
         synthetic=synthetic,
@@ -499,6 +519,7 @@ def oom_report(
     live: list[ArrayRecord] | None = None,
     synthetic: bool = False,
     raised: BaseException | None = None,
+    recorded_env: Mapping[str, str] | None = None,
 ) -> OomReport | None:
     """The OOM report for ``exc`` (an exception or a recognised ``OomError``), read now; None
     when ``exc`` is not an out-of-memory error.
@@ -508,6 +529,8 @@ def oom_report(
     allocator's reading, and no program is compiled again. ``live`` lists the arrays instead of
     a census (``[]``: there were none). ``synthetic`` marks the report as drawn from made-up readings. ``raised``: the exception,
     where ``exc`` is its recognised form, for the failing jitted call in its traceback.
+    ``recorded_env``: the environment a replayed trace's process ran with (its header's
+    ``settings.env``); the settings in effect are then that process's, not this one's.
     """
     error = exc if isinstance(exc, OomError) else oom_text.recognise(exc)
     if error is None:
@@ -519,7 +542,7 @@ def oom_report(
         sample = get_sampler().sample_once()
     failing = _failing(error, sample)
     who = _who_else(sample, failing)
-    states = tuple(allocator_shim.settings_in_effect())
+    states = recorded_settings(recorded_env) if recorded_env is not None else tuple(allocator_shim.settings_in_effect())
     arrays_known = live is not None or (not replayed and allocator_shim.backend_started())
     records, walk_note = _read_arrays(shell, live, arrays_known)
     raised = exc if isinstance(exc, BaseException) else raised

@@ -38,6 +38,7 @@ from jupyter_gpumem.core.units import parse_bytes, parse_fraction
 from jupyter_gpumem.settings import cuda_async_limits, plugin_options
 from jupyter_gpumem.settings.effective import (
     NOTE_TRIGGERS,
+    SettingState,
     canonical_allocator,
     create_options,
     cuda_async_notes,
@@ -183,28 +184,6 @@ def settings_from_kwargs(**kwargs: Any) -> tuple[AllocatorSettings, tuple[str, .
         if note:
             notes.append(note)
     return AllocatorSettings(**values), tuple(notes)
-
-
-@dataclass(frozen=True)
-class SettingState:
-    """One setting as it stands: its value, shown for people, and where it came from."""
-
-    name: str  # "preallocate", "fraction", "allocator", "async_prealloc", "remat"
-    value: Any  # bool, float, str, int (-1: all) or None (not set and no default)
-    shown: str  # "off", "0.75", "cuda_async", "2.00 GiB", "not set"
-    source: str  # "JAX default", "environment", "%gpumem", "jax.config"
-    env_var: str | None  # the variable that holds it (None for remat)
-    config_option: str | None = None  # the jax.config option (remat only)
-
-    def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "value": self.value,
-            "shown": self.shown,
-            "source": self.source,
-            "env_var": self.env_var,
-            "config_option": self.config_option,
-        }
 
 
 def setting_variables() -> tuple[tuple[str, str], ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.core.env_table import (
@@ -17,9 +18,13 @@ from jupyter_gpumem.core.env_table import (
     ASYNC_PREALLOC_VAR,
     CREATE_OPTIONS_OPTION,
     DEFAULT_FRACTION,
+    ENV_SETTINGS,
     FRACTION_VAR,
+    FROM_RECORDING,
+    JAX_DEFAULT,
     OLD_FRACTION_VAR,
     PREALLOCATE_VAR,
+    REMAT_ENV,
     REMAT_OPTION,
     STALE_ALLOCATOR_VAR,
 )
@@ -220,3 +225,47 @@ def environment_problems(env: Mapping[str, str] | None = None) -> list[str]:
         elif not is_cuda_async(values):
             problems.append(f"{ASYNC_PREALLOC_VAR} is set but is read only by the cuda_async allocator.")
     return problems
+
+
+@dataclass(frozen=True)
+class SettingState:
+    """One setting as it stands: its value, shown for people, and where it came from."""
+
+    name: str  # "preallocate", "fraction", "allocator", "async_prealloc", "remat"
+    value: Any  # bool, float, str, int (-1: all) or None (not set and no default)
+    shown: str  # "off", "0.75", "cuda_async", "2.00 GiB", "not set"
+    source: str  # "JAX default", "environment", "%gpumem", "jax.config"
+    env_var: str | None  # the variable that holds it (None for remat)
+    config_option: str | None = None  # the jax.config option (remat only)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "shown": self.shown,
+            "source": self.source,
+            "env_var": self.env_var,
+            "config_option": self.config_option,
+        }
+
+
+def recorded_settings(env: Mapping[str, Any]) -> tuple[SettingState, ...]:
+    """The settings a recorded process ran with, from the environment its trace kept (the
+    header's ``settings.env``, as ``python -m jupyter_gpumem.record`` writes it): each is the
+    recorded variable's value as the installed JAX reads it, or JAX's default. Nothing of this
+    process (its environment, jax.config, %gpumem) goes in."""
+    env = {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
+    values = effective(env, client_create_options.parse(None))
+    states = []
+    for name in ENV_SETTINGS:
+        var = env_var_for(name, env)
+        source = FROM_RECORDING if var in env else JAX_DEFAULT
+        states.append(SettingState(name, values[name], show(name, values[name]), source, var))
+    raw = env.get(REMAT_ENV)
+    remat = True if raw is None else raw.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+    states.append(
+        SettingState(
+            "remat", remat, show("remat", remat), JAX_DEFAULT if raw is None else FROM_RECORDING, None, REMAT_OPTION
+        )
+    )
+    return tuple(states)

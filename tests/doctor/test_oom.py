@@ -101,6 +101,8 @@ def test_recognise_gives_the_whole_error_of_a_runtime_error():
     found = recognise(JaxRuntimeError(text("gpu_bfc_human.txt")))
     assert found.to_json() == {
         "form": "gpu_human",
+        "allocator": None,
+        "autotuning": False,
         "requested_bytes": 23_493_471_109,
         "exact": False,
         "ordinal": None,
@@ -113,6 +115,8 @@ def test_recognise_gives_the_whole_error_of_a_runtime_error():
 def test_recognise_text_gives_the_whole_error_of_a_text_alone():
     assert recognise_text(text("gpu_bfc_bytes_0.4.30.txt")).to_json() == {
         "form": "gpu_bytes",
+        "allocator": None,
+        "autotuning": False,
         "requested_bytes": 7_406_166_528,
         "exact": True,
         "ordinal": None,
@@ -135,9 +139,11 @@ def test_an_error_whose_text_cannot_be_read_is_not_an_oom_and_raises_nothing():
 
 
 def test_resource_exhausted_in_a_text_alone_is_recognised_whole():
-    message = "RESOURCE_EXHAUSTED: ran out on device ordinal 1"
+    message = "RESOURCE_EXHAUSTED: ran out with allocator GPU_1_bfc on device ordinal 1"
     assert recognise_text(message).to_json() == {
         "form": "resource_exhausted",
+        "allocator": "GPU_1_bfc",
+        "autotuning": False,
         "requested_bytes": None,
         "exact": False,
         "ordinal": 1,
@@ -152,9 +158,11 @@ def test_resource_exhausted_in_a_text_from_another_class_is_not_jax():
 
 
 def test_resource_exhausted_on_jaxs_error_is_recognised_whole():
-    message = "RESOURCE_EXHAUSTED: ran out on device ordinal 2"
+    message = "RESOURCE_EXHAUSTED: Failed to get configs for: 1 out of 3 instructions. ran out on device ordinal 2"
     assert recognise(XlaRuntimeError(message)).to_json() == {
         "form": "resource_exhausted",
+        "allocator": None,
+        "autotuning": True,
         "requested_bytes": None,
         "exact": False,
         "ordinal": 2,

@@ -17,6 +17,7 @@ from jupyter_gpumem.core.sites import Growth
 from jupyter_gpumem.doctor.oom_readings import Fix, OomReadings, OtherProcess
 from jupyter_gpumem.doctor.oom_rules import (
     advise,
+    autotuner,
     command_buffers,
     donate_arguments,
     kernel_load,
@@ -415,3 +416,44 @@ def test_a_fix_winning_a_single_byte_ranks_above_one_winning_none():
 def test_a_host_memory_error_is_advised_the_host_limit_alone():
     r = preallocated(requested=GiB, error_form="host", platform="cpu", visible_gpus=1, remat=False)
     assert [f.kind for f in advise(r)] == ["host_memory"]
+
+
+# --- the compiler's autotuner ran out (recorded text: tests/doctor/test_oom_texts_recorded.py) -------
+
+AUTOTUNE_LINE = (
+    'jax.jit(f).lower(*args).compile(compiler_options={"xla_gpu_autotune_level": 0})  '
+    "(this program only, with f and args yours; call what it returns)"
+)
+AUTOTUNE_FREE = "%gpumem free   (then run the cell again: the trials run once per program, with the room freed)"
+AUTOTUNE_ALL = (
+    "%env XLA_FLAGS=--xla_gpu_autotune_level=0  (every program; restart the kernel, then run it before "
+    "JAX starts, keeping any flags XLA_FLAGS already has)"
+)
+
+
+def test_a_compile_the_autotuner_failed_is_advised_autotuning_off_for_that_program():
+    fix = autotuner(oom(32 * MiB, autotuning=True, preallocate=False), 32 * MiB)
+    assert (fix.kind, fix.action, fix.gain_bytes, fix.enough) == ("autotune", AUTOTUNE_LINE, None, None)
+    assert fix.title == (
+        "The compiler ran out of memory while it tried kernels for the program (autotuning), before the program ran"
+    )
+    assert fix.extra_actions == (AUTOTUNE_FREE, AUTOTUNE_ALL)
+    assert "Level 0 skips the trials and takes a default kernel" in fix.why
+
+
+def test_beside_a_preallocated_bfc_pool_the_autotuner_is_also_advised_preallocation_off():
+    extra = autotuner(preallocated(autotuning=True), None).extra_actions
+    assert extra[1].startswith("%gpumem preallocate off  (restart the kernel, then run it first")
+    assert len(extra) == 3
+    # cuda_async's pool is the driver's: preallocation off is not the room there
+    assert len(autotuner(preallocated(autotuning=True, allocator="cuda_async"), None).extra_actions) == 2
+
+
+def test_an_oom_that_is_not_the_autotuners_gets_no_autotune_fix():
+    assert autotuner(preallocated(), 1 * GiB) is None
+    assert "autotune" not in [f.kind for f in advise(preallocated(requested=1 * GiB))]
+
+
+def test_the_autotune_fix_comes_before_the_pool_fixes():
+    kinds = [f.kind for f in advise(preallocated(requested=32 * GiB, autotuning=True, history_bytes=30 * GiB))]
+    assert kinds == ["autotune", "history", "fraction_cap"]

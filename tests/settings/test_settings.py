@@ -358,3 +358,22 @@ def test_status_names_each_source():
         "async_prealloc": "JAX default",
         "remat": "JAX default",
     }
+
+
+def test_a_traces_recorded_environment_gives_its_settings_not_this_processs(monkeypatch):
+    """A replayed OOM shows the settings of the process that was recorded (its header's
+    settings.env, as the recorder writes it: tests/data/traces/*.jsonl), whatever this one has."""
+    from jupyter_gpumem.settings.effective import recorded_settings
+
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+    monkeypatch.setenv("JAX_COMPILER_ENABLE_REMAT_PASS", "false")
+    states = recorded_settings({"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_CLIENT_MEM_FRACTION": "1.0", "X": 3})
+    assert [(s.name, s.shown, s.source) for s in states] == [
+        ("preallocate", "off", "recorded"),
+        ("fraction", "1", "recorded"),
+        ("allocator", "default (bfc)", "JAX default"),
+        ("async_prealloc", "not set", "JAX default"),
+        ("remat", "on", "JAX default"),
+    ]
+    remat = recorded_settings({"JAX_COMPILER_ENABLE_REMAT_PASS": "0"})[-1]
+    assert (remat.value, remat.source) == (False, "recorded")
