@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from jupyter_gpumem.core.env_table import (
@@ -239,14 +239,7 @@ class SettingState:
     config_option: str | None = None  # the jax.config option (remat only)
 
     def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "value": self.value,
-            "shown": self.shown,
-            "source": self.source,
-            "env_var": self.env_var,
-            "config_option": self.config_option,
-        }
+        return asdict(self)
 
 
 def recorded_settings(env: Mapping[str, Any]) -> tuple[SettingState, ...]:
