@@ -341,7 +341,7 @@ def test_quickstart_refuses_a_late_fraction_and_says_to_restart():
 
 
 def test_oom_notebook_shows_the_report_after_the_error():
-    cell = cell_with(executed("05-oom-diagnosed"), "jnp.zeros((2**42,)")
+    cell = cell_with(executed("05-oom-diagnosed"), "jnp.zeros((2**46,)")
     kinds = [o["output_type"] for o in cell.outputs]
     assert "error" in kinds
     error = cell.outputs[kinds.index("error")]
@@ -359,7 +359,7 @@ def test_where_notebook_names_the_library_that_started_jax_and_the_failing_call(
     assert name == "UsageError" and "JAX was started by eager_demo_lib.py:2 (imported in cell [" in message
     report = text_of(cell_with(nb, "y = blow_up(x)"))
     assert "The failing call's program (compiled again, not run):" in report
-    assert "blow_up (cell [" in report and "outputs 16.00 TiB" in report
+    assert "blow_up (cell [" in report and "outputs 256.00 TiB" in report
 
 
 def test_framework_notebook_says_which_frameworks_are_missing():
