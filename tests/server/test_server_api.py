@@ -9,6 +9,7 @@ import re
 import socket
 import sys
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tornado.httpclient import HTTPClientError
 
 from jupyter_gpumem.server import readings as sources_module
 from jupyter_gpumem.server import service as service_module
+from jupyter_gpumem.server.kernels import ASK_AGAIN_AFTER
 from jupyter_gpumem.server.metrics import kernel_key
 from jupyter_gpumem.server.readings import ProcessFacts
 from jupyter_gpumem.testing import fake_nvml
@@ -222,9 +224,16 @@ async def test_kernel_pid_comes_from_the_kernels_usage_reply(jp_fetch, jp_server
     )
     kernel_id = json.loads(response.body)["kernel"]["id"]
     wrapper = jp_serverapp.kernel_manager.get_kernel(kernel_id).provisioner.process.pid
-    await service.kernels()
-    await service.kernels_dir.wait_for_pids()
-    pid = await kernel_pid(jp_fetch, kernel_id)
+    # A kernel that has not answered is asked again ASK_AGAIN_AFTER seconds later: on a loaded
+    # machine the first question can go unanswered (seen once in three whole-suite runs on CI).
+    deadline = time.monotonic() + 2.5 * ASK_AGAIN_AFTER + 30
+    pid = wrapper
+    while pid == wrapper and time.monotonic() < deadline:
+        await service.kernels()
+        await service.kernels_dir.wait_for_pids()
+        pid = await kernel_pid(jp_fetch, kernel_id)
+        if pid == wrapper:
+            await asyncio.sleep(1)
     kernel = psutil.Process(pid)
     assert pid != wrapper and kernel.ppid() == wrapper
     assert "ipykernel_launcher" in " ".join(kernel.cmdline())
