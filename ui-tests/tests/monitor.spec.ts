@@ -1,7 +1,7 @@
 /**
  * The live memory monitor widget (%gpumem monitor / jupyter_gpumem.Monitor) in a notebook:
- * a replayed synthetic trace draws its series and header; on this GPU-less machine the live
- * monitor shows its explained empty state.
+ * a replayed synthetic trace, and a replayed trace recorded on an H100, draw their series and
+ * header; on this GPU-less machine the live monitor shows its explained empty state.
  */
 import * as path from 'path';
 import { expect, test } from '@jupyterlab/galata';
@@ -11,6 +11,7 @@ import { expectNoTestFolderShown, IMAGES_DIR, openNotebook } from './gpumem';
 test.use({ autoGoto: true, viewport: { width: 1280, height: 1100 } });
 
 const MONITOR = '.jupyter-gpumem-monitor';
+const RECORDED_TRACES_DIR = path.resolve(__dirname, '..', '..', 'tests', 'data', 'traces');
 
 test('a replay monitor draws its memory bands and a header labelled replay and synthetic', async ({ page, tmpPath }) => {
   await openNotebook(page, tmpPath, 'monitor_replay.ipynb');
@@ -49,6 +50,62 @@ test('a replay monitor draws its memory bands and a header labelled replay and s
   await expect(plot.locator('.annotation-text')).toContainText('REPLAY · SYNTHETIC');
 
   await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-replay.png') });
+});
+
+test('a replay of a trace recorded on an H100 draws the CUDA driver pool and is not labelled synthetic', async ({
+  page,
+  tmpPath
+}) => {
+  // The trace as committed, copied byte for byte beside the notebook, which names it relatively
+  // (a kernel starts in its notebook's folder, under the test server's temporary root).
+  await page.contents.uploadFile(
+    path.join(RECORDED_TRACES_DIR, 'cuda_async_growing.jsonl'),
+    `${tmpPath}/cuda_async_growing.jsonl`
+  );
+  await openNotebook(page, tmpPath, 'monitor_replay_h100.ipynb');
+  await page.notebook.runCell(1, true);
+  const monitor = page.locator(MONITOR);
+  await expect(monitor).toBeVisible({ timeout: 60000 });
+
+  const header = monitor.locator('.jupyter-gpumem-header');
+  await expect(header).toContainText('REPLAY');
+  await expect(header).not.toContainText('SYNTHETIC');
+  // Where it came from, from the trace's header line: its JAX and the settings it ran under.
+  await expect(monitor).toContainText(
+    'trace cuda_async_growing.jsonl · host vm · jax 0.11.2 · preallocate off · fraction 0.75 · allocator cuda_async'
+  );
+  // The trace's last sample (tests/data/traces/cuda_async_growing.jsonl, line 72), worked by
+  // hand: memory_stats bytes_in_use 0 B, peak_bytes_in_use 9663676420 B = 9.00 GiB; bytes_limit
+  // and largest_free_block_bytes are 0, which cuda_async reports for "none" (left out), as are
+  // fragmentation and headroom (no BFC pool). The driver pool (cuda_pool) reserved 8891924480 B =
+  // 8.28 GiB, all of it unused (used_bytes 0); the process's NVML 9468641280 B less the pool =
+  // 576716800 B = 550.00 MiB outside JAX; NVML's used 9477881856 B less the process = 9240576 B
+  // = 8.81 MiB other processes; NVML's free 75539611648 B = 70.35 GiB (under total less the bands
+  // below it) of 85520809984 B = 79.65 GiB.
+  await expect(header).toContainText(
+    'GPU 0: NVIDIA H100 80GB HBM3: JAX arrays 0 B · pool unused 8.28 GiB · outside JAX 550.00 MiB' +
+      ' · other processes 8.81 MiB · free 70.35 GiB · of 79.65 GiB · peak 9.00 GiB' +
+      ' · CUDA pool reserved 8.28 GiB · used 0 B'
+  );
+
+  const plot = monitor.locator('.js-plotly-plot').first();
+  await expect(plot).toBeVisible({ timeout: 60000 });
+  // The legend names the series this trace has: the bands, peak and total, and the driver
+  // pool's two lines (reserved, used); no bytes_limit or BFC lines, no PyTorch or host pids, and
+  // no cells (a script, recorded outside a notebook: its trace has no cell events, and plotly
+  // names no series that has no point).
+  const legend = plot.locator('.legend .legendtext');
+  await expect(legend).toHaveText([
+    'JAX arrays (in use)', 'JAX pool, unused', 'this process, outside JAX', 'other processes', 'free',
+    'peak in use', 'total', 'CUDA pool reserved', 'CUDA pool used'
+  ]);
+  expect(await plot.locator('.scatterlayer .trace path.js-line, .scatterlayer .trace path.js-fill').count()).toBeGreaterThan(8);
+  const annotation = plot.locator('.annotation-text');
+  await expect(annotation).toHaveText('REPLAY');
+  await expect(annotation).not.toContainText('SYNTHETIC');
+  await expectNoTestFolderShown(monitor, tmpPath);
+
+  await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-replay-h100.png') });
 });
 
 test('on a machine without an NVIDIA GPU the live monitor explains why it is empty', async ({ page, tmpPath }) => {
