@@ -231,14 +231,14 @@ class DeviceView:
             unit=self.unit,
         )
 
-    def redraw(self, cells: list, markers: list = ()) -> None:
+    def redraw(self, cells: list, markers: list | tuple = ()) -> None:
         """Send the whole figure: when the set of series changes, and on window changes."""
         self.drawn = self.series.active_series()
         self.cells_drawn = tuple(cells)
         self.markers_drawn = tuple(markers)
         self.fig.figure = self.figure()
 
-    def update(self, points: list[tuple[float, Values]], cells: list, markers: list = ()) -> None:
+    def update(self, points: list[tuple[float, Values]], cells: list, markers: list | tuple = ()) -> None:
         """Send what is new: the points, and the cell or named markers when they changed."""
         if self.series.active_series() != self.drawn:
             self.redraw(cells, markers)
