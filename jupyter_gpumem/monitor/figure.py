@@ -2,7 +2,8 @@
 plotly.js (``monitor_plot.js``), and the messages that keep it current.
 
 The kernel sends the whole figure once (the ``figure`` trait: which series, their points, the
-cell markers) and then only new points, as custom messages. The browser keeps the window and
+cell markers and named markers) and then only new points, and the markers when they change, as
+custom messages. The browser keeps the window and
 the point budget itself (thinning by ``series.decimate_rows``'s rule, so peaks stay), follows
 JupyterLab's theme, and sends nothing back: an idle kernel with a live monitor handles no
 message from it. plotly.js itself comes from the plotly package (``plotly.min.js``), so no
@@ -122,7 +123,7 @@ def plot_widget_class() -> Any:
     import traitlets
 
     class MonitorPlot(anywidget.AnyWidget):
-        """One device's plot. ``figure`` is the whole drawing; ``append``/``cells`` messages add to it."""
+        """One device's plot. ``figure`` is the whole drawing; ``append``/``cells``/``markers`` messages add to it."""
 
         _esm = _FRONTEND.read_text(encoding="utf-8")
         _css = TAB_CSS  # put in the page by anywidget with the first plot
@@ -167,6 +168,7 @@ class DeviceView:
         self.series = DeviceSeries(window_s, max_points=max_points)
         self.drawn: list[str] = []
         self.cells_drawn: tuple = ()
+        self.markers_drawn: tuple = ()  # (time, label, hover), as markers.named_markers gives them
         self.fig = plot_widget_class()(uid=uuid.uuid4().hex, library=plotly_library())
         self.fig.current_figure = self.figure
         # What a tab or the body shows: the plot, under its heading where it has one.
@@ -203,7 +205,7 @@ class DeviceView:
         return {name: [_y(name, r[SERIES_NAMES.index(name)], self.unit) for r in rows] for name in self.drawn}
 
     def _top(self) -> float:
-        """How high the cell markers reach: the GPU's total, or on the CPU the arrays' bytes."""
+        """How high the cell and named markers reach: the GPU's total, or on the CPU the arrays' bytes."""
         latest = self.series.latest or {}
         top = latest.get("total") if latest.get("total") is not None else latest.get("cpu_arrays")
         return _y("total", top, self.unit) or 1.0
@@ -220,6 +222,7 @@ class DeviceView:
             t=[round(t, 3) for t in times],
             y=self._columns(rows),
             cells=[list(c) for c in self.cells_drawn],
+            markers=[list(m) for m in self.markers_drawn],
             labels=list(self.labels),
             lower=any(n in _LOWER for n in self.drawn),
             top=self._top(),
@@ -228,16 +231,17 @@ class DeviceView:
             unit=self.unit,
         )
 
-    def redraw(self, cells: list) -> None:
+    def redraw(self, cells: list, markers: list | tuple = ()) -> None:
         """Send the whole figure: when the set of series changes, and on window changes."""
         self.drawn = self.series.active_series()
         self.cells_drawn = tuple(cells)
+        self.markers_drawn = tuple(markers)
         self.fig.figure = self.figure()
 
-    def update(self, points: list[tuple[float, Values]], cells: list) -> None:
-        """Send what is new: the points, and the cell markers when they changed."""
+    def update(self, points: list[tuple[float, Values]], cells: list, markers: list | tuple = ()) -> None:
+        """Send what is new: the points, and the cell or named markers when they changed."""
         if self.series.active_series() != self.drawn:
-            self.redraw(cells)
+            self.redraw(cells, markers)
             return
         if points:
             self.fig.send(
@@ -251,3 +255,6 @@ class DeviceView:
         if tuple(cells) != self.cells_drawn:
             self.cells_drawn = tuple(cells)
             self.fig.send(dict(kind="cells", cells=[list(c) for c in cells]))
+        if tuple(markers) != self.markers_drawn:
+            self.markers_drawn = tuple(markers)
+            self.fig.send(dict(kind="markers", markers=[list(m) for m in markers]))

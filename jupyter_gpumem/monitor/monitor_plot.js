@@ -1,7 +1,8 @@
 // The monitor's plot in the browser: one device's bands and lines, drawn with plotly.js.
 //
-// The kernel sends the whole figure once (the `figure` trait: series, points, cell markers) and
-// then only what is new, as custom messages: {kind: "append", t, y} and {kind: "cells", cells}.
+// The kernel sends the whole figure once (the `figure` trait: series, points, cell and named
+// markers) and then only what is new, as custom messages: {kind: "append", t, y},
+// {kind: "cells", cells} and {kind: "markers", markers}.
 // This side keeps the window (drops points older than it), thins old points past max_points
 // by the kernel's rule (each series' extremes stay), and follows JupyterLab's theme. It never
 // sends anything back to the kernel. The named exports are for the unit tests; anywidget uses
@@ -47,6 +48,7 @@ const EMPTY = {
   t: [],
   y: {},
   cells: [],
+  markers: [],
   labels: [],
   lower: false,
   top: 1,
@@ -62,6 +64,7 @@ export function storeFrom(given) {
     t: [...(figure.t || [])],
     y: {},
     cells: figure.cells || [],
+    markers: figure.markers || [],
     rev: 0
   };
   store.x = store.t.map(localMs);
@@ -259,6 +262,105 @@ function cellsTraces(store, theme) {
   return [lines, tops];
 }
 
+// The named markers (record.mark): [t, label, hover], label and hover escaped by the kernel
+// (markers.py). Those in the window, each with whether its label is shown: a label reads upward
+// beside its line, and one closer than MARKER_LABEL_GAP of the drawn span to the last label
+// shown is left to the hover, so labels never overlap however many markers there are.
+const MARKER_LABEL_GAP = 1 / 60;
+
+export function markersInView(store) {
+  const n = store.t.length;
+  if (!n) {
+    return [];
+  }
+  const first = store.t[0];
+  const minGap = (store.t[n - 1] - first) * MARKER_LABEL_GAP;
+  let lastShown = null;
+  const out = [];
+  for (const [t, label, hover] of store.markers) {
+    if (t < first) {
+      continue; // from before the first sample, or out of the window
+    }
+    const shown = lastShown === null || t - lastShown >= minGap;
+    if (shown) {
+      lastShown = t;
+    }
+    out.push({ t, label, hover, shown });
+  }
+  return out;
+}
+
+// A solid line per marker (cells' are dotted), its hover the whole name.
+function markersTrace(store, theme) {
+  const top = store.figure.top || 1;
+  const x = [];
+  const y = [];
+  const text = [];
+  for (const m of markersInView(store)) {
+    const ms = localMs(m.t);
+    x.push(ms, ms, null);
+    y.push(0, top, null);
+    text.push(m.hover, m.hover, null);
+  }
+  return {
+    type: 'scatter',
+    mode: 'lines',
+    x,
+    y,
+    text,
+    line: { width: 1, color: theme.muted },
+    name: 'markers',
+    legendgroup: 'markers',
+    legendrank: 101,
+    meta: 'markers',
+    hovertemplate: '%{text}<extra>marker</extra>',
+    xaxis: 'x',
+    yaxis: 'y'
+  };
+}
+
+// Each shown label, turned to read upward just right of its line, from the top of the plot.
+function markerAnnotations(store, theme) {
+  const top = store.figure.top || 1;
+  return markersInView(store)
+    .filter(m => m.shown)
+    .map(m => ({
+      text: m.label,
+      hovertext: m.hover,
+      x: localMs(m.t),
+      y: top,
+      xref: 'x',
+      yref: 'y',
+      textangle: -90,
+      xanchor: 'left',
+      yanchor: 'top',
+      showarrow: false,
+      bgcolor: theme.paper,
+      opacity: 0.85,
+      font: { size: 10, color: theme.text }
+    }));
+}
+
+// The same lines through the lower plot, where there is one: the CUDA pool's steps and the
+// fragmentation beside what the script did. Shapes span the axis' whole height, which has no
+// figure like `top` to reach to; the upper lines give the hover.
+function markerShapes(store, theme) {
+  if (!store.figure.lower) {
+    return [];
+  }
+  return markersInView(store).map(m => ({
+    type: 'line',
+    x0: localMs(m.t),
+    x1: localMs(m.t),
+    xref: 'x',
+    y0: 0,
+    y1: 1,
+    yref: 'y2 domain',
+    layer: 'below',
+    line: { width: 1, color: theme.muted }
+  }));
+}
+
 function layoutFor(store, theme) {
   const fig = store.figure;
   const lower = fig.lower;
@@ -312,7 +414,8 @@ function layoutFor(store, theme) {
     // clock times cut off by the bottom margin.
     showlegend: true,
     legend: { orientation: 'h', x: 0, y: -0.08, yanchor: 'top', font: { size: 11 } },
-    annotations,
+    annotations: annotations.concat(markerAnnotations(store, theme)),
+    shapes: markerShapes(store, theme),
     uirevision: 'keep', // zoom and legend clicks survive updates
     datarevision: store.rev
   };
@@ -337,6 +440,8 @@ function initialize({ model }) {
       store.figure.top = msg.top ?? store.figure.top;
     } else if (msg.kind === 'cells') {
       store.cells = msg.cells;
+    } else if (msg.kind === 'markers') {
+      store.markers = msg.markers;
     }
     redraw();
   };
@@ -365,7 +470,7 @@ async function render({ model, el }) {
       pending = false;
       const theme = themeColors();
       const data = store.figure.series.map(s => traceFor(s, store, theme));
-      data.push(...cellsTraces(store, theme));
+      data.push(...cellsTraces(store, theme), markersTrace(store, theme));
       Plotly.react(plot, data, layoutFor(store, theme), { responsive: true, displaylogo: false });
     });
   };

@@ -1,15 +1,14 @@
 """The memory monitor: ipywidgets around one plot per device, drawn from a Timeline.
 
-``%gpumem monitor`` and ``jupyter_gpumem.Monitor(...)`` both land here. A monitor draws one
-Timeline: the sampler's, updated live, or one read from a trace file (``--replay``), drawn as it
-is and labelled "replay" (and "synthetic" where the trace says so, or where live readings
-come from the fake NVML world). The numbers come from ``series.py``; this module only draws them
-and wires the controls. ipywidgets, anywidget and plotly.js are loaded when a monitor is made,
-never when jupyter_gpumem is imported.
+``%gpumem monitor`` and ``jupyter_gpumem.Monitor(...)`` both land here. A monitor draws one Timeline: the
+sampler's, updated live, or one read from a trace file (``--replay``), drawn as it is and labelled "replay"
+(and "synthetic" where the trace says so, or where live readings come from the fake NVML world). The numbers
+come from ``series.py`` and the named markers from ``markers.py``; this module only draws them and wires the
+controls. ipywidgets, anywidget and plotly.js load when a monitor is made, never on importing jupyter_gpumem.
 
-Updates are append-only: each tick sends each device's new points and nothing else
-(``monitor_figure.py``), and the browser sends nothing back, so an idle kernel stays idle;
-``bench/bench_widget.py`` and ``bench/bench_browser_idle.py`` measure it.
+Updates are append-only: each tick sends each device's new points and nothing else (``figure.py``),
+and the browser sends nothing back, so an idle kernel stays idle; ``bench/bench_widget.py`` and
+``bench/bench_browser_idle.py`` measure it.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from jupyter_gpumem.core.magic_args import MagicUsageError, check_interval
 from jupyter_gpumem.core.readings import CpuArraysReading, Event, Sample, Timeline
 from jupyter_gpumem.monitor.figure import TABS_CLASS, DeviceView
 from jupyter_gpumem.monitor.header import grouped_notes, label_tags, numbers_line, recording_block, status_block
+from jupyter_gpumem.monitor.markers import named_markers
 from jupyter_gpumem.monitor.options import (
     DEFAULT_INTERVAL_S,
     DEFAULT_WINDOW_MIN,
@@ -344,9 +344,9 @@ class Monitor:
                 self._ingest(sample)
             for view in self._views.values():
                 view.series.expire()
-            cells = self._cells()
+            marks = self._marks()
             for view in self._views.values():
-                view.redraw(cells)
+                view.redraw(*marks)
             self._refresh_layout()
 
     # --- data in -------------------------------------------------------------------------
@@ -381,13 +381,13 @@ class Monitor:
             points[key] = (sample.t, row)
         return points, new_device
 
-    def _cells(self) -> list:
-        """Cell runs to mark: those after the window's start and after the first sample drawn
-        (older ones would stand in an empty strip before the readings)."""
+    def _marks(self) -> tuple[list, list]:
+        """Cell runs and named markers to draw: those after the window's start and after the first
+        sample drawn (older ones would stand in an empty strip before the readings)."""
         since = self._window_start(self._latest)
         if self._first_t is not None:
             since = self._first_t if since is None else max(since, self._first_t)
-        return cell_markers(self._events, since=since)
+        return cell_markers(self._events, since=since), named_markers(self._events, since=since)
 
     def _on_sample(self, sample: Sample) -> None:
         """Runs on the sampler thread; must never raise (a closed front end included)."""
@@ -416,13 +416,13 @@ class Monitor:
             appeared |= new_device
             for key, point in points.items():
                 points_all.setdefault(key, []).append(point)
-        cells = self._cells()
+        marks = self._marks()
         for key, view in self._views.items():
             view.series.expire()
             if not view.drawn:
-                view.redraw(cells)
+                view.redraw(*marks)
             else:
-                view.update(points_all.get(key, []), cells)
+                view.update(points_all.get(key, []), *marks)
         if appeared or not self._views:
             self._refresh_layout()  # also keeps the empty state's reason current
         self._refresh_header()

@@ -90,22 +90,34 @@ test('a replay of a trace recorded on an H100 draws the CUDA driver pool and is 
 
   const plot = monitor.locator('.js-plotly-plot').first();
   await expect(plot).toBeVisible({ timeout: 60000 });
-  // The legend names the series this trace has: the bands, peak and total, and the driver
-  // pool's two lines (reserved, used); no bytes_limit or BFC lines, no PyTorch or host pids, and
-  // no cells (a script, recorded outside a notebook: its trace has no cell events, and plotly
-  // names no series that has no point).
+  // The legend names the series this trace has: the bands, peak and total, the driver pool's
+  // two lines (reserved, used), and the script's named markers; no bytes_limit or BFC lines, no
+  // PyTorch or host pids, and no cells (a script, recorded outside a notebook: its trace has no
+  // cell events, and plotly names no series that has no point).
   const legend = plot.locator('.legend .legendtext');
   await expect(legend).toHaveText([
     'JAX arrays (in use)', 'JAX pool, unused', 'this process, outside JAX', 'other processes', 'free',
-    'peak in use', 'total', 'CUDA pool reserved', 'CUDA pool used'
+    'peak in use', 'total', 'CUDA pool reserved', 'CUDA pool used', 'markers'
   ]);
   expect(await plot.locator('.scatterlayer .trace path.js-line, .scatterlayer .trace path.js-fill').count()).toBeGreaterThan(8);
+  // The plot's label, then one label per record.mark() call of the job
+  // (bench/gpu_proof_jobs/allocation_story.py), in the trace's order; the recorder's own
+  // script_start and script_end are not drawn, and names past 24 characters are cut (the hover
+  // has them whole).
   const annotation = plot.locator('.annotation-text');
-  await expect(annotation).toHaveText('REPLAY');
-  await expect(annotation).not.toContainText('SYNTHETIC');
+  await expect(annotation).toHaveText([
+    'REPLAY', 'backend started', 'holding 1 GiB more', 'holding 2 GiB more', 'holding 4 GiB more',
+    'freed the 2 GiB array', 'sixteen 256 MiB arrays', 'freed every other 256 M…', '1 GiB array after the h…',
+    'freed everything'
+  ]);
+  await expect(annotation.first()).not.toContainText('SYNTHETIC');
   await expectNoTestFolderShown(monitor, tmpPath);
 
   await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-replay-h100.png') });
+
+  // A cut label's hover gives the whole name (after the picture, which shows no hover).
+  await annotation.nth(7).hover();
+  await expect(plot.locator('.hoverlayer')).toContainText('freed every other 256 MiB array');
 });
 
 test('on a machine without an NVIDIA GPU the live monitor explains why it is empty', async ({ page, tmpPath }) => {

@@ -1,7 +1,8 @@
 /**
  * The live monitor (%gpumem monitor) on the fake three-GPU world (synthetic readings): its
  * time axis reads clock times and starts at its first sample, it says it is synthetic, it
- * follows JupyterLab's theme, and closing its notebook after the kernel stopped is quiet.
+ * follows JupyterLab's theme, it draws a named marker added while it runs, and closing its
+ * notebook after the kernel stopped is quiet.
  */
 import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
@@ -15,8 +16,13 @@ const MONITOR = '.jupyter-gpumem-monitor';
 const PLOT = `${MONITOR} .js-plotly-plot`;
 
 /** Runs the notebook's cells up to the monitor's and waits until it has drawn `points`. */
-async function startMonitor(page: IJupyterLabPageFixture, tmpPath: string, points = 3): Promise<void> {
-  await openNotebook(page, tmpPath, 'monitor_world.ipynb');
+async function startMonitor(
+  page: IJupyterLabPageFixture,
+  tmpPath: string,
+  points = 3,
+  notebook = 'monitor_world.ipynb'
+): Promise<void> {
+  await openNotebook(page, tmpPath, notebook);
   await page.notebook.runCell(1, true); // %load_ext and a cell that ends before the monitor starts
   await page.notebook.runCell(2, true); // %gpumem monitor --interval 1
   await expect(page.locator(PLOT).first()).toBeVisible({ timeout: 60000 });
@@ -97,6 +103,23 @@ test('the live monitor reads clock times from its first sample on, and says it i
   await expect
     .poll(() => second.evaluate((gd: any) => gd.querySelector('.main-svg').getBoundingClientRect().width))
     .toBeGreaterThan(width - 20);
+});
+
+test('a named marker a cell adds with record.mark is drawn live, its markup shown as text and its label cut', async ({
+  page,
+  tmpPath
+}) => {
+  await startMonitor(page, tmpPath, 3, 'monitor_world_marker.ipynb');
+  await page.notebook.runCell(3, true); // mark("<b>step</b> & a name long enough to be cut short")
+  const plot = page.locator(PLOT).first();
+  // The plot's label, then the marker's: its first 23 characters and "…", the tags as text (no
+  // bold), sent by the kernel at the monitor's next update.
+  const annotation = plot.locator('.annotation-text');
+  await expect(annotation).toHaveText(['SYNTHETIC', '<b>step</b> & a name lo…'], { timeout: 30000 });
+  expect(await annotation.nth(1).locator('b, [style*="bold"]').count()).toBe(0);
+  await expect(plot.locator('.legend .legendtext').last()).toHaveText('markers');
+  await annotation.nth(1).hover();
+  await expect(plot.locator('.hoverlayer')).toContainText('<b>step</b> & a name long enough to be cut short');
 });
 
 test('in JupyterLab Dark the monitor is drawn on a dark background, and follows a theme switch', async ({
