@@ -19,3 +19,11 @@ def pythonpath(*first: str | os.PathLike) -> str:
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     parts = [str(p) for p in first] + [str(ROOT)]
     return os.pathsep.join(dict.fromkeys(parts + inherited))
+
+
+def ipython_dir() -> dict[str, str]:
+    """``{"IPYTHONDIR": ...}`` as this run has it (conftest.py gives the run a folder of its own,
+    history in memory), for a child given an environment of its own without HOME: without it,
+    the child's IPython would use the user's ~/.ipython."""
+    folder = os.environ.get("IPYTHONDIR")
+    return {"IPYTHONDIR": folder} if folder else {}

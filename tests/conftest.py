@@ -16,9 +16,11 @@ Test doubles shared by several test modules live in ``doubles.py``.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -32,6 +34,29 @@ except ImportError:
     pytest_plugins: tuple[str, ...] = ()
 else:
     pytest_plugins = ("pytest_jupyter.jupyter_server",)
+
+
+def pytest_configure(config):
+    """The run's IPython shells and kernels get a profile folder of the run's own, whose history
+    is kept in memory: never the user's ~/.ipython. With one history.sqlite shared by every kernel
+    of a run, IPython 9.18 (HistoryManager, IPython/core/history.py) that finds it locked moves the
+    user's file aside ("Failed to open SQLite history ... (database is locked)", then "History
+    file was moved to ...history-corrupt-<time>.sqlite and a new file created"), and kernels of
+    the server tests waited on the lock: tests/core to tests/server's api and culling files took
+    311 s with one cell unanswered for 60 s, and 204 s with every test passing once the history
+    moved out. Shells made in this process (not started as an app) read no config file and keep
+    theirs on disk there. An IPYTHONDIR set by the caller is kept."""
+    if os.environ.get("IPYTHONDIR"):
+        return
+    folder = tempfile.mkdtemp(prefix="gpumem-tests-ipython-")
+    profile = os.path.join(folder, "profile_default")
+    os.makedirs(profile)
+    with open(os.path.join(profile, "ipython_config.py"), "w", encoding="utf-8") as f:
+        f.write('c.HistoryManager.hist_file = ":memory:"\n')
+    os.environ["IPYTHONDIR"] = folder
+    # removed at exit, after the shells made in this process wrote their last history there
+    # (each registers its own atexit hook when made, later than this one, so it runs first)
+    atexit.register(shutil.rmtree, folder, True)
 
 
 @pytest.fixture(params=list(SCENARIOS))

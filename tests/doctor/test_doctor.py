@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from child_env import pythonpath
+from child_env import ipython_dir, pythonpath
 
 from jupyter_gpumem import doctor
 
@@ -110,7 +110,7 @@ def session() -> dict:
         capture_output=True,
         text=True,
         timeout=180,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath()},
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(), **ipython_dir()},
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -285,7 +285,7 @@ def test_arrays_before_jax_starts_say_so_without_starting_it():
         capture_output=True,
         text=True,
         timeout=60,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath()},
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(), **ipython_dir()},
     ).stdout.strip()
     assert out.startswith("JAX's backend has not started") and out.endswith("False")
 
@@ -368,7 +368,7 @@ def failed_cells(tmp_path_factory) -> list[dict]:
         text=True,
         check=False,
         timeout=180,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath()},
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(), **ipython_dir()},
         cwd=path.parent,
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)

@@ -7,6 +7,7 @@ through jupyter_client, as nbclient and papermill drive one.
 from __future__ import annotations
 
 import pytest
+from child_env import ipython_dir
 from jupyter_client.manager import start_new_kernel
 
 OOM_CELL = "x = jnp.zeros((2**46,), jnp.float32)"
@@ -14,7 +15,9 @@ OOM_CELL = "x = jnp.zeros((2**46,), jnp.float32)"
 
 @pytest.fixture(scope="module")
 def kernel():
-    km, kc = start_new_kernel(kernel_name="python3", env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    km, kc = start_new_kernel(
+        kernel_name="python3", env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", **ipython_dir()}
+    )
     try:
         yield kc
     finally:

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from child_env import ipython_dir
 from jupyter_client.manager import start_new_async_kernel
 
 from jupyter_gpumem.kernel import comm as kernel_comm
@@ -274,7 +275,7 @@ def run_fresh(code: str, env: dict | None = None) -> str:
         capture_output=True,
         text=True,
         timeout=120,
-        env=env or {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+        env=env or {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", **ipython_dir()},
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
@@ -315,7 +316,12 @@ def test_snapshot_says_jax_runs_on_the_cpu_while_the_fake_world_shows_three_gpus
         print(json.dumps([answer["platform"], answer["cpu_fallback"]["gpus"], answer["cpu_fallback"]["headline"],
                           answer["warnings"][0] == answer["cpu_fallback"]["sentence"]]))
     """,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": DROPIN_DIR, "JUPYTER_GPUMEM_FAKE_NVML": "three_gpus"},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": DROPIN_DIR,
+            "JUPYTER_GPUMEM_FAKE_NVML": "three_gpus",
+            **ipython_dir(),
+        },
     )
     assert out.splitlines()[-1] == '["cpu", 3, "NVML sees 3 GPUs, but JAX runs on the CPU", true]'
 
