@@ -41,8 +41,8 @@ def pytest_configure(config):
     is kept in memory: never the user's ~/.ipython. With one history.sqlite shared by every kernel
     of a run, IPython 9.18 (HistoryManager, IPython/core/history.py) that finds it locked moves the
     user's file aside ("Failed to open SQLite history ... (database is locked)", then "History
-    file was moved to ...history-corrupt-<time>.sqlite and a new file created"), and kernels of
-    the server tests waited on the lock: tests/core to tests/server's api and culling files took
+    file was moved to ...history-corrupt-<time>.sqlite and a new file created"), and the server
+    tests ran slower beside it: tests/core to tests/server's api and culling files took
     311 s with one cell unanswered for 60 s, and 204 s with every test passing once the history
     moved out. Shells made in this process (not started as an app) read no config file and keep
     theirs on disk there. An IPYTHONDIR set by the caller is kept."""
