@@ -170,9 +170,9 @@ def _streams_joined(outputs: list) -> list:
 
 def where_it_ran(python: pathlib.Path, wheel: pathlib.Path) -> dict:
     probe = (
-        "import json, importlib.util, jax, jupyter_gpumem; from jupyter_gpumem.sources.nvml import NvmlSource; "
+        "import json, jax, jupyter_gpumem; from jupyter_gpumem.sources.nvml import NvmlSource; "
         "from jupyter_gpumem.core.readings import NotAvailable; gpus = NvmlSource().read(); "
-        "plugin = any(importlib.util.find_spec(m) for m in ('jax_cuda12_plugin', 'jax_cuda13_plugin')); "
+        "from jupyter_gpumem.sources.jax_backend import cuda_plugin_installed; plugin = cuda_plugin_installed(); "
         "print(json.dumps({'jax': jax.__version__, 'gpu': plugin and not isinstance(gpus, NotAvailable)}))"
     )
     seen = json.loads(subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout)

@@ -48,6 +48,7 @@ from jupyter_gpumem.settings.effective import (
     fraction_is_set,
     is_cuda_async,
     remat_flags_problem,
+    remat_from_env,
     same,
     show,
 )
@@ -209,7 +210,7 @@ def _remat_in_effect() -> tuple[bool, str]:
         return value, source
     raw = os.environ.get(REMAT_ENV)
     if raw is not None:
-        return raw.strip().lower() in ("1", "true", "t", "yes", "y", "on"), source
+        return remat_from_env(raw), source
     return True, source
 
 

@@ -227,6 +227,13 @@ def environment_problems(env: Mapping[str, str] | None = None) -> list[str]:
     return problems
 
 
+def remat_from_env(raw: str) -> bool:
+    """``JAX_COMPILER_ENABLE_REMAT_PASS`` as a switch: on for the spellings JAX's ``bool_env``
+    takes as true (jax/_src/config.py: "y", "yes", "t", "true", "on", "1"), whatever the case and
+    surrounding space; off for anything else."""
+    return raw.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+
+
 @dataclass(frozen=True)
 class SettingState:
     """One setting as it stands: its value, shown for people, and where it came from."""
@@ -255,7 +262,7 @@ def recorded_settings(env: Mapping[str, Any]) -> tuple[SettingState, ...]:
         source = FROM_RECORDING if var in env else JAX_DEFAULT
         states.append(SettingState(name, values[name], show(name, values[name]), source, var))
     raw = env.get(REMAT_ENV)
-    remat = True if raw is None else raw.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+    remat = True if raw is None else remat_from_env(raw)
     states.append(
         SettingState(
             "remat", remat, show("remat", remat), JAX_DEFAULT if raw is None else FROM_RECORDING, None, REMAT_OPTION

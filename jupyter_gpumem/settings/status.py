@@ -16,8 +16,8 @@ from jupyter_gpumem.core.readings import DeviceReading, DeviceUnreadable, NotAva
 from jupyter_gpumem.core.units import printable
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.settings import plugin_options
-from jupyter_gpumem.settings.apply import SettingState
 from jupyter_gpumem.settings.cpu_fallback import CpuFallback, read_cpu_fallback
+from jupyter_gpumem.settings.effective import SettingState
 from jupyter_gpumem.sources import jax_backend
 from jupyter_gpumem.sources.jax_backend import BackendInfo
 from jupyter_gpumem.sources.nvml import NvmlSource
@@ -166,7 +166,6 @@ def status(nvml_readings: NvmlReadings | None = None) -> StatusReport:
     )
 
 
-CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin")
 REPLAY_NOTE = (
     "The lessons below replay demo traces that ship with the package, labelled REPLAY. Every one "
     "is SYNTHETIC: made up to keep the relationships real readings have, not recorded on a GPU."
@@ -185,9 +184,6 @@ def gpu_or_replay_text(readings: NvmlReadings, cuda_plugin: bool) -> tuple[bool,
 def gpu_or_replay() -> bool:
     """``jupyter_gpumem.gpu_or_replay()``: prints ``gpu_or_replay_text`` for this machine and
     answers whether JAX can use a GPU. Reads NVML and looks for the plugin; starts no JAX."""
-    import importlib.util
-
-    plugin = any(importlib.util.find_spec(m) is not None for m in CUDA_PLUGINS)
-    live, text = gpu_or_replay_text(_read_nvml(), plugin)
+    live, text = gpu_or_replay_text(_read_nvml(), jax_backend.cuda_plugin_installed())
     print(text)
     return live

@@ -190,7 +190,9 @@ _GPU_PLATFORMS = ("cuda", "rocm", "gpu")
 _CUDA_PLUGIN_MODULES = ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
 
 
-def _cuda_plugin_installed() -> bool:
+def cuda_plugin_installed() -> bool:
+    """Whether one of JAX's CUDA plugins (the plugin's module, or its jax_plugins entry) can be
+    found here; nothing is imported."""
     for name in _CUDA_PLUGIN_MODULES:
         try:
             if importlib.util.find_spec(name) is not None:
@@ -263,7 +265,7 @@ def _gpu_runtime_present(bridge: Any) -> bool:
     'jaxlib.xla_extension' has no attribute 'GpuAllocatorConfig'"); JAX itself counts a CUDA
     error only where ``xla_extension`` has ``GpuAllocatorConfig`` (jax/_src/xla_bridge.py,
     0.4.38: factories at lines 484-503, the check at 955; 0.10.2 asks ``_jax`` at line 877)."""
-    if _cuda_plugin_installed():
+    if cuda_plugin_installed():
         return True
     extension = getattr(bridge, "xla_extension", None) or getattr(bridge, "_jax", None)
     return hasattr(extension, "GpuAllocatorConfig")
@@ -279,7 +281,7 @@ def _fallback_reason(platform: str | None) -> str | None:
     for name in ("cuda", "rocm"):
         if name in errors:
             return f"the {name.upper()} backend failed to start: {errors[name]}"
-    if not _cuda_plugin_installed():
+    if not cuda_plugin_installed():
         return None
     factories = getattr(bridge, "_backend_factories", {}) or {}
     if "cuda" not in factories:

@@ -259,7 +259,7 @@ def cuda_that_cannot_start():
 # with a GPU device node; the plugin itself is not installed here.
 xla_bridge.register_backend_factory("cuda", cuda_that_cannot_start, priority=400, fail_quietly=False)
 hardware_utils.has_visible_nvidia_gpu = lambda: True
-jax_backend._cuda_plugin_installed = lambda: True
+jax_backend.cuda_plugin_installed = lambda: True
 first = None
 try:
     jnp.ones(3).block_until_ready()

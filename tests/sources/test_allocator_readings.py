@@ -201,7 +201,7 @@ def test_a_backend_that_cannot_list_its_devices_says_why_in_backend_info(monkeyp
 
 
 def test_cpu_fallback_reason_is_the_cuda_backend_error(monkeypatch):
-    monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: True)
+    monkeypatch.setattr(jax_backend, "cuda_plugin_installed", lambda: True)
     fake_jax(
         monkeypatch,
         started=True,
@@ -226,14 +226,14 @@ def test_the_built_in_gpu_factories_of_a_cpu_only_jaxlib_are_not_a_gpu_fallback(
     CPU-only jaxlib they fail quietly into ``_backend_errors`` (jax/_src/xla_bridge.py 0.4.38,
     lines 484-503; the errors recorded from real CPU JAX 0.4.30 and 0.4.38). JAX then says "a
     CUDA-enabled jaxlib is not installed" (line 955), and so do we: no plugin, no GPU jaxlib."""
-    monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: False)
+    monkeypatch.setattr(jax_backend, "cuda_plugin_installed", lambda: False)
     bridge = fake_jax(monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")], errors=errors)
     bridge.xla_extension = types.ModuleType("jaxlib.xla_extension")  # no GpuAllocatorConfig: CPU-only
     assert jax_backend.backend_info().fallback_reason is None
 
 
 def test_a_gpu_jaxlib_s_cuda_error_is_the_fallback_reason(monkeypatch):
-    monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: False)
+    monkeypatch.setattr(jax_backend, "cuda_plugin_installed", lambda: False)
     bridge = fake_jax(
         monkeypatch,
         started=True,
@@ -249,7 +249,7 @@ def test_a_gpu_jaxlib_s_cuda_error_is_the_fallback_reason(monkeypatch):
 
 
 def test_a_tpu_error_alone_is_not_a_gpu_fallback(monkeypatch):
-    monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: False)
+    monkeypatch.setattr(jax_backend, "cuda_plugin_installed", lambda: False)
     fake_jax(
         monkeypatch,
         started=True,
@@ -261,7 +261,7 @@ def test_a_tpu_error_alone_is_not_a_gpu_fallback(monkeypatch):
 
 
 def test_a_cuda_plugin_that_never_registered_blames_the_rejected_environment(monkeypatch):
-    monkeypatch.setattr(jax_backend, "_cuda_plugin_installed", lambda: True)
+    monkeypatch.setattr(jax_backend, "cuda_plugin_installed", lambda: True)
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_malloc_async")
     fake_jax(
         monkeypatch, started=True, platform="cpu", devices=[_device(0, 0, None, "cpu")], factories={"cpu": object()}
