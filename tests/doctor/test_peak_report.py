@@ -18,6 +18,7 @@ import os
 import tempfile
 
 import pytest
+from child_env import pythonpath
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -283,7 +284,6 @@ def test_a_forward_loop_named_for_no_transform_gets_its_bodys_jvp_name():
 
 
 SESSION = os.path.join(os.path.dirname(os.path.dirname(__file__)), "kernel_session.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_a_real_cpu_oom_of_a_known_call_points_its_report_to_gpumem_peak(tmp_path):
@@ -309,7 +309,7 @@ def test_a_real_cpu_oom_of_a_known_call_points_its_report_to_gpumem_peak(tmp_pat
             "PATH": "/usr/bin:/bin",
             "HOME": str(tmp_path),
             # this checkout first; a JAX put on the path by the matrix kept
-            "PYTHONPATH": os.pathsep.join([ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),
+            "PYTHONPATH": pythonpath(),
         },
     )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("JSON")), None)

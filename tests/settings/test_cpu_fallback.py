@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from child_env import pythonpath
@@ -33,7 +32,6 @@ from jupyter_gpumem.testing import DROPIN_DIR, fake_nvml
 
 pytestmark = pytest.mark.jax_versions
 
-ROOT = Path(__file__).resolve().parents[2]
 GiB = 1024**3
 ON_CPU = BackendInfo(
     started=True,
@@ -284,9 +282,8 @@ print(json.dumps({
 
 def _fresh(script: str, **extra_env: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_", "CUDA_"))}
-    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []  # a JAX put first on the path
     env.update(
-        PYTHONPATH=os.pathsep.join([DROPIN_DIR, str(ROOT), *inherited]),
+        PYTHONPATH=pythonpath(DROPIN_DIR),  # a JAX put first on the path kept
         JUPYTER_GPUMEM_FAKE_NVML="three_gpus",
         TF_CPP_MIN_LOG_LEVEL="3",
         **extra_env,

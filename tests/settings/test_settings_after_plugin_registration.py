@@ -19,12 +19,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from child_env import pythonpath
 from machine import without_cuda_plugin
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Each scenario is JAX with no CUDA backend that starts; with the CUDA plugin installed, JAX_PLATFORMS=cuda
 # starts it (on the GPU machine these tests all failed for that reason, 2026-11-26).
@@ -100,8 +98,7 @@ del os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"]  # what it says now is not what 
 
 def _fresh(script: str, **env_extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_", "TF_CUDA"))}
-    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []  # a JAX put first on the path
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), *inherited]), TF_CPP_MIN_LOG_LEVEL="3", **env_extra)
+    env.update(PYTHONPATH=pythonpath(), TF_CPP_MIN_LOG_LEVEL="3", **env_extra)  # a JAX put first on the path kept
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -14,12 +14,12 @@ back after the first backend is created.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from child_env import pythonpath
 
 from jupyter_gpumem.core.sites import origin_of
 from jupyter_gpumem.settings.started_by import describe
@@ -49,7 +49,7 @@ def session(tmp_path: Path, cells: list[str], ext: bool = True, env: dict | None
             "JAX_PLATFORMS": "cpu",
             "PATH": "/usr/bin:/bin",
             "HOME": str(tmp_path),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(SESSION.parents[1]), os.environ.get("PYTHONPATH")])),
+            "PYTHONPATH": pythonpath(),
             **(env or {}),
         },
     )
