@@ -288,11 +288,10 @@ class OomReport(TextReport):
             or "<li>No fix stands out from these numbers: make the program need less, or run <code>%gpumem arrays</code>.</li>"
         )
         synthetic = " <i>(synthetic readings)</i>" if self.readings.synthetic else ""
+        headline = " ".join(filter(None, [self.requested_line(), self.raised_by_line()]))
         return (
             "<div class='jupyter-gpumem-oom' style='border-left:4px solid var(--jp-error-color1, #d32f2f);padding-left:8px'>"
-            f"<p><b>JAX ran out of memory</b>{synthetic}. {escape_html(self.requested_line())}"
-            + (f" {escape_html(self.raised_by_line())}" if self.raised_by_line() else "")
-            + "</p>"
+            f"<p><b>JAX ran out of memory</b>{synthetic}. {escape_html(headline)}</p>"
             # the fixes first: the traceback above is already long, the numbers behind them follow
             f"<p>What to do, best first:</p><ol>{fixes}</ol>"
             + (

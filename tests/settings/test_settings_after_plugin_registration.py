@@ -25,7 +25,7 @@ from child_env import pythonpath
 from machine import without_cuda_plugin
 
 # Each scenario is JAX with no CUDA backend that starts; with the CUDA plugin installed, JAX_PLATFORMS=cuda
-# starts it (on the GPU machine these tests all failed for that reason, 2026-11-26).
+# starts it (on the GPU machine every one of them failed, 2026-11-26).
 pytestmark = without_cuda_plugin
 
 _ASK = """
