@@ -4,7 +4,8 @@
  * header; on this GPU-less machine the live monitor shows its explained empty state.
  */
 import * as path from 'path';
-import { expect, test } from '@jupyterlab/galata';
+import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import { Locator } from '@playwright/test';
 
 import { expectNoTestFolderShown, IMAGES_DIR, openNotebook } from './gpumem';
 
@@ -13,11 +14,18 @@ test.use({ autoGoto: true, viewport: { width: 1280, height: 1100 } });
 const MONITOR = '.jupyter-gpumem-monitor';
 const RECORDED_TRACES_DIR = path.resolve(__dirname, '..', '..', 'tests', 'data', 'traces');
 
-test('a replay monitor draws its memory bands and a header labelled replay and synthetic', async ({ page, tmpPath }) => {
-  await openNotebook(page, tmpPath, 'monitor_replay.ipynb');
+/** Opens the notebook, runs its first code cell (the one that makes the monitor) and returns the
+ * monitor once it is drawn. */
+async function runMonitorCell(page: IJupyterLabPageFixture, tmpPath: string, notebook: string): Promise<Locator> {
+  await openNotebook(page, tmpPath, notebook);
   await page.notebook.runCell(1, true);
   const monitor = page.locator(MONITOR);
   await expect(monitor).toBeVisible({ timeout: 60000 });
+  return monitor;
+}
+
+test('a replay monitor draws its memory bands and a header labelled replay and synthetic', async ({ page, tmpPath }) => {
+  const monitor = await runMonitorCell(page, tmpPath, 'monitor_replay.ipynb');
 
   const header = monitor.locator('.jupyter-gpumem-header');
   await expect(header).toContainText('REPLAY');
@@ -62,10 +70,7 @@ test('a replay of a trace recorded on an H100 draws the CUDA driver pool and is 
     path.join(RECORDED_TRACES_DIR, 'cuda_async_growing.jsonl'),
     `${tmpPath}/cuda_async_growing.jsonl`
   );
-  await openNotebook(page, tmpPath, 'monitor_replay_h100.ipynb');
-  await page.notebook.runCell(1, true);
-  const monitor = page.locator(MONITOR);
-  await expect(monitor).toBeVisible({ timeout: 60000 });
+  const monitor = await runMonitorCell(page, tmpPath, 'monitor_replay_h100.ipynb');
 
   const header = monitor.locator('.jupyter-gpumem-header');
   await expect(header).toContainText('REPLAY');
@@ -121,10 +126,7 @@ test('a replay of a trace recorded on an H100 draws the CUDA driver pool and is 
 });
 
 test('on a machine without an NVIDIA GPU the live monitor explains why it is empty', async ({ page, tmpPath }) => {
-  await openNotebook(page, tmpPath, 'monitor_empty.ipynb');
-  await page.notebook.runCell(1, true);
-  const monitor = page.locator(MONITOR);
-  await expect(monitor).toBeVisible({ timeout: 60000 });
+  const monitor = await runMonitorCell(page, tmpPath, 'monitor_empty.ipynb');
   const empty = monitor.locator('.jupyter-gpumem-empty');
   // The first reading replaces "waiting for the first reading" with the reasons.
   await expect(empty).toContainText('No NVIDIA GPU can be read', { timeout: 30000 });
@@ -137,10 +139,7 @@ test('with JAX on the CPU the live monitor draws the bytes of its live arrays, c
   page,
   tmpPath
 }) => {
-  await openNotebook(page, tmpPath, 'monitor_cpu.ipynb');
-  await page.notebook.runCell(1, true); // JAX starts on the CPU, then %gpumem monitor
-  const monitor = page.locator(MONITOR);
-  await expect(monitor).toBeVisible({ timeout: 60000 });
+  const monitor = await runMonitorCell(page, tmpPath, 'monitor_cpu.ipynb'); // JAX starts on the CPU, then %gpumem monitor
   const header = monitor.locator('.jupyter-gpumem-header');
   await expect(header).toContainText('JAX memory on the CPU', { timeout: 30000 });
   await expect(header).toContainText('CPU: JAX arrays: ');
