@@ -1,4 +1,4 @@
-"""The PYTHONPATH a test gives the fresh Python processes it starts.
+"""What a test gives the fresh Python processes it starts: their PYTHONPATH, and the run's IPYTHONDIR.
 
 This checkout comes first (its package, not whichever one the environment installed), then
 whatever this process was itself given: the GPU proof puts the wheels it carries (IPython and
