@@ -290,13 +290,14 @@ export function markersInView(store) {
   return out;
 }
 
-// A solid line per marker (cells' are dotted), its hover the whole name.
-function markersTrace(store, theme) {
+// A solid line per marker (cells' are dotted), its hover the whole name. `marks`: markersInView's
+// answer, found once per drawing for the trace, the labels and the lower plot's lines.
+function markersTrace(store, marks, theme) {
   const top = store.figure.top || 1;
   const x = [];
   const y = [];
   const text = [];
-  for (const m of markersInView(store)) {
+  for (const m of marks) {
     const ms = localMs(m.t);
     x.push(ms, ms, null);
     y.push(0, top, null);
@@ -320,9 +321,9 @@ function markersTrace(store, theme) {
 }
 
 // Each shown label, turned to read upward just right of its line, from the top of the plot.
-function markerAnnotations(store, theme) {
+function markerAnnotations(store, marks, theme) {
   const top = store.figure.top || 1;
-  return markersInView(store)
+  return marks
     .filter(m => m.shown)
     .map(m => ({
       text: m.label,
@@ -344,11 +345,11 @@ function markerAnnotations(store, theme) {
 // The same lines through the lower plot, where there is one: the CUDA pool's steps and the
 // fragmentation beside what the script did. Shapes span the axis' whole height, which has no
 // figure like `top` to reach to; the upper lines give the hover.
-function markerShapes(store, theme) {
+function markerShapes(store, marks, theme) {
   if (!store.figure.lower) {
     return [];
   }
-  return markersInView(store).map(m => ({
+  return marks.map(m => ({
     type: 'line',
     x0: localMs(m.t),
     x1: localMs(m.t),
@@ -361,7 +362,7 @@ function markerShapes(store, theme) {
   }));
 }
 
-function layoutFor(store, theme) {
+function layoutFor(store, theme, marks) {
   const fig = store.figure;
   const lower = fig.lower;
   const spanS = store.t.length ? store.t[store.t.length - 1] - store.t[0] : 0;
@@ -414,8 +415,8 @@ function layoutFor(store, theme) {
     // clock times cut off by the bottom margin.
     showlegend: true,
     legend: { orientation: 'h', x: 0, y: -0.08, yanchor: 'top', font: { size: 11 } },
-    annotations: annotations.concat(markerAnnotations(store, theme)),
-    shapes: markerShapes(store, theme),
+    annotations: annotations.concat(markerAnnotations(store, marks, theme)),
+    shapes: markerShapes(store, marks, theme),
     uirevision: 'keep', // zoom and legend clicks survive updates
     datarevision: store.rev
   };
@@ -470,8 +471,9 @@ async function render({ model, el }) {
       pending = false;
       const theme = themeColors();
       const data = store.figure.series.map(s => traceFor(s, store, theme));
-      data.push(...cellsTraces(store, theme), markersTrace(store, theme));
-      Plotly.react(plot, data, layoutFor(store, theme), { responsive: true, displaylogo: false });
+      const marks = markersInView(store);
+      data.push(...cellsTraces(store, theme), markersTrace(store, marks, theme));
+      Plotly.react(plot, data, layoutFor(store, theme, marks), { responsive: true, displaylogo: false });
     });
   };
   store.views.add(draw);
