@@ -59,6 +59,20 @@ def pytest_configure(config):
     atexit.register(shutil.rmtree, folder, True)
 
 
+@pytest.fixture(autouse=True)
+def fresh_start_read():
+    """Each test starts with no copy of what JAX read at its start: a test that fakes JAX's
+    modules, or changes the environment around an in-process JAX, gets a copy made from its own
+    environment when first asked, as a process that loaded the extension after JAX started would.
+    Tests of the real start run JAX in a fresh process."""
+    from jupyter_gpumem.settings import started_with
+    from jupyter_gpumem.sources import jax_start
+
+    jax_start.forget_start_read()
+    started_with.forget()
+    yield
+
+
 @pytest.fixture(params=list(SCENARIOS))
 def scenario_name(request) -> str:
     """The name of a fake NVML scenario (docs/fake-gpu.md lists them)."""

@@ -549,7 +549,7 @@ def oom_report(
     values = {s.name: s.value for s in states}
     readings = _oom_readings(error, failing, who, values, records, arrays_known, beside, synthetic)
     arrays_note = walk_note if records else _no_arrays_note(arrays_known, replayed, failing.stats)
-    settings = tuple((s.name, s.shown, s.source) for s in states)
+    settings = tuple((s.name, s.shown, s.source_words()) for s in states)
     devices, fixes = _device_states(sample, replayed), tuple(oom_rules.advise(readings))
     title, rows = _peak_section(error, readings.program, shell)
     return OomReport(

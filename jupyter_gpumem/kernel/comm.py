@@ -271,7 +271,16 @@ def snapshot() -> dict:
         "backend_started": report.backend.started,
         "platform": report.backend.platform,
         # ``shown`` is the value as %gpumem status prints it ("off", "not set").
-        "settings": [{"name": s.name, "value": s.value, "shown": s.shown, "source": s.source} for s in report.settings],
+        "settings": [
+            {
+                "name": s.name,
+                "value": s.value,
+                "shown": s.shown,
+                "source": s.source,
+                "changed_after_start": s.changed_after_start,
+            }
+            for s in report.settings
+        ],
         "warnings": warnings,
         "devices": devices,
         "reason": reason,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -336,7 +337,9 @@ _cell_hooks = CellHooks()
 def register_cell_events(shell: Any, sampler: Sampler | None = None) -> None:
     """Add ``cell_start``/``cell_end`` events to the sampler's timeline for each cell run.
 
-    Idempotent per shell. The hooks only append an event: no sampling, no imports.
+    Idempotent per shell. The hooks only append an event: no sampling, no imports. Once JAX's
+    backend exists, the post-cell hook also notes which of the variables JAX read at its start
+    the cell changed (``settings.started_with.after_cell``: a few ``os.environ`` reads).
     """
     if shell in _cell_hooks:
         return
@@ -351,8 +354,19 @@ def register_cell_events(shell: Any, sampler: Sampler | None = None) -> None:
     def post_run_cell(result: Any = None) -> None:
         count = sites.finished_cell_number(result)
         target.add_event("cell_end", execution_count=count, success=bool(getattr(result, "success", True)))
+        if "jax._src.xla_bridge" in sys.modules:
+            _note_late_settings(count)
 
     _cell_hooks.add(shell, pre_run_cell, post_run_cell)
+
+
+def _note_late_settings(cell: int | None) -> None:
+    try:
+        from jupyter_gpumem.settings.started_with import after_cell
+
+        after_cell(cell)
+    except Exception:  # noqa: BLE001 - a nicety for status; never a traceback under a cell
+        pass
 
 
 def unregister_cell_events(shell: Any) -> None:

@@ -35,7 +35,7 @@ from jupyter_gpumem.core.env_table import (
 from jupyter_gpumem.core.errors import GpumemError, did_you_mean
 from jupyter_gpumem.core.readings import AllocatorSettings, JaxDeviceReading, NotAvailable
 from jupyter_gpumem.core.units import parse_bytes, parse_fraction
-from jupyter_gpumem.settings import cuda_async_limits, plugin_options
+from jupyter_gpumem.settings import cuda_async_limits, plugin_options, started_with
 from jupyter_gpumem.settings.effective import (
     NOTE_TRIGGERS,
     SettingState,
@@ -214,23 +214,31 @@ def _remat_in_effect() -> tuple[bool, str]:
     return True, source
 
 
-def _held_in(name: str, env: Mapping[str, str], overridden: Mapping[str, Any]) -> str:
-    """Where setting ``name`` is held, for messages: its variable, or the jax.config option."""
-    return f"jax.config {CREATE_OPTIONS_OPTION}" if name in overridden else env_var_for(name, env)
+def _env_and_values() -> tuple[dict[str, str], Any, dict[str, Any], Any]:
+    """The environment, create options and values that are (or will be) in effect, and what JAX
+    read at its start (None before it starts): after the start, what it read then, not what the
+    environment says now (``started_with``)."""
+    read = started_with.start_read()
+    if read is None:
+        env = dict(os.environ)
+        options = create_options(env)
+        return env, options, effective(env, options), None
+    env, options = started_with.started_env(read)
+    return env, options, started_with.values_at_start(read), read
 
 
 def settings_in_effect() -> tuple[SettingState, ...]:
-    """Every setting: its value now, shown for people, and where it came from.
+    """Every setting: its value, shown for people, and where it came from.
 
-    Before the backend starts this is what will take effect; after, what did (JAX read the
-    environment at start, and this module refuses to change it since). A setting that
-    jax.config's ``jax_pjrt_client_create_options`` names comes from there: JAX applies it last.
+    Before the backend starts this is what will take effect; after, what did: what JAX read at
+    its start (``started_with``), with any variable changed since named in
+    ``changed_after_start``. A setting that jax.config's ``jax_pjrt_client_create_options``
+    names comes from there: JAX applies it last.
     """
     with _lock:
-        env = dict(os.environ)
-        options = create_options(env)
+        env, options, values, read = _env_and_values()
         overridden = options.overrides()
-        values = effective(env, options)
+        late = {c.name: c.to_json() for c in started_with.late_changes(read)} if read is not None else {}
         states = []
         for name in ENV_SETTINGS:
             var = env_var_for(name, env)
@@ -245,7 +253,7 @@ def settings_in_effect() -> tuple[SettingState, ...]:
                 source = FROM_ENVIRONMENT
             else:
                 source = JAX_DEFAULT
-            states.append(SettingState(name, values[name], show(name, values[name]), source, var))
+            states.append(SettingState(name, values[name], show(name, values[name]), source, var, None, late.get(name)))
         remat, remat_source = _remat_in_effect()
         states.append(SettingState("remat", remat, show("remat", remat), remat_source, None, REMAT_OPTION))
         return tuple(states)
@@ -353,7 +361,7 @@ def validate(settings: AllocatorSettings) -> _Plan:
     _check_installed_jax_takes(settings, env_given)
     create = create_options(env)
     if backend_started():
-        _refuse_changes_after_start(env_given, env, create)
+        _refuse_changes_after_start(env_given)
         return _Plan(env={}, remat=settings.remat, notes=(), noop=tuple(env_given), settings=settings)
     _refuse_after_plugin_registration(env_given)
     _refuse_hidden_by_create_options(env_given, create.overrides())
@@ -392,15 +400,24 @@ def _check_installed_jax_takes(settings: AllocatorSettings, env_given: Mapping[s
         _check_remat_exists()
 
 
-def _refuse_changes_after_start(env_given: Mapping[str, Any], env: Mapping[str, str], create: Any) -> None:
-    """Raise BackendStartedError for any given value that differs from the one JAX started with."""
-    in_effect = effective(env, create)
+def _refuse_changes_after_start(env_given: Mapping[str, Any]) -> None:
+    """Raise BackendStartedError for any given value that differs from the one JAX started with
+    (what it read then, whatever the environment says now)."""
+    env, create, in_effect, _ = _env_and_values()
     conflicts = [(k, v) for k, v in env_given.items() if not same(k, v, in_effect[k])]
     if not conflicts:
         return
     overridden = create.overrides()
+    late = {c.name: c for c in started_with.late_changes()}
     now = "; ".join(
-        f"{k.replace('_', '-')} is {show(k, in_effect[k])} ({_held_in(k, env, overridden)})" for k, _ in conflicts
+        f"{k.replace('_', '-')} is {show(k, in_effect[k])} ({_held_in(k, env, overridden)}"
+        + (
+            f"; {late[k].variable} says {late[k].now!r} since {_cell_words(late[k].cell)}, which is not in effect"
+            if k in late
+            else ""
+        )
+        + ")"
+        for k, _ in conflicts
     )
     words = _settings_words(AllocatorSettings(**dict(conflicts)))
     from jupyter_gpumem.settings import started_by
@@ -409,6 +426,19 @@ def _refuse_changes_after_start(env_given: Mapping[str, Any], env: Mapping[str, 
         f"JAX's backend has already started, so {words} cannot take effect. In effect now: "
         f"{now}. " + _RESTART.format(what="it", words=words) + started_by.suffix()
     )
+
+
+def _cell_words(cell: int | None) -> str:
+    return f"cell [{cell}]" if cell is not None else "JAX started"
+
+
+def _held_in(name: str, env: Mapping[str, str], overridden: Mapping[str, Any]) -> str:
+    """Where setting ``name`` is held, for messages: its variable (as JAX read it: "JAX default"
+    where it was unset), or the jax.config option."""
+    if name in overridden:
+        return f"jax.config {CREATE_OPTIONS_OPTION}"
+    var = env_var_for(name, env)
+    return var if var in env else f"{JAX_DEFAULT}, {var} unset"
 
 
 def _refuse_hidden_by_create_options(env_given: Mapping[str, Any], overridden: Mapping[str, Any]) -> None:
@@ -540,7 +570,7 @@ def _refuse_reset(restored: Mapping[str, str]) -> None:
     """Raise where restoring ``restored`` (the environment reset would leave) cannot take effect:
     JAX's backend started, or its CUDA plugin already read the settings, or JAX rejects it."""
     if backend_started():
-        now, then = effective(dict(os.environ)), effective(restored)
+        now, then = _env_and_values()[2], effective(restored)
         changed = [k for k in ENV_SETTINGS if not same(k, now[k], then[k])]
         if changed:
             shown = "; ".join(f"{k.replace('_', '-')} is {show(k, now[k])}" for k in changed)
@@ -618,7 +648,7 @@ def allocator_in_effect() -> str:
     platform = backend_platform()
     if platform in ("cpu", "tpu"):
         return platform
-    value = canonical_allocator(str(effective(dict(os.environ))["allocator"]).lower())
+    value = canonical_allocator(str(_env_and_values()[2]["allocator"]).lower())
     if value == "platform" and allocator_kind(value, jax_backend.installed_jax_version()) == "bfc":
         return "bfc"  # JAX 0.10.1 and 0.10.2 (jax#39145): its statistics and OOM texts are BFC's
     return value

@@ -244,6 +244,18 @@ class SettingState:
     source: str  # "JAX default", "environment", "%gpumem", "jax.config"
     env_var: str | None  # the variable that holds it (None for remat)
     config_option: str | None = None  # the jax.config option (remat only)
+    # Once JAX has started: its variable changed since, and what that asks for (not in effect);
+    # ``started_with.LateChange.to_json()``, else None.
+    changed_after_start: dict | None = None
+
+    def source_words(self) -> str:
+        """Where it came from, and that its variable changed since JAX read it:
+        "JAX default; XLA_CLIENT_MEM_FRACTION changed in cell [3], not in effect"."""
+        late = self.changed_after_start
+        if not late:
+            return self.source
+        where = f" in cell [{late['cell']}]" if late.get("cell") is not None else " later"
+        return f"{self.source}; {late['variable']} changed{where}, not in effect"
 
     def to_json(self) -> dict:
         return asdict(self)

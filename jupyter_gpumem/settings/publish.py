@@ -77,6 +77,11 @@ def current() -> PublishedSettings:
         allocator=values.get("allocator") if isinstance(values.get("allocator"), str) else None,
         sources={name: states[name].source for name in values},
         pool_taken=gpu_pool_taken() if platform in GPU_PLATFORMS else None,
+        changed_after_start={
+            name: {k: late[k] for k in ("variable", "now", "cell")}
+            for name in values
+            if (late := states[name].changed_after_start)
+        },
     )
 
 

@@ -60,6 +60,9 @@ class PublishedSettings:
     allocator: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     pool_taken: bool | None = None  # JAX's allocator took GPU memory yet (jax_backend.gpu_pool_taken)
+    # Settings whose variable changed after JAX started (not in effect): name -> {"variable",
+    # "now", "cell"} (settings.started_with.LateChange).
+    changed_after_start: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -71,7 +74,16 @@ class PublishedSettings:
             "platform": self.platform,
             "jax_version": self.jax_version,
             "pool_taken": self.pool_taken,
-            "settings": {name: {"value": getattr(self, name), "source": self.sources.get(name)} for name in SETTINGS},
+            "settings": {
+                name: {
+                    "value": getattr(self, name),
+                    "source": self.sources.get(name),
+                    "changed_after_start": dict(self.changed_after_start[name])
+                    if name in self.changed_after_start
+                    else None,
+                }
+                for name in SETTINGS
+            },
         }
 
     def settings_json(self) -> dict:
@@ -82,11 +94,24 @@ class PublishedSettings:
             "allocator": self.allocator,
             "backend_started": self.backend_started,
             "sources": dict(self.sources),
+            "changed_after_start": {name: dict(late) for name, late in self.changed_after_start.items()},
         }
 
 
 def _text(value: Any, limit: int = 64) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= limit else None
+
+
+def _late_change(entry: Any) -> dict[str, Any] | None:
+    """A setting's ``changed_after_start`` as written, or None where it is absent or malformed."""
+    if not isinstance(entry, dict):
+        return None
+    variable, now, cell = _text(entry.get("variable")), entry.get("now"), entry.get("cell")
+    if variable is None or (now is not None and _text(now, 256) is None):
+        return None
+    if cell is not None and (isinstance(cell, bool) or not isinstance(cell, int) or cell < 0):
+        return None
+    return {"variable": variable, "now": now, "cell": cell}
 
 
 def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> PublishedSettings | None:
@@ -112,6 +137,7 @@ def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> Publishe
         return None
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    late: dict[str, dict[str, Any]] = {}
     for name in SETTINGS:
         entry = settings.get(name)
         if not isinstance(entry, dict):
@@ -120,6 +146,9 @@ def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> Publishe
         source = _text(entry.get("source"))
         if source is not None:
             sources[name] = source
+        change = _late_change(entry.get("changed_after_start"))
+        if change is not None:
+            late[name] = change
     preallocate = values["preallocate"] if isinstance(values["preallocate"], bool) else None
     pool_taken = raw.get("pool_taken")
     fraction = values["fraction"]
@@ -136,6 +165,7 @@ def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> Publishe
         allocator=_text(values["allocator"]),
         sources=sources,
         pool_taken=pool_taken if isinstance(pool_taken, bool) else None,
+        changed_after_start=late,
     )
 
 

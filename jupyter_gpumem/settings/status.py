@@ -68,7 +68,7 @@ class StatusReport:
 
     def __str__(self) -> str:
         rows = [
-            (_LABELS.get(s.name, s.name), s.shown, s.source, s.env_var or f"jax.config {s.config_option}")
+            (_LABELS.get(s.name, s.name), s.shown, s.source_words(), s.env_var or f"jax.config {s.config_option}")
             for s in self.settings
         ]
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
@@ -90,7 +90,7 @@ class StatusReport:
     def _repr_html_(self) -> str:
         e = html.escape
         rows = "".join(
-            f"<tr><td>{e(_LABELS.get(s.name, s.name))}</td><td><b>{e(s.shown)}</b></td><td>{e(s.source)}</td>"
+            f"<tr><td>{e(_LABELS.get(s.name, s.name))}</td><td><b>{e(s.shown)}</b></td><td>{e(s.source_words())}</td>"
             f"<td><code>{e(s.env_var or 'jax.config ' + str(s.config_option))}</code></td></tr>"
             for s in self.settings
         )
@@ -148,7 +148,10 @@ def status(nvml_readings: NvmlReadings | None = None) -> StatusReport:
     """
     settings = allocator_shim.settings_in_effect()
     backend = jax_backend.backend_info()
-    warnings = allocator_shim.environment_problems()
+    from jupyter_gpumem.settings.started_with import late_changes
+
+    warnings = [change.sentence() for change in late_changes()]
+    warnings.extend(allocator_shim.environment_problems())
     readings = _read_nvml() if nvml_readings is None else nvml_readings
     warnings.extend(display_gpu_warnings(readings))
     # JAX on the CPU beside GPUs goes first, loudest (NVML is read again only in that case).

@@ -83,24 +83,40 @@ def installed_jax_version() -> str | None:
 
 
 def backend_started() -> bool:
-    """Whether JAX's backend has started, found without starting it.
+    """Whether JAX's backend has started, found without starting it and without waiting.
 
-    Never imports jax: a process that has not imported it has not started it. Uses the private
-    ``jax._src.xla_bridge.backends_are_initialized()`` (0.4.21 to 0.12), falling back to the
-    module's ``_backends`` dict it reads.
+    Never imports jax: a process that has not imported it has not started it. Reads the private
+    ``jax._src.xla_bridge._backends`` dict, which ``backends()`` fills one platform at a time while
+    it holds ``_backend_lock`` for the whole creation (jax/_src/xla_bridge.py, 0.4.38 line 195,
+    0.10.2 line 279, 0.11.2 line 280, 0.12.0.1 line 280). JAX's own probe,
+    ``backends_are_initialized()``, takes that lock, so a caller waits behind a start that
+    takes seconds (a GPU client preallocating); this takes the lock only if it is free at once,
+    or within a few milliseconds (any JAX call passes through ``backends()`` under it briefly).
+    A lock still held then is a start in progress: not started yet.
     """
     if "jax" not in sys.modules:
         return False
     bridge = sys.modules.get("jax._src.xla_bridge")
     if bridge is None:
         return False  # jax is still importing; nothing has started
+    backends = getattr(bridge, "_backends", None)
+    lock = getattr(bridge, "_backend_lock", None)
+    if isinstance(backends, dict) and lock is not None and hasattr(lock, "acquire"):
+        if not backends:
+            return False
+        if lock.acquire(timeout=_LOCK_WAIT_S):
+            try:
+                return bool(bridge._backends)
+            finally:
+                lock.release()
+        return False  # held for longer: backends() is still creating the others
     probe = getattr(bridge, "backends_are_initialized", None)
     if callable(probe):
-        return bool(probe())  # reads the module's _backends dict; it starts nothing
-    backends = getattr(bridge, "_backends", None)
-    if isinstance(backends, dict):
-        return bool(backends)
+        return bool(probe())
     return getattr(bridge, "_default_backend", None) is not None
+
+
+_LOCK_WAIT_S = 0.005
 
 
 # The settings the CUDA plugin reads from the environment, through the generator, when JAX
@@ -127,26 +143,71 @@ class FrozenPluginOptions:
     cuda_options: Mapping[str, Any] | None
 
 
-def frozen_plugin_options() -> FrozenPluginOptions | None:
-    """The plugins' options, fixed before JAX's backend started; None when they are not fixed
-    yet (discovery has not run) or the backend has started (``backend_started`` says that)."""
+_NOT_BOUND = object()
+
+
+def _bound_options(factory: Any) -> Any:
+    """The ``options`` a plugin's factory was registered with, or ``_NOT_BOUND``.
+
+    ``register_plugin`` binds them in one of two ways (jax/_src/xla_bridge.py): as
+    ``partial(make_pjrt_c_api_client, plugin_name, options=options)`` from 0.7 on (0.7.2 line
+    615, 0.10.2 line 644, 0.11.2 line 632, 0.12.0.1 line 656), or in a nested ``def factory()``
+    that reads ``options`` from its closure up to 0.6 (0.4.38 line 687, 0.5.3, 0.6.2).
+    """
+    keywords = getattr(factory, "keywords", None)  # functools.partial
+    if isinstance(keywords, dict):
+        return keywords["options"] if "options" in keywords else _NOT_BOUND
+    code, cells = getattr(factory, "__code__", None), getattr(factory, "__closure__", None)
+    if code is None or not cells or "options" not in code.co_freevars:
+        return _NOT_BOUND
+    try:
+        return cells[code.co_freevars.index("options")].cell_contents
+    except (ValueError, IndexError):  # an empty cell
+        return _NOT_BOUND
+
+
+@dataclass(frozen=True)
+class CudaRegistration:
+    """What JAX's registry says of the CUDA plugin: whether one registered, and the options it
+    read from the environment then (None where they cannot be read, or the plugin reads them
+    only when the backend starts)."""
+
+    registered: bool
+    options: Mapping[str, Any] | None
+
+
+def cuda_registration() -> CudaRegistration | None:
+    """The CUDA plugin's registration, whether or not the backend has started; None while JAX
+    has not registered its plugins, or where ``cuda`` is jaxlib's own GPU client, which reads
+    the environment when the backend starts (``make_gpu_client``, registered at import up to
+    0.4.38 at least) and keeps nothing of what it read.
+
+    The plugin's ``initialize()`` calls ``generate_pjrt_gpu_plugin_options()`` once and
+    registers with that dict (jax_plugins/cuda/__init__.py at jax-v0.4.38, v0.7.2, v0.10.2;
+    jax_plugins/xla_cuda13/__init__.py line 371 in the jax-cuda13-pjrt 0.11.2 wheel, and in
+    0.12.0.1); the factory keeps it for the life of the process (``_bound_options``).
+    """
     bridge = _bridge()
-    if bridge is None or not getattr(bridge, "_plugins_registered", False) or backend_started():
+    if bridge is None or not getattr(bridge, "_plugins_registered", False):
         return None
     registration = (getattr(bridge, "_backend_factories", {}) or {}).get("cuda")
     if registration is None:
-        return FrozenPluginOptions(cuda_registered=False, cuda_options=None)
-    keywords = getattr(getattr(registration, "factory", None), "keywords", None)  # functools.partial
-    if not isinstance(keywords, dict) or "options" not in keywords:
-        # Not a plugin: jaxlib's own GPU client (``make_gpu_client``, registered at import up to
-        # 0.4.38 at least), which calls the generator when the backend starts; nothing is fixed.
+        return CudaRegistration(registered=False, options=None)
+    options = _bound_options(getattr(registration, "factory", None))
+    if options is _NOT_BOUND or callable(options):
+        return None  # jaxlib's own client, or a plugin that reads its options at start
+    return CudaRegistration(registered=True, options=dict(options) if isinstance(options, Mapping) else None)
+
+
+def frozen_plugin_options() -> FrozenPluginOptions | None:
+    """The plugins' options, fixed before JAX's backend started; None when they are not fixed
+    yet (discovery has not run) or the backend has started (``backend_started`` says that)."""
+    if backend_started():
         return None
-    options = keywords["options"]
-    if callable(options):
-        return None  # a plugin that reads its options when the backend starts: nothing is fixed
-    return FrozenPluginOptions(
-        cuda_registered=True, cuda_options=dict(options) if isinstance(options, Mapping) else None
-    )
+    registration = cuda_registration()
+    if registration is None:
+        return None
+    return FrozenPluginOptions(cuda_registered=registration.registered, cuda_options=registration.options)
 
 
 def can_check_gpu_options() -> bool:

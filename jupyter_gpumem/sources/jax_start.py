@@ -12,18 +12,24 @@ commit 8450f5fe85, so it serves no other release.)
 The wrapper replaces that module global as soon as the module exists: at load when jax is
 imported but not started, else right after ``jax._src.xla_bridge`` is imported
 (``import_watch``). It calls JAX's function with the same argument, returns what it returns and
-lets its errors through unchanged; after the first backend is created it copies the stack (file,
-line, function per frame) and puts JAX's function back. Once JAX has started, nothing of it is
-left and nothing of it runs: a cell costs what it cost without it.
+lets its errors through unchanged. Before the first backend is created it copies the
+variables JAX reads at that moment (``read_at_start``: the allocator's, which the CUDA plugin and
+XLA read then, and jax.config's client create options, merged in ``make_pjrt_c_api_client``);
+after, it copies the stack (file, line, function per frame) and puts JAX's function back. Once
+JAX has started, nothing of it is left and nothing of it runs: a cell costs what it cost without
+it.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from jupyter_gpumem.core.env_table import READ_AT_START_VARS
 from jupyter_gpumem.sources.import_watch import after_import, cancel
 
 if TYPE_CHECKING:
@@ -39,7 +45,62 @@ _state: dict[str, Any] = {
     "wrapped": None,  # (module, JAX's function, the wrapper) while the wrapper is in place
     "before_watch": False,  # the backend had started before watch() ran
     "cells": dict,  # gives the shell's cell-file map when the stack is reduced
+    "read_at_start": None,  # StartRead: what JAX's start read, copied as it began
 }
+
+
+# How a copy of the start's variables was made: as the first backend was being created; when the
+# extension loaded into a process whose JAX had started; or when first asked, in a process that
+# never loaded it (both of the last two: the variables may have changed between).
+AT_START, AT_LOAD, WHEN_ASKED = "start", "load", "asked"
+
+
+@dataclass(frozen=True)
+class StartRead:
+    """The variables JAX read when its backend started (``None``: unset), and the value of
+    jax.config's ``jax_pjrt_client_create_options`` then; ``taken`` says when the copy was made
+    (``AT_START``, ``AT_LOAD`` or ``WHEN_ASKED``)."""
+
+    env: Mapping[str, str | None]
+    create_options: Any
+    taken: str
+
+    def present(self) -> dict[str, str]:
+        """The variables that were set, as an environment."""
+        return {var: value for var, value in self.env.items() if value is not None}
+
+
+def _copy_now(taken: str) -> StartRead:
+    from jupyter_gpumem.sources.jax_backend import pjrt_create_options
+
+    options = pjrt_create_options()
+    return StartRead(
+        env={var: os.environ.get(var) for var in READ_AT_START_VARS},
+        create_options=dict(options) if isinstance(options, Mapping) else options,
+        taken=taken,
+    )
+
+
+def _keep_start_read(taken: str) -> None:
+    if _state["read_at_start"] is None:
+        _state["read_at_start"] = _copy_now(taken)
+
+
+def read_at_start(started: bool) -> StartRead | None:
+    """What JAX read when its backend started; None while ``started`` (the caller's
+    ``jax_backend.backend_started()``) is False. Where the start was not seen, a copy is made
+    now, once, and says so in ``taken``."""
+    if not started:
+        return None
+    with _lock:
+        _keep_start_read(WHEN_ASKED)
+        return _state["read_at_start"]
+
+
+def forget_start_read() -> None:
+    """Drop the copy of what JAX read at its start (tests that fake a process of their own)."""
+    with _lock:
+        _state["read_at_start"] = None
 
 
 def stack_of(frame: Any) -> tuple[tuple[str, int, str], ...]:
@@ -70,7 +131,16 @@ def _restore() -> None:
 
 def _wrapper(original: Callable[[str], Any]) -> Callable[[str], Any]:
     def _init_backend(platform: str) -> Any:
-        backend = original(platform)  # JAX's errors pass through: backends() decides what they mean
+        try:
+            _keep_start_read(AT_START)
+        except Exception:  # noqa: BLE001 - bookkeeping must never fail JAX's start
+            pass
+        try:
+            backend = original(platform)  # JAX's errors pass through: backends() decides what they mean
+        except BaseException:
+            if _state["frames"] is None:  # nothing started: the next try reads the variables again
+                _state["read_at_start"] = None
+            raise
         try:
             _record(backend, sys._getframe(1))
             _restore()
@@ -92,6 +162,7 @@ def _install(bridge: Any) -> None:
         started = getattr(bridge, "backends_are_initialized", None)
         if callable(started) and started():
             _state["before_watch"] = True
+            _keep_start_read(AT_LOAD)
             return
         original = vars(bridge).get(CREATES_BACKENDS)
         if not callable(original):  # a JAX that creates backends elsewhere: who started it stays unknown

@@ -109,6 +109,20 @@ export interface AllocatorSetting {
   /** The value as `%gpumem status` prints it ("off", "not set"); absent from older kernels. */
   shown?: string;
   source: string;
+  /** Set once JAX has started where the setting's variable changed since: not in effect. */
+  changed_after_start?: LateSettingChange | null;
+}
+
+/** A variable JAX read at its start, changed since (the kernel's started_with.LateChange). */
+export interface LateSettingChange {
+  name: string;
+  variable: string;
+  now: string | null;
+  then: string | null;
+  in_effect: string;
+  asked: string;
+  cell: number | null;
+  exact: boolean;
 }
 
 /** JAX on the CPU while NVML sees GPUs, as the kernel words it. */

@@ -236,6 +236,7 @@ def test_a_kernel_that_turned_preallocation_off_is_not_preallocated_though_it_ho
         "allocator": "default",
         "backend_started": True,
         "sources": {"preallocate": "%gpumem", "fraction": "JAX default", "allocator": "JAX default"},
+        "changed_after_start": {},
     }
     assert metric(body, kernels, "jupyter_gpumem_kernel_preallocated") == {
         ("0", "GPU-0", "off", "a.ipynb", "kernel_settings"): 0.0

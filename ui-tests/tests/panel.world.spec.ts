@@ -197,3 +197,25 @@ test('the idle time counts up while the panel is open, with no new reading', asy
   // with the world still, the table must count on its own. It stopped at 0 to 1 s before.
   await expect.poll(seconds, { timeout: 20000 }).toBeGreaterThanOrEqual(6);
 });
+
+test('a variable set with %env after JAX started shows what JAX read, and the change as not in effect', async ({ page, tmpPath }) => {
+  // notebooks/panel_late_env.ipynb: 0 loads jupyter_gpumem, 1 starts JAX (on the CPU here),
+  // 2 sets the fraction with %env, 3 is %gpumem status.
+  await openNotebook(page, tmpPath, 'panel_late_env.ipynb');
+  const panel = await openPanel(page);
+  for (const cell of [0, 1, 2]) {
+    await runCell(page, cell);
+  }
+  const settings = panel.locator('.jp-GpuMem-settingsInEffect');
+  const fraction = settings.locator('tr', { hasText: 'fraction' });
+  await expect(fraction).toContainText('0.75 (JAX default)');
+  const late = fraction.locator('.jp-GpuMem-lateSetting');
+  await expect(late).toHaveText("⚠ '.3' in cell [3]: not in effect until a restart");
+  await expect(late).toHaveAttribute('title', /^XLA_PYTHON_CLIENT_MEM_FRACTION was changed after JAX started/);
+  await expect(settings.locator('tr', { hasText: 'preallocate' }).locator('.jp-GpuMem-lateSetting')).toHaveCount(0);
+  await panel.locator('.jp-GpuMem-notebook').first().screenshot({ path: path.join(IMAGES_DIR, 'panel-late-setting.png') });
+  await runCell(page, 3);
+  const status = cellOutput(page, 3);
+  await expect(status.locator('tr', { hasText: 'fraction' })).toContainText('0.75');
+  await expect(status.locator('tr', { hasText: 'fraction' })).toContainText('changed in cell [3], not in effect');
+});

@@ -4,7 +4,13 @@ import * as React from 'react';
 import { TranslationBundle } from '@jupyterlab/translation';
 
 import { formatBytes, formatPercent } from '../format';
-import { AllocatorSetting, JaxDeviceSnapshot, KernelSnapshot, Units } from '../types';
+import {
+  AllocatorSetting,
+  JaxDeviceSnapshot,
+  KernelSnapshot,
+  LateSettingChange,
+  Units
+} from '../types';
 import { KeyValueRows } from './KeyValueRows';
 import { StateNotice } from './StateNotice';
 
@@ -57,6 +63,14 @@ function settingText(s: AllocatorSetting, trans: TranslationBundle): string {
   return String(s.value);
 }
 
+/** A variable changed after JAX started, as a short line under its setting (the variable in its hover). */
+function lateChangeText(late: LateSettingChange, trans: TranslationBundle): string {
+  const now = late.now === null ? trans.__('unset') : `'${late.now}'`;
+  return late.cell === null
+    ? trans.__('%1 later: not in effect until a restart', now)
+    : trans.__('%1 in cell [%2]: not in effect until a restart', now, late.cell);
+}
+
 export function AllocatorView(props: {
   snapshot: KernelSnapshot;
   units: Units;
@@ -83,6 +97,17 @@ export function AllocatorView(props: {
                 <th>{x.name.replace(/_/g, '-')}</th>
                 <td>
                   {settingText(x, trans)} <span className="jp-GpuMem-muted">({x.source})</span>
+                  {x.changed_after_start ? (
+                    <div
+                      className="jp-GpuMem-warning jp-GpuMem-lateSetting"
+                      title={trans.__(
+                        '%1 was changed after JAX started; JAX read it when its backend started, and only a kernel restart applies the new value',
+                        x.changed_after_start.variable
+                      )}
+                    >
+                      ⚠ {lateChangeText(x.changed_after_start, trans)}
+                    </div>
+                  ) : null}
                 </td>
               </tr>
             ))}
