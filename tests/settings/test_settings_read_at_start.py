@@ -210,3 +210,34 @@ def test_a_published_late_change_reads_back_and_a_malformed_one_is_dropped():
         raw = written.to_json()
         raw["settings"]["fraction"]["changed_after_start"] = bad
         assert parse(json.dumps(raw), 7).changed_after_start == {}, bad
+
+
+@pytest.fixture(scope="module")
+def preallocation_set_late_then_oom(tmp_path_factory):
+    """JAX started, preallocation turned off with %env, then a real CPU out-of-memory error
+    (2**46 float32: 256 TiB) and its report, and the monitor's settings header."""
+    return run_session(
+        tmp_path_factory.mktemp("late-oom"),
+        [
+            START,
+            "%env XLA_PYTHON_CLIENT_PREALLOCATE=false",
+            "from jupyter_gpumem import doctor\n"
+            "try:\n    jnp.zeros((2**46,), jnp.float32)\n"
+            "except Exception as err:\n    print(doctor.oom_report(err))",
+            "from jupyter_gpumem.monitor.header import status_block\n"
+            "from jupyter_gpumem.settings.status import status\nprint(status_block(status()))",
+        ],
+    )
+
+
+def test_the_oom_report_shows_what_jax_read_and_names_the_late_variable(preallocation_set_late_then_oom):
+    report = preallocation_set_late_then_oom[2]["out"]
+    row = next(line for line in report.splitlines() if line.strip().startswith("preallocate"))
+    assert row.split()[1] == "on", report
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE changed in cell [2], not in effect" in row
+
+
+def test_the_monitor_header_warns_of_the_late_variable(preallocation_set_late_then_oom):
+    header = preallocation_set_late_then_oom[3]["out"]
+    assert "<summary>preallocate on ·" in header
+    assert "⚠ XLA_PYTHON_CLIENT_PREALLOCATE was changed in cell [2] to &#x27;false&#x27;" in header
