@@ -40,6 +40,7 @@ from jupyter_gpumem.settings.effective import (
     NOTE_TRIGGERS,
     SettingState,
     canonical_allocator,
+    command_buffer_mode_forcing_vmm,
     create_options,
     cuda_async_notes,
     effective,
@@ -195,7 +196,7 @@ def setting_variables() -> tuple[tuple[str, str], ...]:
     return (*rows, ("remat", f"jax.config.{REMAT_OPTION}"))
 
 
-def _remat_in_effect() -> tuple[bool, str]:
+def _remat_in_effect() -> tuple[bool | str, str]:
     """The remat switch and its source, without importing jax when it is not imported."""
     if "remat" in _ours:
         source = _source_of.get("remat", FROM_MAGIC)
@@ -210,7 +211,8 @@ def _remat_in_effect() -> tuple[bool, str]:
         return value, source
     raw = os.environ.get(REMAT_ENV)
     if raw is not None:
-        return remat_from_env(raw), source
+        value = remat_from_env(raw)
+        return (raw if value is None else value), source  # None: import jax will refuse it (warned)
     return True, source
 
 
@@ -247,7 +249,9 @@ def settings_in_effect() -> tuple[SettingState, ...]:
                     SettingState(name, values[name], show(name, values[name]), FROM_CONFIG, None, CREATE_OPTIONS_OPTION)
                 )
                 continue
-            if name in _ours:
+            if name == "allocator" and command_buffer_mode_forcing_vmm(env):
+                var, source = "XLA_FLAGS", "XLA_FLAGS (command buffer update mode)"
+            elif name in _ours:
                 source = _source_of.get(name, FROM_MAGIC)
             elif var in env:
                 source = FROM_ENVIRONMENT

@@ -9,6 +9,7 @@ one variable at a time so that one bad variable does not hide the others.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -83,7 +84,23 @@ def effective(env: Mapping[str, str], options: CreateOptions | None = None) -> d
         "async_prealloc": async_raw if async_value is None else async_value,
     }
     values.update((create_options(env) if options is None else options).overrides())
+    if command_buffer_mode_forcing_vmm(env):
+        values["allocator"] = "vmm"
     return values
+
+
+def command_buffer_mode_forcing_vmm(env: Mapping[str, str]) -> str | None:
+    """The ``--xla_gpu_command_buffer_update_mode`` that ``XLA_FLAGS`` in ``env`` sets, where it
+    is not ALWAYS_UPDATE; None otherwise. XLA then builds the vmm allocator whatever the allocator
+    setting asks ("xla_gpu_command_buffer_update_mode requires the VMM allocator. Overriding
+    allocator kind to kVmm": ``GetStreamExecutorGpuDeviceAllocator``,
+    xla/pjrt/gpu/se_gpu_pjrt_client.cc, openxla/xla of 2026-08; the flag defaults to
+    ALWAYS_UPDATE, xla/debug_options_flags.cc). The last occurrence wins, as in XLA's flag parser."""
+    mode = None
+    for flag in env.get("XLA_FLAGS", "").split():
+        if flag.startswith("--xla_gpu_command_buffer_update_mode="):
+            mode = flag.split("=", 1)[1].strip()
+    return mode if mode and mode.upper() != "ALWAYS_UPDATE" else None
 
 
 def same(name: str, a: Any, b: Any) -> bool:
@@ -101,6 +118,8 @@ def show(name: str, value: Any) -> str:
         return "not set"
     if name in ("preallocate", "remat") and isinstance(value, bool):
         return "on" if value else "off"
+    if name == "remat" and isinstance(value, str):
+        return f"{value!r} (JAX refuses it)"
     if name == "fraction" and isinstance(value, float):
         return f"{value:g}"
     if name == "allocator" and value == "default":
@@ -213,6 +232,15 @@ def environment_problems(env: Mapping[str, str] | None = None) -> list[str]:
                 f"{var} is set, but jax.config's {CREATE_OPTIONS_OPTION} sets {name} too, and JAX applies "
                 "that last: the variable has no effect."
             )
+    mode = command_buffer_mode_forcing_vmm(env)
+    if mode:
+        problems.append(
+            f"XLA_FLAGS sets --xla_gpu_command_buffer_update_mode={mode}, which makes XLA use the vmm "
+            f"allocator whatever {ALLOCATOR_VAR} says (it needs vmm for command buffers' stable addresses)."
+        )
+    bad_remat = remat_env_problem(env)
+    if bad_remat and "jax" not in sys.modules:
+        problems.append(bad_remat)
     remat = remat_flags_problem(jax_remat.remat_value(), env, jax_remat.remat_off_replaces_disabled_passes())
     if remat:
         problems.append(remat)
@@ -227,11 +255,32 @@ def environment_problems(env: Mapping[str, str] | None = None) -> list[str]:
     return problems
 
 
-def remat_from_env(raw: str) -> bool:
-    """``JAX_COMPILER_ENABLE_REMAT_PASS`` as a switch: on for the spellings JAX's ``bool_env``
-    takes as true (jax/_src/config.py: "y", "yes", "t", "true", "on", "1"), whatever the case and
-    surrounding space; off for anything else."""
-    return raw.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+_TRUE = ("y", "yes", "t", "true", "on", "1")
+_FALSE = ("n", "no", "f", "false", "off", "0")
+
+
+def remat_from_env(raw: str) -> bool | None:
+    """``JAX_COMPILER_ENABLE_REMAT_PASS`` as JAX's ``bool_env`` reads it at import: lower-cased
+    and nothing else, True or False for its spellings, None for any other value, which makes
+    ``import jax`` raise ValueError ("invalid truth value ' true' for environment ...":
+    jax/_src/config.py, ``bool_env``, 0.4.38 to 0.12.0.1; seen on CPU JAX 0.10.2)."""
+    value = raw.lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    return None
+
+
+def remat_env_problem(env: Mapping[str, str]) -> str | None:
+    """The warning for a ``JAX_COMPILER_ENABLE_REMAT_PASS`` that JAX cannot read, or None."""
+    raw = env.get(REMAT_ENV)
+    if raw is None or remat_from_env(raw) is not None:
+        return None
+    return (
+        f"{REMAT_ENV}={raw!r} is not a value JAX reads ({', '.join(_TRUE)} or {', '.join(_FALSE)}, any case, "
+        "no spaces): `import jax` raises ValueError. Fix or unset it, or use `%gpumem remat on|off`."
+    )
 
 
 @dataclass(frozen=True)
@@ -274,7 +323,8 @@ def recorded_settings(env: Mapping[str, Any]) -> tuple[SettingState, ...]:
         source = FROM_RECORDING if var in env else JAX_DEFAULT
         states.append(SettingState(name, values[name], show(name, values[name]), source, var))
     raw = env.get(REMAT_ENV)
-    remat = True if raw is None else remat_from_env(raw)
+    remat: Any = True if raw is None else remat_from_env(raw)
+    remat = raw if remat is None else remat  # a value JAX refused is shown as written
     states.append(
         SettingState(
             "remat", remat, show("remat", remat), JAX_DEFAULT if raw is None else FROM_RECORDING, None, REMAT_OPTION

@@ -24,7 +24,7 @@ from typing import Any
 from jupyter_gpumem.core.env_table import ENV_SETTINGS, READ_AT_START_VARS
 from jupyter_gpumem.settings import client_create_options
 from jupyter_gpumem.settings.client_create_options import CreateOptions
-from jupyter_gpumem.settings.effective import effective, env_var_for, same, show
+from jupyter_gpumem.settings.effective import command_buffer_mode_forcing_vmm, effective, env_var_for, same, show
 from jupyter_gpumem.settings.plugin_options import frozen_values
 from jupyter_gpumem.sources import jax_backend, jax_start
 from jupyter_gpumem.sources.jax_backend import PLUGIN_READ_SETTINGS
@@ -67,6 +67,8 @@ def values_at_start(read: StartRead) -> dict[str, Any]:
         for name in PLUGIN_READ_SETTINGS:
             if name not in overridden:
                 values[name] = plugin[name]
+    if command_buffer_mode_forcing_vmm(env):
+        values["allocator"] = "vmm"  # XLA overrides the plugin's allocator too
     return values
 
 
@@ -141,6 +143,10 @@ def late_changes(read: StartRead | None = None) -> tuple[LateChange, ...]:
             if name in options.overrides() or same(name, in_effect[name], asked[name]):
                 continue
             var = env_var_for(name, now_env) if env_var_for(name, now_env) in now_env else env_var_for(name, then_env)
+            if name == "allocator" and command_buffer_mode_forcing_vmm(now_env) != command_buffer_mode_forcing_vmm(
+                then_env
+            ):
+                var = "XLA_FLAGS"
             found.append(
                 LateChange(
                     name=name,

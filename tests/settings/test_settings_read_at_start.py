@@ -241,3 +241,58 @@ def test_the_monitor_header_warns_of_the_late_variable(preallocation_set_late_th
     header = preallocation_set_late_then_oom[3]["out"]
     assert "<summary>preallocate on ·" in header
     assert "⚠ XLA_PYTHON_CLIENT_PREALLOCATE was changed in cell [2] to &#x27;false&#x27;" in header
+
+
+@pytest.mark.parametrize(
+    "flags, forced",
+    [
+        ("--xla_gpu_command_buffer_update_mode=SKIP_TEMP", "SKIP_TEMP"),
+        ("--xla_gpu_command_buffer_update_mode=skip_temp --xla_gpu_autotune_level=0", "skip_temp"),
+        ("--xla_gpu_command_buffer_update_mode=SKIP_TEMP --xla_gpu_command_buffer_update_mode=ALWAYS_UPDATE", None),
+        ("--xla_gpu_autotune_level=0", None),
+    ],
+)
+def test_a_command_buffer_update_mode_other_than_always_update_makes_the_allocator_vmm(flags, forced):
+    """XLA overrides the allocator kind to vmm when the mode is not ALWAYS_UPDATE
+    (``GetStreamExecutorGpuDeviceAllocator``, xla/pjrt/gpu/se_gpu_pjrt_client.cc, openxla/xla of
+    2026-08, read; no GPU here). The allocator variable asks for cuda_async."""
+    from jupyter_gpumem.settings.effective import command_buffer_mode_forcing_vmm, effective, environment_problems
+
+    env = {"XLA_FLAGS": flags, "XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async"}
+    assert command_buffer_mode_forcing_vmm(env) == forced
+    assert effective(env)["allocator"] == ("vmm" if forced else "cuda_async")
+    said = [p for p in environment_problems(env) if "command_buffer_update_mode" in p]
+    assert said == (
+        [
+            f"XLA_FLAGS sets --xla_gpu_command_buffer_update_mode={forced}, which makes XLA use the vmm "
+            "allocator whatever XLA_PYTHON_CLIENT_ALLOCATOR says (it needs vmm for command buffers' stable "
+            "addresses)."
+        ]
+        if forced
+        else []
+    )
+
+
+@pytest.mark.parametrize(
+    "raw, read",
+    [("true", True), ("ON", True), ("0", False), ("No", False), (" true", None), ("maybe", None), ("", None)],
+)
+def test_the_remat_variable_is_read_as_jax_s_bool_env_reads_it(raw, read):
+    """jax/_src/config.py ``bool_env`` (0.4.38 to 0.12.0.1) lower-cases the value and takes six
+    spellings each way; anything else, spaces included, raises at ``import jax``."""
+    from jupyter_gpumem.settings.effective import remat_from_env
+
+    assert remat_from_env(raw) is read
+
+
+def test_a_remat_variable_jax_would_refuse_is_warned_of_before_import_and_import_really_fails(tmp_path):
+    out = run_session(
+        tmp_path,
+        ["%gpumem status", "import jax"],
+        env={"JAX_COMPILER_ENABLE_REMAT_PASS": " true"},
+    )
+    status = " ".join(out[0]["out"].split())
+    assert "JAX_COMPILER_ENABLE_REMAT_PASS=' true' is not a value JAX reads" in status
+    row = next(line for line in out[0]["out"].splitlines() if line.strip().startswith("remat"))
+    assert row.split()[1:5] == ["'", "true'", "(JAX", "refuses"], row
+    assert not out[1]["ok"] and out[1]["error"] == "ValueError"
