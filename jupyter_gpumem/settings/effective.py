@@ -28,6 +28,7 @@ from jupyter_gpumem.core.env_table import (
     REMAT_ENV,
     REMAT_OPTION,
     STALE_ALLOCATOR_VAR,
+    UNIFIED_MEMORY_VAR,
 )
 from jupyter_gpumem.core.units import format_bytes
 from jupyter_gpumem.settings import client_create_options, cuda_async_limits
@@ -101,6 +102,13 @@ def command_buffer_mode_forcing_vmm(env: Mapping[str, str]) -> str | None:
         if flag.startswith("--xla_gpu_command_buffer_update_mode="):
             mode = flag.split("=", 1)[1].strip()
     return mode if mode and mode.upper() != "ALWAYS_UPDATE" else None
+
+
+def unified_memory(env: Mapping[str, str]) -> bool:
+    """``TF_FORCE_UNIFIED_MEMORY`` as XLA reads it when it creates the BFC allocator
+    (``tsl::ReadBoolFromEnvVar``: "true" or "1", any case; anything else is off, an unreadable
+    value with an error in the log): xla/pjrt/gpu/gpu_helpers.cc, ``CreateBFCAllocator``."""
+    return env.get(UNIFIED_MEMORY_VAR, "").lower() in ("true", "1")
 
 
 def same(name: str, a: Any, b: Any) -> bool:

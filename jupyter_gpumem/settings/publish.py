@@ -59,9 +59,12 @@ def current() -> PublishedSettings:
     if "jax" not in sys.modules and "jupyter_gpumem.settings.apply" not in sys.modules:
         return PublishedSettings(pid=pid, kernel_id=kernel_id, backend_started=False)
     from jupyter_gpumem.settings.apply import settings_in_effect
+    from jupyter_gpumem.settings.effective import unified_memory
+    from jupyter_gpumem.settings.started_with import start_read
     from jupyter_gpumem.sources.jax_backend import backend_platform, backend_started, gpu_pool_taken
 
     states = {s.name: s for s in settings_in_effect()}
+    read = start_read()
     started = backend_started()
     jax = sys.modules.get("jax")
     values = {name: states[name].value for name in ("preallocate", "fraction", "allocator") if name in states}
@@ -77,6 +80,7 @@ def current() -> PublishedSettings:
         allocator=values.get("allocator") if isinstance(values.get("allocator"), str) else None,
         sources={name: states[name].source for name in values},
         pool_taken=gpu_pool_taken() if platform in GPU_PLATFORMS else None,
+        unified_memory=unified_memory(read.present() if read is not None else os.environ),
         changed_after_start={
             name: {k: late[k] for k in ("variable", "now", "cell")}
             for name in values

@@ -63,6 +63,8 @@ class PublishedSettings:
     # Settings whose variable changed after JAX started (not in effect): name -> {"variable",
     # "now", "cell"} (settings.started_with.LateChange).
     changed_after_start: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # TF_FORCE_UNIFIED_MEMORY as XLA read it at the start (None: not known).
+    unified_memory: bool | None = None
 
     def to_json(self) -> dict:
         return {
@@ -74,6 +76,7 @@ class PublishedSettings:
             "platform": self.platform,
             "jax_version": self.jax_version,
             "pool_taken": self.pool_taken,
+            "unified_memory": self.unified_memory,
             "settings": {
                 name: {
                     "value": getattr(self, name),
@@ -166,6 +169,7 @@ def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> Publishe
         sources=sources,
         pool_taken=pool_taken if isinstance(pool_taken, bool) else None,
         changed_after_start=late,
+        unified_memory=raw.get("unified_memory") if isinstance(raw.get("unified_memory"), bool) else None,
     )
 
 
@@ -214,7 +218,9 @@ def preallocates(s: PublishedSettings) -> bool | None:
     """Whether JAX took its pool on a GPU, by the settings; None when they cannot say (JAX has
     not started, a setting is not known, BFC has not taken its pool yet or the kernel did not
     say, or an allocator whose behaviour is not known here: vmm, or platform and address on a
-    JAX release not read: ``allocator_kind``).
+    JAX release not read: ``allocator_kind``; or unified memory, under which XLA's BFC limit is
+    total × max(1, fraction) of managed memory that the driver pages in on demand:
+    ``CreateBFCAllocator``, xla/pjrt/gpu/gpu_helpers.cc, openxla/xla at 963f4888 and 001918b7).
 
     The rules are docs/settings.md's: BFC (``default``) with preallocation on takes
     fraction × total at its first allocation, not when JAX starts (``BFCAllocator::Extend``,
@@ -229,6 +235,8 @@ def preallocates(s: PublishedSettings) -> bool | None:
         return None
     if s.platform is not None and s.platform not in GPU_PLATFORMS:
         return False  # JAX runs on the CPU (or elsewhere): no pool on a GPU
+    if s.unified_memory:
+        return None  # managed memory: the pool is pages that move on demand, not a reservation
     if s.preallocate is None or s.allocator is None:
         return None
     kind = allocator_kind(s.allocator, s.jax_version)

@@ -5,6 +5,7 @@ kernels preallocated, in /devices and on /metrics."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 
@@ -124,6 +125,16 @@ def test_a_preallocating_kernel_reserves_its_fraction_of_the_card():
     assert reserved_bytes(on_gpu(fraction=0.3), 40 * GiB) == int(0.3 * 40 * GiB)
     assert reserved_bytes(on_gpu(fraction=1.5), 40 * GiB) == 40 * GiB  # never more than the card
     assert reserved_bytes(on_gpu(preallocate=False), 40 * GiB) is None
+
+
+def test_a_kernel_on_unified_memory_reserves_nothing_the_settings_can_say():
+    """With ``TF_FORCE_UNIFIED_MEMORY`` XLA's BFC limit is total × max(1, fraction) of managed
+    memory (``CreateBFCAllocator``, xla/pjrt/gpu/gpu_helpers.cc, openxla/xla at 963f4888): pages
+    the driver moves on demand, not a reservation on the card. AlphaFold's guides set fraction 4.0."""
+    unified = dataclasses.replace(on_gpu(fraction=4.0), unified_memory=True)
+    assert (preallocates(unified), reserved_bytes(unified, 40 * GiB)) == (None, None)
+    assert parse(json.dumps(unified.to_json()), 11, KID).unified_memory is True
+    assert parse(json.dumps(on_gpu().to_json()), 11, KID).unified_memory is None
 
 
 def test_the_kernel_id_is_read_from_a_server_kernel_s_connection_file_name():

@@ -296,3 +296,27 @@ def test_a_remat_variable_jax_would_refuse_is_warned_of_before_import_and_import
     row = next(line for line in out[0]["out"].splitlines() if line.strip().startswith("remat"))
     assert row.split()[1:5] == ["'", "true'", "(JAX", "refuses"], row
     assert not out[1]["ok"] and out[1]["error"] == "ValueError"
+
+
+@pytest.mark.parametrize(
+    "raw, on", [("1", True), ("TRUE", True), ("true", True), ("0", False), ("yes", False), (" 1", False)]
+)
+def test_unified_memory_is_read_as_xla_reads_it(raw, on):
+    """``tsl::ReadBoolFromEnvVar`` lower-cases the value and takes "true"/"1" (and "false"/"0");
+    anything else leaves the default, off (tsl/util/env_var.cc; xla/pjrt/gpu/gpu_helpers.cc)."""
+    from jupyter_gpumem.settings.effective import unified_memory
+
+    assert unified_memory({"TF_FORCE_UNIFIED_MEMORY": raw}) is on
+
+
+def test_the_kernel_publishes_unified_memory_as_jax_started_with_it(tmp_path):
+    out = run_session(
+        tmp_path,
+        [
+            START,
+            "%env TF_FORCE_UNIFIED_MEMORY=0",
+            "from jupyter_gpumem.settings.publish import current\nprint('UNIFIED', current().unified_memory)",
+        ],
+        env={"TF_FORCE_UNIFIED_MEMORY": "1"},
+    )
+    assert "UNIFIED True" in out[2]["out"]
