@@ -46,6 +46,7 @@ def start_read() -> StartRead | None:
     read = jax_start.read_at_start(True)
     if read is not None:
         _kept[:] = [read]
+        jax_start.settle(True)  # once: the start is over, its wrapper can go
     return read
 
 

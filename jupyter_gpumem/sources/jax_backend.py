@@ -305,11 +305,17 @@ def _failed_start_reason() -> str:
     it, stays in ``_backends``, and every later operation runs there.
     """
     raised = raised_start_error()
-    said = (
-        f' The first operation raised: "{raised}".'
-        if raised
-        else (" JAX kept no record of why: it was raised once, by the first operation.")
-    )
+    if raised:
+        said = f' The first operation raised: "{raised}".'
+    else:
+        from jupyter_gpumem.sources.jax_start import start_failure
+
+        seen = start_failure("cuda")
+        said = (
+            f' Creating it raised: "{seen}" (JAX keeps no record of it; it was raised once, by the first operation).'
+            if seen
+            else " JAX kept no record of why: it was raised once, by the first operation."
+        )
     return (
         "the CUDA backend failed to start (the CUDA plugin is installed and a GPU device is visible), "
         "so every operation after the first runs on the CPU."

@@ -15,9 +15,10 @@ imported but not started, else right after ``jax._src.xla_bridge`` is imported
 lets its errors through unchanged. Before the first backend is created it copies the
 variables JAX reads at that moment (``read_at_start``: the allocator's, which the CUDA plugin and
 XLA read then, and jax.config's client create options, merged in ``make_pjrt_c_api_client``);
-after, it copies the stack (file, line, function per frame) and puts JAX's function back. Once
-JAX has started, nothing of it is left and nothing of it runs: a cell costs what it cost without
-it.
+after, it copies the stack (file, line, function per frame). A backend whose creation raises is
+noted (``start_failure``). The cell hook puts JAX's function back after the cell that started
+it (``settle``): from then on nothing of it is left and nothing of it runs, and a cell costs
+what it cost without it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jupyter_gpumem.core.env_table import READ_AT_START_VARS
+from jupyter_gpumem.core.env_table import CREATE_OPTIONS_OPTION, READ_AT_START_VARS
 from jupyter_gpumem.sources.import_watch import after_import, cancel
 
 if TYPE_CHECKING:
@@ -46,7 +47,10 @@ _state: dict[str, Any] = {
     "before_watch": False,  # the backend had started before watch() ran
     "cells": dict,  # gives the shell's cell-file map when the stack is reduced
     "read_at_start": None,  # StartRead: what JAX's start read, copied as it began
+    "failures": {},  # platform -> the error its backend's creation raised, as it went by
 }
+
+_FAILURE_CHARS = 2000
 
 
 # How a copy of the start's variables was made: as the first backend was being created; when the
@@ -71,9 +75,10 @@ class StartRead:
 
 
 def _copy_now(taken: str) -> StartRead:
-    from jupyter_gpumem.sources.jax_backend import pjrt_create_options
-
-    options = pjrt_create_options()
+    # jax is imported whenever this runs (its backend is starting or has started): its config
+    # holds the create options (jax_backend.pjrt_create_options reads them the same way)
+    config = getattr(sys.modules.get("jax"), "config", None)
+    options = getattr(config, CREATE_OPTIONS_OPTION, None) if config is not None else None
     return StartRead(
         env={var: os.environ.get(var) for var in READ_AT_START_VARS},
         create_options=dict(options) if isinstance(options, Mapping) else options,
@@ -137,13 +142,13 @@ def _wrapper(original: Callable[[str], Any]) -> Callable[[str], Any]:
             pass
         try:
             backend = original(platform)  # JAX's errors pass through: backends() decides what they mean
-        except BaseException:
+        except BaseException as err:
+            _state["failures"][str(platform)] = f"{type(err).__name__}: {err}"[:_FAILURE_CHARS]
             if _state["frames"] is None:  # nothing started: the next try reads the variables again
                 _state["read_at_start"] = None
             raise
         try:
             _record(backend, sys._getframe(1))
-            _restore()
         except Exception:  # noqa: BLE001 - bookkeeping must never fail JAX's start
             pass
         return backend
@@ -188,8 +193,27 @@ def unwatch() -> None:
         _restore()
 
 
+def settle(started: bool) -> None:
+    """Put JAX's function back once its backend has started (``started``: the caller's
+    ``jax_backend.backend_started()``). Called after the cell that started it: the wrapper stays
+    through the whole of ``backends()``, which creates the CPU backend first and a GPU plugin's
+    after it, so that a GPU backend's failure is seen too (``start_failure``)."""
+    if started:
+        with _lock:
+            _restore()
+
+
+def start_failure(platform: str) -> str | None:
+    """The error the creation of ``platform``'s backend raised while the extension watched, or
+    None. ``backends()`` raises a plugin's failure ("Unable to initialize backend 'cuda'") from
+    the first operation and keeps nothing of it (``fail_quietly=False``: jax/_src/xla_bridge.py,
+    0.10.2 line 846, 0.12.0.1 line 858); a caller that caught it leaves no other trace."""
+    return _state["failures"].get(platform)
+
+
 def watching() -> bool:
-    """Whether the wrapper is in JAX's module now (only between jax's import and its start)."""
+    """Whether the wrapper is in JAX's module now (only from jax's import to the end of the cell
+    that started it)."""
     return _state["wrapped"] is not None
 
 

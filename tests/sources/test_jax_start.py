@@ -234,17 +234,42 @@ class Bridge:
 @pytest.fixture
 def fresh_watch(monkeypatch):
     monkeypatch.setattr(
-        jax_start, "_state", dict(jax_start._state, frames=None, platform=None, wrapped=None, before_watch=False)
+        jax_start,
+        "_state",
+        dict(jax_start._state, frames=None, platform=None, wrapped=None, before_watch=False, failures={}),
     )
 
 
-def test_the_wrapper_returns_what_jax_returns_and_puts_jax_s_function_back(fresh_watch):
+def test_the_wrapper_returns_what_jax_returns_and_puts_jax_s_function_back_after_the_start(fresh_watch):
     bridge = Bridge()
     jax_start._install(bridge)
     assert jax_start.watching() and bridge._init_backend != bridge.jax_init_backend
     client = bridge._init_backend("cpu")
     assert client.platform == "cpu" and jax_start._state["platform"] == "cpu"
+    # backends() goes on to the GPU plugin's backend: the wrapper stays until the cell ends
+    assert jax_start.watching()
+    jax_start.settle(True)
     assert bridge._init_backend == bridge.jax_init_backend and not jax_start.watching()
+
+
+def test_a_gpu_backend_that_fails_after_the_cpu_one_started_is_noted_and_its_error_passes_through(fresh_watch):
+    """JAX creates the CPU backend first (registered at import) and the CUDA plugin's after it;
+    the plugin registers with fail_quietly=False, so ``backends()`` raises its error and keeps
+    nothing (jax/_src/xla_bridge.py, 0.10.2 lines 826-846, 0.12.0.1 lines 838-858)."""
+    bridge = Bridge()
+
+    def jax_init_backend(platform):
+        if platform == "cuda":
+            raise RuntimeError("synthetic: CUDA_ERROR_OUT_OF_MEMORY")
+        return Bridge.jax_init_backend(bridge, platform)
+
+    bridge._init_backend = bridge.jax_init_backend = jax_init_backend
+    jax_start._install(bridge)
+    bridge._init_backend("cpu")
+    with pytest.raises(RuntimeError, match="^synthetic: CUDA_ERROR_OUT_OF_MEMORY$"):
+        bridge._init_backend("cuda")
+    assert jax_start.start_failure("cuda") == "RuntimeError: synthetic: CUDA_ERROR_OUT_OF_MEMORY"
+    assert jax_start.start_failure("cpu") is None
 
 
 def test_a_wrapper_installed_after_ours_is_left_in_place(fresh_watch):
