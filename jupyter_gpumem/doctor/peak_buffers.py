@@ -37,6 +37,7 @@ from jupyter_gpumem.doctor.hlo_sources import (
     metadata_fields,
     stack_frames,
 )
+from jupyter_gpumem.doctor.oom_text import xla_size_in
 
 ARGUMENT, OUTPUT, TEMPORARY, CONSTANT = "argument", "output", "temporary", "constant"
 OUTPUT_OR_TEMPORARY = "output or temporary"  # an OOM text does not say which allocation a value is in
@@ -133,17 +134,13 @@ class PeakLine:
 
 # ---- the numbers XLA prints ------------------------------------------------------------------
 
-_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50}
-_SIZE = re.compile(r"(?P<n>[0-9.]+)\s*(?P<unit>[KMGTP]iB|B)\b")
-
 
 def human_bytes(text: str) -> int | None:
-    """Bytes from ``tsl::strings::HumanReadableNumBytes`` (``4.89GiB``, ``38.7KiB``, ``4B``;
-    rounded as printed), or None."""
-    match = _SIZE.search(text)
-    if match is None:
-        return None
-    return round(float(match.group("n")) * _UNITS[match.group("unit")])
+    """Bytes of the first size in ``text`` written as ``tsl::strings::HumanReadableNumBytes``
+    writes it (``4.89GiB``, ``38.7KiB``, ``4B``), as printed (rounded; the counts it stands for:
+    ``oom_text.read_xla_size``), or None."""
+    size = xla_size_in(text)
+    return None if size is None else size.printed
 
 
 # ---- the OOM text ----------------------------------------------------------------------------
