@@ -72,9 +72,15 @@ def _jitted_for(fun: Any, frame: Any) -> Any:
     return fun
 
 
-def _call_on_line(frame: Any) -> tuple[Any, tuple, dict] | None:
-    """A call on the frame's current line of a jitted function, its arguments plain names."""
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno or 0).strip()
+def _line(frame: Any, lineno: int | None) -> str:
+    """The source of line ``lineno`` of ``frame``'s code (its current line where None)."""
+    return linecache.getline(frame.f_code.co_filename, (lineno if lineno is not None else frame.f_lineno) or 0).strip()
+
+
+def _call_on_line(frame: Any, lineno: int | None = None) -> tuple[Any, tuple, dict] | None:
+    """A call on the frame's line ``lineno`` (its current line where None) of a jitted function,
+    its arguments plain names."""
+    line = _line(frame, lineno)
     try:
         tree = ast.parse(line.rstrip(":"), mode="exec")
     except SyntaxError:
@@ -97,9 +103,9 @@ def _is_eager_operation(fun: Any) -> bool:
     return isinstance(filename, str) and filename.replace("\\", "/").endswith("/".join(_DISPATCH))
 
 
-def _called_on_line(frame: Any) -> str | None:
-    """What the frame's current line calls first (outermost), as written: ``jnp.zeros``."""
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno or 0).strip()
+def _called_on_line(frame: Any, lineno: int | None = None) -> str | None:
+    """What the frame's line calls first (outermost), as written: ``jnp.zeros``."""
+    line = _line(frame, lineno)
     try:
         tree = ast.parse(line.rstrip(":"), mode="exec")
     except SyntaxError:
@@ -110,20 +116,22 @@ def _called_on_line(frame: Any) -> str | None:
     return None
 
 
-def _call_name(fun: Any, caller: Any) -> str:
+def _call_name(fun: Any, caller: Any, lineno: int | None = None) -> str:
     """The call as the user knows it: a jitted function's name; for an eager operation, what the
     user's line calls (``jnp.zeros``), with the primitive JAX ran it as."""
     name = getattr(getattr(fun, "__wrapped__", fun), "__name__", "the call")
     if caller is not None and _is_eager_operation(getattr(fun, "__wrapped__", fun)):
-        written = _called_on_line(caller)
+        written = _called_on_line(caller, lineno)
         if written:
             return f"{written} (run eagerly as {name})"
     return name
 
 
 def find_call(error: BaseException, cells: Any = None) -> tuple[Any, tuple, dict, str, str] | None:
-    """``(callee, args, kwargs, where, name)`` of the jitted call that failed, or None."""
-    caller = None
+    """``(callee, args, kwargs, where, name)`` of the jitted call that failed, or None. The user's
+    line is the one the traceback names (``tb_lineno``): a frame that caught the error and raised
+    it again is at its ``raise`` by now."""
+    caller, lineno = None, None
     tb = error.__traceback__
     while tb is not None:
         frame = tb.tb_frame
@@ -131,21 +139,23 @@ def find_call(error: BaseException, cells: Any = None) -> tuple[Any, tuple, dict
             fun, args, kwargs = frame.f_locals.get("fun"), frame.f_locals.get("args"), frame.f_locals.get("kwargs")
             if fun is not None and isinstance(args, tuple):
                 callee = _jitted_for(fun, caller)
-                return callee, args, dict(kwargs or {}), _where(caller, cells), _call_name(callee, caller)
+                where = _where(caller, cells, lineno)
+                return callee, args, dict(kwargs or {}), where, _call_name(callee, caller, lineno)
         if sites.kind_of(frame.f_code.co_filename) == "user":
-            caller = frame
+            caller, lineno = frame, tb.tb_lineno
         tb = tb.tb_next
     if caller is not None:
-        found = _call_on_line(caller)
+        found = _call_on_line(caller, lineno)
         if found is not None:
-            return (*found, _where(caller, cells), _call_name(found[0], caller))
+            return (*found, _where(caller, cells, lineno), _call_name(found[0], caller, lineno))
     return None
 
 
-def _where(frame: Any, cells: Any) -> str:
+def _where(frame: Any, cells: Any, lineno: int | None = None) -> str:
     if frame is None:
         return "an unknown line"
-    origin = sites.origin_of([(frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name)], cells or {})
+    line = (lineno if lineno is not None else frame.f_lineno) or 0
+    origin = sites.origin_of([(frame.f_code.co_filename, line, frame.f_code.co_name)], cells or {})
     return str(origin.site) if origin.site is not None else frame.f_code.co_filename
 
 
