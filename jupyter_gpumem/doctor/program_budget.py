@@ -15,10 +15,12 @@ from __future__ import annotations
 import ast
 import linecache
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_gpumem.core import sites
+from jupyter_gpumem.doctor.hlo_sources import ops_at_frames, stack_frames
 from jupyter_gpumem.sources import jax_arrays
 
 _PJIT = ("jax", "_src", "pjit.py")
@@ -32,7 +34,10 @@ class ProgramBudget:
     """The failing jitted call's own memory, from its program compiled again without running
     (``memory_analysis``): bytes of arguments, outputs, temporaries, code and aliased (outputs
     written into donated arguments). ``donated``: some argument is donated already;
-    ``donation_gain``: output bytes that could reuse a non-donated argument of the same shape."""
+    ``donation_gain``: output bytes that could reuse a non-donated argument of the same shape;
+    ``frames``: ``stack_frame_id -> (file, line, function)`` from its optimised module's tables,
+    where they were asked for (``hlo_sources.stack_frames``), and ``frame_ops``, the ``(op_name,
+    stack_frame_id)`` pairs its instructions carry (``hlo_sources.ops_at_frames``)."""
 
     call: str
     argument_bytes: int
@@ -42,6 +47,8 @@ class ProgramBudget:
     alias_bytes: int
     donated: bool = False
     donation_gain: int = 0
+    frames: Mapping[int, tuple[str, int, str]] = field(default_factory=dict)
+    frame_ops: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def needs(self) -> int:
@@ -176,9 +183,10 @@ def donation_gain(inputs: tuple, outputs: tuple) -> int:
     return gain
 
 
-def program_budget(error: BaseException, shell: Any = None) -> ProgramBudget | None:
+def program_budget(error: BaseException, shell: Any = None, read_frames: bool = False) -> ProgramBudget | None:
     """The failing jitted call's program budget, or None where no call is found or it cannot be
-    compiled again."""
+    compiled again. ``read_frames``: read its module's stack-frame tables too (the error's text
+    names sources by frame id: JAX 0.8 and later), from the same compiled program."""
     from jupyter_gpumem.doctor.names import current_shell
 
     cells = sites.cell_numbers(shell if shell is not None else current_shell())
@@ -187,7 +195,11 @@ def program_budget(error: BaseException, shell: Any = None) -> ProgramBudget | N
         if found is None:
             return None
         callee, args, kwargs, where, name = found
-        memory = jax_arrays.compile_memory(callee, jax_arrays.abstract_arrays(args), jax_arrays.abstract_arrays(kwargs))
+        memory = jax_arrays.compile_memory(
+            callee, jax_arrays.abstract_arrays(args), jax_arrays.abstract_arrays(kwargs), with_hlo=read_frames
+        )
+        frames = stack_frames(memory.hlo) if memory.hlo else {}
+        frame_ops = ops_at_frames(memory.hlo) if memory.hlo else frozenset()
     except Exception:  # tracing the user's function again may raise anything; the report must still show
         return None
     return ProgramBudget(
@@ -199,4 +211,6 @@ def program_budget(error: BaseException, shell: Any = None) -> ProgramBudget | N
         alias_bytes=memory.alias_bytes,
         donated=any(donated for *_, donated in memory.inputs),
         donation_gain=donation_gain(memory.inputs, memory.outputs),
+        frames=frames,
+        frame_ops=frame_ops,
     )

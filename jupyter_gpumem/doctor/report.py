@@ -545,7 +545,13 @@ def oom_report(
     arrays_known = live is not None or (not replayed and allocator_shim.backend_started())
     records, walk_note = _read_arrays(shell, live, arrays_known)
     raised = exc if isinstance(exc, BaseException) else raised
-    beside = _read_beside_the_device(failing, sample, shell, raised if arrays_known and live is None else None)
+    beside = _read_beside_the_device(
+        failing,
+        sample,
+        shell,
+        raised if arrays_known and live is None else None,
+        peak_buffers.FRAME_ID in error.message,
+    )
     values = {s.name: s.value for s in states}
     readings = _oom_readings(error, failing, who, values, records, arrays_known, beside, synthetic)
     arrays_note = walk_note if records else _no_arrays_note(arrays_known, replayed, failing.stats)
@@ -586,9 +592,12 @@ def _no_arrays_note(arrays_known: bool, replayed: bool, stats: AllocatorStats | 
     return _replay_note(stats) if replayed else not_started_note()
 
 
-def _read_beside_the_device(failing: _Failing, sample: Sample, shell: Any, raised: BaseException | None) -> _Beside:
+def _read_beside_the_device(
+    failing: _Failing, sample: Sample, shell: Any, raised: BaseException | None, read_frames: bool = False
+) -> _Beside:
     """Reads what the report needs besides the sample; the failing program is compiled again from
-    shapes only where ``raised`` is given."""
+    shapes only where ``raised`` is given, and its module's stack-frame tables read where
+    ``read_frames`` (the error's peak buffers name their sources by frame id)."""
     gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
     on_cpu = failing.platform == "cpu" and failing.nvml is None
     host = (host_memory.total_bytes(), host_memory.available_bytes()) if on_cpu else (None, None)
@@ -597,16 +606,21 @@ def _read_beside_the_device(failing: _Failing, sample: Sample, shell: Any, raise
     if raised is not None:
         from jupyter_gpumem.doctor.program_budget import program_budget
 
-        program = program_budget(raised, shell)
+        program = program_budget(raised, shell, read_frames)
     return _Beside(gpus, host[0], host[1], beside, program)
 
 
 def _peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple[str, ...]]:
     """``(title, rows)``: what was live at the failing program's peak, by source line, and what
-    would lower it, from XLA's "Peak buffers" in the error text; nothing is compiled for it.
-    Where the text has none but the failing call is known (``program``), a row says how to see
-    it by line. Empty otherwise."""
+    would lower it, from XLA's "Peak buffers" in the error text; nothing is compiled for it
+    beyond the failing call's program (``program``), whose stack-frame tables give the lines
+    where the text names only frame ids (JAX 0.8 and later). A frame id left unresolved gets a
+    row saying how to see its line. Where the text has no peak buffers but the failing call is
+    known, a row says how to see it by line. Empty otherwise."""
     peak = peak_buffers.parse_oom_text(error.message)
+    same = program is not None and peak is not None and _names_its_operations(peak, program)
+    if same and program.frames:
+        peak = peak_buffers.parse_oom_text(error.message, program.frames)
     call = f" of {program.call}" if program is not None else ""
     if peak is None or not peak.buffers:
         if program is None:
@@ -628,8 +642,28 @@ def _peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple
         f"{peak_buffers.totals_text(peak)}, total {bytes_or_na(peak.peak_bytes)}):"
     )
     rows = peak_buffers.peak_lines_text(peak, cells)
+    if any(peak_buffers.where_made(b, cells).startswith("stack frame ") for b in peak.buffers):
+        name = program.call.split(" (", 1)[0] + "(...)" if program is not None else "CALL"
+        if program is None:
+            why = "and the failing call was not found in the traceback to read them from"
+        elif not same:
+            why = "and the call found in the traceback compiles to a program whose operations differ"
+        else:
+            why = "not found in the failing call's program as compiled again"
+        rows.append(
+            f"  XLA's text names these sources by stack frame only (JAX 0.8 and later), {why}: "
+            f"`%gpumem peak {name}`, with the call's arguments, gives their lines"
+        )
     rows += [f"  to lower it: {fix.text}" for fix in peak_fixes.peak_fixes(peak, cells)]
     return title, tuple(rows)
+
+
+def _names_its_operations(peak: Any, program: Any) -> bool:
+    """Pure: whether each operation the text names by stack frame, ``(op_name, id)``, is one of
+    the program's (``ProgramBudget.frame_ops``), so its tables are the text's: frame ids are per
+    module, and another program's would name other lines."""
+    named = {(b.op_name, b.stack_frame_id) for b in peak.buffers if b.stack_frame_id is not None}
+    return named <= getattr(program, "frame_ops", frozenset())
 
 
 def _device_states(sample: Sample, replayed: bool) -> tuple[DeviceState, ...]:
