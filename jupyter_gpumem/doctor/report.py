@@ -22,7 +22,7 @@ from jupyter_gpumem.core.readings import (
     ProcessReading,
     Sample,
 )
-from jupyter_gpumem.doctor import oom_rules, oom_text, peak_buffers, peak_fixes
+from jupyter_gpumem.doctor import oom_peak, oom_rules, oom_text, peak_buffers
 from jupyter_gpumem.doctor.arrays import ArrayRecord, census, growth_of, not_started_note
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
 from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
@@ -557,7 +557,7 @@ def oom_report(
     arrays_note = walk_note if records else _no_arrays_note(arrays_known, replayed, failing.stats)
     settings = tuple((s.name, s.shown, s.source) for s in states)
     devices, fixes = _device_states(sample, replayed), tuple(oom_rules.advise(readings))
-    title, rows = _peak_section(error, readings.program, shell)
+    title, rows = oom_peak.peak_section(error, readings.program, shell)
     return OomReport(
         error,
         settings,
@@ -608,62 +608,6 @@ def _read_beside_the_device(
 
         program = program_budget(raised, shell, read_frames)
     return _Beside(gpus, host[0], host[1], beside, program)
-
-
-def _peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple[str, ...]]:
-    """``(title, rows)``: what was live at the failing program's peak, by source line, and what
-    would lower it, from XLA's "Peak buffers" in the error text; nothing is compiled for it
-    beyond the failing call's program (``program``), whose stack-frame tables give the lines
-    where the text names only frame ids (JAX 0.8 and later). A frame id left unresolved gets a
-    row saying how to see its line. Where the text has no peak buffers but the failing call is
-    known, a row says how to see it by line. Empty otherwise."""
-    peak = peak_buffers.parse_oom_text(error.message)
-    same = program is not None and peak is not None and _names_its_operations(peak, program)
-    if same and program.frames:
-        peak = peak_buffers.parse_oom_text(error.message, program.frames)
-    call = f" of {program.call}" if program is not None else ""
-    if peak is None or not peak.buffers:
-        if program is None:
-            return "", ()
-        name = program.call.split(" (", 1)[0]
-        return (
-            f"Live at the peak{call}:",
-            (
-                f"  the error text carries no XLA peak buffers; `%gpumem peak {name}(...)`, with the call's arguments, "
-                "compiles it again with XLA's buffer assignment, without running it, and shows it by source line",
-            ),
-        )
-    from jupyter_gpumem.core import sites
-    from jupyter_gpumem.doctor.names import current_shell
-
-    cells = sites.cell_numbers(shell if shell is not None else current_shell())
-    title = (
-        f"Live at the peak{call}, by source line (XLA's {len(peak.buffers)} largest values; "
-        f"{peak_buffers.totals_text(peak)}, total {bytes_or_na(peak.peak_bytes)}):"
-    )
-    rows = peak_buffers.peak_lines_text(peak, cells)
-    if any(peak_buffers.where_made(b, cells).startswith("stack frame ") for b in peak.buffers):
-        name = program.call.split(" (", 1)[0] + "(...)" if program is not None else "CALL"
-        if program is None:
-            why = "and the failing call was not found in the traceback to read them from"
-        elif not same:
-            why = "and the call found in the traceback compiles to a program whose operations differ"
-        else:
-            why = "not found in the failing call's program as compiled again"
-        rows.append(
-            f"  XLA's text names these sources by stack frame only (JAX 0.8 and later), {why}: "
-            f"`%gpumem peak {name}`, with the call's arguments, gives their lines"
-        )
-    rows += [f"  to lower it: {fix.text}" for fix in peak_fixes.peak_fixes(peak, cells)]
-    return title, tuple(rows)
-
-
-def _names_its_operations(peak: Any, program: Any) -> bool:
-    """Pure: whether each operation the text names by stack frame, ``(op_name, id)``, is one of
-    the program's (``ProgramBudget.frame_ops``), so its tables are the text's: frame ids are per
-    module, and another program's would name other lines."""
-    named = {(b.op_name, b.stack_frame_id) for b in peak.buffers if b.stack_frame_id is not None}
-    return named <= getattr(program, "frame_ops", frozenset())
 
 
 def _device_states(sample: Sample, replayed: bool) -> tuple[DeviceState, ...]:

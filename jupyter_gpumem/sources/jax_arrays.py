@@ -373,8 +373,8 @@ def _compiled(
 def _module_text(compiled: Any) -> str:
     try:
         text = compiled.as_text()
-    except Exception:  # a backend or JAX that cannot print its program: the caller goes without
-        return ""
+    except (RuntimeError, NotImplementedError, ValueError):  # jaxlib's XlaRuntimeError is a RuntimeError
+        return ""  # a backend or JAX that cannot print its program: the caller goes without
     return text if isinstance(text, str) else ""
 
 

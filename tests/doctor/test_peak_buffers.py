@@ -190,23 +190,23 @@ def test_saved_values_of_a_scan_in_an_oom_text_are_sent_to_jax_checkpoint():
 
 
 def test_the_peak_section_names_the_failing_call_when_it_is_known():
+    from jupyter_gpumem.doctor.oom_peak import peak_section
     from jupyter_gpumem.doctor.program_budget import ProgramBudget
-    from jupyter_gpumem.doctor.report import _peak_section
 
     program = ProgramBudget("step (cell [7] line 9)", 512 * MiB, 512 * MiB, 3 << 30, 0, 0)  # synthetic
     error = OomError("gpu_bytes", 1 << 30, True, None, "JaxRuntimeError", SYNTHETIC_CELL_OOM)
-    title, rows = _peak_section(error, program, SimpleNamespace(compile=SimpleNamespace(_filename_map={CELL_FILE: 7})))
+    title, rows = peak_section(error, program, SimpleNamespace(compile=SimpleNamespace(_filename_map={CELL_FILE: 7})))
     assert title.startswith("Live at the peak of step (cell [7] line 9), by source line")
     assert rows[-1].startswith("  to lower it: wrap the function around cell [7] line 4 in jax.checkpoint")
 
 
 def test_without_peak_buffers_a_known_call_is_pointed_to_gpumem_peak():
+    from jupyter_gpumem.doctor.oom_peak import peak_section
     from jupyter_gpumem.doctor.program_budget import ProgramBudget
-    from jupyter_gpumem.doctor.report import _peak_section
 
     program = ProgramBudget("blow (cell [2] line 1)", 32, 1 << 44, 4, 0, 0)  # synthetic
     error = OomError("cpu", 1 << 44, True, None, "JaxRuntimeError", "RESOURCE_EXHAUSTED: synthetic, no peak buffers")
-    title, rows = _peak_section(error, program, None)
+    title, rows = peak_section(error, program, None)
     assert title == "Live at the peak of blow (cell [2] line 1):"
     assert "`%gpumem peak blow(...)`" in rows[0]
 

@@ -76,13 +76,13 @@ def test_a_real_programs_peak_buffers_read_back_to_the_lines_that_made_them(prog
 
 
 def test_without_the_program_a_frame_id_is_named_with_the_command_that_gives_its_line(program):
-    from jupyter_gpumem.doctor.report import _peak_section
+    from jupyter_gpumem.doctor.oom_peak import peak_section
 
     hlo, text = program
     if "stack_frame_id=" not in text:
         pytest.skip("this JAX prints the source inline (before 0.8): there is no frame id to resolve")
     error = OomError("gpu_human", 1 << 30, False, None, "JaxRuntimeError", text)
-    title, rows = _peak_section(error, None, SimpleNamespace(compile=SimpleNamespace(_filename_map={})))
+    title, rows = peak_section(error, None, SimpleNamespace(compile=SimpleNamespace(_filename_map={})))
     assert peak_buffers.NO_SOURCE not in "\n".join(rows)
     ids = {part.split("=")[1] for part in text.split() if part.startswith("stack_frame_id=")}
     named = {r.split("%  ", 1)[1].split(":")[0] for r in rows if "%  stack frame" in r}
@@ -103,12 +103,12 @@ def _frame_ids_or_skip(text: str) -> None:
 
 
 def test_the_failing_programs_own_tables_name_the_lines_in_the_report(program):
-    from jupyter_gpumem.doctor.report import _peak_section
+    from jupyter_gpumem.doctor.oom_peak import peak_section
 
     hlo, text = program
     _frame_ids_or_skip(text)
     error = OomError("gpu_human", 1 << 30, False, None, "JaxRuntimeError", text)
-    _, rows = _peak_section(error, _budget_of(hlo, "step (cell [9] line 1)"), None)
+    _, rows = peak_section(error, _budget_of(hlo, "step (cell [9] line 1)"), None)
     made = [_where(r) for r in rows if "%  " in r and "(arguments)" not in r]
     assert made and all(w.split(": ", 1)[0].endswith(" in step") for w in made), rows
     assert not any("stack frame" in r for r in rows), rows
@@ -121,14 +121,14 @@ def test_another_programs_tables_are_not_lent_to_the_text(program):
     import jax
     import jax.numpy as jnp
 
-    from jupyter_gpumem.doctor.report import _peak_section
+    from jupyter_gpumem.doctor.oom_peak import peak_section
 
     hlo, text = program
     _frame_ids_or_skip(text)
     other = jax.jit(lambda v: jnp.cos(v) + 1.0).lower(jnp.ones(4)).compile().as_text()
     assert stack_frames(other), "the other program has tables a blind reading would use"
     error = OomError("gpu_human", 1 << 30, False, None, "JaxRuntimeError", text)
-    _, rows = _peak_section(error, _budget_of(other, "other (cell [9] line 1)"), None)
+    _, rows = peak_section(error, _budget_of(other, "other (cell [9] line 1)"), None)
     made = [_where(r) for r in rows if "%  " in r and "(arguments)" not in r]
     assert made and all(w.startswith("stack frame ") for w in made), rows
     assert any("operations differ: `%gpumem peak other(...)`" in r for r in rows), rows
