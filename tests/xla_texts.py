@@ -9,7 +9,11 @@ right-aligned to 10), then "Peak buffers:" and per value ``"\\n\\tBuffer i:\\n\\
 HumanReadableNumBytes(size)``, ``"\\n\\t\\tOperator: " + OpMetadataToString(metadata)`` where the
 op name is not empty, then ``"\\n\\t\\tEntry Parameter Subshape: " + shape`` for an entry parameter
 or ``"\\n\\t\\tXLA Label: " + opcode + "\\n\\t\\tShape: " + shape``, and
-``"\\n\\t\\t==========================\\n"``. The Operator text is copied from the module: HLO
+``"\\n\\t\\t==========================\\n"``. jax-cuda12-pjrt 0.10.2's ``xla_cuda_plugin.so``
+holds these strings ("BufferAssignment OOM Debugging.", "Peak buffers:", "\\t\\tOperator: ",
+"\\t\\tEntry Parameter Subshape: ", "\\t\\tXLA Label: ", "\\t\\tShape: ") and
+``OpMetadataToString``'s, "stack_frame_id=" among them (read with ``strings``; the source file at
+the XLA commit JAX 0.10.2 pins, 5a9e73cb, was not read). The Operator text is copied from the module: HLO
 printing writes an instruction's metadata as ``metadata={`` + ``OpMetadataToString`` + ``}``
 (``HloInstruction``'s printer, xla/hlo/ir/hlo_instruction.cc), the same function, so the text
 inside those braces is what the OOM text prints for that instruction (``stack_frame_id=N`` from
