@@ -50,6 +50,22 @@ LINE_OF_OPERATION = {"dot_general": _line_of(step, "x @ w"), "tanh": _line_of(st
 LINE_OF_OPERATION |= {"sin": _line_of(step, "jnp.sin"), "mul": _line_of(step, "jnp.sin")}
 
 
+def _where(row: str) -> str:
+    return row.split("%  ", 1)[1] if "%  " in row else ""
+
+
+def _frame_ids_or_skip(text: str) -> None:
+    if "stack_frame_id=" not in text:
+        pytest.skip("this JAX prints the source inline (before 0.8): there is no frame id to resolve")
+
+
+def _budget_of(hlo: str, call: str):
+    from jupyter_gpumem.doctor.program_budget import ProgramBudget
+
+    # the sizes are not read here; the frames and their operations are the module's own
+    return ProgramBudget(call, 0, 0, 0, 0, 0, frames=stack_frames(hlo), frame_ops=ops_at_frames(hlo))
+
+
 @pytest.fixture(scope="module")
 def program():
     """``(hlo, text)``: the real optimised module of ``step`` on (64, 128) @ (128, 256), and an
@@ -79,27 +95,14 @@ def test_without_the_program_a_frame_id_is_named_with_the_command_that_gives_its
     from jupyter_gpumem.doctor.oom_peak import peak_section
 
     hlo, text = program
-    if "stack_frame_id=" not in text:
-        pytest.skip("this JAX prints the source inline (before 0.8): there is no frame id to resolve")
+    _frame_ids_or_skip(text)
     error = OomError("gpu_human", 1 << 30, False, None, "JaxRuntimeError", text)
     title, rows = peak_section(error, None, SimpleNamespace(compile=SimpleNamespace(_filename_map={})))
     assert peak_buffers.NO_SOURCE not in "\n".join(rows)
     ids = {part.split("=")[1] for part in text.split() if part.startswith("stack_frame_id=")}
-    named = {r.split("%  ", 1)[1].split(":")[0] for r in rows if "%  stack frame" in r}
+    named = {_where(r).split(":")[0] for r in rows if "%  stack frame" in r}
     assert named == {f"stack frame {i} (no line in XLA's text)" for i in ids}, rows
     assert any("`%gpumem peak CALL`" in r for r in rows), rows
-
-
-def _budget_of(hlo: str, call: str):
-    from jupyter_gpumem.doctor.program_budget import ProgramBudget
-
-    # the sizes are not read here; the frames and their operations are the module's own
-    return ProgramBudget(call, 0, 0, 0, 0, 0, frames=stack_frames(hlo), frame_ops=ops_at_frames(hlo))
-
-
-def _frame_ids_or_skip(text: str) -> None:
-    if "stack_frame_id=" not in text:
-        pytest.skip("this JAX prints the source inline (before 0.8): there is no frame id to resolve")
 
 
 def test_the_failing_programs_own_tables_name_the_lines_in_the_report(program):
@@ -198,10 +201,6 @@ def _peak_rows(out: str) -> list[str]:
     lines = out.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("Live at the peak"))
     return lines[at + 1 : lines.index("", at)]
-
-
-def _where(row: str) -> str:
-    return row.split("%  ", 1)[1] if "%  " in row else ""
 
 
 def _largest_has_an_operator(text: str) -> bool:
