@@ -8,7 +8,8 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``oom_text``: is this exception an out-of-memory error, and how much did it ask for
 - ``oom_rules``: ranked fixes from the numbers read at failure, one function per rule;
   ``oom_readings``: those numbers, and a fix, as data
-- ``report``: the OOM report itself, text and HTML
+- ``report``: the OOM report itself, text and HTML; ``oom_peak``: its section of what was live at
+  the failing program's peak, by source line
 - ``names``, ``arrays``: ``%gpumem arrays``: live arrays, their names and cells
 - ``snapshot``: ``%gpumem snapshot PATH``, JAX's device memory profile for pprof
 - ``program_budget``: the failing jitted call in an OOM's traceback, and its compiled budget

@@ -9,7 +9,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["checkpointed_loops", "line_number", "loop_states", "metadata_fields", "stack_frames"]
+__all__ = [
+    "checkpointed_loops",
+    "line_number",
+    "loop_states",
+    "metadata_fields",
+    "ops_at_frames",
+    "source_of",
+    "stack_frames",
+]
 
 _FIELD = re.compile(r'(\w+)=(?:"((?:[^"\\]|\\.)*)"|(\S+))')
 
@@ -24,6 +32,38 @@ def metadata_fields(text: str) -> dict[str, str]:
 def line_number(text: str | None) -> int | None:
     """A line number printed by XLA, or None."""
     return int(text) if text is not None and text.isdigit() else None
+
+
+def frame_id(fields: Mapping[str, str]) -> int | None:
+    """The ``stack_frame_id`` of an ``OpMetadata`` (:func:`metadata_fields`), or None."""
+    return line_number(fields.get("stack_frame_id"))
+
+
+def source_of(
+    fields: Mapping[str, str], frames: Mapping[int, tuple[str, int, str]]
+) -> tuple[str | None, int | None, str]:
+    """``(file, line, function)`` an ``OpMetadata`` (:func:`metadata_fields`) names: through its
+    ``stack_frame_id`` and the module's tables (:func:`stack_frames`; JAX 0.8 and later), else
+    inline (``source_file``, ``source_line``; no function); None for what it does not say."""
+    frame = frames.get(frame_id(fields) or 0)
+    if frame is not None:
+        return frame
+    return fields.get("source_file"), line_number(fields.get("source_line")), ""
+
+
+_METADATA = re.compile(r"metadata=\{(.*?)\}(?=,|\s*$)", re.MULTILINE)
+
+
+def ops_at_frames(hlo_text: str) -> frozenset[tuple[str, int]]:
+    """``(op_name, stack_frame_id)`` of each instruction's metadata in a module (op names as
+    printed, escapes kept): the pairs an OOM text of this module can name."""
+    pairs = set()
+    for match in _METADATA.finditer(hlo_text):
+        fields = metadata_fields(match.group(1))
+        found = frame_id(fields)
+        if found is not None and "op_name" in fields:
+            pairs.add((fields["op_name"], found))
+    return frozenset(pairs)
 
 
 # "%region_0.20 (arg_tuple.21: (...)) -> (...) {"; JAX 0.4.38's XLA prints "region_0.20 {" alone
@@ -113,12 +153,8 @@ def checkpointed_loops(hlo_text: str, loops: Mapping[str, str], frames: Mapping[
     ops = set(_OP_NAME.findall(hlo_text))
 
     def source(meta: str) -> tuple[str, int] | None:
-        fields = metadata_fields(meta)
-        frame = frames.get(int(fields.get("stack_frame_id", "0") or 0)) if "stack_frame_id" in fields else None
-        if frame is not None:
-            return frame[0], frame[1]
-        line = line_number(fields.get("source_line"))
-        return (fields["source_file"], line) if "source_file" in fields and line is not None else None
+        file, line, _ = source_of(metadata_fields(meta), frames)
+        return (file, line) if file is not None and line is not None else None
 
     def recomputes(meta: str) -> bool:
         prefix = metadata_fields(meta).get("op_name", "") + "/body/"

@@ -46,24 +46,36 @@ _HUMAN_SIZE = r"\d+B|\d+\.\d[KMGTPE]iB|\d+\.\d\d[KMGTPE]iB"
 _HUMAN_UNITS = "KMGTPE"
 
 
-def xla_human_bytes(text: str) -> tuple[int, int] | None:
-    """The byte counts XLA could have printed as ``text``, as ``(lowest, highest)``; None if
-    ``text`` is not in XLA's format.
+@dataclass(frozen=True)
+class XlaSize:
+    """A size as XLA printed it, read back: ``lowest`` and ``highest``, the byte counts that XLA
+    prints that way; ``printed``, the bytes the text says, rounded (``"14.16GiB"``:
+    round(14.16 * 2**30)), or the nearest of those counts where the text says a count XLA would
+    print otherwise (``"1024.00MiB"``)."""
 
-    ``tsl::strings::HumanReadableNumBytes`` (xla/tsl/platform/numbers.cc; the format string
-    ``"%s%.*f%ciB"`` is in jaxlib 0.10.2 and jax-cuda12-pjrt 0.10.2) prints a count under 1024
-    as ``"<n>B"``. Otherwise it divides by 1024, dropping the remainder, while the count is at
-    least 1024 * 1024, one unit of K, M, G, T, P, E per division, then prints count / 1024 with
-    one decimal for KiB and two for the others (printf rounds the exact binary value half to
-    even, as Python's format does). So "14.16GiB" is any count of MiB ``m`` with
-    ``format(m / 1024, ".2f") == "14.16"``, times 1 MiB, plus a remainder under 1 MiB.
+    printed: int
+    lowest: int
+    highest: int
+
+
+def read_xla_size(text: str) -> XlaSize | None:
+    """``text`` (surrounding spaces allowed) read as ``tsl::strings::HumanReadableNumBytes``
+    prints a count; None if ``text`` is not in XLA's format.
+
+    That function (xla/tsl/platform/numbers.cc; the format string ``"%s%.*f%ciB"`` is in jaxlib
+    0.10.2 and jax-cuda12-pjrt 0.10.2) prints a count under 1024 as ``"<n>B"``. Otherwise it
+    divides by 1024, dropping the remainder, while the count is at least 1024 * 1024, one unit
+    of K, M, G, T, P, E per division, then prints count / 1024 with one decimal for KiB and two
+    for the others (printf rounds the exact binary value half to even, as Python's format
+    does). So "14.16GiB" is any count of MiB ``m`` with ``format(m / 1024, ".2f") == "14.16"``,
+    times 1 MiB, plus a remainder under 1 MiB.
     """
     match = re.fullmatch(r"(?P<whole>\d+)B|(?P<num>\d+\.(?P<dec>\d+))(?P<unit>[KMGTPE])iB", text.strip())
     if not match:
         return None
     if match.group("whole") is not None:
         count = int(match.group("whole"))
-        return (count, count) if count < 1024 else None
+        return XlaSize(count, count, count) if count < 1024 else None
     unit, printed, decimals = match.group("unit"), match.group("num"), len(match.group("dec"))
     if decimals != (1 if unit == "K" else 2):
         return None
@@ -76,7 +88,28 @@ def xla_human_bytes(text: str) -> tuple[int, int] | None:
     ]
     if not counts:
         return None
-    return counts[0] * step, (counts[-1] + 1) * step - 1
+    lowest, highest = counts[0] * step, (counts[-1] + 1) * step - 1
+    # "1024.00MiB" says 1 GiB, which XLA would have printed "1.00GiB": the nearest count it stands for
+    return XlaSize(min(max(round(float(printed) * 1024 * step), lowest), highest), lowest, highest)
+
+
+def xla_human_bytes(text: str) -> tuple[int, int] | None:
+    """The byte counts XLA could have printed as ``text``, as ``(lowest, highest)``
+    (:func:`read_xla_size`); None if ``text`` is not in XLA's format."""
+    size = read_xla_size(text)
+    return None if size is None else (size.lowest, size.highest)
+
+
+_HUMAN_SIZE_IN_TEXT = re.compile(r"(?<![\w.])(?:" + _HUMAN_SIZE + r")(?!\w)")
+
+
+def xla_size_in(text: str) -> XlaSize | None:
+    """The first size in ``text`` written as XLA writes it (:func:`read_xla_size`), or None."""
+    for match in _HUMAN_SIZE_IN_TEXT.finditer(text):
+        size = read_xla_size(match.group(0))
+        if size is not None:
+            return size
+    return None
 
 
 # (form, pattern). The size group is parsed with xla_human_bytes (else units.parse_bytes);

@@ -32,11 +32,13 @@ from dataclasses import dataclass, replace
 from jupyter_gpumem.core import sites
 from jupyter_gpumem.doctor.hlo_sources import (
     checkpointed_loops,
-    line_number,
+    frame_id,
     loop_states,
     metadata_fields,
+    source_of,
     stack_frames,
 )
+from jupyter_gpumem.doctor.oom_text import xla_size_in
 
 ARGUMENT, OUTPUT, TEMPORARY, CONSTANT = "argument", "output", "temporary", "constant"
 OUTPUT_OR_TEMPORARY = "output or temporary"  # an OOM text does not say which allocation a value is in
@@ -49,7 +51,9 @@ class PeakBuffer:
     constant, "output or temporary" where the text cannot tell, donated argument), the JAX
     operation that made it (``op_name``), its source (file, line, function where known), its
     XLA opcode (``label``) and shape; ``checkpointed``: a loop's state where the function the
-    loop scans is already recomputed for the backward pass (:func:`checkpointed_loops`)."""
+    loop scans is already recomputed for the backward pass (:func:`checkpointed_loops`);
+    ``stack_frame_id``: the frame its metadata names where no source was found for it (an OOM
+    text of JAX 0.8 or later read without its program's tables)."""
 
     size: int
     role: str
@@ -60,6 +64,7 @@ class PeakBuffer:
     label: str = ""
     shape: str = ""
     checkpointed: bool = False
+    stack_frame_id: int | None = None
 
     @property
     def operation(self) -> str:
@@ -133,17 +138,13 @@ class PeakLine:
 
 # ---- the numbers XLA prints ------------------------------------------------------------------
 
-_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50}
-_SIZE = re.compile(r"(?P<n>[0-9.]+)\s*(?P<unit>[KMGTP]iB|B)\b")
-
 
 def human_bytes(text: str) -> int | None:
-    """Bytes from ``tsl::strings::HumanReadableNumBytes`` (``4.89GiB``, ``38.7KiB``, ``4B``;
-    rounded as printed), or None."""
-    match = _SIZE.search(text)
-    if match is None:
-        return None
-    return round(float(match.group("n")) * _UNITS[match.group("unit")])
+    """Bytes of the first size in ``text`` written as ``tsl::strings::HumanReadableNumBytes``
+    writes it (``4.89GiB``, ``38.7KiB``, ``4B``), as printed (rounded; the counts it stands for:
+    ``oom_text.read_xla_size``), or None."""
+    size = xla_size_in(text)
+    return None if size is None else size.printed
 
 
 # ---- the OOM text ----------------------------------------------------------------------------
@@ -159,11 +160,16 @@ OOM_SECTION = "BufferAssignment OOM Debugging."
 OOM_PEAK_LIMIT = 15  # kMaxBuffersToShow in ToVerboseString
 
 
-def parse_oom_text(text: str) -> ProgramPeak | None:
+def parse_oom_text(text: str, frames: Mapping[int, tuple[str, int, str]] | None = None) -> ProgramPeak | None:
     """The program's peak from an out-of-memory error's text, or None where it carries no
     "BufferAssignment OOM Debugging." section. Sizes are as XLA rounded them; a value listed
     with "Entry Parameter Subshape" is an argument, the others an output or a temporary (the
-    text does not say which)."""
+    text does not say which).
+
+    Each value's "Operator:" is its instruction's metadata (``OpMetadataToString``): since JAX
+    0.8 it names a ``stack_frame_id`` and no source, so its file, line and function are read
+    from ``frames``, the failing program's tables (:func:`stack_frames` of its optimised
+    module); a frame not found there is kept as ``PeakBuffer.stack_frame_id``."""
     if not isinstance(text, str) or OOM_SECTION not in text:
         return None
     section = text[text.index(OOM_SECTION) :]
@@ -180,7 +186,7 @@ def parse_oom_text(text: str) -> ProgramPeak | None:
     _, found, listing = section.partition("Peak buffers:")
     if found:
         for block in re.split(r"\n\s*Buffer \d+:", "\n" + listing)[1:]:
-            buffers.append(_oom_buffer(block))
+            buffers.append(_oom_buffer(block, frames or {}))
     total = stats.get("total") or (stats.get("argument", 0) + stats.get("output", 0) + stats.get("temp", 0))
     return ProgramPeak(
         stats.get("argument", 0),
@@ -195,7 +201,7 @@ def parse_oom_text(text: str) -> ProgramPeak | None:
     )
 
 
-def _oom_buffer(block: str) -> PeakBuffer:
+def _oom_buffer(block: str, frames: Mapping[int, tuple[str, int, str]]) -> PeakBuffer:
     fields: dict[str, str] = {}
     for raw in block.splitlines():
         key, colon, value = raw.strip().partition(": ")
@@ -203,14 +209,17 @@ def _oom_buffer(block: str) -> PeakBuffer:
             fields[key] = value.strip()
     meta = metadata_fields(fields.get("Operator", ""))
     parameter = "Entry Parameter Subshape" in fields
+    file, line, function = source_of(meta, frames)
     return PeakBuffer(
         size=human_bytes(fields.get("Size", "")) or 0,
         role=ARGUMENT if parameter else OUTPUT_OR_TEMPORARY,
         op_name=meta.get("op_name", ""),
-        source_file=meta.get("source_file"),
-        source_line=line_number(meta.get("source_line")),
+        source_file=file,
+        source_line=line,
+        function=function,
         label="parameter" if parameter else fields.get("XLA Label", ""),
         shape=fields.get("Entry Parameter Subshape") or fields.get("Shape", ""),
+        stack_frame_id=frame_id(meta) if file is None or line is None else None,
     )
 
 
@@ -336,10 +345,7 @@ def _values_made(
             if (label == "while" or not meta_text and label == "parameter") and instruction.group(1) in loops:
                 meta_text, label = loops[instruction.group(1)], "while"  # a loop's state: its loop's source
             meta = metadata_fields(meta_text)
-            file, line, function = meta.get("source_file"), line_number(meta.get("source_line")), ""
-            frame = frames.get(int(meta.get("stack_frame_id", "0") or 0)) if "stack_frame_id" in meta else None
-            if frame is not None:
-                file, line, function = frame
+            file, line, function = source_of(meta, frames)
             made_by[value_id] = PeakBuffer(
                 found.size[value_id],
                 found.role[value_id],
@@ -468,13 +474,18 @@ def peak_from_ranges(ranges: Mapping[str, tuple[int, int]], found: DumpAllocatio
 # ---- by source line --------------------------------------------------------------------------
 
 NO_SOURCE = "(no source line: made by XLA)"
+FRAME_ONLY = "stack frame {} (no line in XLA's text)"
+FRAME_ID = "stack_frame_id="  # in an OOM text whose metadata names sources by frame (JAX 0.8 and later)
 
 
 def where_made(buffer: PeakBuffer, cells: Mapping[str, int]) -> str:
     """The buffer's source as ``cell [n] line L in fn`` (a notebook cell's file, by the shell's
-    map of cell files) or ``file.py:L in fn``; arguments without a source are "(arguments)"."""
+    map of cell files) or ``file.py:L in fn``; arguments without a source are "(arguments)", a
+    value whose metadata names only a stack frame "stack frame N (no line in XLA's text)"."""
     if buffer.source_file is None or buffer.source_line is None:
-        return "(arguments)" if buffer.role in (ARGUMENT, DONATED) else NO_SOURCE
+        if buffer.role in (ARGUMENT, DONATED):
+            return "(arguments)"
+        return NO_SOURCE if buffer.stack_frame_id is None else FRAME_ONLY.format(buffer.stack_frame_id)
     return str(sites.frame_site(buffer.source_file, buffer.source_line, buffer.function or "<module>", cells))
 
 
@@ -533,6 +544,9 @@ __all__ = [
     "peak_lines_text",
     "totals_text",
     "where_made",
+    "FRAME_ONLY",
+    "FRAME_ID",
+    "NO_SOURCE",
     "human_bytes",
     "metadata_fields",
     "OOM_SECTION",

@@ -15,10 +15,12 @@ from __future__ import annotations
 import ast
 import linecache
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_gpumem.core import sites
+from jupyter_gpumem.doctor.hlo_sources import ops_at_frames, stack_frames
 from jupyter_gpumem.sources import jax_arrays
 
 _PJIT = ("jax", "_src", "pjit.py")
@@ -32,7 +34,10 @@ class ProgramBudget:
     """The failing jitted call's own memory, from its program compiled again without running
     (``memory_analysis``): bytes of arguments, outputs, temporaries, code and aliased (outputs
     written into donated arguments). ``donated``: some argument is donated already;
-    ``donation_gain``: output bytes that could reuse a non-donated argument of the same shape."""
+    ``donation_gain``: output bytes that could reuse a non-donated argument of the same shape;
+    ``frames``: ``stack_frame_id -> (file, line, function)`` from its optimised module's tables,
+    where they were asked for (``hlo_sources.stack_frames``), and ``frame_ops``, the ``(op_name,
+    stack_frame_id)`` pairs its instructions carry (``hlo_sources.ops_at_frames``)."""
 
     call: str
     argument_bytes: int
@@ -42,6 +47,8 @@ class ProgramBudget:
     alias_bytes: int
     donated: bool = False
     donation_gain: int = 0
+    frames: Mapping[int, tuple[str, int, str]] = field(default_factory=dict)
+    frame_ops: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def needs(self) -> int:
@@ -72,9 +79,15 @@ def _jitted_for(fun: Any, frame: Any) -> Any:
     return fun
 
 
-def _call_on_line(frame: Any) -> tuple[Any, tuple, dict] | None:
-    """A call on the frame's current line of a jitted function, its arguments plain names."""
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno or 0).strip()
+def _line(frame: Any, lineno: int | None) -> str:
+    """The source of line ``lineno`` of ``frame``'s code (its current line where None)."""
+    return linecache.getline(frame.f_code.co_filename, (lineno if lineno is not None else frame.f_lineno) or 0).strip()
+
+
+def _call_on_line(frame: Any, lineno: int | None = None) -> tuple[Any, tuple, dict] | None:
+    """A call on the frame's line ``lineno`` (its current line where None) of a jitted function,
+    its arguments plain names."""
+    line = _line(frame, lineno)
     try:
         tree = ast.parse(line.rstrip(":"), mode="exec")
     except SyntaxError:
@@ -97,9 +110,9 @@ def _is_eager_operation(fun: Any) -> bool:
     return isinstance(filename, str) and filename.replace("\\", "/").endswith("/".join(_DISPATCH))
 
 
-def _called_on_line(frame: Any) -> str | None:
-    """What the frame's current line calls first (outermost), as written: ``jnp.zeros``."""
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno or 0).strip()
+def _called_on_line(frame: Any, lineno: int | None = None) -> str | None:
+    """What the frame's line calls first (outermost), as written: ``jnp.zeros``."""
+    line = _line(frame, lineno)
     try:
         tree = ast.parse(line.rstrip(":"), mode="exec")
     except SyntaxError:
@@ -110,20 +123,22 @@ def _called_on_line(frame: Any) -> str | None:
     return None
 
 
-def _call_name(fun: Any, caller: Any) -> str:
+def _call_name(fun: Any, caller: Any, lineno: int | None = None) -> str:
     """The call as the user knows it: a jitted function's name; for an eager operation, what the
     user's line calls (``jnp.zeros``), with the primitive JAX ran it as."""
     name = getattr(getattr(fun, "__wrapped__", fun), "__name__", "the call")
     if caller is not None and _is_eager_operation(getattr(fun, "__wrapped__", fun)):
-        written = _called_on_line(caller)
+        written = _called_on_line(caller, lineno)
         if written:
             return f"{written} (run eagerly as {name})"
     return name
 
 
 def find_call(error: BaseException, cells: Any = None) -> tuple[Any, tuple, dict, str, str] | None:
-    """``(callee, args, kwargs, where, name)`` of the jitted call that failed, or None."""
-    caller = None
+    """``(callee, args, kwargs, where, name)`` of the jitted call that failed, or None. The user's
+    line is the one the traceback names (``tb_lineno``): a frame that caught the error and raised
+    it again is at its ``raise`` by now."""
+    caller, lineno = None, None
     tb = error.__traceback__
     while tb is not None:
         frame = tb.tb_frame
@@ -131,21 +146,23 @@ def find_call(error: BaseException, cells: Any = None) -> tuple[Any, tuple, dict
             fun, args, kwargs = frame.f_locals.get("fun"), frame.f_locals.get("args"), frame.f_locals.get("kwargs")
             if fun is not None and isinstance(args, tuple):
                 callee = _jitted_for(fun, caller)
-                return callee, args, dict(kwargs or {}), _where(caller, cells), _call_name(callee, caller)
+                where = _where(caller, cells, lineno)
+                return callee, args, dict(kwargs or {}), where, _call_name(callee, caller, lineno)
         if sites.kind_of(frame.f_code.co_filename) == "user":
-            caller = frame
+            caller, lineno = frame, tb.tb_lineno
         tb = tb.tb_next
     if caller is not None:
-        found = _call_on_line(caller)
+        found = _call_on_line(caller, lineno)
         if found is not None:
-            return (*found, _where(caller, cells), _call_name(found[0], caller))
+            return (*found, _where(caller, cells, lineno), _call_name(found[0], caller, lineno))
     return None
 
 
-def _where(frame: Any, cells: Any) -> str:
+def _where(frame: Any, cells: Any, lineno: int | None = None) -> str:
     if frame is None:
         return "an unknown line"
-    origin = sites.origin_of([(frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name)], cells or {})
+    line = (lineno if lineno is not None else frame.f_lineno) or 0
+    origin = sites.origin_of([(frame.f_code.co_filename, line, frame.f_code.co_name)], cells or {})
     return str(origin.site) if origin.site is not None else frame.f_code.co_filename
 
 
@@ -166,9 +183,10 @@ def donation_gain(inputs: tuple, outputs: tuple) -> int:
     return gain
 
 
-def program_budget(error: BaseException, shell: Any = None) -> ProgramBudget | None:
+def program_budget(error: BaseException, shell: Any = None, read_frames: bool = False) -> ProgramBudget | None:
     """The failing jitted call's program budget, or None where no call is found or it cannot be
-    compiled again."""
+    compiled again. ``read_frames``: read its module's stack-frame tables too (the error's text
+    names sources by frame id: JAX 0.8 and later), from the same compiled program."""
     from jupyter_gpumem.doctor.names import current_shell
 
     cells = sites.cell_numbers(shell if shell is not None else current_shell())
@@ -177,7 +195,11 @@ def program_budget(error: BaseException, shell: Any = None) -> ProgramBudget | N
         if found is None:
             return None
         callee, args, kwargs, where, name = found
-        memory = jax_arrays.compile_memory(callee, jax_arrays.abstract_arrays(args), jax_arrays.abstract_arrays(kwargs))
+        memory = jax_arrays.compile_memory(
+            callee, jax_arrays.abstract_arrays(args), jax_arrays.abstract_arrays(kwargs), with_hlo=read_frames
+        )
+        frames = stack_frames(memory.hlo) if memory.hlo else {}
+        frame_ops = ops_at_frames(memory.hlo) if memory.hlo else frozenset()
     except Exception:  # tracing the user's function again may raise anything; the report must still show
         return None
     return ProgramBudget(
@@ -189,4 +211,6 @@ def program_budget(error: BaseException, shell: Any = None) -> ProgramBudget | N
         alias_bytes=memory.alias_bytes,
         donated=any(donated for *_, donated in memory.inputs),
         donation_gain=donation_gain(memory.inputs, memory.outputs),
+        frames=frames,
+        frame_ops=frame_ops,
     )

@@ -22,7 +22,7 @@ from jupyter_gpumem.core.readings import (
     ProcessReading,
     Sample,
 )
-from jupyter_gpumem.doctor import oom_rules, oom_text, peak_buffers, peak_fixes
+from jupyter_gpumem.doctor import oom_peak, oom_rules, oom_text, peak_buffers
 from jupyter_gpumem.doctor.arrays import ArrayRecord, census, growth_of, not_started_note
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
 from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
@@ -545,13 +545,19 @@ def oom_report(
     arrays_known = live is not None or (not replayed and allocator_shim.backend_started())
     records, walk_note = _read_arrays(shell, live, arrays_known)
     raised = exc if isinstance(exc, BaseException) else raised
-    beside = _read_beside_the_device(failing, sample, shell, raised if arrays_known and live is None else None)
+    beside = _read_beside_the_device(
+        failing,
+        sample,
+        shell,
+        raised if arrays_known and live is None else None,
+        peak_buffers.FRAME_ID in error.message,
+    )
     values = {s.name: s.value for s in states}
     readings = _oom_readings(error, failing, who, values, records, arrays_known, beside, synthetic)
     arrays_note = walk_note if records else _no_arrays_note(arrays_known, replayed, failing.stats)
     settings = tuple((s.name, s.shown, s.source_words()) for s in states)
     devices, fixes = _device_states(sample, replayed), tuple(oom_rules.advise(readings))
-    title, rows = _peak_section(error, readings.program, shell)
+    title, rows = oom_peak.peak_section(error, readings.program, shell)
     return OomReport(
         error,
         settings,
@@ -586,9 +592,12 @@ def _no_arrays_note(arrays_known: bool, replayed: bool, stats: AllocatorStats | 
     return _replay_note(stats) if replayed else not_started_note()
 
 
-def _read_beside_the_device(failing: _Failing, sample: Sample, shell: Any, raised: BaseException | None) -> _Beside:
+def _read_beside_the_device(
+    failing: _Failing, sample: Sample, shell: Any, raised: BaseException | None, read_frames: bool = False
+) -> _Beside:
     """Reads what the report needs besides the sample; the failing program is compiled again from
-    shapes only where ``raised`` is given."""
+    shapes only where ``raised`` is given, and its module's stack-frame tables read where
+    ``read_frames`` (the error's peak buffers name their sources by frame id)."""
     gpus = () if isinstance(sample.devices, NotAvailable) else tuple(sample.devices)
     on_cpu = failing.platform == "cpu" and failing.nvml is None
     host = (host_memory.total_bytes(), host_memory.available_bytes()) if on_cpu else (None, None)
@@ -597,39 +606,8 @@ def _read_beside_the_device(failing: _Failing, sample: Sample, shell: Any, raise
     if raised is not None:
         from jupyter_gpumem.doctor.program_budget import program_budget
 
-        program = program_budget(raised, shell)
+        program = program_budget(raised, shell, read_frames)
     return _Beside(gpus, host[0], host[1], beside, program)
-
-
-def _peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple[str, ...]]:
-    """``(title, rows)``: what was live at the failing program's peak, by source line, and what
-    would lower it, from XLA's "Peak buffers" in the error text; nothing is compiled for it.
-    Where the text has none but the failing call is known (``program``), a row says how to see
-    it by line. Empty otherwise."""
-    peak = peak_buffers.parse_oom_text(error.message)
-    call = f" of {program.call}" if program is not None else ""
-    if peak is None or not peak.buffers:
-        if program is None:
-            return "", ()
-        name = program.call.split(" (", 1)[0]
-        return (
-            f"Live at the peak{call}:",
-            (
-                f"  the error text carries no XLA peak buffers; `%gpumem peak {name}(...)`, with the call's arguments, "
-                "compiles it again with XLA's buffer assignment, without running it, and shows it by source line",
-            ),
-        )
-    from jupyter_gpumem.core import sites
-    from jupyter_gpumem.doctor.names import current_shell
-
-    cells = sites.cell_numbers(shell if shell is not None else current_shell())
-    title = (
-        f"Live at the peak{call}, by source line (XLA's {len(peak.buffers)} largest values; "
-        f"{peak_buffers.totals_text(peak)}, total {bytes_or_na(peak.peak_bytes)}):"
-    )
-    rows = peak_buffers.peak_lines_text(peak, cells)
-    rows += [f"  to lower it: {fix.text}" for fix in peak_fixes.peak_fixes(peak, cells)]
-    return title, tuple(rows)
 
 
 def _device_states(sample: Sample, replayed: bool) -> tuple[DeviceState, ...]:

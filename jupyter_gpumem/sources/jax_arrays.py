@@ -299,10 +299,14 @@ class CompiledMemory:
     # (shape, dtype, bytes, donated) per array argument, and (shape, dtype, bytes) per output
     inputs: tuple[tuple[tuple, str, int, bool], ...] = ()
     outputs: tuple[tuple[tuple, str, int], ...] = ()
+    hlo: str = ""  # the optimised module's text (``Compiled.as_text()``), where asked for
 
 
-def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> CompiledMemory:
-    """Lower and compile ``callee(*args, **kwargs)`` without running it, and read its memory.
+def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any], with_hlo: bool = False) -> CompiledMemory:
+    """Lower and compile ``callee(*args, **kwargs)`` without running it, and read its memory;
+    ``with_hlo``: its optimised module's text too (``Compiled.as_text()``: one device's module
+    for a sharded program; from JAX 0.8 it holds the stack-frame tables its metadata points
+    into), or "" where this JAX cannot print it.
 
     A callee without ``.lower`` is wrapped in ``jax.jit``, with only the arguments that hold
     arrays traced: the rest (shapes, dtypes, Python numbers, flags) are passed as they are, as a
@@ -311,11 +315,11 @@ def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Compi
     OverflowError while tracing, and jaxlib's XlaRuntimeError, a RuntimeError, while
     compiling); anything else the callee raises while traced reaches the caller as it is.
     """
-    return _compiled(callee, args, kwargs, None)[0]
+    return _compiled(callee, args, kwargs, None, with_hlo)[0]
 
 
 def _compiled(
-    callee: Any, args: tuple, kwargs: Mapping[str, Any], compiler_options: dict | None
+    callee: Any, args: tuple, kwargs: Mapping[str, Any], compiler_options: dict | None, with_hlo: bool = False
 ) -> tuple[CompiledMemory, Any, tuple[Any, ...]]:
     """``(memory, lowered, positions)``: ``positions[i]`` is the callee's own position (or
     keyword) of the i-th traced argument."""
@@ -361,8 +365,17 @@ def _compiled(
             for o in jax.tree_util.tree_leaves(getattr(lowered, "out_info", ()))
             if hasattr(o, "shape")
         ),
+        hlo=_module_text(compiled) if with_hlo else "",
     )
     return memory, lowered, positions
+
+
+def _module_text(compiled: Any) -> str:
+    try:
+        text = compiled.as_text()
+    except (RuntimeError, NotImplementedError, ValueError):  # jaxlib's XlaRuntimeError is a RuntimeError
+        return ""  # a backend or JAX that cannot print its program: the caller goes without
+    return text if isinstance(text, str) else ""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from xla_texts import human_readable_num_bytes
 
 from jupyter_gpumem import demo_traces, doctor
 from jupyter_gpumem.core.readings import (
@@ -761,20 +762,6 @@ def test_host_memory_text_of_jax_0_10_2_in_human_units_is_the_host_form_with_its
     assert parse_request(text("gpu_host_memory_0.10.2.txt")) == ("host", 15_204_184_228, False, None)
 
 
-def _xla_human_readable_num_bytes(n: int) -> str:
-    """tsl::strings::HumanReadableNumBytes for n >= 0, as xla/tsl/platform/numbers.cc writes it
-    (format "%s%.*f%ciB", in jaxlib 0.10.2's libjax_common.so): under 1024 "<n>B"; else integer
-    division by 1024 while n >= 1024 * 1024, one unit of "KMGTPE" per division, then n / 1024
-    with 1 decimal for K and 2 for the others."""
-    if n < 1024:
-        return f"{n}B"
-    unit = 0
-    while n >= 1024 * 1024:
-        n //= 1024
-        unit += 1
-    return format(n / 1024, ".1f" if unit == 0 else ".2f") + "KMGTPE"[unit] + "iB"
-
-
 @pytest.mark.parametrize(
     "printed, low, high",
     [
@@ -815,7 +802,7 @@ def test_sizes_xla_never_prints_are_not_taken_for_its_units(printed):
     ],
 )
 def test_every_size_xla_prints_reads_back_to_an_interval_holding_it(n):
-    low, high = xla_human_bytes(_xla_human_readable_num_bytes(n))
+    low, high = xla_human_bytes(human_readable_num_bytes(n))
     assert low <= n <= high
 
 

@@ -15,10 +15,12 @@ import html
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from jupyter_gpumem import doctor
 from jupyter_gpumem.core.readings import NotAvailable, Sample
 from jupyter_gpumem.doctor import peak_buffers, peak_fixes
-from jupyter_gpumem.doctor.oom_text import OomError
+from jupyter_gpumem.doctor.oom_text import OomError, xla_human_bytes
 from jupyter_gpumem.doctor.peak_buffers import (
     ARGUMENT,
     OUTPUT_OR_TEMPORARY,
@@ -44,6 +46,22 @@ def test_human_readable_sizes_read_as_xla_prints_them():
     assert human_bytes("4B") == 4
     assert human_bytes("         0B") == 0
     assert human_bytes("no size") is None
+
+
+@pytest.mark.parametrize("printed", ["1.5MiB", "1024B", "12GiB", "0.50GiB"])
+def test_a_size_xla_never_prints_is_read_by_neither_reader(printed):
+    """One reader of XLA's sizes (``oom_text.read_xla_size``) serves the report's request and the
+    peak buffers: a size HumanReadableNumBytes never prints (one decimal for MiB, 1024 bytes as
+    "B", no decimals, 0.50GiB for what it prints as 512.00MiB) is no size to either. Before, the
+    peak buffers' own reader took each of these as a size."""
+    assert human_bytes(f"Size: {printed}") is None
+    assert xla_human_bytes(printed) is None
+
+
+@pytest.mark.parametrize("printed", ["0B", "1023B", "1.5KiB", "14.16GiB", "1.12MiB", "1024.00MiB", "256.00TiB"])
+def test_a_peak_buffers_size_is_the_printed_value_inside_the_interval_xla_rounds_into(printed):
+    low, high = xla_human_bytes(printed)
+    assert low <= human_bytes(f"\t\tSize: {printed}") <= high
 
 
 def test_recorded_jax_13428_text_gives_stats_and_both_buffers():
@@ -172,23 +190,23 @@ def test_saved_values_of_a_scan_in_an_oom_text_are_sent_to_jax_checkpoint():
 
 
 def test_the_peak_section_names_the_failing_call_when_it_is_known():
+    from jupyter_gpumem.doctor.oom_peak import peak_section
     from jupyter_gpumem.doctor.program_budget import ProgramBudget
-    from jupyter_gpumem.doctor.report import _peak_section
 
     program = ProgramBudget("step (cell [7] line 9)", 512 * MiB, 512 * MiB, 3 << 30, 0, 0)  # synthetic
     error = OomError("gpu_bytes", 1 << 30, True, None, "JaxRuntimeError", SYNTHETIC_CELL_OOM)
-    title, rows = _peak_section(error, program, SimpleNamespace(compile=SimpleNamespace(_filename_map={CELL_FILE: 7})))
+    title, rows = peak_section(error, program, SimpleNamespace(compile=SimpleNamespace(_filename_map={CELL_FILE: 7})))
     assert title.startswith("Live at the peak of step (cell [7] line 9), by source line")
     assert rows[-1].startswith("  to lower it: wrap the function around cell [7] line 4 in jax.checkpoint")
 
 
 def test_without_peak_buffers_a_known_call_is_pointed_to_gpumem_peak():
+    from jupyter_gpumem.doctor.oom_peak import peak_section
     from jupyter_gpumem.doctor.program_budget import ProgramBudget
-    from jupyter_gpumem.doctor.report import _peak_section
 
     program = ProgramBudget("blow (cell [2] line 1)", 32, 1 << 44, 4, 0, 0)  # synthetic
     error = OomError("cpu", 1 << 44, True, None, "JaxRuntimeError", "RESOURCE_EXHAUSTED: synthetic, no peak buffers")
-    title, rows = _peak_section(error, program, None)
+    title, rows = peak_section(error, program, None)
     assert title == "Live at the peak of blow (cell [2] line 1):"
     assert "`%gpumem peak blow(...)`" in rows[0]
 

@@ -58,6 +58,10 @@ with jax.log_compiles():
 print(budget.output_bytes, sum("XLA compilation of jit(blow)" in m for m in seen), sum("XLA compilation" in m for m in seen))"""
 
 
+# a cell that catches the error and raises it again: its frame is at the `raise` by then
+RERAISED = "try:\n    w = blow(x)\nexcept RuntimeError:\n    print('caught')\n    raise"
+
+
 @pytest.fixture(scope="module")
 def cells(tmp_path_factory) -> list[dict]:
     tmp_path = tmp_path_factory.mktemp("program")
@@ -70,6 +74,7 @@ def cells(tmp_path_factory) -> list[dict]:
                 BUDGETS,
                 COMPILES,
                 "z = jnp.zeros((2**46,), jnp.float32)",
+                RERAISED,
             ]
         )
     )
@@ -129,6 +134,14 @@ def test_an_eager_operation_is_named_as_the_line_calls_it_not_by_its_primitive(c
     lines = _report(cells[5]["out"])
     at = lines.index("The failing call's program (compiled again, not run):")
     assert lines[at + 1].startswith("  jnp.zeros (run eagerly as broadcast_in_dim) (cell [6] line 1): arguments ")
+
+
+def test_an_error_raised_again_names_the_line_of_the_call_not_of_the_raise(cells):
+    """The traceback's entry for the cell says line 2 (``tb_lineno``); the cell's frame itself is
+    at its ``raise`` (line 5), where the report read it before."""
+    lines = _report(cells[6]["out"])
+    at = lines.index("The failing call's program (compiled again, not run):")
+    assert lines[at + 1].startswith("  blow (cell [7] line 2): arguments 32 B, outputs 256.00 TiB"), lines[at + 1]
 
 
 def test_a_call_inside_a_function_is_named_by_the_function_line(cells):
