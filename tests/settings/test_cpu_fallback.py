@@ -319,6 +319,27 @@ def test_a_cuda_backend_that_failed_to_start_is_named_even_without_a_record(fail
     assert "JAX kept no record of why" in reason and "no visible" not in reason
 
 
+@pytest.fixture(scope="module")
+def failed_start_watched():
+    """The same, with the extension watching JAX's start (as ``%load_ext`` does before it)."""
+    watched = _FAILED_START.replace(
+        "import jax\n", "import jax\nfrom jupyter_gpumem.sources import jax_start\njax_start.watch()\n", 1
+    )
+    assert watched != _FAILED_START
+    return _fresh(watched)
+
+
+@pytest.mark.jax_versions
+@without_cuda_plugin
+def test_a_failed_start_the_cell_caught_is_named_with_its_error_where_the_start_was_watched(failed_start_watched):
+    """The caught error is no cell's last error, and JAX kept nothing of it; the wrapper around
+    ``_init_backend`` saw it go by."""
+    reason = failed_start_watched["reason_without_record"]
+    assert reason.startswith("the CUDA backend failed to start")
+    assert 'Creating it raised: "RuntimeError: synthetic: CUDA_ERROR_OUT_OF_MEMORY: out of memory"' in reason
+    assert "JAX kept no record of why" not in reason
+
+
 @pytest.mark.jax_versions
 @without_cuda_plugin
 def test_status_and_panel_quote_the_start_error_the_cell_raised(failed_start):
