@@ -152,11 +152,13 @@ _FORMS: tuple[tuple[str, re.Pattern], ...] = (
     # GPU, the vmm allocator's physical-memory budget (XLA's DeviceAddressVmmAllocator,
     # device_address_vmm_allocator.cc): "Not enough PA budget: pa_allocated=2097152B,
     # allocation_size=102626230272B, pa_budget=63763120128B" (recorded on JAX 0.11.2), or "Not
-    # enough PA budget for allocation: pa_allocated=...B, rounded_size=...B, pa_budget=...B"
+    # enough PA budget for allocation: pa_allocated=...B, rounded_size=...B, pa_budget=...B".
+    # Both print the request rounded UP to the device's allocation granularity
+    # (RoundUpToGranularity, or the physical size cuMemCreate gave), not the request itself.
     (
         "vmm",
         re.compile(
-            r"Not enough PA budget[^\n]*?(?:allocation_size|rounded_size)=(?P<exact>\d+)B",
+            r"Not enough PA budget[^\n]*?(?:allocation_size|rounded_size)=(?P<rounded>\d+)B",
             re.IGNORECASE,
         ),
     ),
@@ -271,6 +273,8 @@ def parse_request(text: str) -> tuple[str, int | None, bool, int | None] | None:
         exact = False
         if groups.get("exact"):
             size, exact = int(groups["exact"]), True
+        elif groups.get("rounded"):
+            size = int(groups["rounded"])  # the most it can be: rounded up to the granularity
         elif groups.get("size"):
             try:
                 size = parse_bytes(groups["size"])  # it reads "21.88 GiB" as "21.88GiB"
@@ -287,6 +291,12 @@ def _named_ordinal(text: str) -> int | None:
     return int(named.group("ordinal")) if named else None
 
 
+# The granularity vmm rounds a request up to, taken as CUDA's 2 MiB for device memory on the
+# H100 the recorded texts came from (both sizes there are multiples of it); a device whose
+# granularity is larger widens the range below.
+VMM_GRANULARITY = 2 << 20
+
+
 def requested_range(text: str) -> tuple[int, int] | None:
     """The lowest and highest request an error text can stand for: an exact size twice, a size
     in XLA's human units its rounding interval (``xla_human_bytes``); None without a size."""
@@ -299,6 +309,9 @@ def requested_range(text: str) -> tuple[int, int] | None:
         groups = match.groupdict()
         if groups.get("exact"):
             return int(groups["exact"]), int(groups["exact"])
+        if groups.get("rounded"):
+            rounded = int(groups["rounded"])
+            return max(1, rounded - VMM_GRANULARITY + 1), rounded
         if groups.get("size"):
             return xla_human_bytes(groups["size"].replace(" ", ""))
         return None

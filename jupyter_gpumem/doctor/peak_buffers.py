@@ -157,7 +157,9 @@ _STATS = {
     "total allocation": "total",
 }
 OOM_SECTION = "BufferAssignment OOM Debugging."
-OOM_PEAK_LIMIT = 15  # kMaxBuffersToShow in ToVerboseString
+# How many peak buffers XLA lists: --xla_debug_buffer_assignment_show_max, 15 by default
+# (xla/debug_options_flags.cc); XLA_FLAGS can raise it, and the text then lists more.
+OOM_PEAK_LIMIT = 15
 
 
 def parse_oom_text(text: str, frames: Mapping[int, tuple[str, int, str]] | None = None) -> ProgramPeak | None:

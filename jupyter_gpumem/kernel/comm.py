@@ -101,6 +101,10 @@ def backend_started() -> bool:
     return probe()
 
 
+# What the panel reads of each setting (labextension/src/types.ts, AllocatorSetting).
+_SETTING_FIELDS = ("name", "value", "shown", "source", "changed_after_start")
+
+
 def event(name: str) -> dict:
     """A push: ``{"type": "event", "event": name, "backend_started": ..., "t": unix seconds}``."""
     return {"type": "event", "event": name, "backend_started": backend_started(), "t": time.time()}
@@ -271,16 +275,7 @@ def snapshot() -> dict:
         "backend_started": report.backend.started,
         "platform": report.backend.platform,
         # ``shown`` is the value as %gpumem status prints it ("off", "not set").
-        "settings": [
-            {
-                "name": s.name,
-                "value": s.value,
-                "shown": s.shown,
-                "source": s.source,
-                "changed_after_start": s.changed_after_start,
-            }
-            for s in report.settings
-        ],
+        "settings": [{k: getattr(s, k) for k in _SETTING_FIELDS} for s in report.settings],
         "warnings": warnings,
         "devices": devices,
         "reason": reason,

@@ -365,8 +365,8 @@ def _note_late_settings(cell: int | None) -> None:
         from jupyter_gpumem.settings.started_with import after_cell
 
         after_cell(cell)
-    except Exception:  # noqa: BLE001 - a nicety for status; never a traceback under a cell
-        pass
+    except (ImportError, AttributeError, LookupError, TypeError, ValueError, RuntimeError, OSError):
+        pass  # a nicety for status; never a traceback under a cell
 
 
 def unregister_cell_events(shell: Any) -> None:

@@ -54,7 +54,7 @@ from jupyter_gpumem.settings.effective import (
     show,
 )
 from jupyter_gpumem.settings.published import allocator_kind
-from jupyter_gpumem.sources import jax_arrays, jax_backend, jax_remat
+from jupyter_gpumem.sources import jax_arrays, jax_backend, jax_plugins, jax_remat
 from jupyter_gpumem.sources.jax_backend import (
     PLUGIN_READ_SETTINGS,
     backend_platform,
@@ -216,19 +216,6 @@ def _remat_in_effect() -> tuple[bool | str, str]:
     return True, source
 
 
-def _env_and_values() -> tuple[dict[str, str], Any, dict[str, Any], Any]:
-    """The environment, create options and values that are (or will be) in effect, and what JAX
-    read at its start (None before it starts): after the start, what it read then, not what the
-    environment says now (``started_with``)."""
-    read = started_with.start_read()
-    if read is None:
-        env = dict(os.environ)
-        options = create_options(env)
-        return env, options, effective(env, options), None
-    env, options = started_with.started_env(read)
-    return env, options, started_with.values_at_start(read), read
-
-
 def settings_in_effect() -> tuple[SettingState, ...]:
     """Every setting: its value, shown for people, and where it came from.
 
@@ -238,7 +225,7 @@ def settings_in_effect() -> tuple[SettingState, ...]:
     names comes from there: JAX applies it last.
     """
     with _lock:
-        env, options, values, read = _env_and_values()
+        env, options, values, read = started_with.in_effect()
         overridden = options.overrides()
         late = {c.name: c.to_json() for c in started_with.late_changes(read)} if read is not None else {}
         states = []
@@ -337,7 +324,7 @@ def _refuse_after_plugin_registration(env_given: Mapping[str, Any]) -> None:
     plugins (its first ``jax.devices()`` or operation ran) but its backend did not start (with
     ``JAX_PLATFORMS`` naming a backend that failed, for one). A value equal to the one in effect
     changes nothing and passes."""
-    frozen = jax_backend.frozen_plugin_options()
+    frozen = jax_plugins.frozen_plugin_options()
     if frozen is None:
         return
     asked = plugin_options.changed_since_registration(env_given, frozen)
@@ -407,22 +394,11 @@ def _check_installed_jax_takes(settings: AllocatorSettings, env_given: Mapping[s
 def _refuse_changes_after_start(env_given: Mapping[str, Any]) -> None:
     """Raise BackendStartedError for any given value that differs from the one JAX started with
     (what it read then, whatever the environment says now)."""
-    env, create, in_effect, _ = _env_and_values()
+    env, create, in_effect, _ = started_with.in_effect()
     conflicts = [(k, v) for k, v in env_given.items() if not same(k, v, in_effect[k])]
     if not conflicts:
         return
-    overridden = create.overrides()
-    late = {c.name: c for c in started_with.late_changes()}
-    now = "; ".join(
-        f"{k.replace('_', '-')} is {show(k, in_effect[k])} ({_held_in(k, env, overridden)}"
-        + (
-            f"; {late[k].variable} says {late[k].now!r} since {_cell_words(late[k].cell)}, which is not in effect"
-            if k in late
-            else ""
-        )
-        + ")"
-        for k, _ in conflicts
-    )
+    now = started_with.described([k for k, _ in conflicts], env, create, in_effect)
     words = _settings_words(AllocatorSettings(**dict(conflicts)))
     from jupyter_gpumem.settings import started_by
 
@@ -430,19 +406,6 @@ def _refuse_changes_after_start(env_given: Mapping[str, Any]) -> None:
         f"JAX's backend has already started, so {words} cannot take effect. In effect now: "
         f"{now}. " + _RESTART.format(what="it", words=words) + started_by.suffix()
     )
-
-
-def _cell_words(cell: int | None) -> str:
-    return f"cell [{cell}]" if cell is not None else "JAX started"
-
-
-def _held_in(name: str, env: Mapping[str, str], overridden: Mapping[str, Any]) -> str:
-    """Where setting ``name`` is held, for messages: its variable (as JAX read it: "JAX default"
-    where it was unset), or the jax.config option."""
-    if name in overridden:
-        return f"jax.config {CREATE_OPTIONS_OPTION}"
-    var = env_var_for(name, env)
-    return var if var in env else f"{JAX_DEFAULT}, {var} unset"
 
 
 def _refuse_hidden_by_create_options(env_given: Mapping[str, Any], overridden: Mapping[str, Any]) -> None:
@@ -574,7 +537,7 @@ def _refuse_reset(restored: Mapping[str, str]) -> None:
     """Raise where restoring ``restored`` (the environment reset would leave) cannot take effect:
     JAX's backend started, or its CUDA plugin already read the settings, or JAX rejects it."""
     if backend_started():
-        now, then = _env_and_values()[2], effective(restored)
+        now, then = started_with.in_effect()[2], effective(restored)
         changed = [k for k in ENV_SETTINGS if not same(k, now[k], then[k])]
         if changed:
             shown = "; ".join(f"{k.replace('_', '-')} is {show(k, now[k])}" for k in changed)
@@ -584,7 +547,7 @@ def _refuse_reset(restored: Mapping[str, str]) -> None:
                 "backend starts: restart the kernel to start from the environment's values."
             )
     elif _original_env:
-        frozen = jax_backend.frozen_plugin_options()
+        frozen = jax_plugins.frozen_plugin_options()
         now, then = effective(dict(os.environ)), effective(restored)
         changed = [k for k in PLUGIN_READ_SETTINGS if not same(k, now[k], then[k])]
         if frozen is not None and changed:
@@ -652,7 +615,7 @@ def allocator_in_effect() -> str:
     platform = backend_platform()
     if platform in ("cpu", "tpu"):
         return platform
-    value = canonical_allocator(str(_env_and_values()[2]["allocator"]).lower())
+    value = canonical_allocator(str(started_with.in_effect()[2]["allocator"]).lower())
     if value == "platform" and allocator_kind(value, jax_backend.installed_jax_version()) == "bfc":
         return "bfc"  # JAX 0.10.1 and 0.10.2 (jax#39145): its statistics and OOM texts are BFC's
     return value

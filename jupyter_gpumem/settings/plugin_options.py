@@ -1,5 +1,5 @@
 """The settings the CUDA plugin read when JAX registered its plugins, before its backend started
-(``jax_backend.frozen_plugin_options``): what is in effect then, and which asked values differ.
+(``jax_plugins.frozen_plugin_options``): what is in effect then, and which asked values differ.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from jupyter_gpumem.core.env_table import DEFAULT_FRACTION
 from jupyter_gpumem.settings.effective import canonical_allocator, same, show
-from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.sources import jax_backend, jax_plugins
 from jupyter_gpumem.sources.jax_backend import PLUGIN_READ_SETTINGS
 
 __all__ = ["frozen_values", "frozen_in_effect", "frozen_settings_sentence", "changed_since_registration"]
@@ -27,8 +27,8 @@ def frozen_values(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def frozen_settings_sentence() -> str | None:
     """What ``%gpumem status`` says while the plugins' options are fixed but JAX has not
-    started (``jax_backend.frozen_plugin_options``); None otherwise."""
-    frozen = jax_backend.frozen_plugin_options()
+    started (``jax_plugins.frozen_plugin_options``); None otherwise."""
+    frozen = jax_plugins.frozen_plugin_options()
     if frozen is None:
         return None
     raised = jax_backend.raised_start_error()

@@ -176,7 +176,9 @@ def parse(text: str | bytes, pid: int, kernel_id: str | None = None) -> Publishe
 # What each XLA_PYTHON_CLIENT_ALLOCATOR name gives, by JAX release, as read for docs/sources.md:
 # - "platform" is XLA's synchronous passthrough (no pool; memory_stats() is None, because
 #   StreamExecutorGpuDevice::GetAllocatorStats answers Unimplemented for an allocator that is
-#   not a MultiDeviceAdapter; an OOM says "Failed to allocate request for ..."), except on
+#   not a MultiDeviceAdapter; on an H100 with JAX 0.11.2 its OOM named the allocator
+#   SE_0_space_0: "Out of memory while trying to allocate ... with allocator SE_0_space_0",
+#   tests/data/oom_texts/h100_jax_0.11.2_*.txt), except on
 #   0.10.1 and 0.10.2, where it is BFC (jax#39145: openxla/xla#41761 gave XLA's Backend a BFC
 #   allocator, which the PJRT client falls back to), until openxla/xla#45668 (JAX 0.11.0).
 # - "address" is that passthrough by name, accepted from JAX 0.11.0 (jax#38490); earlier

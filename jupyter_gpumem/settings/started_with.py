@@ -4,7 +4,7 @@ JAX reads its allocator variables once, when its backend starts; a variable set 
 or ``os.environ`` in a cell) changes nothing in this process. So once JAX has started, the
 settings in effect are what it read then:
 
-- the CUDA plugin's options, where it registered (``jax_backend.cuda_registration``: the dict
+- the CUDA plugin's options, where it registered (``jax_plugins.cuda_registration``: the dict
   its factory keeps);
 - else the copy of the variables made as the first backend was created
   (``jax_start.read_at_start``), with jax.config's create options as they were then.
@@ -21,16 +21,33 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from jupyter_gpumem.core.env_table import ENV_SETTINGS, READ_AT_START_VARS
+from jupyter_gpumem.core.env_table import CREATE_OPTIONS_OPTION, ENV_SETTINGS, JAX_DEFAULT, READ_AT_START_VARS
 from jupyter_gpumem.settings import client_create_options
 from jupyter_gpumem.settings.client_create_options import CreateOptions
-from jupyter_gpumem.settings.effective import command_buffer_mode_forcing_vmm, effective, env_var_for, same, show
+from jupyter_gpumem.settings.effective import (
+    command_buffer_mode_forcing_vmm,
+    create_options,
+    effective,
+    env_var_for,
+    same,
+    show,
+)
 from jupyter_gpumem.settings.plugin_options import frozen_values
-from jupyter_gpumem.sources import jax_backend, jax_start
+from jupyter_gpumem.sources import jax_backend, jax_plugins, jax_start
 from jupyter_gpumem.sources.jax_backend import PLUGIN_READ_SETTINGS
 from jupyter_gpumem.sources.jax_start import AT_START, StartRead
 
-__all__ = ["StartRead", "LateChange", "start_read", "started_env", "values_at_start", "late_changes", "after_cell"]
+__all__ = [
+    "StartRead",
+    "LateChange",
+    "start_read",
+    "started_env",
+    "values_at_start",
+    "in_effect",
+    "described",
+    "late_changes",
+    "after_cell",
+]
 
 
 _kept: list[StartRead] = []  # once JAX has started, what it read: it does not change
@@ -61,7 +78,7 @@ def values_at_start(read: StartRead) -> dict[str, Any]:
     copied variables for the rest; create options last, as JAX merges them."""
     env, options = started_env(read)
     values = effective(env, options)
-    registration = jax_backend.cuda_registration()
+    registration = jax_plugins.cuda_registration()
     if registration is not None and registration.options is not None:
         plugin = frozen_values(registration.options)
         overridden = options.overrides()
@@ -71,6 +88,42 @@ def values_at_start(read: StartRead) -> dict[str, Any]:
     if command_buffer_mode_forcing_vmm(env):
         values["allocator"] = "vmm"  # XLA overrides the plugin's allocator too
     return values
+
+
+def in_effect() -> tuple[dict[str, str], CreateOptions, dict[str, Any], StartRead | None]:
+    """The environment, create options and values that are (or will be) in effect, and what JAX
+    read at its start (None before it starts): after the start, what it read then, not what the
+    environment says now."""
+    read = start_read()
+    if read is None:
+        env = dict(os.environ)
+        options = create_options(env)
+        return env, options, effective(env, options), None
+    env, options = started_env(read)
+    return env, options, values_at_start(read), read
+
+
+def described(names: list[str], env: dict[str, str], options: CreateOptions, values: dict[str, Any]) -> str:
+    """The settings ``names`` as they are in effect, for a refusal: "fraction is 0.75 (JAX
+    default, XLA_CLIENT_MEM_FRACTION unset; XLA_PYTHON_CLIENT_MEM_FRACTION says '.3' since cell
+    [2], which is not in effect)"."""
+    overridden = options.overrides()
+    late = {c.name: c for c in late_changes()}
+
+    def held_in(name: str) -> str:
+        if name in overridden:
+            return f"jax.config {CREATE_OPTIONS_OPTION}"
+        var = env_var_for(name, env)
+        return var if var in env else f"{JAX_DEFAULT}, {var} unset"
+
+    def since(change: LateChange) -> str:
+        when = f"cell [{change.cell}]" if change.cell is not None else "JAX started"
+        return f"; {change.variable} says {change.now!r} since {when}, which is not in effect"
+
+    return "; ".join(
+        f"{k.replace('_', '-')} is {show(k, values[k])} ({held_in(k)}{since(late[k]) if k in late else ''})"
+        for k in names
+    )
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ JAX creates every backend in one function, ``jax._src.xla_bridge._init_backend(p
 called only from ``backends()`` while it holds ``_backend_lock``, and looked up there as a
 module global at each call. It is so on every release this package supports: jax/_src/xla_bridge.py
 of 0.4.30 (called at line 879, defined at 959), 0.4.38 (917, 992), 0.7.2 (812, 885), 0.10.2
-(839, 912), 0.11.2 (827, 900) and 0.12.0.1 (851, 924). (JAX 0.10.x also had
+(839, 912), 0.11.2 (827, 900) and 0.12.0.1 (851, 924). (JAX 0.10.2 also had
 ``register_backend_initialization_hook``; it came in 0.10.2 and was removed in 0.11 by jax
 commit 8450f5fe85, so it serves no other release.)
 
@@ -134,19 +134,29 @@ def _restore() -> None:
         setattr(module, CREATES_BACKENDS, original)
 
 
+# What reading os.environ, jax.config or a frame could raise; nothing else is caught.
+_BOOKKEEPING_ERRORS = (AttributeError, LookupError, TypeError, ValueError, RuntimeError)
+
+
+def _note_failure(platform: str, err: BaseException | None) -> None:
+    _state["failures"][str(platform)] = f"{type(err).__name__}: {err}"[:_FAILURE_CHARS]
+    if _state["frames"] is None:  # nothing started: the next try reads the variables again
+        _state["read_at_start"] = None
+
+
 def _wrapper(original: Callable[[str], Any]) -> Callable[[str], Any]:
     def _init_backend(platform: str) -> Any:
         try:
             _keep_start_read(AT_START)
-        except Exception:  # noqa: BLE001 - bookkeeping must never fail JAX's start
+        except _BOOKKEEPING_ERRORS:  # bookkeeping must never fail JAX's start
             pass
+        created = False
         try:
             backend = original(platform)  # JAX's errors pass through: backends() decides what they mean
-        except BaseException as err:
-            _state["failures"][str(platform)] = f"{type(err).__name__}: {err}"[:_FAILURE_CHARS]
-            if _state["frames"] is None:  # nothing started: the next try reads the variables again
-                _state["read_at_start"] = None
-            raise
+            created = True
+        finally:
+            if not created:
+                _note_failure(platform, sys.exc_info()[1])
         try:
             _record(backend, sys._getframe(1))
         except Exception:  # noqa: BLE001 - bookkeeping must never fail JAX's start

@@ -7,9 +7,10 @@ and it never calls ``cuInit``. If CUDA was loaded but not initialised, the drive
 CUDA_ERROR_NOT_INITIALIZED and the reading says so.
 
 It reads the device's DEFAULT pool (cuDeviceGetDefaultMemPool). XLA's cuda_async allocator
-used that pool at the XLA commit we read; whether the JAX build you run does the same is
-**unverified on a GPU** (another version may create a pool of its own). See
-docs/fake-gpu.md and shared/reference/jax-memory-facts.md.
+uses that pool (the client asks for it with ``create_new_pool=false``), and on an H100 with JAX
+0.11.2 the default pool held exactly what JAX's cuda_async ``bytes_in_use`` said (1.00 GiB both:
+docs/gpu-facts.md, 2026-11-26). Only the optional separate-colour temp allocator makes a pool of
+its own. See docs/fake-gpu.md.
 """
 
 from __future__ import annotations

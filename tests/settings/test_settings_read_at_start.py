@@ -21,7 +21,7 @@ import json
 
 import pytest
 
-from jupyter_gpumem.sources import jax_backend
+from jupyter_gpumem.sources import jax_plugins
 
 from kernel_session import run_session
 
@@ -191,9 +191,9 @@ def test_a_closure_factory_s_options_are_read_as_jax_up_to_0_6_binds_them():
         return factory
 
     factory = register_plugin("cuda", options={"preallocate": False})
-    assert jax_backend._bound_options(factory) == {"preallocate": False}
-    assert jax_backend._bound_options(functools.partial(print, "cuda", options={"a": 1})) == {"a": 1}
-    assert jax_backend._bound_options(functools.partial(print, "cuda")) is jax_backend._NOT_BOUND
+    assert jax_plugins._bound_options(factory) == {"preallocate": False}
+    assert jax_plugins._bound_options(functools.partial(print, "cuda", options={"a": 1})) == {"a": 1}
+    assert jax_plugins._bound_options(functools.partial(print, "cuda")) is jax_plugins._NOT_BOUND
 
 
 def test_a_published_late_change_reads_back_and_a_malformed_one_is_dropped():
