@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,8 @@ import pytest
 from kernel_session import run_session
 
 GROW = "for i in range(2):\n    xs.append(jnp.ones((4,)))"
+# A comprehension at a cell's top level has a frame of its own before Python 3.12 (PEP 709).
+AT_TOP = " in <listcomp>" if sys.version_info < (3, 12) else ""
 
 
 def session(tmp_path: Path, cells: list[str]) -> list[dict]:
@@ -169,3 +172,87 @@ def session_allowing_errors(tmp_path: Path, cells: list[str]) -> list[dict]:
     assert all(c["ok"] for c in records[:-1]), records
     assert records[-1]["error"] in ("XlaRuntimeError", "JaxRuntimeError"), records[-1]
     return records
+
+
+# One run of each cell: a line with two statements (the issue's own cell), two identical loops, two
+# comprehensions on one line, a function called four times (twice on one line), and cells run
+# under %%time and %%capture, whose captured output cell 9 prints. None grows, however many
+# code objects IPython compiled for the cell.
+ONCE = [
+    "import jax, jax.numpy as jnp\nxs = []\ndef make():\n    return jnp.ones((4,))",
+    "%gpumem cells on",
+    "ws = jnp.ones((100, 256, 256)) * 1e-3; x = jnp.ones((64, 256))",
+    "for _ in range(3): xs.append(jnp.ones((2,)))\nfor _ in range(3): xs.append(jnp.ones((2,)))",
+    "zs = [jnp.ones((3,)) for _ in range(2)]; zs2 = [jnp.ones((3,)) for _ in range(2)]",
+    "xs.append(make())\nxs.append(make())\na = make(); b = make()",
+    "%%time\nt1 = jnp.ones((8,)); t2 = jnp.ones((8,))",
+    "%%capture captured\nc1 = jnp.ones((16,)); c2 = jnp.ones((16,))",
+    "print(captured.stdout)",
+    "%gpumem arrays --by line",
+]
+
+
+@pytest.fixture(scope="module")
+def once(tmp_path_factory) -> list[dict]:
+    return session(tmp_path_factory.mktemp("once"), ONCE)
+
+
+def cells_line(record: dict) -> str:
+    """The ``%gpumem cells on`` line a cell printed (its last line)."""
+    return record["out"].strip().splitlines()[-1]
+
+
+@pytest.mark.jax_versions
+@pytest.mark.parametrize(
+    ("cell", "allocated"),
+    [
+        (2, "allocated at cell [3] line 1 (25.06 MiB)"),
+        (3, "allocated at cell [4] line 1 (24 B), cell [4] line 2 (24 B)"),
+        (4, f"allocated at cell [5] line 1{AT_TOP} (48 B)"),
+        (5, "allocated at cell [1] line 4 in make (64 B)"),
+        (6, "allocated at <timed exec>:1 (64 B)"),
+    ],
+    ids=["two statements on a line", "two identical loops", "two comprehensions", "a function called 4 times", "time"],
+)
+def test_one_run_of_a_cell_is_not_growing(once, cell, allocated):
+    line = cells_line(once[cell])
+    assert line.startswith(f"gpumem: cell {cell + 1}: live arrays") and line.endswith(allocated), line
+
+
+@pytest.mark.jax_versions
+def test_a_captured_cell_run_once_is_not_growing(once):
+    """``%%capture`` runs its body as a cell of its own (``self.shell.run_cell(cell)``,
+    IPython/core/magics/execution.py, 9.18.1 line 1593), whose ``cells on`` line it captures."""
+    line = once[8]["out"].strip().splitlines()[0]
+    assert line.startswith("gpumem: cell: live arrays +128 B") and line.endswith("(128 B)"), once[8]["out"]
+
+
+@pytest.mark.jax_versions
+def test_arrays_names_no_growing_line_after_cells_run_once(once):
+    summary = once[9]["out"].splitlines()[0]
+    assert summary.startswith("20 live JAX arrays, 25.06 MiB in device memory") and "Growing" not in summary, summary
+
+
+@pytest.mark.jax_versions
+def test_the_oom_report_names_no_growing_line_after_two_statements_on_a_line(tmp_path):
+    cells = session_allowing_errors(tmp_path, [CELLS[0], ONCE[2], OOM])
+    assert "Largest live arrays:" in cells[2]["out"] and "Growing" not in cells[2]["out"], cells[2]["out"]
+
+
+# Cells run twice that keep arrays in a list: each is growth, counted in runs of the cell, not in
+# code objects (two statements on a line, a statement written twice, a magic's cell).
+TWICE = {
+    "two statements on a line": ("xs.append(jnp.ones((4,))); xs.append(jnp.ones((4,)))", "cell [3] line 1", 4),
+    "a statement written twice": ("xs.append(jnp.ones((4,)))\nxs.append(jnp.ones((4,)))", "cell [3] line 2", 4),
+    "time": ("%%time\nxs.append(jnp.ones((4,)))", "<timed eval>:1", 2),
+    "capture": ("%%capture\nxs.append(jnp.ones((4,)))", "cell [4] line 1", 2),
+}
+
+
+@pytest.mark.jax_versions
+@pytest.mark.parametrize("shape", list(TWICE))
+def test_a_cell_run_twice_that_keeps_arrays_grows_by_two_runs(tmp_path, shape):
+    cell, site, arrays = TWICE[shape]
+    out = session(tmp_path, [CELLS[0], cell, cell, "%gpumem arrays"])[3]["out"]
+    sentence = f"Growing, run after run: {site} keeps arrays from 2 runs ({arrays} arrays, {arrays * 16} B)."
+    assert out.splitlines()[0].endswith(sentence), out
