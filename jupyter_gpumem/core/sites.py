@@ -423,10 +423,10 @@ def newest_labels(allocations: Iterable[Allocation]) -> dict[tuple, str]:
 
 
 def executions(runs: Iterable[Run]) -> int:
-    """How many executions of cells ``runs`` of one statement come from: per file, the most code
-    objects at one place (each execution compiles each place once; the statement's text may
-    stand at several places of one cell), summed over the files (each edit of a cell, and each
-    run under plain IPython, has a file of its own)."""
+    """The number of cell executions that ``runs``, all of one statement, come from: per file,
+    the most code objects at one place (each execution compiles each place once; the statement's
+    text may stand at several places of one cell), summed over the files (each edit of a cell,
+    and each run under plain IPython, has a file of its own)."""
     codes: dict[tuple, set] = {}
     for run in runs:
         codes.setdefault((run.file, run.place), set()).add(run.code)
