@@ -6,11 +6,11 @@ Reads ``Array.traceback`` (jaxlib's ``Traceback``: ``.frames``, innermost first,
 jaxlib records when it makes an array; no buffer is read. A site is worked out once per distinct
 traceback and kept, so ten thousand arrays made by one line cost one reduction.
 
-Which cell made an array, and which run of it, come from the same traceback
+Which cell made an array, and which execution of it, come from the same traceback
 (``allocation_labeller``): ``raw_frames()`` gives each frame's code object (jaxlib/traceback.cc,
 jax-v0.7.2 and jax-v0.11.0; jaxlib 0.4.38, built from openxla/xla, has the same method, checked
 on its CPU wheel), and tracebacks are recorded by default (``traceback_enabled_ = true``). Lines
-that keep arrays run after run are ``growing``.
+that keep arrays from two or more executions of a cell are ``growing``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from jupyter_gpumem.core.units import format_bytes
 
@@ -195,9 +195,11 @@ def origin_of(frames: Iterable[FrameTuple], cells: Mapping[str, int]) -> Origin:
     return Origin(first, user, cell)
 
 
-# Per traceback: its frames outside JAX, and the id of each one's code object (None where
-# jaxlib gives no code objects). The traceback holds its code objects, so the ids stay theirs.
-_by_traceback: dict[Any, tuple[tuple[FrameTuple, ...], tuple[int | None, ...]]] = {}
+# Per traceback: its frames outside JAX, and each one's code object (None where jaxlib gives no
+# code objects; the traceback holds them anyway).
+_by_traceback: dict[Any, tuple[tuple[FrameTuple, ...], tuple[Any, ...]]] = {}
+# Per code object, by id: the object (so the id stays its own) and where its statement starts.
+_places: dict[int, tuple[Any, tuple]] = {}
 
 
 def _raw_codes(traceback: Any, count: int) -> list | None:
@@ -222,9 +224,9 @@ def _qualified_names(codes: list | None) -> list[str] | None:
         return None
 
 
-def _reduction(traceback: Any) -> tuple[tuple[FrameTuple, ...], tuple[int | None, ...]]:
-    """The frames of a jaxlib Traceback outside JAX, innermost first, and their code objects'
-    ids (kept per traceback)."""
+def _reduction(traceback: Any) -> tuple[tuple[FrameTuple, ...], tuple[Any, ...]]:
+    """The frames of a jaxlib Traceback outside JAX, innermost first, and their code objects
+    (None each where jaxlib gives none; kept per traceback)."""
     found = _by_traceback.get(traceback)
     if found is None:
         frames = traceback.frames
@@ -233,10 +235,11 @@ def _reduction(traceback: Any) -> tuple[tuple[FrameTuple, ...], tuple[int | None
         kept = [i for i, f in enumerate(frames) if kind_of(f.file_name) != "internal"]
         found = (
             tuple((frames[i].file_name, frames[i].line_num, names[i]) for i in kept),
-            tuple(id(codes[i]) if codes else None for i in kept),
+            tuple(codes[i] if codes else None for i in kept),
         )
         if len(_by_traceback) > 8192:  # code comes and goes; a few thousand stacks is plenty
             _by_traceback.clear()
+            _places.clear()
         _by_traceback[traceback] = found
     return found
 
@@ -286,6 +289,60 @@ def _cell_text(path: str, line: int) -> str:
     return linecache.getline(path, line).strip()
 
 
+class Run(NamedTuple):
+    """One execution of a cell statement, as an array's traceback shows it.
+
+    ``statement``: the text of the line the cell was running (its file and line where the text is
+    not cached), so one statement stays one wherever an edit moves it. ``file``: the cell's file
+    name. ``place``: where that top-level statement starts in the file (``statement_place``).
+    ``code``: the id of the code object IPython compiled for it that time (the file name where
+    jaxlib gives no code objects).
+
+    IPython runs a cell by compiling each of its top-level statements into a code object of its
+    own, every time the cell runs (``run_cell_async`` names the cell's file once, ``cell_name =
+    compiler.cache(...)``, then ``run_ast_nodes`` compiles ``Module([node], [])`` with
+    ``compiler(mod, cell_name, mode)`` for each statement: IPython/core/interactiveshell.py,
+    9.18.1 lines 3485, 3752 and 3760; 8.39.0 lines 3303, 3509 and 3517). So one execution of a
+    cell gives one code object per place in its file, and a second execution of the same code
+    a second one at each place: the number of executions is the number of code objects at one
+    place of one file, not the number of code objects (two statements on one line are two code
+    objects of one execution). The file name alone cannot tell executions apart: ipykernel names
+    a cell's file by a hash of its code (``XCachingCompiler.get_code_name`` returns
+    ``get_file_name(raw_code)``, ipykernel/compiler.py, 7.4), so identical runs share it, and
+    Python 3.13 on interns ``co_filename`` (``_PyUnicode_InternMortal(interp,
+    &co->co_filename)``, Objects/codeobject.c ``init_code``; seen on 3.13.0, not on 3.12.1), so
+    equal names are one object there.
+    """
+
+    statement: str
+    file: str
+    place: tuple
+    code: int | str
+
+
+def statement_place(code: Any) -> tuple:
+    """Where the statement compiled as ``code`` starts in its file: the first ``(line, column)``
+    among its instructions' positions (``co_positions()``, Python 3.11+; the ``RESUME`` a module
+    starts with is at line 0 on 3.11.7, 3.12.1 and 3.13.0, and is skipped). Statements never share
+    source text, so two top-level statements of one cell, even on one line, start at two places,
+    and the same statement compiled again starts at the same place. Before 3.11 (no columns):
+    its first line and its bytecode, which tell apart two different statements on one line
+    (checked on 3.10.13). ``()`` where the code object says nothing."""
+    found = _places.get(id(code))
+    if found is not None and found[0] is code:
+        return found[1]
+    try:
+        positions = code.co_positions()
+    except AttributeError:  # Python 3.10
+        lines = [line for _, _, line in code.co_lines() if line]
+        place: tuple = (min(lines), code.co_code) if lines else ()
+    else:
+        starts = [(line, column) for line, _, column, _ in positions if line and column is not None]
+        place = min(starts) if starts else ()
+    _places[id(code)] = (code, place)
+    return place
+
+
 @dataclass(frozen=True)
 class Allocation:
     """Where one array was made, from its traceback alone.
@@ -295,18 +352,14 @@ class Allocation:
     in its re-run as cell [9] is one site (plain IPython names each run's file apart, ipykernel
     names it by a hash of the cell's text); a file's line by file, number and function.
     ``cell``: the number of the cell that was running, from the outermost frame in a cell.
-    ``run``: one execution of the cell statement that made it, ``(statement, token)``: the text
-    of the line the cell was running (its file and line where the text is not cached), and the
-    id of the code object IPython compiled for it that time (``run_ast_nodes`` compiles each
-    top-level statement anew on every run: IPython/core/interactiveshell.py, 9.8.0 line 3639; the
-    file name where jaxlib gives no code objects). The same statement text is the same statement
-    wherever it moved in an edited cell. None outside any cell.
+    ``run``: the execution of the cell statement that made it (:class:`Run`), read from that
+    outermost frame; None outside any cell.
     """
 
     site: str
     line: tuple
     cell: int | None = None
-    run: tuple | None = None
+    run: Run | None = None
 
 
 def _line_key(site: Site | None, label: str) -> tuple:
@@ -325,7 +378,13 @@ def _allocation(traceback: Any, cells: Mapping[str, int]) -> Allocation:
         number = _cell(path, cells)
         if number is not None:
             statement = _cell_text(path, line) or f"{path}:{line}"
-            return Allocation(label, _line_key(site, label), number, (statement, codes[i] or path))
+            code = codes[i]
+            run = (
+                Run(statement, path, statement_place(code), id(code))
+                if code is not None
+                else Run(statement, path, (), path)
+            )
+            return Allocation(label, _line_key(site, label), number, run)
     return Allocation(label, _line_key(site, label))
 
 
@@ -340,8 +399,8 @@ def allocation_labeller(cells: Mapping[str, int]) -> Callable[[Any], Allocation]
 
 @dataclass(frozen=True)
 class Growth:
-    """A line whose live arrays come from ``runs`` runs of the same cell statement: a list that
-    keeps more arrays each time a cell runs. ``site`` names its newest run's line."""
+    """A line whose live arrays come from ``runs`` executions of the same cell statement: a list
+    that keeps more arrays each time a cell runs. ``site`` names its newest run's line."""
 
     site: str
     runs: int
@@ -363,22 +422,37 @@ def newest_labels(allocations: Iterable[Allocation]) -> dict[tuple, str]:
     return {line: a.site for line, a in newest.items()}
 
 
+def executions(runs: Iterable[Run]) -> int:
+    """The number of cell executions that ``runs``, all of one statement, come from: per file,
+    the most code objects at one place (each execution compiles each place once; the statement's
+    text may stand at several places of one cell), summed over the files (each edit of a cell,
+    and each run under plain IPython, has a file of its own)."""
+    codes: dict[tuple, set] = {}
+    for run in runs:
+        codes.setdefault((run.file, run.place), set()).add(run.code)
+    per_file: dict[str, int] = {}
+    for (file, _), found in codes.items():
+        per_file[file] = max(per_file.get(file, 0), len(found))
+    return sum(per_file.values())
+
+
 def growing(made: Iterable[tuple[Allocation, int, int]]) -> list[Growth]:
-    """The lines whose live arrays were made by two or more runs of one cell statement, from
-    ``(allocation, arrays, bytes)`` per distinct allocation; largest first."""
+    """The lines whose live arrays were made by two or more executions of one cell statement
+    (``executions``), from ``(allocation, arrays, bytes)`` per distinct allocation; largest
+    first."""
     made = list(made)
     labels = newest_labels(a for a, _, _ in made)
     totals: dict[tuple, list[int]] = {}
-    runs: dict[tuple, dict[tuple, set]] = {}
+    runs: dict[tuple, dict[str, set[Run]]] = {}
     for a, arrays, nbytes in made:
         total = totals.setdefault(a.line, [0, 0])
         total[0] += arrays
         total[1] += nbytes
         if a.run is not None:
-            runs.setdefault(a.line, {}).setdefault(a.run[0], set()).add(a.run[1])
+            runs.setdefault(a.line, {}).setdefault(a.run.statement, set()).add(a.run)
     found = []
     for line, statements in runs.items():
-        most = max(len(tokens) for tokens in statements.values())
+        most = max(executions(of_statement) for of_statement in statements.values())
         if most >= 2:
             found.append(Growth(labels[line], most, *totals[line]))
     return sorted(found, key=lambda g: (-g.nbytes, g.site))
@@ -421,6 +495,7 @@ def stack_origin(frame: Any, cells: Mapping[str, int]) -> Origin:
 def forget() -> None:
     """Drop the kept reductions (tests)."""
     _by_traceback.clear()
+    _places.clear()
 
 
 __all__ = [
@@ -435,6 +510,9 @@ __all__ = [
     "site_labeller",
     "top_sites",
     "Allocation",
+    "Run",
+    "statement_place",
+    "executions",
     "allocation_labeller",
     "Growth",
     "growing",

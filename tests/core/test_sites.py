@@ -170,20 +170,87 @@ def test_a_group_from_several_lines_names_the_largest_and_counts_the_others():
 
 # --- growth: lines whose live arrays come from several runs (Allocation as the labeller makes it)
 
+XS = ("cell", "<module>", "xs.append(x)")
 
-def made(cell: int, statement: str, token: int, line: tuple = ("cell", "<module>", "xs.append(x)")):
-    return sites.Allocation(f"cell [{cell}] line 2", line, cell, (statement, token))
+
+def made(cell: int, run: sites.Run, line: tuple = XS) -> sites.Allocation:
+    return sites.Allocation(f"cell [{cell}] line 2", line, cell, run)
 
 
 def test_a_line_with_arrays_from_two_runs_of_its_statement_grows_named_by_its_newest_run():
-    found = sites.growing([(made(3, "xs.append(x)", 1), 2, 32), (made(5, "xs.append(x)", 2), 2, 32)])
+    """Plain IPython: each run has a file of its own."""
+    first, second = (
+        sites.Run("xs.append(x)", "<ipython-input-3-a>", (2, 0), 1),
+        sites.Run("xs.append(x)", "<ipython-input-5-a>", (2, 0), 2),
+    )
+    found = sites.growing([(made(3, first), 2, 32), (made(5, second), 2, 32)])
     assert [str(g) for g in found] == ["cell [5] line 2 keeps arrays from 2 runs (4 arrays, 64 B)"]
 
 
 def test_two_statements_of_one_run_reaching_one_line_are_not_runs():
     """``a = make()`` and ``b = make()`` in one cell: one site, two statements, one run each."""
     line = ("cell", "make", "return jnp.ones(3)")
-    assert sites.growing([(made(3, "a = make()", 1, line), 1, 12), (made(3, "b = make()", 2, line), 1, 12)]) == []
+    a, b = sites.Run("a = make()", "c.py", (2, 0), 1), sites.Run("b = make()", "c.py", (3, 0), 2)
+    assert sites.growing([(made(3, a, line), 1, 12), (made(3, b, line), 1, 12)]) == []
+
+
+def test_two_statements_on_one_line_are_one_execution():
+    """``ws = jnp.ones(...) * 1e-3; x = jnp.ones(...)``: two code objects, two places, one run."""
+    text = "ws = jnp.ones((100, 256, 256)) * 1e-3; x = jnp.ones((64, 256))"
+    runs = [
+        sites.Run(text, "/tmp/ipykernel_1/9.py", (1, 5), 101),
+        sites.Run(text, "/tmp/ipykernel_1/9.py", (1, 44), 102),
+    ]
+    assert sites.executions(runs) == 1
+    assert sites.growing([(made(4, run, ("cell", "<module>", text)), 1, 4) for run in runs]) == []
+
+
+def test_the_same_place_compiled_twice_in_one_file_is_two_executions():
+    """ipykernel names identical code by one file: two code objects at one place are two runs."""
+    runs = [sites.Run("xs.append(x)", "/tmp/ipykernel_1/9.py", (2, 0), code) for code in (101, 102)]
+    assert sites.executions(runs) == 2
+
+
+def test_a_statement_written_twice_in_a_cell_counts_the_cells_executions():
+    """The same text on lines 2 and 3 of one cell, run twice: four code objects, two runs."""
+    path = "/tmp/ipykernel_1/9.py"
+    runs = [
+        sites.Run("xs.append(make())", path, place, code)
+        for place, code in (((2, 0), 1), ((3, 0), 2), ((2, 0), 3), ((3, 0), 4))
+    ]
+    assert sites.executions(runs) == 2
+    assert sites.executions(runs[:2]) == 1
+
+
+def test_executions_add_up_across_the_files_of_an_edited_cell():
+    """Runs 1 and 2 of one version of the cell, run 3 after an edit moved the line."""
+    runs = [
+        sites.Run("xs.append(x)", "/tmp/ipykernel_1/9.py", (2, 0), 1),
+        sites.Run("xs.append(x)", "/tmp/ipykernel_1/9.py", (2, 0), 2),
+        sites.Run("xs.append(x)", "/tmp/ipykernel_1/7.py", (3, 0), 3),
+    ]
+    assert sites.executions(runs) == 3
+
+
+def statements_of(source: str) -> list:
+    """Each top-level statement of ``source`` compiled as IPython's ``run_ast_nodes`` does."""
+    import ast
+
+    return [compile(ast.Module([node], []), "<cell>", "exec") for node in ast.parse(source).body]
+
+
+def test_statements_on_one_line_start_at_two_places_and_again_at_the_same():
+    source = "import math\nws = math.sqrt(4) * 1e-3; x = math.sqrt(9)\nfor i in range(2):\n    y = i\n"
+    places = [sites.statement_place(code) for code in statements_of(source)]
+    again = [sites.statement_place(code) for code in statements_of(source)]
+    assert places == again and len(set(places)) == 4
+    if sys.version_info >= (3, 11):
+        assert places == [(1, 0), (2, 0), (2, 26), (3, 0)]  # where each statement starts
+
+
+def test_the_same_statement_on_two_lines_starts_at_two_places():
+    first, second = statements_of("xs.append(f())\nxs.append(f())")
+    assert sites.statement_place(first) != sites.statement_place(second)
 
 
 def test_arrays_made_outside_any_cell_never_grow():

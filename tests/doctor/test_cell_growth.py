@@ -23,13 +23,19 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
+import IPython
 import pytest
+
+from jupyter_gpumem.core.sites import counts_cells_first
 
 from kernel_session import run_session
 
 GROW = "for i in range(2):\n    xs.append(jnp.ones((4,)))"
+# A comprehension at a cell's top level has a frame of its own before Python 3.12 (PEP 709).
+AT_TOP = " in <listcomp>" if sys.version_info < (3, 12) else ""
 
 
 def session(tmp_path: Path, cells: list[str]) -> list[dict]:
@@ -169,3 +175,92 @@ def session_allowing_errors(tmp_path: Path, cells: list[str]) -> list[dict]:
     assert all(c["ok"] for c in records[:-1]), records
     assert records[-1]["error"] in ("XlaRuntimeError", "JaxRuntimeError"), records[-1]
     return records
+
+
+# A cell that %%capture runs inside cell 3 is numbered 3 by IPython 8.x, and 4 from 9.8 on:
+# run_cell_async gives the inner cell ``self.execution_count``, which the outer cell has already
+# counted up (IPython/core/interactiveshell.py, 9.18.1 lines 3437-3440; sites.counts_cells_first).
+CAPTURED_IN_3 = 4 if counts_cells_first(IPython.version_info) else 3
+
+# One run of each cell: a line with two statements (the issue's own cell), two identical loops, two
+# comprehensions on one line, a function called four times (twice on one line), and cells run
+# under %%time and %%capture. None grows, however many code objects IPython compiled for the cell.
+ONCE = [
+    "import jax, jax.numpy as jnp\nxs = []\ndef make():\n    return jnp.ones((4,))",
+    "%gpumem cells on",
+    "ws = jnp.ones((100, 256, 256)) * 1e-3; x = jnp.ones((64, 256))",
+    "for _ in range(3): xs.append(jnp.ones((2,)))\nfor _ in range(3): xs.append(jnp.ones((2,)))",
+    "zs = [jnp.ones((3,)) for _ in range(2)]; zs2 = [jnp.ones((3,)) for _ in range(2)]",
+    "xs.append(make())\nxs.append(make())\na = make(); b = make()",
+    "%%time\nt1 = jnp.ones((8,)); t2 = jnp.ones((8,))",
+    "%%capture\nc1 = jnp.ones((16,)); c2 = jnp.ones((16,))",
+    "%gpumem arrays --by line",
+]
+
+
+@pytest.fixture(scope="module")
+def once(tmp_path_factory) -> list[dict]:
+    return session(tmp_path_factory.mktemp("once"), ONCE)
+
+
+def cells_line(record: dict) -> str:
+    """The ``%gpumem cells on`` line a cell printed (its last line)."""
+    return record["out"].strip().splitlines()[-1]
+
+
+@pytest.mark.jax_versions
+@pytest.mark.parametrize(
+    ("cell", "allocated"),
+    [
+        (2, "allocated at cell [3] line 1 (25.06 MiB)"),
+        (3, "allocated at cell [4] line 1 (24 B), cell [4] line 2 (24 B)"),
+        (4, f"allocated at cell [5] line 1{AT_TOP} (48 B)"),
+        (5, "allocated at cell [1] line 4 in make (64 B)"),
+        (6, "allocated at <timed exec>:1 (64 B)"),
+    ],
+    ids=["two statements on a line", "two identical loops", "two comprehensions", "a function called 4 times", "time"],
+)
+def test_one_run_of_a_cell_is_not_growing(once, cell, allocated):
+    line = cells_line(once[cell])
+    assert line.startswith(f"gpumem: cell {cell + 1}: live arrays") and line.endswith(allocated), line
+
+
+@pytest.mark.jax_versions
+def test_a_captured_cell_run_once_is_not_growing(once):
+    """``%%capture`` runs its body as a cell of its own (``self.shell.run_cell(cell)``,
+    IPython/core/magics/execution.py, 9.18.1 line 1593) and captures what it prints, so its
+    arrays are read in the listing: one row, not called growing."""
+    inner = CAPTURED_IN_3 + 5  # the cell that %%capture runs inside cell 8
+    assert [f"cell [{inner}] line 1", "2", "128 B", "8"] in table(once[8]["out"]), once[8]["out"]
+    assert "Growing" not in once[8]["out"].splitlines()[0]
+
+
+@pytest.mark.jax_versions
+def test_arrays_names_no_growing_line_after_cells_run_once(once):
+    summary = once[8]["out"].splitlines()[0]
+    assert summary.startswith("20 live JAX arrays, 25.06 MiB in device memory") and "Growing" not in summary, summary
+
+
+@pytest.mark.jax_versions
+def test_the_oom_report_names_no_growing_line_after_two_statements_on_a_line(tmp_path):
+    cells = session_allowing_errors(tmp_path, [CELLS[0], ONCE[2], OOM])
+    assert "Largest live arrays:" in cells[2]["out"] and "Growing" not in cells[2]["out"], cells[2]["out"]
+
+
+# Cells run twice that keep arrays in a list: each is growth, counted in runs of the cell, not in
+# code objects (two statements on a line, a statement written twice, a magic's cell).
+TWICE = {
+    "two statements on a line": ("xs.append(jnp.ones((4,))); xs.append(jnp.ones((4,)))", "cell [3] line 1", 4),
+    "a statement written twice": ("xs.append(jnp.ones((4,)))\nxs.append(jnp.ones((4,)))", "cell [3] line 2", 4),
+    "time": ("%%time\nxs.append(jnp.ones((4,)))", "<timed eval>:1", 2),
+    "capture": ("%%capture\nxs.append(jnp.ones((4,)))", f"cell [{CAPTURED_IN_3}] line 1", 2),
+}
+
+
+@pytest.mark.jax_versions
+@pytest.mark.parametrize("shape", list(TWICE))
+def test_a_cell_run_twice_that_keeps_arrays_grows_by_two_runs(tmp_path, shape):
+    cell, site, arrays = TWICE[shape]
+    out = session(tmp_path, [CELLS[0], cell, cell, "%gpumem arrays"])[3]["out"]
+    sentence = f"Growing, run after run: {site} keeps arrays from 2 runs ({arrays} arrays, {arrays * 16} B)."
+    assert out.splitlines()[0].endswith(sentence), out

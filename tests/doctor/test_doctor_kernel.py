@@ -6,6 +6,8 @@ through jupyter_client, as nbclient and papermill drive one.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from child_env import ipython_dir
 from jupyter_client.manager import start_new_kernel
@@ -111,3 +113,46 @@ def test_under_ipykernel_identical_runs_take_the_newest_number(grown_in_kernel):
     counts, text = grown_in_kernel
     rows = [[c.strip() for c in row.split("  ") if c.strip()] for row in text.splitlines() if row.startswith("  ")]
     assert [f"cell [{counts[1]}] line 2", "4", "64 B", str(counts[1])] in rows, text
+
+
+TWO_ON_A_LINE = "ys.append(jnp.ones((4,))); ys.append(jnp.ones((4,)))"
+
+
+@pytest.fixture(scope="module")
+def cells_lines_in_kernel(loaded) -> list[str]:
+    """The ``cells on`` lines of a cell with two statements on one line, run once, then of a
+    cell that keeps two arrays per run on one line, run twice as identical code."""
+    run(loaded, "ys = []\n%gpumem cells on")
+    try:
+        cells = ["ws = jnp.ones((100, 256, 256)) * 1e-3; x = jnp.ones((64, 256))", TWO_ON_A_LINE, TWO_ON_A_LINE]
+        found = []
+        for cell in cells:
+            content, outputs = run(loaded, cell)
+            assert content["status"] == "ok", content
+            found.append("".join(o["text"] for o in outputs if o["type"] == "stream").strip().splitlines()[-1])
+        return found
+    finally:
+        run(loaded, "%gpumem cells off\ndel ws, x, ys")
+
+
+@pytest.mark.jax_versions
+def test_two_statements_on_one_line_run_once_in_a_kernel_are_not_growing(cells_lines_in_kernel):
+    """The issue's own cell: IPython compiles each statement of the line as a code object of its
+    own, both in one run."""
+    line = cells_lines_in_kernel[0]
+    assert re.fullmatch(
+        r"gpumem: cell (\d+): live arrays \+25.06 MiB .*; allocated at cell \[\1\] line 1 \(25.06 MiB\)", line
+    ), line
+
+
+@pytest.mark.jax_versions
+def test_identical_code_run_twice_in_a_kernel_grows_by_two_runs_not_four_statements(cells_lines_in_kernel):
+    """Both runs share one file name (ipykernel's hash of the code); four code objects at two
+    places of it are two runs."""
+    first, second = cells_lines_in_kernel[1:]
+    assert re.fullmatch(
+        r"gpumem: cell (\d+): live arrays \+32 B .*; allocated at cell \[\1\] line 1 \(32 B\)", first
+    ), first
+    assert re.fullmatch(
+        r"gpumem: cell (\d+): .*; growing: cell \[\1\] line 1 keeps arrays from 2 runs \(4 arrays, 64 B\)", second
+    ), second
