@@ -75,7 +75,21 @@ def test_unregistering_twice_is_quiet():
     assert manager.targets == {}
 
 
-def test_loading_opens_a_comm_that_tells_the_front_end_it_is_loaded(fresh_comms):
+@pytest.fixture
+def jax_not_started(monkeypatch):
+    """JAX's backend has not started nor registered its plugins, whatever earlier tests in this
+    process did: every module that took ``backend_started`` by name answers False."""
+    from jupyter_gpumem.sources import jax_backend, jax_plugins
+
+    monkeypatch.setattr(jax_plugins, "cuda_registration", lambda: None)
+
+    real = jax_backend.backend_started
+    for module in [m for name, m in sys.modules.items() if name.startswith("jupyter_gpumem")]:
+        if getattr(module, "backend_started", None) is real:
+            monkeypatch.setattr(module, "backend_started", lambda: False)
+
+
+def test_loading_opens_a_comm_that_tells_the_front_end_it_is_loaded(fresh_comms, jax_not_started):
     kernel_comm.register(FakeShell(FakeCommManager()))
     (announce,) = fresh_comms
     assert announce.open_kwargs["target_name"] == "jupyter_gpumem"
@@ -93,7 +107,7 @@ def test_the_comm_opened_at_load_answers_snapshot_requests(fresh_comms):
     assert answer["type"] == "snapshot"
 
 
-def test_each_cell_end_is_pushed_to_every_open_comm(fresh_comms):
+def test_each_cell_end_is_pushed_to_every_open_comm(fresh_comms, jax_not_started):
     shell, _, panel = loaded_kernel_with_panel()
     shell.run_cell(1, lambda: None)
     for comm in (fresh_comms[0], panel):
@@ -213,7 +227,7 @@ def test_five_thousand_comms_opened_and_closed_leave_none_behind(monkeypatch, fr
     assert manager.comms == {} and kernel_comm._comms == fresh_comms  # the one opened at load
 
 
-def test_settings_the_panel_applies_at_kernel_start_are_named_notebook_settings(monkeypatch):
+def test_settings_the_panel_applies_at_kernel_start_are_named_notebook_settings(monkeypatch, jax_not_started):
     """The panel's start hook calls configure_from_notebook (labextension/src/configureCode.ts):
     status names the source "notebook settings", not %gpumem, which the user never typed."""
     from jupyter_gpumem import allocator_shim
