@@ -16,10 +16,15 @@ GPU text for the same program, so the report finds the call in the traceback as 
 from __future__ import annotations
 
 import inspect
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from child_env import pythonpath
 from xla_texts import entry_instructions, verbose_oom_text
 
 from jupyter_gpumem.doctor import peak_buffers
@@ -66,15 +71,37 @@ def _budget_of(hlo: str, call: str):
     return ProgramBudget(call, 0, 0, 0, 0, 0, frames=stack_frames(hlo), frame_ops=ops_at_frames(hlo))
 
 
-@pytest.fixture(scope="module")
-def program():
-    """``(hlo, text)``: the real optimised module of ``step`` on (64, 128) @ (128, 256), and an
-    OOM text whose peak buffers are every value of its entry computation but constants."""
-    import jax
-    import jax.numpy as jnp
+# Compiled in a fresh interpreter: a compile starts JAX's backend, and the rest of the test run
+# expects this process's JAX not started (settings before the start, the panel's pushes).
+_COMPILE = """
+import json, sys
+sys.path[:0] = [{doctor!r}, {tests!r}]
+import jax, jax.numpy as jnp
+from test_peak_frames import step
+print(json.dumps({{
+    "step": jax.jit(step).lower(jnp.ones((128, 256)), jnp.ones((64, 128))).compile().as_text(),
+    "other": jax.jit(lambda v: jnp.cos(v) + 1.0).lower(jnp.ones(4)).compile().as_text(),
+}}))
+"""
 
-    compiled = jax.jit(step).lower(jnp.ones((128, 256)), jnp.ones((64, 128))).compile()
-    hlo = compiled.as_text()
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    """The real optimised modules (``Compiled.as_text()``) of ``step`` on (64, 128) @ (128, 256)
+    and of another function, from the installed JAX."""
+    script = _COMPILE.format(doctor=str(Path(__file__).parent), tests=str(TESTS))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_"))}
+    env.update(PYTHONPATH=pythonpath(), JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def program(compiled):
+    """``(hlo, text)``: ``step``'s module, and an OOM text whose peak buffers are every value of
+    its entry computation but constants."""
+    hlo = compiled["step"]
     values = [i for i in entry_instructions(hlo) if i.opcode != "constant"]
     return hlo, verbose_oom_text(1 << 30, values, 160 * 1024, 64 * 1024, 64 * 1024)
 
@@ -117,18 +144,15 @@ def test_the_failing_programs_own_tables_name_the_lines_in_the_report(program):
     assert not any("stack frame" in r for r in rows), rows
 
 
-def test_another_programs_tables_are_not_lent_to_the_text(program):
+def test_another_programs_tables_are_not_lent_to_the_text(program, compiled):
     """Frame ids are per module: a call in the traceback whose program carries other operations
     at those ids (here a real program of another function) would name wrong lines, so its tables
     are not used and the ids are kept, with the reason."""
-    import jax
-    import jax.numpy as jnp
-
     from jupyter_gpumem.doctor.oom_peak import peak_section
 
     hlo, text = program
     _frame_ids_or_skip(text)
-    other = jax.jit(lambda v: jnp.cos(v) + 1.0).lower(jnp.ones(4)).compile().as_text()
+    other = compiled["other"]
     assert stack_frames(other), "the other program has tables a blind reading would use"
     error = OomError("gpu_human", 1 << 30, False, None, "JaxRuntimeError", text)
     _, rows = peak_section(error, _budget_of(other, "other (cell [9] line 1)"), None)
