@@ -39,19 +39,15 @@ import string
 import sys
 import tempfile
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .hub_api import SCOPES_NEEDED, Hub, HubError, Server, ready_servers
+
 log = logging.getLogger("jupyter_gpumem.hub_discovery")
 
-# jupyterhub/apihandlers/base.py (6.1.1): PAGINATION_MEDIA_TYPE; with it GET /users answers
-# {"items": [...], "_pagination": {"offset", "limit", "total", "next"}}.
-PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
-SCOPES_NEEDED = ("list:users", "read:users:name", "read:servers")
 # Scopes (jupyterhub/scopes.py, 6.1.1) that reach a user's server, directly or by making a token
 # that does: access:servers; tokens ("Read, write, create and delete user tokens"); admin:users
 # ("tantamount to superuser"); shares (it includes access:servers).
@@ -67,14 +63,6 @@ class DiscoveryError(Exception):
 
 class TokenReachesServers(DiscoveryError):
     """The service's token holds a scope that reaches users' servers: the service will not run."""
-
-
-@dataclass(frozen=True)
-class Server:
-    """One ready single-user server, as the hub names it."""
-
-    user: str
-    name: str = ""  # "" is the user's default server
 
 
 @dataclass(frozen=True)
@@ -130,24 +118,6 @@ def parse_target_for(text: str) -> tuple[tuple[str, str], str]:
     return (user, server_name), checked_address(address, f"--target-for {text!r}")
 
 
-def ready_servers(users: Iterable[dict]) -> list[Server]:
-    """The servers the hub says are ready, from user models as ``GET /hub/api/users`` gives them
-    (each with ``servers``: name -> server model, whose ``ready`` is true once the server answers).
-    A user model without ``servers`` means the token lacks ``read:servers`` (the hub leaves the key
-    out then, ``user_model`` in jupyterhub/apihandlers/base.py, 6.1.1): a DiscoveryError, so an
-    empty file never replaces the targets."""
-    found = []
-    for user in users:
-        if not isinstance(user.get("servers"), dict):
-            raise DiscoveryError(
-                f"the hub's model of user {user.get('name')!r} has no servers: give the service the scope read:servers"
-            )
-        for name, model in user["servers"].items():
-            if isinstance(model, dict) and model.get("ready"):
-                found.append(Server(str(user["name"]), str(name)))
-    return sorted(found, key=lambda s: (s.user, s.name))
-
-
 def target_groups(servers: Iterable[Server], addresses: Addresses) -> tuple[list[dict], list[str]]:
     """The file_sd groups (one per server with an address) and a line for each server left out."""
     groups, left_out = [], []
@@ -196,52 +166,6 @@ def write_atomically(path: Path, text: str) -> bool:
     return True
 
 
-class Hub:
-    """The hub's REST API, read with the service's token (``Authorization: token ...``)."""
-
-    def __init__(self, api_url: str, token: str, timeout: float = 10.0) -> None:
-        self.api_url = api_url.rstrip("/") + "/"
-        self.token, self.timeout = token, timeout
-
-    def get(self, path: str, accept: str = "application/json") -> object:
-        request = urllib.request.Request(self.api_url + path.lstrip("/"))
-        request.add_header("Authorization", f"token {self.token}")
-        request.add_header("Accept", accept)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read().decode())
-        except urllib.error.HTTPError as exc:
-            if exc.code in (401, 403):
-                raise DiscoveryError(
-                    f"the hub refused {path} ({exc.code}): give the service a role with the scopes "
-                    + ", ".join(SCOPES_NEEDED)
-                ) from None
-            raise DiscoveryError(f"the hub answered {exc.code} to {path}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise DiscoveryError(f"the hub at {self.api_url} did not answer {path}: {exc}") from None
-
-    def scopes(self) -> list[str]:
-        """The scopes the token holds, as the hub's whoami (``GET /user``) lists them."""
-        model = self.get("user")
-        return list(model.get("scopes", [])) if isinstance(model, dict) else []
-
-    def users_with_ready_servers(self) -> list[dict]:
-        """Every user with a ready server, page by page."""
-        users: list[dict] = []
-        offset = 0
-        while True:
-            page = self.get(f"users?state=ready&offset={offset}", accept=PAGINATION_MEDIA_TYPE)
-            if isinstance(page, list):  # a hub before pagination answers one list
-                return users + page
-            if not isinstance(page, dict) or not isinstance(page.get("items"), list):
-                raise DiscoveryError("the hub's user list is not a list of users")
-            users.extend(page["items"])
-            following = (page.get("_pagination") or {}).get("next")
-            if not following:
-                return users
-            offset = int(following["offset"])
-
-
 def refuse_scopes_that_reach_servers(hub: Hub) -> None:
     reaching = scopes_reaching_servers(hub.scopes())
     if reaching:
@@ -283,7 +207,7 @@ def run_forever(discover: Callable[[], int], interval: float, stop: threading.Ev
             discover()
         except TokenReachesServers:
             raise
-        except DiscoveryError as exc:
+        except (DiscoveryError, HubError) as exc:
             log.error("jupyter-gpumem hub discovery: %s", exc)
         stop.wait(interval)
 
@@ -370,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
         run_forever(discover, args.interval, stop)
-    except DiscoveryError as exc:
+    except (DiscoveryError, HubError) as exc:
         print(f"jupyter-gpumem hub discovery: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from jupyter_gpumem.server import hub_api
 from jupyter_gpumem.server import hub_discovery as hd
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +81,7 @@ class StandInHub:
     def users_page(self, query: dict, accept: str) -> object:
         assert query["state"] == ["ready"]
         listed = [u for u in self.users if any(s["ready"] for s in u["servers"].values())]
-        if hd.PAGINATION_MEDIA_TYPE not in accept:
+        if hub_api.PAGINATION_MEDIA_TYPE not in accept:
             return listed
         offset = int(query.get("offset", ["0"])[0])
         items = listed[offset : offset + self.page]
@@ -123,18 +124,19 @@ def run_cli(*args: str, hub: StandInHub | None = None, token: str = "service-tok
 
 def test_only_ready_servers_become_targets_default_and_named_alike():
     users = [user("bob", **{"": True}), user("alice", **{"": False, "gpu": True}), {"name": "carol", "servers": {}}]
-    assert hd.ready_servers(users) == [hd.Server("alice", "gpu"), hd.Server("bob", "")]
+    assert hub_api.ready_servers(users) == [hub_api.Server("alice", "gpu"), hub_api.Server("bob", "")]
 
 
 def test_a_user_model_without_servers_is_an_error_not_an_empty_target_list():
     """Without read:servers the hub answers user models with no ``servers`` key at all."""
-    with pytest.raises(hd.DiscoveryError, match="give the service the scope read:servers"):
-        hd.ready_servers([{"kind": "user", "name": "alice", "admin": False}])
+    with pytest.raises(hub_api.HubError, match="give the service the scope read:servers"):
+        hub_api.ready_servers([{"kind": "user", "name": "alice", "admin": False}])
 
 
 def test_a_target_is_labelled_with_the_hubs_user_and_server_name():
     groups, left_out = hd.target_groups(
-        [hd.Server("alice", ""), hd.Server("bob", "big")], hd.Addresses("jupyter-{username}{server_suffix}:9500")
+        [hub_api.Server("alice", ""), hub_api.Server("bob", "big")],
+        hd.Addresses("jupyter-{username}{server_suffix}:9500"),
     )
     assert left_out == []
     assert groups == [
@@ -145,20 +147,20 @@ def test_a_target_is_labelled_with_the_hubs_user_and_server_name():
 
 def test_an_address_given_for_one_server_wins_over_the_template():
     addresses = hd.Addresses("jupyter-{username}:9500", {("alice", ""): "10.0.0.5:9601"})
-    assert addresses.address_of(hd.Server("alice", "")) == "10.0.0.5:9601"
-    assert addresses.address_of(hd.Server("alice", "other")) == "jupyter-alice:9500"
+    assert addresses.address_of(hub_api.Server("alice", "")) == "10.0.0.5:9601"
+    assert addresses.address_of(hub_api.Server("alice", "other")) == "jupyter-alice:9500"
 
 
 def test_a_server_without_an_address_is_left_out_and_said_so():
     groups, left_out = hd.target_groups(
-        [hd.Server("alice"), hd.Server("bob")], hd.Addresses(None, {("bob", ""): "h:1"})
+        [hub_api.Server("alice"), hub_api.Server("bob")], hd.Addresses(None, {("bob", ""): "h:1"})
     )
     assert [g["labels"]["hub_user"] for g in groups] == ["bob"]
     assert left_out == ["alice: no --target template and no --target-for for it"]
 
 
 def test_a_user_name_that_makes_no_host_is_left_out_not_written():
-    groups, left_out = hd.target_groups([hd.Server("eve:1/x y")], hd.Addresses("{username}:9500"))
+    groups, left_out = hd.target_groups([hub_api.Server("eve:1/x y")], hd.Addresses("{username}:9500"))
     assert groups == [] and "is not HOST:PORT" in left_out[0]
 
 
@@ -206,7 +208,7 @@ def test_the_file_is_replaced_whole_and_left_alone_when_unchanged(tmp_path):
 def test_every_page_of_the_hubs_users_is_read():
     users = [user(f"user{i}", **{"": True}) for i in range(5)] + [user("idle", **{"": False})]
     with StandInHub(users, SERVICE_SCOPES, page=2) as hub:
-        listed = hd.Hub(hub.api_url, "service-token").users_with_ready_servers()
+        listed = hub_api.Hub(hub.api_url, "service-token").users_with_ready_servers()
     assert [u["name"] for u in listed] == [f"user{i}" for i in range(5)]
     assert [p for p in hub.requests if p.startswith("/hub/api/users")] == [
         "/hub/api/users?state=ready&offset=0",
@@ -251,8 +253,8 @@ def test_a_hub_that_does_not_answer_leaves_the_last_targets_in_place(tmp_path):
     out = tmp_path / "targets.json"
     out.write_text('[{"targets": ["h:1"], "labels": {"hub_user": "alice"}}]\n')
     before = out.read_text()
-    hub = hd.Hub("http://127.0.0.1:9/hub/api", "t", timeout=2)  # the discard port: nothing listens
-    with pytest.raises(hd.DiscoveryError, match="did not answer"):
+    hub = hub_api.Hub("http://127.0.0.1:9/hub/api", "t", timeout=2)  # the discard port: nothing listens
+    with pytest.raises(hub_api.HubError, match="did not answer"):
         hd.discover_once(hub, hd.Addresses("{username}:9500"), out)
     assert out.read_text() == before
 
