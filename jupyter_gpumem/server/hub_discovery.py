@@ -30,6 +30,7 @@ changes; while the hub does not answer, the last file stays as it was.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import os
@@ -55,6 +56,11 @@ SCOPES_THAT_REACH_SERVERS = ("access:servers", "tokens", "admin:users", "shares"
 TEMPLATE_FIELDS = ("username", "servername", "server_suffix")
 INTERVAL_RANGE = (1.0, 3600.0)
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])$")
+# What a hub name may hold to go into a --target: one host label's characters. A '.' would make
+# another domain (alice.default in jupyter-{username} is the service jupyter-alice of namespace
+# default to a Kubernetes resolver), and spawners that name containers escape the rest anyway.
+_NAME_IN_HOST = re.compile(r"^[A-Za-z0-9_-]*$")
+SHOWN_CHARACTERS = 80
 
 
 class DiscoveryError(Exception):
@@ -73,13 +79,45 @@ class Addresses:
     per_server: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def address_of(self, server: Server) -> str | None:
+        """The address given for ``server``, else the template's (a DiscoveryError where a name the
+        template uses is not one host label's characters), else None."""
         fixed = self.per_server.get((server.user, server.name))
         if fixed is not None:
             return fixed
         if self.template is None:
             return None
+        used = {name for _, name, _, _ in string.Formatter().parse(self.template) if name}
+        names = {"username": server.user, "servername": server.name, "server_suffix": server.name}
+        if any(not _NAME_IN_HOST.match(names[f]) for f in used):
+            raise DiscoveryError(
+                "its name has characters other than letters, digits, '-' and '_', which --target does not put "
+                "into a host name; give it a --target-for"
+            )
         suffix = f"-{server.name}" if server.name else ""
         return self.template.format(username=server.user, servername=server.name, server_suffix=suffix)
+
+
+def shown(name: str) -> str:
+    """``name`` as a log line or message may hold it: quoted, with a newline, an escape sequence or
+    any other unprintable character written as its escape, and cut to SHOWN_CHARACTERS."""
+    if len(name) <= SHOWN_CHARACTERS:
+        return repr(name)
+    return f"{name[:SHOWN_CHARACTERS]!r}... ({len(name):,} characters)"
+
+
+def server_label(server: Server) -> str:
+    return shown(f"{server.user}/{server.name}" if server.name else server.user)
+
+
+def listener(address: str) -> tuple[str, int]:
+    """Where ``address`` (``HOST:PORT``, checked) connects: the host without case (RFC 4343) and an IP
+    address in one spelling, and the port as a number, so two spellings of one place are equal."""
+    host, _, port = address.rpartition(":")
+    try:
+        host = ipaddress.ip_address(host.strip("[]")).compressed
+    except ValueError:
+        host = host.lower()
+    return host, int(port)
 
 
 def checked_address(address: str, what: str) -> str:
@@ -119,21 +157,40 @@ def parse_target_for(text: str) -> tuple[tuple[str, str], str]:
 
 
 def target_groups(servers: Iterable[Server], addresses: Addresses) -> tuple[list[dict], list[str]]:
-    """The file_sd groups (one per server with an address) and a line for each server left out."""
-    groups, left_out = [], []
-    for server in servers:
-        label = f"{server.user}/{server.name}" if server.name else server.user
+    """The file_sd groups (one per server with an address of its own) and a line for each server left
+    out. Servers that would share a listener are all left out, in one line naming each: one address
+    cannot tell two servers apart, so no label can be right for it."""
+    at: dict[tuple[str, int], list[tuple[Server, str]]] = {}
+    left_out = []
+    for server in dict.fromkeys(servers):  # a server listed twice is one server
         try:
             address = addresses.address_of(server)
             if address is None:
                 raise DiscoveryError("no --target template and no --target-for for it")
             checked_address(address, "its address")
         except DiscoveryError as exc:
-            left_out.append(f"{label}: {exc}")
+            left_out.append(f"{server_label(server)}: {exc}")
             continue
-        labels = {"hub_user": server.user, "server_name": server.name}
-        groups.append({"targets": [address], "labels": labels})
+        at.setdefault(listener(address), []).append((server, address))
+    groups = []
+    for claims in at.values():
+        if len(claims) > 1:
+            left_out.append(sharing_line([server for server, _ in claims], claims[0][1]))
+            continue
+        ((server, address),) = claims
+        groups.append({"targets": [address], "labels": {"hub_user": server.user, "server_name": server.name}})
+    groups.sort(key=lambda g: (g["labels"]["hub_user"], g["labels"]["server_name"]))
     return groups, left_out
+
+
+def sharing_line(servers: list[Server], address: str) -> str:
+    labels = sorted(server_label(server) for server in servers)
+    named = ", ".join(labels[:-1]) + " and " + labels[-1]
+    return (
+        f"{named} would {'both' if len(labels) == 2 else 'all'} be scraped at {address}, so "
+        f"{'neither' if len(labels) == 2 else 'none'} is written: give each its own --target-for, or a --target "
+        "that keeps them apart"
+    )
 
 
 def scopes_reaching_servers(scopes: Iterable[str]) -> list[str]:
@@ -257,7 +314,17 @@ def addresses_from(args: argparse.Namespace) -> Addresses:
     if args.target is None and not args.target_for:
         raise DiscoveryError("give --target TEMPLATE, or --target-for USER=HOST:PORT for each server")
     template = None if args.target is None else checked_template(args.target)
-    return Addresses(template, dict(parse_target_for(text) for text in args.target_for))
+    per_server: dict[tuple[str, str], str] = {}
+    given: dict[tuple[str, int], str] = {}
+    for text in args.target_for:
+        server, address = parse_target_for(text)
+        if server in per_server:
+            raise DiscoveryError(f"--target-for {text!r}: {shown('/'.join(server).rstrip('/'))} has an address already")
+        earlier = given.setdefault(listener(address), text)
+        if earlier != text:
+            raise DiscoveryError(f"--target-for {text!r} and {earlier!r}: two servers cannot share one address")
+        per_server[server] = address
+    return Addresses(template, per_server)
 
 
 def checked_output(path: Path) -> Path:

@@ -156,12 +156,72 @@ def test_a_server_without_an_address_is_left_out_and_said_so():
         [hub_api.Server("alice"), hub_api.Server("bob")], hd.Addresses(None, {("bob", ""): "h:1"})
     )
     assert [g["labels"]["hub_user"] for g in groups] == ["bob"]
-    assert left_out == ["alice: no --target template and no --target-for for it"]
+    assert left_out == ["'alice': no --target template and no --target-for for it"]
 
 
 def test_a_user_name_that_makes_no_host_is_left_out_not_written():
-    groups, left_out = hd.target_groups([hub_api.Server("eve:1/x y")], hd.Addresses("{username}:9500"))
+    groups, left_out = hd.target_groups([hub_api.Server("-eve")], hd.Addresses("{username}:9500"))
     assert groups == [] and "is not HOST:PORT" in left_out[0]
+
+
+TEMPLATE = "jupyter-{username}{server_suffix}:9500"
+
+
+def test_a_named_server_and_a_user_of_that_name_are_refused_together_and_both_named():
+    """alice's server "gpu" and alice-gpu's default server both make jupyter-alice-gpu:9500: whichever
+    container answers there, one of the two labels would be wrong, so neither is written."""
+    servers = [hub_api.Server("alice", ""), hub_api.Server("alice", "gpu"), hub_api.Server("alice-gpu", "")]
+    groups, left_out = hd.target_groups(servers, hd.Addresses(TEMPLATE))
+    assert groups == [{"targets": ["jupyter-alice:9500"], "labels": {"hub_user": "alice", "server_name": ""}}]
+    assert left_out == [
+        "'alice-gpu' and 'alice/gpu' would both be scraped at jupyter-alice-gpu:9500, so neither is written: "
+        "give each its own --target-for, or a --target that keeps them apart"
+    ]
+
+
+def test_user_names_that_differ_only_in_case_are_one_host_and_are_refused():
+    """Host names are compared without case (RFC 4343), so jupyter-Frank and jupyter-frank are one host."""
+    groups, left_out = hd.target_groups([hub_api.Server("Frank"), hub_api.Server("frank")], hd.Addresses(TEMPLATE))
+    assert groups == []
+    assert left_out[0].startswith("'Frank' and 'frank' would both be scraped at jupyter-Frank:9500")
+
+
+def test_three_servers_at_one_address_are_all_named():
+    servers = [hub_api.Server("a", "b-c"), hub_api.Server("a-b", "c"), hub_api.Server("a-b-c")]
+    groups, left_out = hd.target_groups(servers, hd.Addresses(TEMPLATE))
+    assert groups == []
+    assert left_out == [
+        "'a-b-c', 'a-b/c' and 'a/b-c' would all be scraped at jupyter-a-b-c:9500, so none is written: "
+        "give each its own --target-for, or a --target that keeps them apart"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [("10.0.0.5:9500", "10.0.0.5:9500"), ("[::1]:9500", "[0:0::1]:9500"), ("h:9500", "H:09500")],
+)
+def test_two_servers_given_one_listener_by_target_for_are_refused(one, other):
+    addresses = hd.Addresses(None, {("alice", ""): one, ("bob", ""): other})
+    groups, left_out = hd.target_groups([hub_api.Server("alice"), hub_api.Server("bob")], addresses)
+    assert groups == [] and left_out[0].startswith("'alice' and 'bob' would both be scraped at ")
+
+
+def test_the_same_server_listed_twice_is_one_target():
+    """Pages read while users come and go can list a user twice: the same server is not a clash."""
+    groups, left_out = hd.target_groups([hub_api.Server("alice"), hub_api.Server("alice")], hd.Addresses(TEMPLATE))
+    assert left_out == [] and [g["targets"] for g in groups] == [["jupyter-alice:9500"]]
+
+
+@pytest.mark.parametrize("name", ["alice.default", "alice.default.svc.cluster.local", "bob@example.org", "e v e"])
+def test_a_name_that_is_not_one_host_label_is_not_put_into_a_host_name(name):
+    """alice.default in jupyter-{username} makes jupyter-alice.default, which a Kubernetes search
+    domain resolves to the service jupyter-alice in namespace default: another user's server."""
+    groups, left_out = hd.target_groups([hub_api.Server(name)], hd.Addresses("jupyter-{username}:9500"))
+    assert groups == []
+    assert left_out == [
+        f"{name!r}: its name has characters other than letters, digits, '-' and '_', which --target does not put "
+        "into a host name; give it a --target-for"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -230,6 +290,16 @@ def test_once_writes_one_target_per_ready_server(tmp_path):
     ]
 
 
+def test_two_servers_at_one_address_are_named_and_the_others_written(tmp_path):
+    out = tmp_path / "targets.json"
+    users = [user("alice", **{"": True, "gpu": True}), user("alice-gpu", **{"": True}), user("bob", **{"": True})]
+    with StandInHub(users, SERVICE_SCOPES) as hub:
+        result = run_cli("--once", "--output", str(out), "--target", TEMPLATE, hub=hub)
+    assert result.returncode == 0, result.stderr
+    assert [g["targets"] for g in json.loads(out.read_text())] == [["jupyter-alice:9500"], ["jupyter-bob:9500"]]
+    assert "'alice-gpu' and 'alice/gpu' would both be scraped at jupyter-alice-gpu:9500" in result.stderr
+
+
 def test_a_token_that_can_reach_servers_is_refused_and_nothing_is_written(tmp_path):
     out = tmp_path / "targets.json"
     with StandInHub([user("alice", **{"": True})], [*SERVICE_SCOPES, "access:servers"]) as hub:
@@ -268,6 +338,14 @@ def test_a_hub_that_does_not_answer_leaves_the_last_targets_in_place(tmp_path):
         (["--output", "MISSING/t.json", "--target", "h:1"], "the folder"),
         (["--output", "OUT", "--target", "h:1"], "JUPYTERHUB_API_URL and JUPYTERHUB_API_TOKEN must be set"),
         (["--output", "OUT", "--target", "h:1", "--interval", "0"], "seconds from 1 to 3600"),
+        (
+            ["--output", "OUT", "--target-for", "alice=h:1", "--target-for", "bob=H:01"],
+            "--target-for 'bob=H:01' and 'alice=h:1': two servers cannot share one address",
+        ),
+        (
+            ["--output", "OUT", "--target-for", "alice=h:1", "--target-for", "alice=h:2"],
+            "'alice' has an address already",
+        ),
     ],
 )
 def test_bad_input_is_refused_with_what_is_valid_and_writes_nothing(tmp_path, args, says):
