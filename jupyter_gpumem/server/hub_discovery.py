@@ -24,7 +24,9 @@ scopes its token holds (``GET /hub/api/user``) and refuses to run with one that 
 kernel (``SCOPES_THAT_REACH_SERVERS``).
 
 The file is written atomically (a temporary file beside it, then renamed), and only when it
-changes; while the hub does not answer, the last file stays as it was.
+changes; while the hub does not answer, the last file stays as it was. A link, FIFO, device or
+folder at its path is refused, never read or replaced (``core/files.py``), and what is there is
+read no further than the new text's length.
 """
 
 from __future__ import annotations
@@ -38,14 +40,14 @@ import re
 import signal
 import string
 import sys
-import tempfile
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hub_api import SCOPES_NEEDED, Hub, HubError, Server, ready_servers
+from jupyter_gpumem.core import files
+from jupyter_gpumem.server.hub_api import SCOPES_NEEDED, Hub, HubError, Server, ready_servers
 
 log = logging.getLogger("jupyter_gpumem.hub_discovery")
 
@@ -202,24 +204,38 @@ def file_text(groups: list[dict]) -> str:
     return json.dumps(groups, indent=1, sort_keys=True) + "\n"
 
 
+def holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` holds ``data`` now, read without following a link or blocking on a FIFO and
+    no further than ``len(data) + 1`` bytes; a DiscoveryError where it is not a regular file."""
+    try:
+        with files.open_regular_for_reading(path) as current:
+            return current.read(len(data) + 1) == data
+    except FileNotFoundError:
+        return False
+    except files.UnsafePathError as exc:
+        raise DiscoveryError(f"the targets file: {exc}") from None
+    except OSError:
+        return False  # unreadable: it is replaced
+
+
 def write_atomically(path: Path, text: str) -> bool:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so Prometheus never reads
-    half a file. False (nothing written) when the file already holds it."""
+    """Write ``text`` to ``path`` through a temporary file beside it (created exclusively, mode 0644)
+    and a rename, so Prometheus never reads half a file. False (nothing written) when the file
+    already holds it; a DiscoveryError, with nothing changed, where a link, FIFO, device or folder
+    is at ``path`` or the file cannot be written."""
+    data = text.encode()
+    if holds(path, data):
+        return False
     try:
-        if path.read_text() == text:
-            return False
-    except (OSError, UnicodeDecodeError):
-        pass
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
+        with files.replaced_on_success(path, mode=0o600) as out:
+            os.fchmod(out.fileno(), 0o644)  # Prometheus often runs as another user; no umask applies
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(temporary, 0o644)  # Prometheus often runs as another user
-        os.replace(temporary, path)
-    finally:
-        Path(temporary).unlink(missing_ok=True)  # gone already once renamed
+    except files.UnsafePathError as exc:
+        raise DiscoveryError(f"the targets file: {exc}") from None
+    except OSError as exc:
+        raise DiscoveryError(f"could not write the targets file {str(path)!r}: {exc.strerror or exc}") from None
     return True
 
 
@@ -332,6 +348,10 @@ def checked_output(path: Path) -> Path:
         raise DiscoveryError(f"--output {path}: the folder {path.parent} does not exist")
     if path.is_dir():
         raise DiscoveryError(f"--output {path}: is a folder; give the targets file's path")
+    try:
+        files.check_writable_name(path)
+    except files.UnsafePathError as exc:
+        raise DiscoveryError(f"--output: {exc}") from None
     return path
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -104,6 +105,12 @@ class StandInHub:
         self.server.server_close()
 
 
+def bounded_child():
+    """In a child process: at most 1 GiB of address space, so reading without a bound fails fast
+    with MemoryError instead of taking the machine's memory."""
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
 def run_cli(*args: str, hub: StandInHub | None = None, token: str = "service-token") -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("JUPYTERHUB_API_URL", None)
@@ -115,8 +122,28 @@ def run_cli(*args: str, hub: StandInHub | None = None, token: str = "service-tok
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=60,  # a guard against a service that blocks: it answers at once
+        preexec_fn=bounded_child,
     )
+
+
+def write_in_child(path: Path, text: str) -> str:
+    """``write_atomically(path, text)`` run in a bounded child: what it returned or raised."""
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom jupyter_gpumem.server import hub_discovery as hd\n"
+        "try:\n    print('returned', hd.write_atomically(Path(sys.argv[1]), sys.argv[2]))\n"
+        "except hd.DiscoveryError as exc:\n    print('refused:', exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(path), text],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=60,  # a guard against a write that blocks: it returns at once
+        preexec_fn=bounded_child,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
 
 
 # --- the pure parts -------------------------------------------------------------------------------
@@ -260,6 +287,74 @@ def test_the_file_is_replaced_whole_and_left_alone_when_unchanged(tmp_path):
     assert hd.write_atomically(path, "[1]\n") is True and path.read_text() == "[1]\n"
     assert oct(path.stat().st_mode & 0o777) == "0o644"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["targets.json"]  # no temporary left
+
+
+def test_a_fifo_at_the_output_is_refused_without_blocking(tmp_path):
+    """A FIFO with no writer blocks whoever opens it to read; one put where the file is must
+    neither block the service nor be replaced by it."""
+    path = tmp_path / "targets.json"
+    os.mkfifo(path)
+    said = write_in_child(path, "[]\n")
+    assert said.startswith(f"refused: the targets file: {str(path)!r} is a FIFO (named pipe); refusing to read it")
+    assert path.is_fifo()
+
+
+def test_a_link_to_dev_zero_at_the_output_is_refused_and_not_read(tmp_path):
+    path = tmp_path / "targets.json"
+    path.symlink_to("/dev/zero")
+    said = write_in_child(path, "[]\n")
+    assert said.startswith(f"refused: the targets file: {str(path)!r} is a symbolic link (to '/dev/zero')")
+    assert os.readlink(path) == "/dev/zero"
+
+
+def test_a_link_to_a_regular_file_at_the_output_is_refused_and_left(tmp_path):
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("kept\n")
+    path = tmp_path / "targets.json"
+    path.symlink_to(elsewhere)
+    assert write_in_child(path, "[]\n").startswith(f"refused: the targets file: {str(path)!r} is a symbolic link")
+    assert path.is_symlink() and elsewhere.read_text() == "kept\n"
+
+
+def test_a_huge_file_at_the_output_is_read_no_further_than_the_new_text(tmp_path):
+    """A 4 GiB file (sparse: no disk taken), read whole, would need 4 GiB; the child has 1 GiB."""
+    path = tmp_path / "targets.json"
+    with open(path, "wb") as big:
+        big.truncate(4 << 30)
+    assert write_in_child(path, "[]\n") == "returned True"
+    assert path.read_text() == "[]\n"
+
+
+def test_the_file_is_readable_by_prometheus_whatever_the_umask(tmp_path):
+    path = tmp_path / "targets.json"
+    before = os.umask(0o077)
+    try:
+        hd.write_atomically(path, "[]\n")
+    finally:
+        os.umask(before)
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_a_file_that_cannot_be_written_is_an_error_not_a_crash(tmp_path):
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    path = folder / "targets.json"
+    folder.rmdir()
+    with pytest.raises(hd.DiscoveryError, match="could not write the targets file"):
+        hd.write_atomically(path, "[]\n")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_a_fifo_or_link_at_the_output_is_refused_at_start(tmp_path, kind):
+    path = tmp_path / "targets.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    with StandInHub([user("alice", **{"": True})], SERVICE_SCOPES) as hub:
+        result = run_cli("--once", "--output", str(path), "--target", TEMPLATE, hub=hub)
+    assert result.returncode == 2 and "refusing to replace it" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and hub.requests == []
 
 
 # --- against a hub --------------------------------------------------------------------------------
