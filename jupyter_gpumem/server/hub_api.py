@@ -13,6 +13,7 @@ to a request that accepts ``PAGINATION_MEDIA_TYPE``, ``{"items": [...], "_pagina
 from __future__ import annotations
 
 import json
+import reprlib
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,6 +24,22 @@ from dataclasses import dataclass
 # {"items": [...], "_pagination": {"offset", "limit", "total", "next"}}.
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
 SCOPES_NEEDED = ("list:users", "read:users:name", "read:servers")
+# The page size asked for: JupyterHub's default api_page_max_limit (jupyterhub/app.py, 6.1.1); a
+# hub whose maximum is lower answers pages of its maximum (``get_api_pagination``, base.py).
+PAGE_LIMIT = 200
+MAX_PAGES = 1_000  # requests to GET /users in one refresh: 200,000 users at PAGE_LIMIT
+# One answer's bytes: a page of 200 user models, each with a few servers, is well under 1 MiB.
+MAX_ANSWER_BYTES = 16 << 20
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 80
+_SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxset = 2, 4, 4, 4, 4
+
+
+def shown(value: object) -> str:
+    """``value`` (a name, or whatever the hub answered) as a message or a log line may hold it: a
+    repr, so a newline, an escape sequence or any other unprintable character shows as its escape,
+    cut to about 80 characters (and containers to a few items)."""
+    return _SHOWN.repr(value)
 
 
 class HubError(Exception):
@@ -38,22 +55,60 @@ class Server:
     name: str = ""  # "" is the user's default server
 
 
-def ready_servers(users: Iterable[dict]) -> list[Server]:
-    """The servers the hub says are ready, from user models as ``GET /hub/api/users`` gives them
-    (each with ``servers``: name -> server model, whose ``ready`` is true once the server answers).
-    A user model without ``servers`` means the token lacks ``read:servers`` (the hub leaves the key
-    out then, ``user_model`` in jupyterhub/apihandlers/base.py, 6.1.1): a HubError, so an
-    empty file never replaces the targets."""
-    found = []
+def ready_servers(users: Iterable[object]) -> list[Server]:
+    """The servers the hub says are ready, from user models as ``GET /hub/api/users`` gives them:
+    each a dict with ``name`` and ``servers`` (name -> server model with that ``name`` and
+    ``ready``, true once the server answers). A HubError for anything else, so a list the service
+    cannot read never replaces the targets. A user model without ``servers`` means the token lacks
+    ``read:servers`` (the hub leaves the key out then, ``user_model`` in base.py, 6.1.1)."""
+    found = set()
     for user in users:
-        if not isinstance(user.get("servers"), dict):
+        if not isinstance(user, dict) or not isinstance(user.get("name"), str) or not user["name"]:
             raise HubError(
-                f"the hub's model of user {user.get('name')!r} has no servers: give the service the scope read:servers"
+                f"the hub's user list holds {shown(user)}, where JupyterHub gives a user model with a name "
+                "(a string) and its servers"
+            )
+        if "servers" not in user:
+            raise HubError(
+                f"the hub's model of user {shown(user['name'])} has no servers: give the service the scope read:servers"
+            )
+        if not isinstance(user["servers"], dict):
+            raise HubError(
+                f"the hub's model of user {shown(user['name'])} has servers {shown(user['servers'])}, where JupyterHub "
+                "gives an object of server models by name"
             )
         for name, model in user["servers"].items():
-            if isinstance(model, dict) and model.get("ready"):
-                found.append(Server(str(user["name"]), str(name)))
+            if not isinstance(model, dict) or model.get("name") != name or not isinstance(model.get("ready"), bool):
+                raise HubError(
+                    f"the hub's model of server {shown(name)} of user {shown(user['name'])} is {shown(model)}, where "
+                    "JupyterHub gives a server model with its name and ready (true or false)"
+                )
+            if model["ready"]:
+                found.add(Server(user["name"], name))
     return sorted(found, key=lambda s: (s.user, s.name))
+
+
+def checked_page(page: object, offset: int) -> tuple[list, int | None]:
+    """A page of ``GET /users`` asked at ``offset``: its items, and the offset of the next page
+    (None at the last). ``paginated_model`` (base.py, 6.1.1) gives ``next`` as null or
+    ``{"offset": offset + limit, "limit", "url"}``; the url is never followed, and a ``next``
+    that does not move on is a HubError, so paging always ends."""
+    pagination = page.get("_pagination") if isinstance(page, dict) else None
+    if not isinstance(pagination, dict) or not isinstance(page.get("items"), list):
+        raise HubError(
+            f"the hub's user list at offset {offset} is not a page of JupyterHub 2.0 or later "
+            f'({{"items": [...], "_pagination": {{...}}}}): it is {shown(page)}'
+        )
+    following = pagination.get("next")
+    if following is None:
+        return page["items"], None
+    further = following.get("offset") if isinstance(following, dict) else None
+    if type(further) is not int or further <= offset:
+        raise HubError(
+            f"the hub's user list at offset {offset}: _pagination.next is {shown(following)}, where JupyterHub "
+            f'gives null or an offset past {offset} ({{"offset": {offset + PAGE_LIMIT}, ...}})'
+        )
+    return page["items"], further
 
 
 class Hub:
@@ -64,12 +119,14 @@ class Hub:
         self.token, self.timeout = token, timeout
 
     def get(self, path: str, accept: str = "application/json") -> object:
+        """The hub's answer to ``GET path``, parsed; a HubError where it refuses, does not answer,
+        or answers more than MAX_ANSWER_BYTES or what is not JSON."""
         request = urllib.request.Request(self.api_url + path.lstrip("/"))
         request.add_header("Authorization", f"token {self.token}")
         request.add_header("Accept", accept)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read().decode())
+                body = response.read(MAX_ANSWER_BYTES + 1)
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
                 raise HubError(
@@ -79,24 +136,35 @@ class Hub:
             raise HubError(f"the hub answered {exc.code} to {path}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise HubError(f"the hub at {self.api_url} did not answer {path}: {exc}") from None
+        if len(body) > MAX_ANSWER_BYTES:
+            raise HubError(f"the hub's answer to {path} is over {MAX_ANSWER_BYTES:,} bytes; nothing of it was used")
+        try:
+            return json.loads(body.decode())
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python parses
+            raise HubError(f"the hub's answer to {path} is not JSON: {shown(str(exc))}") from None
 
     def scopes(self) -> list[str]:
         """The scopes the token holds, as the hub's whoami (``GET /user``) lists them."""
         model = self.get("user")
-        return list(model.get("scopes", [])) if isinstance(model, dict) else []
+        scopes = model.get("scopes") if isinstance(model, dict) else None
+        if not isinstance(scopes, list) or not all(isinstance(scope, str) for scope in scopes):
+            raise HubError(
+                "the hub's whoami answer (GET /hub/api/user) has no list of scopes, which JupyterHub 2.0 and "
+                f"later give; the service cannot tell whether its token reaches servers (it has {shown(model)})"
+            )
+        return scopes
 
-    def users_with_ready_servers(self) -> list[dict]:
-        """Every user with a ready server, page by page."""
-        users: list[dict] = []
-        offset = 0
-        while True:
-            page = self.get(f"users?state=ready&offset={offset}", accept=PAGINATION_MEDIA_TYPE)
-            if isinstance(page, list):  # a hub before pagination answers one list
-                return users + page
-            if not isinstance(page, dict) or not isinstance(page.get("items"), list):
-                raise HubError("the hub's user list is not a list of users")
-            users.extend(page["items"])
-            following = (page.get("_pagination") or {}).get("next")
-            if not following:
+    def users_with_ready_servers(self) -> list[object]:
+        """The user models of every page of users with a ready server (at most MAX_PAGES requests)."""
+        users: list[object] = []
+        offset: int | None = 0
+        for _ in range(MAX_PAGES):
+            page = self.get(f"users?state=ready&offset={offset}&limit={PAGE_LIMIT}", accept=PAGINATION_MEDIA_TYPE)
+            items, offset = checked_page(page, offset)
+            users.extend(items)
+            if offset is None:
                 return users
-            offset = int(following["offset"])
+        raise HubError(
+            f"the hub's user list did not end within {MAX_PAGES:,} requests (the last at offset {offset}); "
+            "nothing of it was used"
+        )

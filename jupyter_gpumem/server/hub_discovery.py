@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jupyter_gpumem.core import files
-from jupyter_gpumem.server.hub_api import SCOPES_NEEDED, Hub, HubError, Server, ready_servers
+from jupyter_gpumem.server.hub_api import SCOPES_NEEDED, Hub, HubError, Server, ready_servers, shown
 
 log = logging.getLogger("jupyter_gpumem.hub_discovery")
 
@@ -62,7 +62,6 @@ _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?|\[[0-9
 # another domain (alice.default in jupyter-{username} is the service jupyter-alice of namespace
 # default to a Kubernetes resolver), and spawners that name containers escape the rest anyway.
 _NAME_IN_HOST = re.compile(r"^[A-Za-z0-9_-]*$")
-SHOWN_CHARACTERS = 80
 
 
 class DiscoveryError(Exception):
@@ -97,14 +96,6 @@ class Addresses:
             )
         suffix = f"-{server.name}" if server.name else ""
         return self.template.format(username=server.user, servername=server.name, server_suffix=suffix)
-
-
-def shown(name: str) -> str:
-    """``name`` as a log line or message may hold it: quoted, with a newline, an escape sequence or
-    any other unprintable character written as its escape, and cut to SHOWN_CHARACTERS."""
-    if len(name) <= SHOWN_CHARACTERS:
-        return repr(name)
-    return f"{name[:SHOWN_CHARACTERS]!r}... ({len(name):,} characters)"
 
 
 def server_label(server: Server) -> str:

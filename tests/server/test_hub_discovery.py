@@ -19,6 +19,7 @@ import resource
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -30,6 +31,7 @@ from jupyter_gpumem.server import hub_discovery as hd
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_SCOPES = ["list:users", "read:servers", "read:users:name"]
+GIVE_UP_AFTER = 1500  # requests to /users a stand-in hub answers (over hub_api.MAX_PAGES)
 
 
 def user(name: str, **servers: bool) -> dict:
@@ -48,8 +50,19 @@ def user(name: str, **servers: bool) -> dict:
 class StandInHub:
     """``/hub/api/user`` and ``/hub/api/users`` as JupyterHub 6.1.1 answers them, in pages of ``page``."""
 
-    def __init__(self, users: list[dict], scopes: list[str], token: str = "service-token", page: int = 2):
+    def __init__(
+        self,
+        users: list[dict],
+        scopes: object,
+        token: str = "service-token",
+        page: int = 2,
+        users_answer: Callable[[int], object] | None = None,
+    ):
+        """``users_answer(offset)``, where given, is the body of each ``GET /users``, in place of the
+        hub's pages: a hub answering what JupyterHub never does. After ``GIVE_UP_AFTER`` of those it
+        answers 500, so a client that never stops asking ends and its requests can be counted."""
         self.users, self.scopes, self.token, self.page = users, scopes, token, page
+        self.users_answer = users_answer
         self.requests: list[str] = []
         hub = self
 
@@ -63,13 +76,19 @@ class StandInHub:
                     return self.answer(403, {"status": 403, "message": "Missing or invalid credentials."})
                 url = urlsplit(self.path)
                 if url.path == "/hub/api/user":
-                    return self.answer(200, {"kind": "service", "name": "gpumem-targets", "scopes": hub.scopes})
+                    whoami = {"kind": "service", "name": "gpumem-targets", "scopes": hub.scopes}
+                    return self.answer(200, {k: v for k, v in whoami.items() if v is not None})
                 if url.path == "/hub/api/users":
-                    return self.answer(200, hub.users_page(parse_qs(url.query), self.headers.get("Accept", "")))
+                    if len(hub.requests) > GIVE_UP_AFTER:
+                        return self.answer(500, {"status": 500})
+                    query = parse_qs(url.query)
+                    if hub.users_answer is not None:
+                        return self.answer(200, hub.users_answer(int(query.get("offset", ["0"])[0])))
+                    return self.answer(200, hub.users_page(query, self.headers.get("Accept", "")))
                 self.answer(404, {"status": 404})
 
             def answer(self, code: int, body: object) -> None:
-                data = json.dumps(body).encode()
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -146,6 +165,11 @@ def write_in_child(path: Path, text: str) -> str:
     return result.stdout.strip()
 
 
+def page(items: list, offset: int = 0, following: object = None) -> dict:
+    """A page of ``GET /users`` as ``paginated_model`` makes it, with ``next`` as given."""
+    return {"items": items, "_pagination": {"offset": offset, "limit": 200, "total": 1000, "next": following}}
+
+
 # --- the pure parts -------------------------------------------------------------------------------
 
 
@@ -158,6 +182,34 @@ def test_a_user_model_without_servers_is_an_error_not_an_empty_target_list():
     """Without read:servers the hub answers user models with no ``servers`` key at all."""
     with pytest.raises(hub_api.HubError, match="give the service the scope read:servers"):
         hub_api.ready_servers([{"kind": "user", "name": "alice", "admin": False}])
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        (42, "the hub's user list holds 42, where JupyterHub gives a user model with a name"),
+        ({"servers": {}}, "the hub's user list holds {'servers': {}}, where JupyterHub gives a user model with a name"),
+        ({"name": "", "servers": {}}, "holds {'name': '', 'servers': {}}, where JupyterHub gives a user model"),
+        ({"name": 7, "servers": {}}, "holds {'name': 7, 'servers': {}}, where JupyterHub gives a user model"),
+        ({"name": "a", "servers": []}, "the hub's model of user 'a' has servers [], where JupyterHub gives"),
+        ({"name": "a", "servers": {"": 42}}, "server '' of user 'a' is 42, where JupyterHub gives a server model"),
+        ({"name": "a", "servers": {"": {"name": "", "ready": "yes"}}}, "server '' of user 'a' is {'name': '', 'r"),
+        ({"name": "a", "servers": {"": {"ready": True}}}, "server '' of user 'a' is {'ready': True}, where"),
+        ({"name": "a", "servers": {"x": {"name": "y", "ready": True}}}, "server 'x' of user 'a' is {'name': 'y',"),
+    ],
+)
+def test_a_user_list_item_that_is_not_what_jupyterhub_gives_is_refused(item, says):
+    with pytest.raises(hub_api.HubError) as raised:
+        hub_api.ready_servers([user("alice", **{"": True}), item])
+    assert says in str(raised.value)
+
+
+def test_a_name_from_the_hub_is_shown_escaped_and_cut_in_a_refusal():
+    with pytest.raises(hub_api.HubError) as raised:
+        hub_api.ready_servers([{"name": "eve\n\x1b[31m" + "x" * 500, "servers": 1}])
+    message = str(raised.value)
+    assert "\n" not in message and "\x1b" not in message and len(message) < 300
+    assert "'eve\\n\\x1b[31m" in message
 
 
 def test_a_target_is_labelled_with_the_hubs_user_and_server_name():
@@ -366,10 +418,89 @@ def test_every_page_of_the_hubs_users_is_read():
         listed = hub_api.Hub(hub.api_url, "service-token").users_with_ready_servers()
     assert [u["name"] for u in listed] == [f"user{i}" for i in range(5)]
     assert [p for p in hub.requests if p.startswith("/hub/api/users")] == [
-        "/hub/api/users?state=ready&offset=0",
-        "/hub/api/users?state=ready&offset=2",
-        "/hub/api/users?state=ready&offset=4",
+        "/hub/api/users?state=ready&offset=0&limit=200",
+        "/hub/api/users?state=ready&offset=2&limit=200",
+        "/hub/api/users?state=ready&offset=4&limit=200",
     ]
+
+
+def test_pages_without_ready_users_are_read_through_to_the_last():
+    """The hub filters ``state=ready`` after it cuts the page (``post_filter`` in
+    ``UserListAPIHandler.get``), so a page can be empty while ``next`` goes on."""
+    answers = {0: page([], 0, {"offset": 200, "limit": 200}), 200: page([user("bob", **{"": True})], 200)}
+    with StandInHub([], SERVICE_SCOPES, users_answer=answers.__getitem__) as hub:
+        listed = hub_api.Hub(hub.api_url, "service-token").users_with_ready_servers()
+    assert [u["name"] for u in listed] == ["bob"]
+
+
+@pytest.mark.parametrize(
+    ("following", "says"),
+    [
+        ("soon", "_pagination.next is 'soon'"),
+        ({"offset": 0, "limit": 200}, "_pagination.next is {'limit': 200, 'offset': 0}"),
+        ({"offset": "200"}, "_pagination.next is {'offset': '200'}"),
+        ({"offset": True}, "_pagination.next is {'offset': True}"),
+        ({"limit": 200}, "_pagination.next is {'limit': 200}"),
+        (5, "_pagination.next is 5"),
+    ],
+)
+def test_a_next_page_that_is_not_null_or_further_on_is_refused_at_once(following, says):
+    with StandInHub([], SERVICE_SCOPES, users_answer=lambda offset: page([], offset, following)) as hub:
+        with pytest.raises(hub_api.HubError) as raised:
+            hub_api.Hub(hub.api_url, "service-token").users_with_ready_servers()
+    assert says in str(raised.value)
+    assert "where JupyterHub gives null or an offset past 0" in str(raised.value)
+    assert len(hub.requests) == 1
+
+
+def test_paging_that_goes_on_and_on_stops_at_the_bound_on_requests():
+    """Each page one further on: it advances, but the list never ends."""
+    with StandInHub([], SERVICE_SCOPES, users_answer=lambda offset: page([], offset, {"offset": offset + 1})) as hub:
+        with pytest.raises(hub_api.HubError, match=f"did not end within {hub_api.MAX_PAGES:,} requests"):
+            hub_api.Hub(hub.api_url, "service-token").users_with_ready_servers()
+    assert len(hub.requests) == hub_api.MAX_PAGES
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ([user("alice", **{"": True})], "is not a page of JupyterHub 2.0 or later"),
+        ({"items": [user("alice", **{"": True})]}, "is not a page of JupyterHub 2.0 or later"),
+        ({"items": "alice", "_pagination": {"next": None}}, "is not a page of JupyterHub 2.0 or later"),
+        (b"[" * 100_000, "is not JSON"),
+        (b'{"items": [], "pad": "' + b"x" * hub_api.MAX_ANSWER_BYTES + b'"}', "is over 16,777,216 bytes"),
+    ],
+    ids=["a list", "no _pagination", "items not a list", "nested deeper than Python parses", "over the bound"],
+)
+def test_a_user_list_answer_that_is_not_a_page_is_refused(body, says):
+    with StandInHub([], SERVICE_SCOPES, users_answer=lambda offset: body) as hub:
+        with pytest.raises(hub_api.HubError) as raised:
+            hub_api.Hub(hub.api_url, "service-token").users_with_ready_servers()
+    assert says in str(raised.value)
+
+
+def test_an_answer_the_service_cannot_use_keeps_the_last_file_and_ends_in_one_line(tmp_path):
+    out = tmp_path / "targets.json"
+    out.write_text('[{"targets": ["h:1"], "labels": {"hub_user": "alice", "server_name": ""}}]\n')
+    before = out.read_text()
+    with StandInHub([], SERVICE_SCOPES, users_answer=lambda offset: page([42], offset)) as hub:
+        result = run_cli("--once", "--output", str(out), "--target", TEMPLATE, hub=hub)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr == (
+        "jupyter-gpumem hub discovery: the hub's user list holds 42, where JupyterHub gives a user model with a "
+        "name (a string) and its servers\n"
+    )
+    assert out.read_text() == before
+
+
+@pytest.mark.parametrize("scopes", ["access:servers", None, ["list:users", 7]], ids=["a string", "none", "not text"])
+def test_a_whoami_answer_without_a_list_of_scopes_is_refused(tmp_path, scopes):
+    """A string of scopes read as a list would be its letters, none of them a scope that reaches a server."""
+    with StandInHub([user("alice", **{"": True})], scopes) as hub:
+        result = run_cli("--once", "--output", str(tmp_path / "t.json"), "--target", TEMPLATE, hub=hub)
+    assert result.returncode == 2
+    assert "the hub's whoami answer (GET /hub/api/user) has no list of scopes" in result.stderr, result.stderr
+    assert not any(p.startswith("/hub/api/users") for p in hub.requests)
 
 
 def test_once_writes_one_target_per_ready_server(tmp_path):
