@@ -118,7 +118,7 @@ def checked_address(address: str, what: str) -> str:
     host, sep, port = address.rpartition(":")
     if not sep or not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise DiscoveryError(
-            f"{what}: {address!r} is not HOST:PORT (a host name or IP address of letters, digits, '.', '-', '_', "
+            f"{what}: {shown(address)} is not HOST:PORT (a host name or IP address of letters, digits, '.', '-', '_', "
             "or [IPv6], and a port from 1 to 65535)"
         )
     return address
@@ -252,27 +252,41 @@ def checking_scopes_first(hub: Hub, discover: Callable[[], int]) -> Callable[[],
     return discover_if_safe
 
 
-def discover_once(hub: Hub, addresses: Addresses, output: Path) -> int:
-    """Read the hub, write the file; the number of targets written."""
+def discover_once(hub: Hub, addresses: Addresses, output: Path, said: set[str] | None = None) -> int:
+    """Read the hub, write the file; the number of targets written. Each server left out is logged;
+    with ``said`` (kept between calls: the lines logged and still true), only when it is new."""
     groups, left_out = target_groups(ready_servers(hub.users_with_ready_servers()), addresses)
     for line in left_out:
-        log.warning("jupyter-gpumem hub discovery: no target for %s", line)
+        if said is None or line not in said:
+            log.warning("jupyter-gpumem hub discovery: no target for %s", line)
+    if said is not None:
+        said.clear()  # a line true again after a gap is logged again
+        said.update(left_out)
     if write_atomically(output, file_text(groups)):
         log.info("jupyter-gpumem hub discovery: %d target(s) written to %s", len(groups), output)
     return len(groups)
 
 
 def run_forever(discover: Callable[[], int], interval: float, stop: threading.Event) -> None:
-    """``discover`` every ``interval`` seconds until ``stop``; a hub that does not answer is logged
-    and asked again at the next interval (the file keeps its last targets meanwhile). A token that
-    reaches servers ends it (``TokenReachesServers`` is raised)."""
+    """``discover`` every ``interval`` seconds until ``stop``; a hub that does not answer, or answers
+    what cannot be used, is asked again at the next interval (the file keeps its last targets
+    meanwhile). An error is logged when it starts or changes, not at each interval, and the first
+    refresh that works after it says so. A token that reaches servers ends it
+    (``TokenReachesServers`` is raised)."""
+    failing = None
     while not stop.is_set():
         try:
-            discover()
+            written = discover()
         except TokenReachesServers:
             raise
         except (DiscoveryError, HubError) as exc:
-            log.error("jupyter-gpumem hub discovery: %s", exc)
+            if str(exc) != failing:
+                log.error("jupyter-gpumem hub discovery: %s", exc)
+            failing = str(exc)
+        else:
+            if failing is not None:
+                log.info("jupyter-gpumem hub discovery: %d target(s) from the hub again", written)
+            failing = None
         stop.wait(interval)
 
 
@@ -364,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         addresses, output = addresses_from(args), checked_output(args.output)
         hub = hub_from_environment(args.hub_api_url)
-        discover = checking_scopes_first(hub, lambda: discover_once(hub, addresses, output))
+        said: set[str] = set()
+        discover = checking_scopes_first(hub, lambda: discover_once(hub, addresses, output, said))
         if args.once:
             discover()
             return 0

@@ -581,6 +581,81 @@ def test_bad_input_is_refused_with_what_is_valid_and_writes_nothing(tmp_path, ar
     assert "Traceback" not in result.stderr and list(tmp_path.iterdir()) == []
 
 
+# --- what the log says ----------------------------------------------------------------------------
+
+UNPRINTABLE = ("\n", "\r", "\x1b", "\x00", "\u202e")
+NAMES_THAT_FORGE_LINES = [
+    "eve\n[E 2026-11-28 11:00:00.000 jupyter_gpumem.hub_discovery] bob's kernel",
+    "\x1b[2J\x1b[Hmallory",
+]
+
+
+def discovery_log(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "jupyter_gpumem.hub_discovery"]
+
+
+@pytest.mark.parametrize("name", NAMES_THAT_FORGE_LINES, ids=["newline", "escape"])
+def test_a_name_from_the_hub_reaches_the_log_escaped(tmp_path, caplog, name):
+    with StandInHub([user(name, **{"": True})], SERVICE_SCOPES) as hub:
+        with caplog.at_level("INFO"):
+            hd.discover_once(hub_api.Hub(hub.api_url, "service-token"), hd.Addresses(TEMPLATE), tmp_path / "t.json")
+    (line,) = [m for m in discovery_log(caplog) if "no target for" in m]
+    assert not any(c in line for c in UNPRINTABLE), line
+    assert hub_api.shown(name) in line
+
+
+@pytest.mark.parametrize("name", NAMES_THAT_FORGE_LINES, ids=["newline", "escape"])
+def test_a_name_in_two_servers_at_one_address_reaches_the_log_escaped(caplog, name):
+    """--target-for names reach the log as the operator wrote them; the hub's names are escaped."""
+    addresses = hd.Addresses(None, {(name, ""): "h:1", ("bob", ""): "h:1"})
+    groups, left_out = hd.target_groups([hub_api.Server(name), hub_api.Server("bob")], addresses)
+    assert groups == [] and not any(c in left_out[0] for c in UNPRINTABLE)
+
+
+def test_a_long_address_is_cut_in_the_log():
+    groups, left_out = hd.target_groups([hub_api.Server("e" * 10_000)], hd.Addresses("{username}:9500"))
+    assert groups == [] and len(left_out[0]) < 400
+
+
+def test_a_server_left_out_is_logged_when_it_is_first_left_out_not_at_each_refresh(tmp_path, caplog):
+    said: set[str] = set()
+    with StandInHub([user("alice.b", **{"": True})], SERVICE_SCOPES) as hub:
+        client = hub_api.Hub(hub.api_url, "service-token")
+        with caplog.at_level("INFO"):
+            for _ in range(3):
+                hd.discover_once(client, hd.Addresses(TEMPLATE), tmp_path / "t.json", said)
+    assert [m for m in discovery_log(caplog) if "no target for" in m] == [
+        "jupyter-gpumem hub discovery: no target for 'alice.b': its name has characters other than letters, "
+        "digits, '-' and '_', which --target does not put into a host name; give it a --target-for"
+    ]
+
+
+def test_an_error_that_repeats_is_logged_once_and_the_recovery_once(caplog):
+    """A hub that answers nonsense every 30 s fills no log: the error is said when it starts or
+    changes, and the first good refresh after it says so."""
+    outcomes = [hub_api.HubError("bad page"), hub_api.HubError("bad page"), hub_api.HubError("bad page"), 3, 3]
+    outcomes += [hub_api.HubError("bad page"), hub_api.HubError("other"), hub_api.HubError("other")]
+    stop = threading.Event()
+
+    def discover() -> int:
+        outcome = outcomes.pop(0)
+        if not outcomes:
+            stop.set()
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    with caplog.at_level("INFO"):
+        hd.run_forever(discover, 0, stop)
+    assert discovery_log(caplog) == [
+        "jupyter-gpumem hub discovery: bad page",
+        "jupyter-gpumem hub discovery: 3 target(s) from the hub again",
+        "jupyter-gpumem hub discovery: bad page",
+        "jupyter-gpumem hub discovery: other",
+    ]
+    assert all(r.exc_info is None for r in caplog.records)
+
+
 # --- what deploy/ and docs/ tell an operator to grant ------------------------------------------------
 
 # A list of scopes as a JupyterHub config or a YAML file writes it: "scopes": [...] or scopes: [...].
