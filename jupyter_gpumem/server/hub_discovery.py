@@ -57,11 +57,11 @@ log = logging.getLogger("jupyter_gpumem.hub_discovery")
 SCOPES_THAT_REACH_SERVERS = ("access:servers", "tokens", "admin:users", "shares")
 TEMPLATE_FIELDS = ("username", "servername", "server_suffix")
 INTERVAL_RANGE = (1.0, 3600.0)
-_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])$")
+_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])")
 # What a hub name may hold to go into a --target: one host label's characters. A '.' would make
 # another domain (alice.default in jupyter-{username} is the service jupyter-alice of namespace
 # default to a Kubernetes resolver), and spawners that name containers escape the rest anyway.
-_NAME_IN_HOST = re.compile(r"^[A-Za-z0-9_-]*$")
+_NAME_IN_HOST = re.compile(r"[A-Za-z0-9_-]*")  # fullmatch: "$" would let a final newline in
 
 
 class DiscoveryError(Exception):
@@ -89,7 +89,7 @@ class Addresses:
             return None
         used = {name for _, name, _, _ in string.Formatter().parse(self.template) if name}
         names = {"username": server.user, "servername": server.name, "server_suffix": server.name}
-        if any(not _NAME_IN_HOST.match(names[f]) for f in used):
+        if any(not _NAME_IN_HOST.fullmatch(names[f]) for f in used):
             raise DiscoveryError(
                 "its name has characters other than letters, digits, '-' and '_', which --target does not put "
                 "into a host name; give it a --target-for"
@@ -116,7 +116,7 @@ def listener(address: str) -> tuple[str, int]:
 def checked_address(address: str, what: str) -> str:
     """``address`` if it is ``host:port`` (port 1 to 65535), else a DiscoveryError naming ``what``."""
     host, sep, port = address.rpartition(":")
-    if not sep or not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not sep or not _HOST.fullmatch(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise DiscoveryError(
             f"{what}: {shown(address)} is not HOST:PORT (a host name or IP address of letters, digits, '.', '-', '_', "
             "or [IPv6], and a port from 1 to 65535)"

@@ -291,7 +291,9 @@ def test_the_same_server_listed_twice_is_one_target():
     assert left_out == [] and [g["targets"] for g in groups] == [["jupyter-alice:9500"]]
 
 
-@pytest.mark.parametrize("name", ["alice.default", "alice.default.svc.cluster.local", "bob@example.org", "e v e"])
+@pytest.mark.parametrize(
+    "name", ["alice.default", "alice.default.svc.cluster.local", "bob@example.org", "e v e", "alice\n", "alice\r"]
+)
 def test_a_name_that_is_not_one_host_label_is_not_put_into_a_host_name(name):
     """alice.default in jupyter-{username} makes jupyter-alice.default, which a Kubernetes search
     domain resolves to the service jupyter-alice in namespace default: another user's server."""
@@ -316,6 +318,12 @@ def test_a_bad_template_is_refused_naming_what_is_valid(template, says):
     with pytest.raises(hd.DiscoveryError) as raised:
         hd.checked_template(template)
     assert says in str(raised.value)
+
+
+@pytest.mark.parametrize("address", ["h\n:9500", "h:9500\n", "[::1]\n:9500"])
+def test_an_address_with_a_final_newline_is_not_host_port(address):
+    with pytest.raises(hd.DiscoveryError, match="is not HOST:PORT"):
+        hd.checked_address(address, "--target-for")
 
 
 def test_target_for_takes_a_user_and_an_optional_server_name():
