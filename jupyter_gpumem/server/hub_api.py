@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import reprlib
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import IO
 
 # jupyterhub/apihandlers/base.py (6.1.1): PAGINATION_MEDIA_TYPE; with it GET /users answers
 # {"items": [...], "_pagination": {"offset", "limit", "total", "next"}}.
@@ -30,6 +32,9 @@ PAGE_LIMIT = 200
 MAX_PAGES = 1_000  # requests to GET /users in one refresh: 200,000 users at PAGE_LIMIT
 # One answer's bytes: a page of 200 user models, each with a few servers, is well under 1 MiB.
 MAX_ANSWER_BYTES = 16 << 20
+# One answer's seconds, from the request to its last byte: the socket's timeout bounds each wait
+# for a byte, not an answer that comes a byte at a time.
+ANSWER_SECONDS = 60.0
 _SHOWN = reprlib.Repr()
 _SHOWN.maxstring = _SHOWN.maxother = 80
 _SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxset = 2, 4, 4, 4, 4
@@ -111,12 +116,23 @@ def checked_page(page: object, offset: int) -> tuple[list, int | None]:
     return page["items"], further
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is an HTTPError: urllib would send the request's headers, the token with them, on to
+    wherever the answer points."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 class Hub:
     """The hub's REST API, read with the service's token (``Authorization: token ...``)."""
 
-    def __init__(self, api_url: str, token: str, timeout: float = 10.0) -> None:
+    def __init__(self, api_url: str, token: str, timeout: float = 10.0, answer_seconds: float = ANSWER_SECONDS) -> None:
         self.api_url = api_url.rstrip("/") + "/"
-        self.token, self.timeout = token, timeout
+        self.token, self.timeout, self.answer_seconds = token, timeout, answer_seconds
 
     def get(self, path: str, accept: str = "application/json") -> object:
         """The hub's answer to ``GET path``, parsed; a HubError where it refuses, does not answer,
@@ -125,8 +141,8 @@ class Hub:
         request.add_header("Authorization", f"token {self.token}")
         request.add_header("Accept", accept)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                body = response.read(MAX_ANSWER_BYTES + 1)
+            with _OPENER.open(request, timeout=self.timeout) as response:
+                body = self.read_answer(response, path, time.monotonic() + self.answer_seconds)
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
                 raise HubError(
@@ -136,12 +152,26 @@ class Hub:
             raise HubError(f"the hub answered {exc.code} to {path}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise HubError(f"the hub at {self.api_url} did not answer {path}: {exc}") from None
-        if len(body) > MAX_ANSWER_BYTES:
-            raise HubError(f"the hub's answer to {path} is over {MAX_ANSWER_BYTES:,} bytes; nothing of it was used")
         try:
             return json.loads(body.decode())
         except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python parses
             raise HubError(f"the hub's answer to {path} is not JSON: {shown(str(exc))}") from None
+
+    def read_answer(self, response: IO[bytes], path: str, deadline: float) -> bytes:
+        """The answer's bytes, read until it ends; a HubError once it is over MAX_ANSWER_BYTES or
+        still coming at ``deadline`` (``time.monotonic()``)."""
+        chunks, size = [], 0
+        while chunk := response.read1(1 << 16):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise HubError(f"the hub's answer to {path} is over {MAX_ANSWER_BYTES:,} bytes; nothing of it was used")
+            if time.monotonic() > deadline:
+                raise HubError(
+                    f"the hub did not finish its answer to {path} within {self.answer_seconds:g} s "
+                    f"({size:,} bytes by then); nothing of it was used"
+                )
+        return b"".join(chunks)
 
     def scopes(self) -> list[str]:
         """The scopes the token holds, as the hub's whoami (``GET /user``) lists them."""

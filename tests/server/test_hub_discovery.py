@@ -57,12 +57,13 @@ class StandInHub:
         token: str = "service-token",
         page: int = 2,
         users_answer: Callable[[int], object] | None = None,
+        redirect_users_to: str | None = None,
     ):
         """``users_answer(offset)``, where given, is the body of each ``GET /users``, in place of the
         hub's pages: a hub answering what JupyterHub never does. After ``GIVE_UP_AFTER`` of those it
         answers 500, so a client that never stops asking ends and its requests can be counted."""
         self.users, self.scopes, self.token, self.page = users, scopes, token, page
-        self.users_answer = users_answer
+        self.users_answer, self.redirect_users_to = users_answer, redirect_users_to
         self.requests: list[str] = []
         hub = self
 
@@ -81,6 +82,11 @@ class StandInHub:
                 if url.path == "/hub/api/users":
                     if len(hub.requests) > GIVE_UP_AFTER:
                         return self.answer(500, {"status": 500})
+                    if hub.redirect_users_to is not None:
+                        self.send_response(302)
+                        self.send_header("Location", hub.redirect_users_to)
+                        self.send_header("Content-Length", "0")
+                        return self.end_headers()
                     query = parse_qs(url.query)
                     if hub.users_answer is not None:
                         return self.answer(200, hub.users_answer(int(query.get("offset", ["0"])[0])))
@@ -485,6 +491,56 @@ def test_a_user_list_answer_that_is_not_a_page_is_refused(body, says):
         with pytest.raises(hub_api.HubError) as raised:
             hub_api.Hub(hub.api_url, "service-token").users_with_ready_servers()
     assert says in str(raised.value)
+
+
+def test_a_redirect_is_not_followed_with_the_token():
+    """urllib follows a 302 with every header of the request, Authorization included."""
+    with StandInHub([user("alice", **{"": True})], SERVICE_SCOPES) as elsewhere:
+        with StandInHub([], SERVICE_SCOPES, redirect_users_to=f"{elsewhere.api_url}/users?state=ready") as hub:
+            with pytest.raises(hub_api.HubError, match="the hub answered 302 to users"):
+                hub_api.Hub(hub.api_url, "service-token").users_with_ready_servers()
+    assert elsewhere.requests == []
+
+
+class DrippingHub:
+    """A hub that answers ``GET /users`` one byte at a time, and never finishes."""
+
+    def __init__(self):
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", str(1 << 30))
+                self.end_headers()
+                try:
+                    while not stopping.is_set():
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        stopping.wait(0.01)
+                except OSError:
+                    pass  # the client hung up: the point
+
+        stopping = self.stopping = threading.Event()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hub/api"
+
+    def __exit__(self, *exc):
+        self.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_answer_that_never_ends_is_given_up_at_the_deadline():
+    """Each byte comes within the socket's timeout, so only a deadline on the whole answer ends it."""
+    with DrippingHub() as api_url:
+        with pytest.raises(hub_api.HubError, match="did not finish its answer to users.* within 0.5 s"):
+            hub_api.Hub(api_url, "service-token", answer_seconds=0.5).users_with_ready_servers()
 
 
 def test_an_answer_the_service_cannot_use_keeps_the_last_file_and_ends_in_one_line(tmp_path):
