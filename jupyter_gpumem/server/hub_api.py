@@ -16,7 +16,6 @@ import json
 import reprlib
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,7 +29,9 @@ SCOPES_NEEDED = ("list:users", "read:users:name", "read:servers")
 # hub whose maximum is lower answers pages of its maximum (``get_api_pagination``, base.py).
 PAGE_LIMIT = 200
 MAX_PAGES = 1_000  # requests to GET /users in one refresh: 200,000 users at PAGE_LIMIT
-# One answer's bytes: a page of 200 user models, each with a few servers, is well under 1 MiB.
+# One answer's bytes: a bound for a hub gone wrong, far above a page of 200 user models whose
+# server models hold a dozen short fields each (``server_model``, base.py; ``user_options`` is the
+# one the user fills).
 MAX_ANSWER_BYTES = 16 << 20
 # One answer's seconds, from the request to its last byte: the socket's timeout bounds each wait
 # for a byte, not an answer that comes a byte at a time.

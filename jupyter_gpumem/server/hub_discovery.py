@@ -340,7 +340,7 @@ def addresses_from(args: argparse.Namespace) -> Addresses:
     for text in args.target_for:
         server, address = parse_target_for(text)
         if server in per_server:
-            raise DiscoveryError(f"--target-for {text!r}: {shown('/'.join(server).rstrip('/'))} has an address already")
+            raise DiscoveryError(f"--target-for {text!r}: {server_label(Server(*server))} has an address already")
         earlier = given.setdefault(listener(address), text)
         if earlier != text:
             raise DiscoveryError(f"--target-for {text!r} and {earlier!r}: two servers cannot share one address")
