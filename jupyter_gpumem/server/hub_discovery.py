@@ -24,12 +24,15 @@ scopes its token holds (``GET /hub/api/user``) and refuses to run with one that 
 kernel (``SCOPES_THAT_REACH_SERVERS``).
 
 The file is written atomically (a temporary file beside it, then renamed), and only when it
-changes; while the hub does not answer, the last file stays as it was.
+changes; while the hub does not answer, the last file stays as it was. A link, FIFO, device or
+folder at its path is refused, never read or replaced (``core/files.py``), and what is there is
+read no further than the new text's length.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import os
@@ -37,28 +40,28 @@ import re
 import signal
 import string
 import sys
-import tempfile
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jupyter_gpumem.core import files
+from jupyter_gpumem.server.hub_api import SCOPES_NEEDED, Hub, HubError, Server, ready_servers, shown
+
 log = logging.getLogger("jupyter_gpumem.hub_discovery")
 
-# jupyterhub/apihandlers/base.py (6.1.1): PAGINATION_MEDIA_TYPE; with it GET /users answers
-# {"items": [...], "_pagination": {"offset", "limit", "total", "next"}}.
-PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
-SCOPES_NEEDED = ("list:users", "read:users:name", "read:servers")
 # Scopes (jupyterhub/scopes.py, 6.1.1) that reach a user's server, directly or by making a token
 # that does: access:servers; tokens ("Read, write, create and delete user tokens"); admin:users
 # ("tantamount to superuser"); shares (it includes access:servers).
 SCOPES_THAT_REACH_SERVERS = ("access:servers", "tokens", "admin:users", "shares")
 TEMPLATE_FIELDS = ("username", "servername", "server_suffix")
 INTERVAL_RANGE = (1.0, 3600.0)
-_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])$")
+_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])")
+# What a hub name may hold to go into a --target: one host label's characters. A '.' would make
+# another domain (alice.default in jupyter-{username} is the service jupyter-alice of namespace
+# default to a Kubernetes resolver), and spawners that name containers escape the rest anyway.
+_NAME_IN_HOST = re.compile(r"[A-Za-z0-9_-]*")  # fullmatch: "$" would let a final newline in
 
 
 class DiscoveryError(Exception):
@@ -70,14 +73,6 @@ class TokenReachesServers(DiscoveryError):
 
 
 @dataclass(frozen=True)
-class Server:
-    """One ready single-user server, as the hub names it."""
-
-    user: str
-    name: str = ""  # "" is the user's default server
-
-
-@dataclass(frozen=True)
 class Addresses:
     """Where each server's metrics listener is: per-server addresses first, else the template."""
 
@@ -85,21 +80,45 @@ class Addresses:
     per_server: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def address_of(self, server: Server) -> str | None:
+        """The address given for ``server``, else the template's (a DiscoveryError where a name the
+        template uses is not one host label's characters), else None."""
         fixed = self.per_server.get((server.user, server.name))
         if fixed is not None:
             return fixed
         if self.template is None:
             return None
+        used = {name for _, name, _, _ in string.Formatter().parse(self.template) if name}
+        names = {"username": server.user, "servername": server.name, "server_suffix": server.name}
+        if any(not _NAME_IN_HOST.fullmatch(names[f]) for f in used):
+            raise DiscoveryError(
+                "its name has characters other than letters, digits, '-' and '_', which --target does not put "
+                "into a host name; give it a --target-for"
+            )
         suffix = f"-{server.name}" if server.name else ""
         return self.template.format(username=server.user, servername=server.name, server_suffix=suffix)
+
+
+def server_label(server: Server) -> str:
+    return shown(f"{server.user}/{server.name}" if server.name else server.user)
+
+
+def listener(address: str) -> tuple[str, int]:
+    """Where ``address`` (``HOST:PORT``, checked) connects: the host without case (RFC 4343) and an IP
+    address in one spelling, and the port as a number, so two spellings of one place are equal."""
+    host, _, port = address.rpartition(":")
+    try:
+        host = ipaddress.ip_address(host.strip("[]")).compressed
+    except ValueError:
+        host = host.lower()
+    return host, int(port)
 
 
 def checked_address(address: str, what: str) -> str:
     """``address`` if it is ``host:port`` (port 1 to 65535), else a DiscoveryError naming ``what``."""
     host, sep, port = address.rpartition(":")
-    if not sep or not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not sep or not _HOST.fullmatch(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise DiscoveryError(
-            f"{what}: {address!r} is not HOST:PORT (a host name or IP address of letters, digits, '.', '-', '_', "
+            f"{what}: {shown(address)} is not HOST:PORT (a host name or IP address of letters, digits, '.', '-', '_', "
             "or [IPv6], and a port from 1 to 65535)"
         )
     return address
@@ -130,40 +149,41 @@ def parse_target_for(text: str) -> tuple[tuple[str, str], str]:
     return (user, server_name), checked_address(address, f"--target-for {text!r}")
 
 
-def ready_servers(users: Iterable[dict]) -> list[Server]:
-    """The servers the hub says are ready, from user models as ``GET /hub/api/users`` gives them
-    (each with ``servers``: name -> server model, whose ``ready`` is true once the server answers).
-    A user model without ``servers`` means the token lacks ``read:servers`` (the hub leaves the key
-    out then, ``user_model`` in jupyterhub/apihandlers/base.py, 6.1.1): a DiscoveryError, so an
-    empty file never replaces the targets."""
-    found = []
-    for user in users:
-        if not isinstance(user.get("servers"), dict):
-            raise DiscoveryError(
-                f"the hub's model of user {user.get('name')!r} has no servers: give the service the scope read:servers"
-            )
-        for name, model in user["servers"].items():
-            if isinstance(model, dict) and model.get("ready"):
-                found.append(Server(str(user["name"]), str(name)))
-    return sorted(found, key=lambda s: (s.user, s.name))
-
-
 def target_groups(servers: Iterable[Server], addresses: Addresses) -> tuple[list[dict], list[str]]:
-    """The file_sd groups (one per server with an address) and a line for each server left out."""
-    groups, left_out = [], []
-    for server in servers:
-        label = f"{server.user}/{server.name}" if server.name else server.user
+    """The file_sd groups (one per server with an address of its own) and a line for each server left
+    out. Servers that would share a listener are all left out, in one line naming each: one address
+    cannot tell two servers apart, so no label can be right for it."""
+    at: dict[tuple[str, int], list[tuple[Server, str]]] = {}
+    left_out = []
+    for server in dict.fromkeys(servers):  # a server listed twice is one server
         try:
             address = addresses.address_of(server)
             if address is None:
                 raise DiscoveryError("no --target template and no --target-for for it")
             checked_address(address, "its address")
         except DiscoveryError as exc:
-            left_out.append(f"{label}: {exc}")
+            left_out.append(f"{server_label(server)}: {exc}")
             continue
-        labels = {"hub_user": server.user, "server_name": server.name}
-        groups.append({"targets": [address], "labels": labels})
+        at.setdefault(listener(address), []).append((server, address))
+    groups = []
+    for claims in at.values():
+        if len(claims) > 1:
+            left_out.append(sharing_line([server for server, _ in claims], claims[0][1]))
+            continue
+        ((server, address),) = claims
+        groups.append({"targets": [address], "labels": {"hub_user": server.user, "server_name": server.name}})
+    groups.sort(key=lambda g: (g["labels"]["hub_user"], g["labels"]["server_name"]))
     return groups, left_out
+
+
+def sharing_line(servers: list[Server], address: str) -> str:
+    labels = sorted(server_label(server) for server in servers)
+    named = ", ".join(labels[:-1]) + " and " + labels[-1]
+    return (
+        f"{named} would {'both' if len(labels) == 2 else 'all'} be scraped at {address}, so "
+        f"{'neither' if len(labels) == 2 else 'none'} is written: give each its own --target-for, or a --target "
+        "that keeps them apart"
+    )
 
 
 def scopes_reaching_servers(scopes: Iterable[str]) -> list[str]:
@@ -175,71 +195,39 @@ def file_text(groups: list[dict]) -> str:
     return json.dumps(groups, indent=1, sort_keys=True) + "\n"
 
 
+def holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` holds ``data`` now, read without following a link or blocking on a FIFO and
+    no further than ``len(data) + 1`` bytes; a DiscoveryError where it is not a regular file."""
+    try:
+        with files.open_regular_for_reading(path) as current:
+            return current.read(len(data) + 1) == data
+    except FileNotFoundError:
+        return False
+    except files.UnsafePathError as exc:
+        raise DiscoveryError(f"the targets file: {exc}") from None
+    except OSError:
+        return False  # unreadable: it is replaced
+
+
 def write_atomically(path: Path, text: str) -> bool:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so Prometheus never reads
-    half a file. False (nothing written) when the file already holds it."""
+    """Write ``text`` to ``path`` through a temporary file beside it (created exclusively, mode 0644)
+    and a rename, so Prometheus never reads half a file. False (nothing written) when the file
+    already holds it; a DiscoveryError, with nothing changed, where a link, FIFO, device or folder
+    is at ``path`` or the file cannot be written."""
+    data = text.encode()
+    if holds(path, data):
+        return False
     try:
-        if path.read_text() == text:
-            return False
-    except (OSError, UnicodeDecodeError):
-        pass
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
+        with files.replaced_on_success(path, mode=0o600) as out:
+            os.fchmod(out.fileno(), 0o644)  # Prometheus often runs as another user; no umask applies
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(temporary, 0o644)  # Prometheus often runs as another user
-        os.replace(temporary, path)
-    finally:
-        Path(temporary).unlink(missing_ok=True)  # gone already once renamed
+    except files.UnsafePathError as exc:
+        raise DiscoveryError(f"the targets file: {exc}") from None
+    except OSError as exc:
+        raise DiscoveryError(f"could not write the targets file {str(path)!r}: {exc.strerror or exc}") from None
     return True
-
-
-class Hub:
-    """The hub's REST API, read with the service's token (``Authorization: token ...``)."""
-
-    def __init__(self, api_url: str, token: str, timeout: float = 10.0) -> None:
-        self.api_url = api_url.rstrip("/") + "/"
-        self.token, self.timeout = token, timeout
-
-    def get(self, path: str, accept: str = "application/json") -> object:
-        request = urllib.request.Request(self.api_url + path.lstrip("/"))
-        request.add_header("Authorization", f"token {self.token}")
-        request.add_header("Accept", accept)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read().decode())
-        except urllib.error.HTTPError as exc:
-            if exc.code in (401, 403):
-                raise DiscoveryError(
-                    f"the hub refused {path} ({exc.code}): give the service a role with the scopes "
-                    + ", ".join(SCOPES_NEEDED)
-                ) from None
-            raise DiscoveryError(f"the hub answered {exc.code} to {path}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise DiscoveryError(f"the hub at {self.api_url} did not answer {path}: {exc}") from None
-
-    def scopes(self) -> list[str]:
-        """The scopes the token holds, as the hub's whoami (``GET /user``) lists them."""
-        model = self.get("user")
-        return list(model.get("scopes", [])) if isinstance(model, dict) else []
-
-    def users_with_ready_servers(self) -> list[dict]:
-        """Every user with a ready server, page by page."""
-        users: list[dict] = []
-        offset = 0
-        while True:
-            page = self.get(f"users?state=ready&offset={offset}", accept=PAGINATION_MEDIA_TYPE)
-            if isinstance(page, list):  # a hub before pagination answers one list
-                return users + page
-            if not isinstance(page, dict) or not isinstance(page.get("items"), list):
-                raise DiscoveryError("the hub's user list is not a list of users")
-            users.extend(page["items"])
-            following = (page.get("_pagination") or {}).get("next")
-            if not following:
-                return users
-            offset = int(following["offset"])
 
 
 def refuse_scopes_that_reach_servers(hub: Hub) -> None:
@@ -264,27 +252,41 @@ def checking_scopes_first(hub: Hub, discover: Callable[[], int]) -> Callable[[],
     return discover_if_safe
 
 
-def discover_once(hub: Hub, addresses: Addresses, output: Path) -> int:
-    """Read the hub, write the file; the number of targets written."""
+def discover_once(hub: Hub, addresses: Addresses, output: Path, said: set[str] | None = None) -> int:
+    """Read the hub, write the file; the number of targets written. Each server left out is logged;
+    with ``said`` (kept between calls: the lines logged and still true), only when it is new."""
     groups, left_out = target_groups(ready_servers(hub.users_with_ready_servers()), addresses)
     for line in left_out:
-        log.warning("jupyter-gpumem hub discovery: no target for %s", line)
+        if said is None or line not in said:
+            log.warning("jupyter-gpumem hub discovery: no target for %s", line)
+    if said is not None:
+        said.clear()  # a line true again after a gap is logged again
+        said.update(left_out)
     if write_atomically(output, file_text(groups)):
         log.info("jupyter-gpumem hub discovery: %d target(s) written to %s", len(groups), output)
     return len(groups)
 
 
 def run_forever(discover: Callable[[], int], interval: float, stop: threading.Event) -> None:
-    """``discover`` every ``interval`` seconds until ``stop``; a hub that does not answer is logged
-    and asked again at the next interval (the file keeps its last targets meanwhile). A token that
-    reaches servers ends it (``TokenReachesServers`` is raised)."""
+    """``discover`` every ``interval`` seconds until ``stop``; a hub that does not answer, or answers
+    what cannot be used, is asked again at the next interval (the file keeps its last targets
+    meanwhile). An error is logged when it starts or changes, not at each interval, and the first
+    refresh that works after it says so. A token that reaches servers ends it
+    (``TokenReachesServers`` is raised)."""
+    failing = None
     while not stop.is_set():
         try:
-            discover()
+            written = discover()
         except TokenReachesServers:
             raise
-        except DiscoveryError as exc:
-            log.error("jupyter-gpumem hub discovery: %s", exc)
+        except (DiscoveryError, HubError) as exc:
+            if str(exc) != failing:
+                log.error("jupyter-gpumem hub discovery: %s", exc)
+            failing = str(exc)
+        else:
+            if failing is not None:
+                log.info("jupyter-gpumem hub discovery: %d target(s) from the hub again", written)
+            failing = None
         stop.wait(interval)
 
 
@@ -333,7 +335,17 @@ def addresses_from(args: argparse.Namespace) -> Addresses:
     if args.target is None and not args.target_for:
         raise DiscoveryError("give --target TEMPLATE, or --target-for USER=HOST:PORT for each server")
     template = None if args.target is None else checked_template(args.target)
-    return Addresses(template, dict(parse_target_for(text) for text in args.target_for))
+    per_server: dict[tuple[str, str], str] = {}
+    given: dict[tuple[str, int], str] = {}
+    for text in args.target_for:
+        server, address = parse_target_for(text)
+        if server in per_server:
+            raise DiscoveryError(f"--target-for {text!r}: {server_label(Server(*server))} has an address already")
+        earlier = given.setdefault(listener(address), text)
+        if earlier != text:
+            raise DiscoveryError(f"--target-for {text!r} and {earlier!r}: two servers cannot share one address")
+        per_server[server] = address
+    return Addresses(template, per_server)
 
 
 def checked_output(path: Path) -> Path:
@@ -341,6 +353,10 @@ def checked_output(path: Path) -> Path:
         raise DiscoveryError(f"--output {path}: the folder {path.parent} does not exist")
     if path.is_dir():
         raise DiscoveryError(f"--output {path}: is a folder; give the targets file's path")
+    try:
+        files.check_writable_name(path)
+    except files.UnsafePathError as exc:
+        raise DiscoveryError(f"--output: {exc}") from None
     return path
 
 
@@ -362,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         addresses, output = addresses_from(args), checked_output(args.output)
         hub = hub_from_environment(args.hub_api_url)
-        discover = checking_scopes_first(hub, lambda: discover_once(hub, addresses, output))
+        said: set[str] = set()
+        discover = checking_scopes_first(hub, lambda: discover_once(hub, addresses, output, said))
         if args.once:
             discover()
             return 0
@@ -370,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
         run_forever(discover, args.interval, stop)
-    except DiscoveryError as exc:
+    except (DiscoveryError, HubError) as exc:
         print(f"jupyter-gpumem hub discovery: {exc}", file=sys.stderr)
         return 2
     return 0
