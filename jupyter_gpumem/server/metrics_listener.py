@@ -74,7 +74,7 @@ class _RareWarning:
 
     def __init__(self, log: logging.Logger | logging.LoggerAdapter, message: str) -> None:
         self._log = log
-        self._message = message  # %-style, for (times since the last line, *args)
+        self._message = message  # %-style, for (*args, times since it was last logged)
         self._times = 0
         self._logged_at: float | None = None
 
@@ -82,7 +82,7 @@ class _RareWarning:
         self._times += 1
         now = time.monotonic()
         if self._logged_at is None or now - self._logged_at >= ACCEPT_LOG_SECONDS:
-            self._log.warning(self._message, self._times, *args)
+            self._log.warning(self._message, *args, self._times)
             self._logged_at, self._times = now, 0
 
 
@@ -111,8 +111,8 @@ class _Acceptor:
         self._delay = ACCEPT_RETRY_SECONDS[0]
         self._warn = _RareWarning(
             log,
-            "jupyter-gpumem: the metrics listener could not accept a connection (%d failures since this was last "
-            f"logged): %s; it tries again in %g s (logged at most once in {ACCEPT_LOG_SECONDS:g} s)",
+            "jupyter-gpumem: the metrics listener could not accept a connection: %s; it tries again in %g s "
+            f"(failures since this was last logged: %d; logged at most once in {ACCEPT_LOG_SECONDS:g} s)",
         )
 
     def resume(self) -> None:
@@ -182,8 +182,8 @@ class _GuardedHTTPServer(HTTPServer):
         self._deadlines: dict[IOStream, object] = {}  # each open connection's CONNECTION_SECONDS timeout
         self._warn_full = _RareWarning(
             log,
-            "jupyter-gpumem: the metrics listener was full %d times since this was last logged: it keeps at most "
-            f"{max_connections} connections open, and accepts more as they close (logged at most once in "
+            f"jupyter-gpumem: the metrics listener has {max_connections} connections open, its most; it accepts "
+            "more as they close (times full since this was last logged: %d; logged at most once in "
             f"{ACCEPT_LOG_SECONDS:g} s)",
         )
 
