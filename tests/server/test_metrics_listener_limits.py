@@ -341,6 +341,39 @@ def test_a_connection_kept_busy_is_closed_at_the_end_of_its_lifetime(monkeypatch
     assert answers >= 1 and closed_after is not None and closed_after >= 1.0
 
 
+def answer_in_process(head: bytes, stall: float = ANSWERS_WITHIN) -> tuple[bytes, float]:
+    """What a listener in this process answers to ``head`` (sent, then nothing more for up to
+    ``stall`` s), read to EOF, and the seconds until the connection closed."""
+
+    async def ask() -> tuple[bytes, float]:
+        listener = MetricsListener("127.0.0.1", 0, kernel_names=False)
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        start = time.monotonic()
+        try:
+            writer.write(head)
+            answer = await asyncio.wait_for(reader.read(), stall)
+            return answer, time.monotonic() - start
+        finally:
+            writer.close()
+            listener.stop()
+
+    return asyncio.run(ask())
+
+
+def test_headers_over_16_kib_close_the_connection_unanswered():
+    answer, _ = answer_in_process(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"x" * 20000 + b"\r\n\r\n")
+    assert answer == b""
+
+
+def test_a_chunked_body_that_never_ends_is_cut_off_at_the_body_timeout(monkeypatch):
+    """The one body the listener lets in, an empty chunked one, has BODY_SECONDS to arrive. In
+    this process, with the timeout cut to 1 s."""
+    monkeypatch.setattr(metrics_listener, "BODY_SECONDS", 1.0)
+    head = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    answer, closed_after = answer_in_process(head)
+    assert answer == b"" and 1.0 <= closed_after < ANSWERS_WITHIN
+
+
 @pytest.mark.parametrize("method", ["POST", "PUT", "GET"])
 def test_a_request_with_a_body_is_refused_before_its_body_is_sent(clean, method):
     head = f"{method} /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99000000\r\n\r\n".encode()
