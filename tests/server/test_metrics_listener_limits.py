@@ -1,12 +1,12 @@
 """The metrics listener (``GpuMem.metrics_port``) holds when whoever reaches its port misbehaves
 (issue 36): half-open requests, requests with bodies, and a process out of file descriptors.
 
-Each test runs a real jupyter_server subprocess on the fake three-GPU world, started as
-tests/server/test_prometheus_deploy.py starts it, with its file limit (soft and hard) at
-SERVER_FILES: below the flood, as where 1,100 half-open requests took a server down. (jupyter_server
-raises its soft limit to 4,096 where the hard limit allows, ``ServerApp.min_open_files_limit``; a
-container's hard limit is often 1,024.) Every client is on 127.0.0.1, counted, and closed by the
-test.
+The tests of what a flood does to the server run a real jupyter_server subprocess on the fake
+three-GPU world, started as tests/server/test_prometheus_deploy.py starts it, with its file limit
+(soft and hard) at SERVER_FILES: below the flood, as where 1,100 half-open requests took a server
+down. (jupyter_server raises its soft limit to 4,096 where the hard limit allows,
+``ServerApp.min_open_files_limit``; a container's hard limit is often 1,024.) The tests of one timeout run a listener in this process,
+with that timeout cut to 1 s. Every client is on 127.0.0.1, counted, and closed by the test.
 """
 
 from __future__ import annotations
