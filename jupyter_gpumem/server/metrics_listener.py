@@ -195,14 +195,24 @@ class _GuardedHTTPServer(HTTPServer):
             self._acceptors.append(acceptor)
             acceptor.resume()
 
+    @property
+    def open_connections(self) -> int:
+        return len(self._deadlines)
+
     def is_full(self) -> bool:
-        return len(self._deadlines) >= self._max_connections
+        return self.open_connections >= self._max_connections
 
     def handle_stream(self, stream: IOStream, address: tuple) -> None:
         self._deadlines[stream] = IOLoop.current().call_later(CONNECTION_SECONDS, stream.close)
         super().handle_stream(stream, address)
         if self.is_full():
             self._warn_full()
+
+    def stop(self) -> None:
+        """Stop accepting, and close every open connection (tornado's ``stop`` leaves them open)."""
+        super().stop()
+        for stream in list(self._deadlines):
+            stream.close()
 
     def on_close(self, server_conn: object) -> None:
         """A connection's request loop ended (``HTTP1ServerConnection._server_request_loop``)."""
@@ -244,6 +254,11 @@ class MetricsListener:
     @property
     def port(self) -> int:
         return self._sockets[0].getsockname()[1]
+
+    @property
+    def open_connections(self) -> int:
+        """Connections accepted and not yet closed."""
+        return self._server.open_connections
 
     def stop(self) -> None:
         self._server.stop()

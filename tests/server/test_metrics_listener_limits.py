@@ -374,6 +374,28 @@ def test_a_chunked_body_that_never_ends_is_cut_off_at_the_body_timeout(monkeypat
     assert answer == b"" and 1.0 <= closed_after < ANSWERS_WITHIN
 
 
+def test_a_stopped_listener_closes_its_open_connections(monkeypatch):
+    monkeypatch.setattr(metrics_listener, "HEADER_SECONDS", 3600.0)  # only the stop can close it
+
+    async def stop_with_one_open() -> bytes:
+        listener = MetricsListener("127.0.0.1", 0, kernel_names=False)
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        try:
+            writer.write(HALF_OPEN)
+            await asyncio.wait_for(_until(lambda: listener.open_connections == 1), ANSWERS_WITHIN)
+            listener.stop()
+            return await asyncio.wait_for(reader.read(), ANSWERS_WITHIN)
+        finally:
+            writer.close()
+
+    assert asyncio.run(stop_with_one_open()) == b""
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
 @pytest.mark.parametrize("method", ["POST", "PUT", "GET"])
 def test_a_request_with_a_body_is_refused_before_its_body_is_sent(clean, method):
     head = f"{method} /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99000000\r\n\r\n".encode()
