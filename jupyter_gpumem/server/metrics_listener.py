@@ -3,9 +3,10 @@ with no credential, built to hold when whoever reaches the port misbehaves (docs
 metrics listener").
 
 Its limits are tornado's own knobs on the ``HTTPServer`` (tornado 6.6.1,
-``tornado/httpserver.py`` and ``tornado/http1connection.py``) and two guards of ours around
-tornado's accept loop (``tornado/netutil.py``, ``add_accept_handler``): a cap on open
-connections, and a pause, not a retry at once, when ``accept()`` fails. A flood of half-open
+``tornado/httpserver.py`` and ``tornado/http1connection.py``: header and body timeouts, header
+and body sizes) and three guards of ours: a cap on open connections, a lifetime for each, and,
+in place of tornado's accept loop (``tornado/netutil.py``, ``add_accept_handler``), one that
+pauses, rather than retries at once, when ``accept()`` fails. A flood of half-open
 requests then holds at most MAX_CONNECTIONS descriptors of the server, each for at most
 HEADER_SECONDS, and the Jupyter server beside it keeps its descriptors and its IOLoop.
 """
