@@ -22,7 +22,8 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from jupyter_gpumem.server.handlers import handlers
     from jupyter_gpumem.server.kernels import untrack_usage_messages
-    from jupyter_gpumem.server.metrics import MetricsListener, gauges
+    from jupyter_gpumem.server.metrics import gauges
+    from jupyter_gpumem.server.metrics_listener import MetricsListener
     from jupyter_gpumem.server.push import route
     from jupyter_gpumem.server.service import GpuMemService
 
@@ -39,7 +40,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     if config.metrics_port:
         try:
             service.metrics_listener = MetricsListener(
-                config.metrics_ip, config.metrics_port, config.metrics_kernel_names
+                config.metrics_ip, config.metrics_port, config.metrics_kernel_names, log=serverapp.log
             )
         except OSError as exc:
             serverapp.log.error(

@@ -82,14 +82,18 @@ class GpuMem(Configurable):
         0,
         help=(
             "Serve the GPU gauges on a listener of their own at this port (0, the default: no "
-            "listener). It answers GET /metrics only, with no authentication: no token, no kernel "
-            "or file access. Make it reachable from Prometheus alone (metrics_ip, a network policy)."
+            "listener). It answers GET and HEAD /metrics only, with no authentication: no token, no "
+            "kernel or file access; at most 32 connections, 10 s for a request's headers, no request "
+            "body. Make it reachable from Prometheus alone (metrics_ip, a network policy)."
         ),
     ).tag(config=True)
 
     metrics_ip = Unicode(
         "127.0.0.1",
-        help="The address the metrics listener binds to; '' or 0.0.0.0 for every interface.",
+        help=(
+            "The address the metrics listener binds to; '' or 0.0.0.0 for every interface. Bind one "
+            "that only Prometheus reaches."
+        ),
     ).tag(config=True)
 
     metrics_kernel_names = Bool(

@@ -28,11 +28,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
-from tornado import web
-from tornado.httpserver import HTTPServer
-from tornado.netutil import bind_sockets
 
 from jupyter_gpumem.server.kernels import KernelInfo
 
@@ -304,43 +301,12 @@ class _ListenerView:
 
 
 def listener_exposition(kernel_names: bool) -> bytes:
-    """What the metrics listener answers: only this extension's gauges and its culled-kernels
-    counter, in Prometheus's text format."""
+    """What the metrics listener (``metrics_listener.py``) answers: only this extension's gauges
+    and its culled-kernels counter, in Prometheus's text format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ListenerView(kernel_names))
     registry.register(_culled_kernels)
     return generate_latest(registry)
-
-
-class _ListenerHandler(web.RequestHandler):
-    """``GET /metrics`` on the metrics listener; nothing else is served there."""
-
-    def initialize(self, kernel_names: bool) -> None:
-        self.kernel_names = kernel_names
-
-    def get(self) -> None:
-        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
-        self.set_header("Cache-Control", "no-store")
-        self.finish(listener_exposition(self.kernel_names))
-
-
-class MetricsListener:
-    """A listener of its own for the gauges (``GpuMem.metrics_port``): one read-only route,
-    ``/metrics``, with no token, no cookie, no kernel or file access behind it. What it can
-    tell is what ``listener_exposition`` says, so Prometheus needs no Jupyter credential."""
-
-    def __init__(self, address: str, port: int, kernel_names: bool) -> None:
-        app = web.Application([(r"/metrics", _ListenerHandler, {"kernel_names": kernel_names})])
-        self._server = HTTPServer(app, xheaders=False)
-        self._sockets = bind_sockets(port, address or None)
-        self._server.add_sockets(self._sockets)
-
-    @property
-    def port(self) -> int:
-        return self._sockets[0].getsockname()[1]
-
-    def stop(self) -> None:
-        self._server.stop()
 
 
 # Registered once per process in the default registry, like the collector above; exported as

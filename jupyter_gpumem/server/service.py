@@ -80,7 +80,7 @@ class GpuMemService:
         self._answers: _Answers | None = None
         self.watchers = Watchers()  # open /devices/ws sockets
         self.answers_sent = {"full": 0, "not_modified": 0}  # /devices answers: 200s and 304s
-        self.metrics_listener: Any = None  # metrics.MetricsListener, where GpuMem.metrics_port asks
+        self.metrics_listener: Any = None  # metrics_listener.MetricsListener, where GpuMem.metrics_port asks
         # Started by the extension's loader (it needs the server's IOLoop); off unless cull_idle_after > 0.
         self.culler = Culler(self, kernel_manager, on_cull=count_culled_kernel if export_metrics else None)
 
