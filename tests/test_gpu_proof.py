@@ -291,3 +291,43 @@ def test_a_test_folder_whose_stack_is_missing_is_left_out_and_named(monkeypatch,
     )
     monkeypatch.setattr(gpu_proof, "NEEDS_STACK", {"server": "json"})
     assert gpu_proof.runnable_test_files(files, sys.executable) == (files, [])
+
+
+# --- late settings and the cuda_async pool: their judges -----------------------------------------
+
+
+def test_a_late_fraction_holds_where_the_limit_stays_and_the_change_is_named():
+    probe = _probe("late_fraction")
+    seen = {
+        "_result": True,
+        "platform": "gpu",
+        "s": {"bytes_limit": 60_000_000_000},
+        "total": 80_000_000_000,
+        "fraction_shown": "0.75",
+        "fraction_source": "JAX default",
+        "late": {"variable": "XLA_PYTHON_CLIENT_MEM_FRACTION", "asked": "0.3", "in_effect": "0.75"},
+        "warnings": ["XLA_PYTHON_CLIENT_MEM_FRACTION was changed after JAX started to '0.3' ..."],
+    }
+    rows = gpu_proof_facts.judge(probe, seen)
+    assert [r.verdict for r in rows] == [gpu_proof_facts.HOLDS] * 2
+    applied = dict(seen, s={"bytes_limit": 24_000_000_000}, fraction_shown="0.3", late=None)
+    assert [r.verdict for r in gpu_proof_facts.judge(probe, applied)] == [gpu_proof_facts.FAILS] * 2
+
+
+def _pool(*reserved):
+    order = ["holding", "deleted", "effects_barrier", "small_op_synced", "clear_caches", "waited_3s", "op_after_wait"]
+    seen = {k: {"reserved": r, "nvml_used": 1 << 30} for k, r in zip(order, reserved)}
+    return {"_result": True, "platform": "gpu", "seen": seen, "order": order}
+
+
+def test_the_pool_after_delete_is_judged_on_the_wait_and_on_the_operation_after_it():
+    probe = _probe("cuda_async_pool_after_delete")
+    kept_then_returned = _pool(*([8 << 30] * 6), 0)
+    assert [r.verdict for r in gpu_proof_facts.judge(probe, kept_then_returned)] == [gpu_proof_facts.HOLDS] * 2
+    returned_at_sync = _pool(8 << 30, 8 << 30, 0, 0, 0, 0, 0)
+    assert [r.verdict for r in gpu_proof_facts.judge(probe, returned_at_sync)] == [
+        gpu_proof_facts.FAILS,
+        gpu_proof_facts.HOLDS,
+    ]
+    unread = _pool(*([None] * 7))
+    assert {r.verdict for r in gpu_proof_facts.judge(probe, unread)} == {gpu_proof_facts.NO_READING}
