@@ -875,7 +875,7 @@ def main() -> int:
     )
     proof.step(
         "pytest server",
-        150,
+        200,
         lambda limit: proof.pytest_by_file(
             "pytest_server", sorted(glob.glob(os.path.join(tests, "server", "test_*.py"))), None, limit, 90
         ),
