@@ -21,7 +21,7 @@ first_op()
 mark(f"process {which} started")
 total = nvml_memory()["total"]
 pause(1.0 if which == "a" else 2.0)
-size = 2 * GiB if which == "a" else int(0.1 * total)
+size = 2 * GiB if which == "a" else int(0.1 * total * GiB / (1 << 30))  # GPU_PROOF_UNIT shrinks it too
 arrays = [hold(size) for _ in range(2)]
 mark(f"process {which} holds {sum(a.nbytes for a in arrays) / GiB:.1f} GiB")
 pause(6.0 if which == "a" else 3.0)
