@@ -4,6 +4,7 @@ and the pure parts that decide what it reports (bench/README.md, "On a GPU")."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -569,3 +570,25 @@ def test_a_stack_carried_on_the_tests_pythonpath_counts_as_there(monkeypatch, tm
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     assert gpu_proof.runnable_test_files(files, sys.executable, env) == (files, [])
     assert gpu_proof.runnable_test_files(files, sys.executable)[1] == ["tests/server (no carried_stack_here)"]
+
+
+def test_the_prepared_calls_in_the_readme_name_only_steps_and_probes_the_proof_has():
+    """bench/README.md, "On a GPU", gives the next session its device commands: a misspelt step
+    in GPU_PROOF_ONLY would be skipped silently there, and a misspelt probe refused."""
+    with open(os.path.join(BENCH, "gpu_proof.py"), encoding="utf-8") as f:
+        source = f.read()
+    steps = set(re.findall(r'proof\.step\(\s*"([^"]+)"', source))
+    steps |= {f"record {r.name}" for r in gpu_proof.RECORDINGS}
+    words = steps | {s.split()[-1] for s in steps}
+    with open(os.path.join(BENCH, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    calls = re.findall(r"^\| \d \| `(GPU_PROOF_ONLY=[^`]+)` \| (\d+) \|", readme, re.MULTILINE)
+    assert len(calls) == 2
+    for command, timeout in calls:
+        only = re.search(r"GPU_PROOF_ONLY=(\S+)", command).group(1).split(",")
+        assert set(only) <= words, set(only) - words
+        probes = re.search(r"GPU_PROOF_PROBES=(\S+)", command)
+        if probes:
+            gpu_proof_facts.select(probes.group(1).split(","))  # raises on an unknown probe
+        budget = float(re.search(r"GPU_PROOF_BUDGET_S=(\d+)", command).group(1))
+        assert budget + 60 <= int(timeout) <= 600  # the install and packing fit under the call's limit
