@@ -13,10 +13,11 @@ stored copy of jax holds):
   parameter whose buffer the call does not own ("Using copy-protection: aliasing is specified,
   but the buffer is not donated") gets a fresh buffer, and when that allocation fails the error
   carries the buffer assignment.
-- No compile-time check of the buffer assignment against the device memory was found:
-  ``xla_gpu_memory_limit_slop_factor`` sets only the scheduler's and rematerialisation's limit
-  (``MaxAvailableMemory`` and the scheduler's memory limit, xla/service/gpu/gpu_hlo_schedule.cc),
-  and a program over it compiles and fails at run as above.
+- No compile-time check of the buffer assignment against the device memory was found (no other
+  caller of ``ToVerboseString`` in the stored XLA sources but tools): ``xla_gpu_memory_limit_slop_factor``
+  scales only the memory limit that the latency-hiding scheduler and the collective combiners
+  work to (``MaxAvailableMemory``: device memory × factor / 100), and a program over the device
+  compiles and fails at run as above.
 
 The common PjRt client runs a donated parameter without owning it only where
 ``ExecuteOptions::non_donatable_input_indices`` names it (xla/pjrt/common_pjrt_client.cc,
