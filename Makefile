@@ -183,7 +183,8 @@ gpu-proof-wheels:
 PY312 ?= python3.12
 gpu-proof-py312:
 	$(PY312) -m venv $(GPU_PROOF_PY312)
-	$(GPU_PROOF_PY312)/bin/pip install -q jax==0.11.2 jaxlib==0.11.2 pytest pytest-timeout nvidia-ml-py psutil hypothesis
+	$(GPU_PROOF_PY312)/bin/pip install -q jax==0.11.2 jaxlib==0.11.2 pytest pytest-timeout nvidia-ml-py psutil hypothesis \
+		typing-extensions pyyaml jinja2 attrs six
 
 gpu-proof-dry:
 	GPU_PROOF_DRY=1 GPU_PROOF_PYTHON=$(GPU_PROOF_PYTHON) \

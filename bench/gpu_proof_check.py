@@ -11,7 +11,8 @@ Checks, in seconds:
   64 MiB that travels;
 - imports, when GPU_PROOF_CHECK_PYTHON names a Python 3.12 with jax 0.11.2 (``make
   gpu-proof-py312`` makes one): the wheels install as the device installs them, the recorder
-  runs, and pytest collects the ``gpu`` and ``jax_versions`` test files;
+  runs, the over-commit warning job reads the synthetic two-kernel trace through the carried
+  server stack, and pytest collects the ``gpu`` and ``jax_versions`` test files and tests/server;
 - the no-GPU answer: bench/gpu_proof.sh, where nvidia-smi lists no GPU, says "no CUDA device
   visible: nothing to prove" and exits 3 within 10 seconds.
 
@@ -40,8 +41,11 @@ import gpu_proof_facts  # noqa: E402
 
 PINS_FILE = os.path.join(HERE, "gpu_proof_wheels.txt")
 TRAVEL_LIMIT = 64 << 20  # what a device call carries: the working tree and the carried paths
-WHEELS_LIMIT = 16 << 20  # the wheels' own share, leaving room for the repository
+WHEELS_LIMIT = (
+    24 << 20
+)  # the wheels' own share (IPython, and Jupyter for tests/server), leaving room for the repository
 NO_GPU_SECONDS = 10.0
+DEMO_TWO_KERNELS = os.path.join(REPO, "jupyter_gpumem", "demo_traces", "synthetic_two_kernels.jsonl")
 
 # Python packages on the GPU machine's image (its package list as read on 2026-11-17), those a
 # carried wheel may need or the proof imports.
@@ -218,6 +222,13 @@ def check_structure() -> list[tuple[bool, str]]:
                 what + (f"; unknown variables {sorted(unknown)}" if unknown else ""),
             )
         )
+    for path in sorted(glob.glob(os.path.join(gpu_proof.JOBS, "*.py"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                compile(f.read(), path, "exec")
+            results.append((True, f"job file {os.path.basename(path)} compiles"))
+        except SyntaxError as exc:
+            results.append((False, f"job file {os.path.basename(path)}: {exc}"))
     script = os.path.join(HERE, "gpu_proof.sh")
     results.append((os.access(script, os.X_OK), "bench/gpu_proof.sh is executable"))
     return results
@@ -305,14 +316,27 @@ def check_imports(python: str, folder: str) -> list[tuple[bool, str]]:
                 else f"the recorder failed: {rec.stderr.strip()[-300:]}",
             )
         )
+        warning = subprocess.run(
+            [python, os.path.join(gpu_proof.JOBS, "overcommit_warning.py"), DEMO_TWO_KERNELS],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        warned, what = gpu_proof.overcommit_warning_verdict(gpu_proof.result_of(warning.stdout))
+        results.append((warned, f"the server's over-commit warning, on the synthetic two kernels: {what[:120]}"))
+        tests = os.path.join(REPO, "tests")
         files, left_out = gpu_proof.runnable_test_files(
             sorted(
                 set(
-                    gpu_proof.marked_test_files(os.path.join(REPO, "tests"), "gpu")
-                    + gpu_proof.marked_test_files(os.path.join(REPO, "tests"), "jax_versions")
+                    gpu_proof.marked_test_files(tests, "gpu")
+                    + gpu_proof.marked_test_files(tests, "jax_versions")
+                    + glob.glob(os.path.join(tests, "server", "test_*.py"))
                 )
             ),
             python,
+            env,
         )
         collect = subprocess.run(
             [
@@ -323,8 +347,6 @@ def check_imports(python: str, folder: str) -> list[tuple[bool, str]]:
                 "-p",
                 "no:cacheprovider",
                 "--collect-only",
-                "-m",
-                "gpu or jax_versions",
                 *files,
             ],
             cwd=REPO,

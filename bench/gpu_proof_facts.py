@@ -212,6 +212,86 @@ save_text("jit_oom_" + phase, text)
 emit(n=n, product_bytes=n * n * 4, temp=temp, phase=phase, error=text, total=total)
 """
 
+_LATE_FRACTION = """
+from jupyter_gpumem.sources import jax_start
+jax_start.watch()  # as %load_ext does before the first JAX operation in a kernel
+first_op()
+os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "0.3"  # after JAX started: changes nothing
+import jupyter_gpumem
+report = jupyter_gpumem.status()
+fraction = next(x for x in report.settings if x.name == "fraction")
+emit(s=stats(), total=nvml_memory()["total"], status=str(report), fraction_shown=fraction.shown,
+     fraction_source=fraction.source, late=fraction.changed_after_start, warnings=list(report.warnings))
+"""
+
+_CUDA_ASYNC_POOL_AFTER_DELETE = """
+import time, jax, jax.numpy as jnp
+from jupyter_gpumem.sources.libcuda import read_default_pool
+first_op()
+ordinal = device().local_hardware_id
+def reading():
+    pool = read_default_pool(ordinal)
+    return {"reserved": getattr(pool, "reserved_bytes", None), "used": getattr(pool, "used_bytes", None),
+            "nvml_used": nvml_memory()["used"], "jax_in_use": (stats() or {}).get("bytes_in_use")}
+arrays = [hold(GiB) for _ in range(8)]
+seen = {"holding": reading()}
+for a in arrays:
+    a.delete()
+arrays.clear()
+seen["deleted"] = reading()
+jax.effects_barrier()
+seen["effects_barrier"] = reading()
+jnp.zeros(8).block_until_ready()
+seen["small_op_synced"] = reading()
+jax.clear_caches()
+seen["clear_caches"] = reading()
+time.sleep(3.0)
+seen["waited_3s"] = reading()
+jnp.ones(8).block_until_ready()
+seen["op_after_wait"] = reading()
+emit(seen=seen, order=list(seen), total=nvml_memory()["total"])
+"""
+
+
+def _late_fraction_not_applied(o):
+    share_now = share(o["s"]["bytes_limit"], o["total"])
+    return f"bytes_limit = {share_now:.3f} × total after XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 was set late", between(
+        share_now, 0.74, 0.76
+    )
+
+
+def _late_fraction_reported(o):
+    late = o["late"] or {}
+    seen = (
+        f"fraction shown {o['fraction_shown']!r} ({o['fraction_source']}); late change "
+        f"{late.get('variable')} asks {late.get('asked')!r}, in effect {late.get('in_effect')!r}"
+        if late
+        else f"fraction shown {o['fraction_shown']!r} ({o['fraction_source']}); no late change named"
+    )
+    named = any("XLA_PYTHON_CLIENT_MEM_FRACTION" in w for w in o["warnings"])
+    return seen, o["fraction_shown"] == "0.75" and late.get("variable") == "XLA_PYTHON_CLIENT_MEM_FRACTION" and named
+
+
+def _pool_readings(o):
+    return "; ".join(
+        f"{step}: pool {gib(r['reserved']) if r['reserved'] is not None else 'no reading'}, NVML used {gib(r['nvml_used'])}"
+        for step, r in ((k, o["seen"][k]) for k in o["order"])
+    )
+
+
+def _pool_kept_after_delete(o):
+    held, waited = o["seen"]["holding"]["reserved"], o["seen"]["waited_3s"]["reserved"]
+    if held is None or waited is None:
+        raise ValueError(f"no pool reading: {_pool_readings(o)}")
+    return _pool_readings(o), waited >= 0.5 * held
+
+
+def _pool_returned_by_a_later_op(o):
+    held, after = o["seen"]["holding"]["reserved"], o["seen"]["op_after_wait"]["reserved"]
+    if held is None or after is None:
+        raise ValueError(f"no pool reading: {_pool_readings(o)}")
+    return f"pool {gib(held)} holding, {gib(after)} after an operation following the wait", after < 0.1 * held
+
 
 def _cuda_async_exact(o):
     delta = o["s1"]["bytes_in_use"] - o["s0"]["bytes_in_use"]
@@ -650,6 +730,45 @@ PROBES: tuple[Probe, ...] = (
                 _section("The variables"),
                 "BFC's pool_bytes still reported",
                 _pool_bytes_present,
+            ),
+        ),
+    ),
+    Probe(
+        "late_fraction",
+        {},
+        _LATE_FRACTION,
+        (
+            Check(
+                "a fraction set after JAX started changes nothing: BFC's limit stays 0.75 × total",
+                _section("When settings are read"),
+                "bytes_limit 0.74–0.76 × total, not 0.3",
+                _late_fraction_not_applied,
+            ),
+            Check(
+                "status() shows the fraction JAX started with and names the late change",
+                "jupyter_gpumem/settings/started_with.py",
+                "fraction '0.75'; a late change of XLA_PYTHON_CLIENT_MEM_FRACTION, named in the warnings",
+                _late_fraction_reported,
+            ),
+        ),
+    ),
+    Probe(
+        "cuda_async_pool_after_delete",
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        _CUDA_ASYNC_POOL_AFTER_DELETE,
+        (
+            Check(
+                "cuda_async, preallocation off: the driver pool keeps what it reserved after every array is "
+                "deleted, through effects_barrier, a synced operation, clear_caches and a 3 s wait",
+                "docs/gpu-facts.md, what the GPU showed (8.3 GiB kept)",
+                "pool reserved after the wait ≥ half of what it held with 8 GiB live",
+                _pool_kept_after_delete,
+            ),
+            Check(
+                "cuda_async, preallocation off: an operation after the wait gives the pool's memory back",
+                "docs/settings.md, async-prealloc (handed back at the next synchronisation)",
+                "pool reserved after the next operation < a tenth of what it held",
+                _pool_returned_by_a_later_op,
             ),
         ),
     ),

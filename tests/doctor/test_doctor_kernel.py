@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from child_env import ipython_dir
+from child_env import ipython_dir, pythonpath
 from jupyter_client.manager import start_new_kernel
 
 OOM_CELL = "x = jnp.zeros((2**46,), jnp.float32)"
@@ -17,9 +17,9 @@ OOM_CELL = "x = jnp.zeros((2**46,), jnp.float32)"
 
 @pytest.fixture(scope="module")
 def kernel():
-    km, kc = start_new_kernel(
-        kernel_name="python3", env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", **ipython_dir()}
-    )
+    # PYTHONPATH: where ipykernel is a carried wheel (the GPU proof), the kernel finds it there.
+    env = {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(), **ipython_dir()}
+    km, kc = start_new_kernel(kernel_name="python3", env=env)
     try:
         yield kc
     finally:

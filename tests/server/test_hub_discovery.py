@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from child_env import pythonpath
 
 from jupyter_gpumem.server import hub_api
 from jupyter_gpumem.server import hub_discovery as hd
@@ -137,7 +138,7 @@ def bounded_child():
 
 
 def run_cli(*args: str, hub: StandInHub | None = None, token: str = "service-token") -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=pythonpath())
     env.pop("JUPYTERHUB_API_URL", None)
     env.pop("JUPYTERHUB_API_TOKEN", None)
     if hub is not None:

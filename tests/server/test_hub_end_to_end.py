@@ -44,6 +44,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from child_env import pythonpath
 
 from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR, GiB, scenario
 
@@ -280,7 +281,7 @@ def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder
         hub = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(tmp_path / "jupyterhub_config.py")],
             cwd=tmp_path,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            env=dict(os.environ, PYTHONPATH=pythonpath()),
             stdout=hub_log.open("w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml  # PyYAML: a dependency of jupyter_events, which jupyter_server requires
+from child_env import pythonpath
 
 from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR, GiB, scenario
 
@@ -176,7 +177,7 @@ def start_server(tmp: Path, world_file: Path, token: str) -> tuple[subprocess.Po
     (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
     env = dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), str(ROOT)]),
+        PYTHONPATH=pythonpath(DROPIN_DIR),
         JUPYTERHUB_USER=SERVER_ENV_USER,
         JUPYTER_CONFIG_DIR=str(tmp / "config"),
         JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),

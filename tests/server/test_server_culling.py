@@ -14,6 +14,7 @@ import time
 from datetime import datetime, timezone
 
 import pytest
+from child_env import pythonpath
 
 from jupyter_gpumem.server.culling import annotate, check_every, cull_plan, human_duration
 from jupyter_gpumem.server.kernels import KernelInfo, usage_pid
@@ -361,7 +362,7 @@ def test_a_server_started_with_the_cull_flags_culls_the_holder_and_keeps_the_oth
     port, token = free_port(), "cull-" + os.urandom(8).hex()
     env = dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([str(DROPIN_DIR), os.getcwd()]),
+        PYTHONPATH=pythonpath(DROPIN_DIR),
         **{ENV_VAR: str(world_file)},
         JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
         JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
