@@ -1,0 +1,104 @@
+"""Waiting for what a server or a kernel does, not for a length of time.
+
+A test on a loaded machine (the gate runs beside other jobs on two cores) cannot know how long a
+kernel takes to start or a reading to come; it can know what it waits for. These helpers wait
+for that, with one bound, ``WITHIN``, minutes past anything load has caused: only a hang
+reaches it, and the failure then says what never came.
+
+- ``until(check, what)``: ``check()``'s first truthy answer (``check`` may be a coroutine function)
+- ``server_sees_idle(km)``: jupyter_server's record of a kernel says ``idle``
+- ``waking(km)``: around a wait for a kernel's reply, so that a request it has not noticed is read
+
+A request can sit unread in ipykernel 7: a reply written to its shell or control ROUTER socket
+from another thread can take the wake-up of a request arriving meanwhile, and the request is
+read only when something else happens on that socket, such as a new connection
+(ipython/ipykernel#1554, reported for 7.2.0). What was seen here with 7.4.0 fits it: a cell
+sent right after ``wait_for_ready`` that the kernel never began in 60 s (no busy status), and
+a ``usage_request`` to a busy kernel unanswered for 30 s while it answered the server's own.
+
+Tests import them from here (``from awaiting import until``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+WITHIN = 300.0  # seconds; see above
+
+# How long a kernel's status message gets to reach the server before the kernel is asked again.
+# Asking again costs nothing (the answer's status is untracked), so this bounds no outcome.
+ASK_AGAIN_AFTER = 5.0
+# How often ``waking`` connects to a kernel; a connection sends nothing, so this bounds no outcome.
+WAKE_EVERY = 3.0
+
+
+async def until(check: Callable[[], Any], what: str, within: float = WITHIN, every: float = 0.05) -> Any:
+    """``check()``'s first truthy answer, asked every ``every`` seconds; fails after ``within``
+    seconds naming ``what`` and the last answer."""
+    started = time.monotonic()
+    while True:
+        answer = check()
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if answer:
+            return answer
+        assert time.monotonic() - started < within, f"{what}: not within {within:g} s (last: {answer!r})"
+        await asyncio.sleep(every)
+
+
+@contextlib.asynccontextmanager
+async def waking(km: Any, every: float = WAKE_EVERY) -> AsyncIterator[None]:
+    """While the block runs, connect to the kernel's shell and control sockets every ``every``
+    seconds and leave again, sending nothing: a request the kernel has not noticed is then
+    read (ipython/ipykernel#1554, in the module docstring). The kernel publishes nothing for a
+    connection, so neither its state nor its ``last_activity`` moves."""
+
+    async def wake() -> None:
+        while True:
+            await asyncio.sleep(every)
+            client = km.client()
+            client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=True)
+            await asyncio.sleep(0.1)  # the connections are made by ZeroMQ's own thread
+            client.stop_channels()
+
+    task = asyncio.ensure_future(wake())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def server_sees_idle(km: Any, within: float = WITHIN) -> None:
+    """Returns once jupyter_server's record of the kernel ``km`` says ``idle``.
+
+    The server takes a kernel's state from its iopub status messages
+    (``MappingKernelManager.start_watching_activity``, jupyter_server 2.21.1). A status the kernel
+    publishes before the server's subscription reaches it is lost (ZeroMQ's PUB drops it), and a
+    kernel that is asked nothing publishes no other: on a loaded machine a kernel's server record
+    read ``starting`` for a minute. So while the record is not ``idle`` the kernel is asked for its
+    ``kernel_info``, for which it publishes a busy and an idle status again. Neither moves its
+    ``last_activity``: ``kernel_info_request`` and ``status`` are in the server's
+    ``untracked_message_types``, and a status of an untracked request makes a ``starting``
+    kernel ``idle``. Only for kernels that run nothing: a busy kernel never reads idle.
+    """
+    started = time.monotonic()
+    while km.execution_state != "idle":
+        left = within - (time.monotonic() - started)
+        assert left > 0, f"the server still records the kernel as {km.execution_state!r} after {within:g} s"
+        client = km.client()
+        client.start_channels()
+        try:
+            async with waking(km):
+                await client.wait_for_ready(timeout=left)
+        finally:
+            client.stop_channels()
+        asked = time.monotonic()
+        while km.execution_state != "idle" and time.monotonic() - asked < ASK_AGAIN_AFTER:
+            await asyncio.sleep(0.05)
