@@ -10,18 +10,23 @@ import re
 
 import pytest
 from child_env import ipython_dir
-from jupyter_client.manager import start_new_kernel
+from jupyter_client.manager import KernelManager
+
+from awaiting import WITHIN, waking_blocking
 
 OOM_CELL = "x = jnp.zeros((2**46,), jnp.float32)"
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    km, kc = start_new_kernel(
-        kernel_name="python3", env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", **ipython_dir()}
-    )
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", **ipython_dir()})
+    kc = km.client()
+    kc.start_channels()
     try:
-        yield kc
+        with waking_blocking(km):  # a request the kernel has not noticed is read (awaiting.py)
+            kc.wait_for_ready(timeout=WITHIN)
+            yield kc
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -35,7 +40,7 @@ def run(kc, code: str) -> tuple[dict, list[dict]]:
         if msg["msg_type"] in ("error", "display_data", "stream", "execute_result"):
             outputs.append({"type": msg["msg_type"], **msg["content"]})
 
-    reply = kc.execute_interactive(code, timeout=120, output_hook=hook)
+    reply = kc.execute_interactive(code, timeout=WITHIN, output_hook=hook)
     return reply["content"], outputs
 
 

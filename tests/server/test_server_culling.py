@@ -19,7 +19,7 @@ from jupyter_gpumem.server.culling import annotate, check_every, cull_plan, huma
 from jupyter_gpumem.server.kernels import KernelInfo, usage_pid
 from jupyter_gpumem.testing import fake_nvml
 
-from awaiting import WITHIN, server_sees_idle, until, waking
+from awaiting import WITHIN, own_client, server_sees_idle, until, waking
 from doubles import Clock
 
 GiB = 1024**3
@@ -298,7 +298,7 @@ async def test_activity_resets_the_clock_of_an_idle_holder(jp_fetch, jp_serverap
     km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
     await server_sees_idle(km)
     quiet_since = km.last_activity
-    client = km.client()
+    client = own_client(km)
     client.start_channels()
     try:
         async with waking(km):
@@ -314,6 +314,26 @@ async def test_activity_resets_the_clock_of_an_idle_holder(jp_fetch, jp_serverap
     assert await culler.check_once() == [] and kernel_id in await running_kernels(jp_fetch)
     culler.clock.now = time.time() + LIMIT  # quiet again past the limit: culled as before
     await shut_down(jp_fetch, kernel_id)
+
+
+async def the_servers_question_answered(jp_serverapp, kernel_id):
+    """Returns once the server's own pid question to the kernel has been answered: it asks no
+    more, and the test's ``usage_pid`` client, under the same identity as the server's
+    (awaiting.py), has the kernel's control socket to itself. Asked again here at once where
+    the answer did not come (the server would wait ``ASK_AGAIN_AFTER``)."""
+    directory = jp_serverapp.web_app.settings["jupyter_gpumem"].kernels_dir
+    km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+
+    async def answered():
+        entry = directory._pids.get(kernel_id)
+        if entry is not None and not entry.answered and kernel_id not in directory._asking:
+            entry.ask_again_at = 0.0
+        directory.kernel_pid(kernel_id, km)  # asks while the answer is missing
+        await directory.wait_for_pids()
+        return directory._pids[kernel_id].answered
+
+    async with waking(km):
+        await until(answered, "the server's pid question answered", every=0.2)
 
 
 def status_states(caplog, kernel_id):
@@ -337,7 +357,8 @@ async def test_a_busy_kernel_stays_busy_when_the_server_asks_its_pid(jp_fetch, j
     kernel running a long cell read ``idle`` (and cullable), and an idle one look active."""
     kernel_id = await start_kernel(jp_fetch, "long.ipynb")
     km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
-    client = km.client()
+    await the_servers_question_answered(jp_serverapp, kernel_id)
+    client = own_client(km)
     client.start_channels()
     try:
         async with waking(km):
@@ -358,6 +379,7 @@ async def test_an_idle_kernel_looks_no_more_active_when_the_server_asks_its_pid(
     (jupyter_server moves it on any message while the kernel is busy, which is its own rule)."""
     kernel_id = await start_kernel(jp_fetch, "quiet.ipynb")
     km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    await the_servers_question_answered(jp_serverapp, kernel_id)
     await server_sees_idle(km)
     activity = km.last_activity
     seen = len(status_states(caplog, kernel_id))
