@@ -18,14 +18,16 @@ sockets under one identity, its session id (``KernelClient.start_channels``, jup
 sockets hand an identity over to its newest connection (``router_handover``,
 ipykernel/kernelapp.py, 7.4.0): the replies to the older client then go to the newer one, and
 requests in flight on the older connection can be lost. The server's pid question is such a
-client (``usage_pid``), so a test's client of a server's kernel is an ``own_client``.
+client (``usage_pid``), so a test's client of a server's kernel is an ``own_client``: a test's
+``usage_request`` to a busy kernel went unanswered for 30 s while the kernel answered the
+server's own, asked meanwhile.
 
-A request can sit unread in ipykernel 7: a reply written to its shell or control ROUTER socket
-from another thread can take the wake-up of a request arriving meanwhile, and the request is
-read only when something else happens on that socket, such as a new connection
-(ipython/ipykernel#1554, reported for 7.2.0). What was seen here with 7.4.0 fits it: a cell
-sent right after ``wait_for_ready`` that the kernel never began in 60 s (no busy status), and
-a ``usage_request`` to a busy kernel unanswered for 30 s while it answered the server's own.
+A request can also sit unread in ipykernel 7: a reply written to its shell or control ROUTER
+socket from another thread can take the wake-up of a request arriving meanwhile, and the request
+is read only when something else happens on that socket, such as a new connection
+(ipython/ipykernel#1554, reported for 7.2.0). A cell sent right after ``wait_for_ready`` that
+the kernel (7.4.0) never began in 60 s, no busy status published, fits it; ``waking`` makes
+that new connection.
 
 Tests import them from here (``from awaiting import until``).
 """
