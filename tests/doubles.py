@@ -3,7 +3,7 @@
 - ``StubSampler``: the process sampler (``jupyter_gpumem.sampling.sampler.Sampler``) without its thread
 - ``FakeShell``: an IPython shell (magics, cell events, its kernel's comm manager)
 - ``FakeCommManager``, ``FakeComm``: ipykernel's comm manager and one comm
-- ``Clock``: a monotonic clock that moves only when the test moves it
+- ``Clock``: a clock that moves only when the test moves it
 - ``FakeCudaDriver``: libcuda, for one device's default memory pool, and (over a fake world)
   which GPU each CUDA ordinal is
 - ``extension_paths``: the URL paths of this package's handlers, read from a server's routes
@@ -211,7 +211,7 @@ class FakeShell:
 
 
 class Clock:
-    """Stands in for ``time.monotonic``: it reads ``now``, which only the test changes."""
+    """Stands in for ``time.monotonic`` or ``time.time``: it reads ``now``, which only the test changes."""
 
     def __init__(self, now: float = 1000.0) -> None:
         self.now = now

@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from awaiting import WITHIN
+from ports import free_ports
+
 ROOT = Path(__file__).resolve().parent.parent
 PLAYWRIGHT = ROOT / "ui-tests" / "node_modules" / "playwright"
 CHROMIUM = os.environ.get("GPUMEM_CHROMIUM", "/usr/bin/chromium")
-PORT = 9142
 
 pytestmark = pytest.mark.skipif(
     not (PLAYWRIGHT.is_dir() and os.access(CHROMIUM, os.X_OK) and shutil.which("node")),
@@ -36,11 +38,12 @@ def test_the_panels_fetch_is_answered_304_while_the_values_stay(tmp_path):
     from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR
 
     token = "revalidate-" + os.urandom(8).hex()
+    (port,) = free_ports(1)
     (tmp_path / "config").mkdir()
     config = {
         "ServerApp": {
             "ip": "127.0.0.1",
-            "port": PORT,
+            "port": port,
             "port_retries": 0,
             "open_browser": False,
             "allow_root": True,
@@ -62,15 +65,15 @@ def test_the_panels_fetch_is_answered_304_while_the_values_stay(tmp_path):
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter_server"], env=env, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT
     )
-    base = f"http://127.0.0.1:{PORT}/"
+    base = f"http://127.0.0.1:{port}/"
 
     def api(path: str) -> dict:
         request = urllib.request.Request(base + path, headers={"Authorization": f"token {token}"})
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=WITHIN) as response:
             return json.loads(response.read())
 
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + WITHIN
         while True:
             try:
                 api("api/status")
@@ -82,7 +85,7 @@ def test_the_panels_fetch_is_answered_304_while_the_values_stay(tmp_path):
             ["node", str(ROOT / "tests" / "browser_revalidate.js"), base, token],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=WITHIN,
             env=dict(os.environ, GPUMEM_PLAYWRIGHT=str(PLAYWRIGHT), GPUMEM_CHROMIUM=CHROMIUM),
         )
         assert browser.returncode == 0, browser.stderr[-3000:]

@@ -25,6 +25,7 @@ from jupyter_gpumem.server import readings as sources_module
 from jupyter_gpumem.sources.nvml import NvmlSource
 from jupyter_gpumem.testing import fake_nvml
 
+from awaiting import WITHIN, until
 from doubles import Clock
 
 GiB = 1024**3
@@ -135,8 +136,11 @@ def test_sampler_turns_a_raising_source_into_an_explained_sample_and_recovers():
 def test_slow_nvml_call_does_not_pile_up_sampler_threads(world):
     source = NvmlSource()
     source.read()
-    interval = 0.05
-    world.slow_down(0.3, times=3, device=0, function="nvmlDeviceGetMemoryInfo")
+    # Ticks far enough apart that a read started late by load (it is timed from inside, after
+    # the sampler's own clock) still starts half a tick after the one before: on 0.05 s ticks a
+    # delay of 25 ms would have failed the test.
+    interval = 0.2
+    world.slow_down(0.5, times=3, device=0, function="nvmlDeviceGetMemoryInfo")
     reads: list[tuple[float, float]] = []  # (start, end) of each NVML reading
 
     def timed_read():
@@ -158,7 +162,7 @@ def test_slow_nvml_call_does_not_pile_up_sampler_threads(world):
             done.set()
 
     with sampler.subscribe(on_sample, interval=interval):
-        assert done.wait(10)
+        assert done.wait(WITHIN)
     assert peak[0] == 1
     assert all(isinstance(s.devices, tuple) for s in seen)
     # One reading at a time: each starts after the one before it ended ...
@@ -218,14 +222,15 @@ async def test_process_vanishing_between_the_list_and_the_query_is_a_plain_other
 async def test_slow_nvml_does_not_stall_requests_or_start_more_reader_threads(jp_fetch, service, world):
     await devices(jp_fetch)
     readers_before = _reader_threads()
-    world.slow_down(1.0, times=1, function="nvmlDeviceGetMemoryInfo")
+    world.slow_down(20.0, times=1, function="nvmlDeviceGetMemoryInfo")
     await asyncio.sleep(0.15)  # let the cached reading go stale
     started = time.monotonic()
     bodies = await asyncio.gather(*(devices(jp_fetch) for _ in range(8)))
     elapsed = time.monotonic() - started
     assert all(b["state"] == "ok" for b in bodies)
-    # A stale reading is served after one interval instead of waiting for the slow call.
-    assert elapsed < 1.0
+    # A stale reading is served after one interval (0.1 s) instead of waiting for the slow call
+    # (20 s); the bound leaves a loaded machine 10 s for the eight requests.
+    assert elapsed < 10.0
     # No reader thread was added for the slow call (threads of servers from earlier tests may end).
     assert _reader_threads() <= readers_before
 
@@ -267,11 +272,8 @@ async def test_a_restarted_extension_answers_the_panels_next_request(jp_fetch, j
 
     before = await devices(jp_fetch)
     extension._unload_jupyter_server_extension(jp_serverapp)
-    for _ in range(100):  # the cancelled loop ends on a later turn of the IOLoop
-        if not service.sampler.running:
-            break
-        await asyncio.sleep(0.01)
-    assert service.sampler.running is False
+    # the cancelled loop ends on a later turn of the IOLoop
+    await until(lambda: not service.sampler.running, "the unloaded sampler's loop ending", every=0.01)
     extension._load_jupyter_server_extension(jp_serverapp)
     fresh = jp_serverapp.web_app.settings["jupyter_gpumem"]
     assert fresh is not service
@@ -285,7 +287,7 @@ async def test_a_restarted_extension_answers_the_panels_next_request(jp_fetch, j
 
 async def test_a_server_with_nvml_hung_exits_promptly_and_its_sockets_get_1001(tmp_path):
     """A real jupyter_server process on the fake world (synthetic), with an open /devices socket,
-    and NVML hung for 60 s in the read that is running when SIGTERM comes. jupyter_server stops
+    and NVML hung for 600 s in the read that is running when SIGTERM comes. jupyter_server stops
     on SIGTERM through ServerApp._signal_stop then _cleanup (serverapp.py, 2.21.1); Python then
     joins non-daemon and executor threads (threading._shutdown, concurrent.futures' _python_exit,
     CPython 3.11). The server must exit well before NVML returns, and the socket must be closed
@@ -337,33 +339,36 @@ async def test_a_server_with_nvml_hung_exits_promptly_and_its_sockets_get_1001(t
     )
     base = f"127.0.0.1:{port}/jupyter-gpumem/api/devices"
     try:
-        for _ in range(300):
+
+        async def answers():
+            request = urllib.request.Request(f"http://{base}", headers={"Authorization": f"token {token}"})
             try:
-                request = urllib.request.Request(f"http://{base}", headers={"Authorization": f"token {token}"})
-                await asyncio.get_running_loop().run_in_executor(
-                    None, lambda request=request: urllib.request.urlopen(request, timeout=5).read()
+                return await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: urllib.request.urlopen(request, timeout=WITHIN).read()
                 )
-                break
             except OSError:
                 assert server.poll() is None, log.read_text()[-3000:]
-                await asyncio.sleep(0.2)
-        ws = await websocket_connect(HTTPRequest(f"ws://{base}/ws", headers={"Authorization": f"token {token}"}))
-        assert json.loads(await asyncio.wait_for(ws.read_message(), 10))["state"] == "ok"
+                return None
 
-        world.slow_down(60.0, times=1000, function="nvmlDeviceGetMemoryInfo")
+        await until(answers, "the server's first /devices answer", every=0.2)
+        ws = await websocket_connect(HTTPRequest(f"ws://{base}/ws", headers={"Authorization": f"token {token}"}))
+        assert json.loads(await asyncio.wait_for(ws.read_message(), WITHIN))["state"] == "ok"
+
+        world.slow_down(600.0, times=1000, function="nvmlDeviceGetMemoryInfo")
         world.save(world_file)
         await asyncio.sleep(1.5)  # the open socket keeps the reader going: its next read hangs
         started = time.monotonic()
         server.send_signal(signal.SIGTERM)
         closing = asyncio.ensure_future(ws.read_message())
-        while server.poll() is None and time.monotonic() - started < 30:
+        while server.poll() is None and time.monotonic() - started < 90:
             await asyncio.sleep(0.05)
         shutdown_seconds = time.monotonic() - started
         print(f"shutdown with NVML hung: {shutdown_seconds:.2f} s")
         assert "Uncaught exception" not in log.read_text()
-        assert server.poll() is not None, f"still running after 30 s:\n{log.read_text()[-3000:]}"
-        assert shutdown_seconds < 10, log.read_text()[-3000:]
-        assert await asyncio.wait_for(closing, 5) is None
+        assert server.poll() is not None, f"still running after 90 s:\n{log.read_text()[-3000:]}"
+        # NVML answers after 600 s; 3 s on a busy 2-core machine (docs/server.md), 60 s allowed
+        assert shutdown_seconds < 60, log.read_text()[-3000:]
+        assert await asyncio.wait_for(closing, WITHIN) is None
         assert ws.close_code == 1001, (ws.close_code, ws.close_reason)
     finally:
         if server.poll() is None:

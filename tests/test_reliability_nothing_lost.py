@@ -18,6 +18,8 @@ from jupyter_gpumem.core.readings import Sample
 from jupyter_gpumem.core.tracefile import TraceWriter, read_trace
 from jupyter_gpumem.testing import DROPIN_DIR
 
+from awaiting import WITHIN
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -26,7 +28,7 @@ def _complete_sample_lines(data: bytes) -> int:
     return sum(1 for line in lines[1:] if json.loads(line).get("kind") == "sample")
 
 
-def _wait_for_lines(path: Path, proc: subprocess.Popen, lines: int, timeout: float = 30.0) -> None:
+def _wait_for_lines(path: Path, proc: subprocess.Popen, lines: int, timeout: float = WITHIN) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"the recorder exited early with {proc.returncode}"

@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
+import shutil
 import subprocess
+import tempfile
 import urllib.parse
 
 import pytest
@@ -115,19 +118,35 @@ async def test_notebook_parameter_cannot_leave_the_server_root(jp_fetch, world, 
     assert "relative" in body["error"] or "inside the server root" in body["error"]
 
 
-def _other_users_process():
-    """A real process owned by uid 65534 (nobody): needs root to start."""
+@pytest.fixture
+def secret_program():
+    """A copy of ``sleep`` under a name no answer can hold by chance, 15 characters, as the kernel
+    keeps a process name (``comm``): the name is the process's name and the first word of its
+    command line. In a folder of its own that uid 65534 may enter."""
+    folder = tempfile.mkdtemp(prefix="gpumem-other-user-")
+    os.chmod(folder, 0o755)
+    name = "g" + secrets.token_hex(7)
+    shutil.copy(shutil.which("sleep"), os.path.join(folder, name))
+    yield os.path.join(folder, name), name
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _other_users_process(program):
+    """A real process owned by uid 65534 (nobody) running ``program``: needs root to start."""
 
     def drop():
         os.setgid(65534)
         os.setuid(65534)
 
-    return subprocess.Popen(["sleep", "61.5"], preexec_fn=drop)
+    return subprocess.Popen([program, "600"], preexec_fn=drop)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")
-async def test_real_process_of_another_user_shows_its_user_but_no_command_line(jp_fetch, jp_serverapp, world):
-    proc = _other_users_process()
+async def test_real_process_of_another_user_shows_its_user_but_no_command_line(
+    jp_fetch, jp_serverapp, world, secret_program
+):
+    program, secret = secret_program
+    proc = _other_users_process(program)
     try:
         world.add_process(1, proc.pid, 3 * GiB)
         service = jp_serverapp.web_app.settings["jupyter_gpumem"]
@@ -146,7 +165,7 @@ async def test_real_process_of_another_user_shows_its_user_but_no_command_line(j
     # GpuMem.show_other_users is on.
     assert entry["name"] is None and entry["name_hidden"] is True and entry["user"] == "nobody"
     for text in (json.dumps(body), metrics, kernels):
-        assert "sleep" not in text and "61.5" not in text
+        assert secret not in text
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")

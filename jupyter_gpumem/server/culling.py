@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,12 +159,19 @@ def still_idle_since(kernel_manager: Any, kernel: KernelInfo) -> bool:
 
 
 class Culler:
-    """Applies ``cull_plan`` every ``check_every`` seconds on the server's IOLoop."""
+    """Applies ``cull_plan`` every ``check_every`` seconds on the server's IOLoop.
 
-    def __init__(self, service: Any, kernel_manager: Any, on_cull: Any = None) -> None:
+    ``clock`` says the time a check decides at (POSIX seconds, as ``last_activity`` is); tests
+    move it instead of waiting for a kernel to grow idle.
+    """
+
+    def __init__(
+        self, service: Any, kernel_manager: Any, on_cull: Any = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self.service = service
         self.kernel_manager = kernel_manager
         self.on_cull = on_cull  # called with each PendingCull shut down (the /metrics counter)
+        self.clock = clock
         self._callback: Any = None
         self._checking = False
         self.culled: list[PendingCull] = []
@@ -209,7 +216,8 @@ class Culler:
             self._checking = False
 
     async def check_once(self, now: float | None = None) -> list[PendingCull]:
-        """Shut down the kernels the plan says are due; the ones shut down."""
+        """Shut down the kernels the plan says are due at ``now`` (the clock's time when None);
+        the ones shut down."""
         c = self.config
         reading = await self.service.sampler.latest()
         kernels = await self.service.kernels()
@@ -217,7 +225,7 @@ class Culler:
         plan = cull_plan(
             report,
             kernels,
-            time.time() if now is None else now,
+            self.clock() if now is None else now,
             idle_after=c.cull_idle_after,
             min_bytes=c.cull_min_bytes,
             warn_before=c.cull_warn_before,

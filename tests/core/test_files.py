@@ -47,7 +47,8 @@ def test_two_writes_of_one_file_use_temporary_names_no_one_can_predict(tmp_path)
             names += [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")]
             fh.write(b"x")
     assert len(names) == 2 and names[0] != names[1]
-    assert str(os.getpid()) not in names[0] and str(threading.get_ident()) not in names[0]
+    # no part of the name is the pid or the thread (the old ``.{name}.{pid}.{thread}.part``)
+    assert not {str(os.getpid()), str(threading.get_ident())} & set(names[0].split("."))
 
 
 def test_links_planted_at_every_name_the_old_scheme_used_receive_nothing(tmp_path):

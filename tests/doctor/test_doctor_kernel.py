@@ -10,18 +10,24 @@ import re
 
 import pytest
 from child_env import ipython_dir, pythonpath
-from jupyter_client.manager import start_new_kernel
+from jupyter_client.manager import KernelManager
+
+from awaiting import WITHIN, waking_blocking
 
 OOM_CELL = "x = jnp.zeros((2**46,), jnp.float32)"
 
 
 @pytest.fixture(scope="module")
 def kernel():
+    km = KernelManager(kernel_name="python3")
     # PYTHONPATH: where ipykernel is a carried wheel (the GPU proof), the kernel finds it there.
-    env = {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(), **ipython_dir()}
-    km, kc = start_new_kernel(kernel_name="python3", env=env)
+    km.start_kernel(env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(), **ipython_dir()})
+    kc = km.client()
+    kc.start_channels()
     try:
-        yield kc
+        with waking_blocking(km):  # a request the kernel has not noticed is read (awaiting.py)
+            kc.wait_for_ready(timeout=WITHIN)
+            yield kc
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -35,7 +41,7 @@ def run(kc, code: str) -> tuple[dict, list[dict]]:
         if msg["msg_type"] in ("error", "display_data", "stream", "execute_result"):
             outputs.append({"type": msg["msg_type"], **msg["content"]})
 
-    reply = kc.execute_interactive(code, timeout=120, output_hook=hook)
+    reply = kc.execute_interactive(code, timeout=WITHIN, output_hook=hook)
     return reply["content"], outputs
 
 

@@ -10,12 +10,12 @@ import textwrap
 
 import pytest
 from child_env import ipython_dir
-from jupyter_client.manager import start_new_async_kernel
 
 from jupyter_gpumem.kernel import comm as kernel_comm
 from jupyter_gpumem.sampling.cell_hooks import CellHooks
 from jupyter_gpumem.testing import DROPIN_DIR
 
+from awaiting import WITHIN, started_kernel, waking
 from doubles import FakeComm, FakeCommManager, FakeShell
 
 
@@ -362,9 +362,13 @@ async def _comm_messages(kc, code: str, **kwargs) -> list[dict]:
     """The comm_open and comm_msg messages ``code`` sends on iopub (execute_interactive passes
     each iopub message of the request to its output_hook)."""
     got: list[dict] = []
-    reply = await kc.execute_interactive(
-        code, timeout=120, output_hook=lambda m: got.append(m) if m["msg_type"].startswith("comm_") else None, **kwargs
-    )
+    async with waking(kc.parent):
+        reply = await kc.execute_interactive(
+            code,
+            timeout=WITHIN,
+            output_hook=lambda m: got.append(m) if m["msg_type"].startswith("comm_") else None,
+            **kwargs,
+        )
     assert reply["content"]["status"] == "ok"
     return got
 
@@ -372,7 +376,7 @@ async def _comm_messages(kc, code: str, **kwargs) -> list[dict]:
 async def test_a_real_kernel_announces_the_load_and_pushes_after_each_cell():
     """ipykernel 7.4 with comm 0.2: the comm_open of the load and the pushes arrive on iopub,
     as JupyterLab's KernelConnection receives them; a silent execution pushes nothing."""
-    km, kc = await start_new_async_kernel(kernel_name="python3", env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    km, kc = await started_kernel(env={**os.environ, "JAX_PLATFORMS": "cpu"})
     try:
         # The load cell's own end is pushed too: IPython runs a post_run_cell hook added during the cell.
         opened, load_cell_end = await _comm_messages(kc, "%load_ext jupyter_gpumem")
@@ -387,11 +391,12 @@ async def test_a_real_kernel_announces_the_load_and_pushes_after_each_cell():
         (push,) = await _comm_messages(kc, "import jax.numpy as jnp; jnp.zeros(2).block_until_ready()")
         assert (push["content"]["data"]["event"], push["content"]["data"]["backend_started"]) == ("jax_started", True)
         # The panel keeps the comm the kernel opened and asks on it.
-        kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"request": "snapshot"}}))
-        while True:
-            got = await kc.get_iopub_msg(timeout=60)
-            if got["msg_type"] == "comm_msg" and got["content"]["data"].get("type") == "snapshot":
-                break
+        async with waking(km):
+            kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"request": "snapshot"}}))
+            while True:
+                got = await kc.get_iopub_msg(timeout=WITHIN)
+                if got["msg_type"] == "comm_msg" and got["content"]["data"].get("type") == "snapshot":
+                    break
         assert got["content"]["comm_id"] == comm_id and got["content"]["data"]["platform"] == "cpu"
     finally:
         kc.stop_channels()
@@ -399,18 +404,19 @@ async def test_a_real_kernel_announces_the_load_and_pushes_after_each_cell():
 
 
 async def test_load_ext_registers_the_comm_a_real_kernel_answers_on():
-    km, kc = await start_new_async_kernel(kernel_name="python3")
+    km, kc = await started_kernel()
     try:
-        reply = await kc.execute_interactive("%load_ext jupyter_gpumem", timeout=60)
-        assert reply["content"]["status"] == "ok"
-        msg = kc.session.msg(
-            "comm_open", {"comm_id": "c1", "target_name": "jupyter_gpumem", "data": {"request": "snapshot"}}
-        )
-        kc.shell_channel.send(msg)
-        while True:
-            got = await kc.get_iopub_msg(timeout=30)
-            if got["msg_type"] == "comm_msg" and got["content"]["comm_id"] == "c1":
-                break
+        async with waking(km):
+            reply = await kc.execute_interactive("%load_ext jupyter_gpumem", timeout=WITHIN)
+            assert reply["content"]["status"] == "ok"
+            msg = kc.session.msg(
+                "comm_open", {"comm_id": "c1", "target_name": "jupyter_gpumem", "data": {"request": "snapshot"}}
+            )
+            kc.shell_channel.send(msg)
+            while True:
+                got = await kc.get_iopub_msg(timeout=WITHIN)
+                if got["msg_type"] == "comm_msg" and got["content"]["comm_id"] == "c1":
+                    break
         data = got["content"]["data"]
         assert data["type"] == "snapshot" and data["backend_started"] is False
         assert data["reason"]

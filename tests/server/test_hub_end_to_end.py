@@ -39,6 +39,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -48,13 +49,33 @@ from child_env import pythonpath
 
 from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR, GiB, scenario
 
+from awaiting import WITHIN
+from ports import free_ports
+
 pytestmark = pytest.mark.hub
 
 ROOT = Path(__file__).resolve().parents[2]
 CHP = ROOT / "tests" / "server" / "hub_proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
 DEPLOY = ROOT / "deploy" / "prometheus"
-PROXY_PORT, PROXY_API_PORT, HUB_PORT, PROMETHEUS_PORT = 9150, 9151, 9152, 9153  # this test's ports
-METRICS_PORTS = {"alice": 9154, "bob": 9155}
+USERS = ("alice", "bob")
+
+
+@dataclass(frozen=True)
+class HubPorts:
+    """This test's ports, free when it starts (tests/ports.py)."""
+
+    proxy: int
+    proxy_api: int
+    hub: int
+    prometheus: int
+    metrics: dict[str, int]  # each user's server's metrics listener: both share this host
+
+
+def hub_ports() -> HubPorts:
+    proxy, proxy_api, hub, prometheus, *metrics = free_ports(4 + len(USERS))
+    return HubPorts(proxy, proxy_api, hub, prometheus, dict(zip(USERS, metrics)))
+
+
 HELD = {"alice": (2, 5 * GiB), "bob": (2, 3 * GiB)}  # GPU and bytes each user's kernel holds
 CULL_IDLE_AFTER = 20  # seconds; the idle-kernel alert (cut to 2 s idle) fires well before
 ALERT = "JupyterGpumemIdleKernelHoldsGpuMemory"
@@ -80,7 +101,7 @@ def operators_config() -> str:
     return after[after.index("```python\n") + len("```python\n") : after.index("\n```\n")]
 
 
-def hub_config(tmp: Path, admin_token: str, targets: Path, world: Path) -> str:
+def hub_config(tmp: Path, admin_token: str, targets: Path, world: Path, ports: HubPorts) -> str:
     """jupyterhub_config.py: the operator's config from docs/server.md as it is, then what this
     test changes: the targets file's path, one address per server instead of the template (the
     servers share this host), the listener on 127.0.0.1 and a port per server, culling after
@@ -105,7 +126,7 @@ def hub_config(tmp: Path, admin_token: str, targets: Path, world: Path) -> str:
         )
     )
     addresses = ["--interval", "1"]
-    for user, port in METRICS_PORTS.items():
+    for user, port in ports.metrics.items():
         addresses += ["--target-for", f"{user}=127.0.0.1:{port}"]
     environment = {
         "PYTHONPATH": os.pathsep.join([str(DROPIN_DIR), str(ROOT)]),
@@ -133,16 +154,16 @@ class ClaimingSpawner(SimpleLocalProcessSpawner):
             env.update(JUPYTERHUB_USER="bob", JUPYTERHUB_SERVER_NAME="bobs")
         return env
 
-METRICS_PORTS = {METRICS_PORTS!r}
+METRICS_PORTS = {ports.metrics!r}
 
 def metrics_port(spawner):  # both servers share this host: a port each
     spawner.args = [*spawner.args, f"--GpuMem.metrics_port={{METRICS_PORTS[spawner.user.name]}}"]
 
 c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = {PROXY_PORT}
+c.JupyterHub.port = {ports.proxy}
 c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {HUB_PORT}
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{PROXY_API_PORT}"
+c.JupyterHub.hub_port = {ports.hub}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{ports.proxy_api}"
 c.ConfigurableHTTPProxy.command = [{str(CHP)!r}]
 c.JupyterHub.db_url = "sqlite:///{tmp / "jupyterhub.sqlite"}"
 c.JupyterHub.cookie_secret_file = {str(tmp / "cookie_secret")!r}
@@ -259,7 +280,7 @@ async def run_forever_in(ws_url: str, token: str) -> None:
     message = {"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": "shell"}
     await connection.write_message(json.dumps(message))
     while True:
-        reply = json.loads(await asyncio.wait_for(connection.read_message(), 30))
+        reply = json.loads(await asyncio.wait_for(connection.read_message(), WITHIN))
         if reply.get("msg_type") == "status" and reply["content"].get("execution_state") == "busy":
             if reply.get("parent_header", {}).get("msg_id") == msg_id:
                 break
@@ -269,10 +290,11 @@ async def run_forever_in(ws_url: str, token: str) -> None:
 @pytest.mark.skipif(HUB_MISSING is not None, reason=HUB_MISSING or "")
 def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder_is_culled(tmp_path):
     admin_token = secrets.token_hex(32)
+    ports = hub_ports()
     targets, world_file = tmp_path / "targets.json", tmp_path / "world.json"
     world = scenario("three_gpus")
     world.save(world_file)
-    (tmp_path / "jupyterhub_config.py").write_text(hub_config(tmp_path, admin_token, targets, world_file))
+    (tmp_path / "jupyterhub_config.py").write_text(hub_config(tmp_path, admin_token, targets, world_file, ports))
     (tmp_path / "tsdb").mkdir()
     hub_log, prometheus_log = tmp_path / "hub.log", tmp_path / "prometheus.log"
     logs = [hub_log, prometheus_log]
@@ -291,28 +313,30 @@ def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder
                 PROMETHEUS,
                 f"--config.file={prometheus_config(tmp_path, targets)}",
                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+                f"--web.listen-address=127.0.0.1:{ports.prometheus}",
             ],
             stdout=prometheus_log.open("w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        api = f"http://127.0.0.1:{HUB_PORT}/hub/api/"
-        proxy = f"http://127.0.0.1:{PROXY_PORT}/user/"
+        api = f"http://127.0.0.1:{ports.hub}/hub/api/"
+        proxy = f"http://127.0.0.1:{ports.proxy}/user/"
 
         def hub_api(path: str, method: str = "GET", body: dict | None = None):
             return http(api + path, admin_token, method, body)
 
         def query(expr: str) -> list:
-            url = f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+            url = f"http://127.0.0.1:{ports.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
             return http(url)["data"]["result"]
 
-        wait_for("the hub answers", lambda: hub_api("") is not None, 60, logs)
-        hub_api("users", "POST", {"usernames": list(METRICS_PORTS)})
-        for user in METRICS_PORTS:
+        wait_for("the hub answers", lambda: hub_api("") is not None, WITHIN, logs)
+        hub_api("users", "POST", {"usernames": list(USERS)})
+        for user in USERS:
             hub_api(f"users/{user}/server", "POST", {})
-        for user in METRICS_PORTS:
-            wait_for(f"{user}'s server ready", lambda u=user: hub_api(f"users/{u}")["servers"][""]["ready"], 90, logs)
+        for user in USERS:
+            wait_for(
+                f"{user}'s server ready", lambda u=user: hub_api(f"users/{u}")["servers"][""]["ready"], WITHIN, logs
+            )
 
         kernels = {}
         for user, (gpu, held) in HELD.items():
@@ -328,22 +352,22 @@ def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder
                 rows = http(f"{proxy}{u}/jupyter-gpumem/api/kernels", admin_token)["kernels"]
                 return next((r["pid"] for r in rows if r["kernel_id"] == k and r["pid"]), None)
 
-            kernels[user] = (kernel_id, wait_for(f"{user}'s kernel pid", pid_of, 60, logs))
+            kernels[user] = (kernel_id, wait_for(f"{user}'s kernel pid", pid_of, WITHIN, logs))
             world.add_process(gpu, kernels[user][1], held)  # the drop-in reads the file again
         world.save(world_file)
-        ws = f"ws://127.0.0.1:{PROXY_PORT}/user/bob/api/kernels/{kernels['bob'][0]}/channels"
+        ws = f"ws://127.0.0.1:{ports.proxy}/user/bob/api/kernels/{kernels['bob'][0]}/channels"
         asyncio.run(run_forever_in(ws, admin_token))  # bob's kernel is busy: never idle, never culled
 
         # The discovery service's file: one target per server, labelled by the hub.
         written = wait_for(
             "two targets written",
             lambda: len(json.loads(targets.read_text())) == 2 and json.loads(targets.read_text()),
-            30,
+            WITHIN,
             logs,
         )
         assert sorted((g["labels"]["hub_user"], g["targets"]) for g in written) == [
-            ("alice", [f"127.0.0.1:{METRICS_PORTS['alice']}"]),
-            ("bob", [f"127.0.0.1:{METRICS_PORTS['bob']}"]),
+            ("alice", [f"127.0.0.1:{ports.metrics['alice']}"]),
+            ("bob", [f"127.0.0.1:{ports.metrics['bob']}"]),
         ]
 
         # Both targets up in Prometheus, each kernel's bytes under the hub's user.
@@ -351,28 +375,28 @@ def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder
             rows = query("jupyter_gpumem_kernel_gpu_bytes")
             return len(rows) == 2 and {r["metric"]["hub_user"]: r for r in rows}
 
-        held = wait_for("both kernels' bytes in Prometheus", held_per_user, 40, logs)
+        held = wait_for("both kernels' bytes in Prometheus", held_per_user, WITHIN, logs)
         ups = query('up{job="jupyterhub-singleuser"}')
         assert sorted((u["metric"]["hub_user"], u["metric"]["instance"], u["value"][1]) for u in ups) == [
-            ("alice", f"127.0.0.1:{METRICS_PORTS['alice']}", "1"),
-            ("bob", f"127.0.0.1:{METRICS_PORTS['bob']}", "1"),
+            ("alice", f"127.0.0.1:{ports.metrics['alice']}", "1"),
+            ("bob", f"127.0.0.1:{ports.metrics['bob']}", "1"),
         ]
         for user, (gpu, size) in HELD.items():
             metric = held[user]["metric"]
             assert float(held[user]["value"][1]) == size and metric["index"] == str(gpu)
-            assert metric["instance"] == f"127.0.0.1:{METRICS_PORTS[user]}"
+            assert metric["instance"] == f"127.0.0.1:{ports.metrics[user]}"
         # alice's claim to be bob changed nothing: bob's series are his server's only.
-        assert {r["metric"]["instance"] for r in query('{hub_user="bob"}')} == {f"127.0.0.1:{METRICS_PORTS['bob']}"}
+        assert {r["metric"]["instance"] for r in query('{hub_user="bob"}')} == {f"127.0.0.1:{ports.metrics['bob']}"}
         assert not query('{server_name="bobs"}') and not query('{user!=""}')
 
         # The idle-holder alert fires for alice alone (bob's kernel is busy).
         firing = wait_for(
-            "the idle-holder alert", lambda: query(f'ALERTS{{alertname="{ALERT}",alertstate="firing"}}'), 30, logs
+            "the idle-holder alert", lambda: query(f'ALERTS{{alertname="{ALERT}",alertstate="firing"}}'), WITHIN, logs
         )
         assert [a["metric"]["hub_user"] for a in firing] == ["alice"]
 
         # Culling: alice's idle kernel holding 5 GiB is shut down; bob's busy one is untouched.
-        wait_for("alice's kernel culled", lambda: http(f"{proxy}alice/api/kernels", admin_token) == [], 60, logs)
+        wait_for("alice's kernel culled", lambda: http(f"{proxy}alice/api/kernels", admin_token) == [], WITHIN, logs)
         (bobs,) = http(f"{proxy}bob/api/kernels", admin_token)
         assert bobs["id"] == kernels["bob"][0] and bobs["execution_state"] == "busy"
 
@@ -380,6 +404,6 @@ def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder
             culled = {r["metric"]["hub_user"]: r["value"][1] for r in query("jupyter_gpumem_culled_kernels_total")}
             return culled.get("alice") == "1" and culled
 
-        assert wait_for("the cull counted", culled_per_user, 10, logs) == {"alice": "1", "bob": "0"}
+        assert wait_for("the cull counted", culled_per_user, WITHIN, logs) == {"alice": "1", "bob": "0"}
     finally:
         stop_all(hub, prometheus)

@@ -4,13 +4,11 @@ kernels preallocated, in /devices and on /metrics."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
 
 import pytest
-from jupyter_client.manager import start_new_async_kernel
 
 from jupyter_gpumem.core.readings import DeviceReading, ProcessReading
 from jupyter_gpumem.server.device_report import build_devices_report
@@ -26,6 +24,8 @@ from jupyter_gpumem.settings.published import (
     preallocates,
     reserved_bytes,
 )
+
+from awaiting import WITHIN, own_client, started_kernel, until, waking
 
 GiB = 1024**3
 KID = "5c3b4a9e-1f0d-4c55-9a7e-2f1b8a6d0c11"
@@ -313,14 +313,15 @@ def test_two_kernels_whose_settings_turned_preallocation_off_raise_no_overcommit
 
 
 async def _run(kc, code: str) -> None:
-    reply = await kc.execute_interactive(code, timeout=120)
+    async with waking(kc.parent):
+        reply = await kc.execute_interactive(code, timeout=WITHIN)
     assert reply["content"]["status"] == "ok", reply["content"]
 
 
 async def test_a_real_kernel_publishes_its_settings_and_removes_the_file_at_unload():
     """ipykernel 7.4 under jupyter_client 8.10: the kernel writes beside its connection file,
     which the server finds as the kernel manager's ``connection_file``."""
-    km, kc = await start_new_async_kernel(kernel_name="python3", env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    km, kc = await started_kernel(env={**os.environ, "JAX_PLATFORMS": "cpu"})
     try:
         pid = km.provisioner.process.pid
         where = connection_dir(km)
@@ -357,7 +358,7 @@ async def test_a_real_kernel_publishes_its_settings_and_removes_the_file_at_unlo
 
 
 async def test_a_kernel_that_exits_removes_its_file():
-    km, kc = await start_new_async_kernel(kernel_name="python3", env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    km, kc = await started_kernel(env={**os.environ, "JAX_PLATFORMS": "cpu"})
     try:
         path = os.path.join(connection_dir(km), file_name(km.provisioner.process.pid))
         await _run(kc, "%load_ext jupyter_gpumem")
@@ -365,11 +366,7 @@ async def test_a_kernel_that_exits_removes_its_file():
     finally:
         kc.stop_channels()
         await km.shutdown_kernel()  # a shutdown_request: the kernel exits and runs its atexit hooks
-    for _ in range(50):
-        if not os.path.exists(path):
-            break
-        await asyncio.sleep(0.1)
-    assert not os.path.exists(path)
+    await until(lambda: not os.path.exists(path), "the exited kernel's file removed", every=0.1)
 
 
 async def test_a_real_kernel_killed_with_sigkill_leaves_its_file_and_the_server_removes_it():
@@ -380,7 +377,7 @@ async def test_a_real_kernel_killed_with_sigkill_leaves_its_file_and_the_server_
 
     from jupyter_gpumem.server.kernel_settings import remove_stale_files
 
-    km, kc = await start_new_async_kernel(kernel_name="python3", env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    km, kc = await started_kernel(env={**os.environ, "JAX_PLATFORMS": "cpu"})
     try:
         pid = km.provisioner.process.pid
         where = connection_dir(km)
@@ -390,7 +387,7 @@ async def test_a_real_kernel_killed_with_sigkill_leaves_its_file_and_the_server_
         # The runtime folder is shared with other servers: only this kernel's file is looked at.
         assert path not in remove_stale_files([where], [])  # alive: kept
         os.kill(pid, signal.SIGKILL)
-        km.provisioner.process.wait(10)  # reaped, as the server's provisioner does
+        km.provisioner.process.wait(WITHIN)  # reaped, as the server's provisioner does
         assert os.path.exists(path)
         assert path in remove_stale_files([where], [])
         assert not os.path.exists(path)
@@ -410,24 +407,24 @@ def jp_server_config():
 async def _run_until_idle(kc, code: str) -> None:
     """Run ``code`` and wait for the kernel's idle status after it on iopub (the shell reply is
     not waited for: the server's own clients share the kernel)."""
-    msg_id = kc.execute(code)
-    while True:
-        msg = await kc.get_iopub_msg(timeout=120)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        assert msg["msg_type"] != "error", msg["content"]
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            return
+    async with waking(kc.parent):
+        msg_id = kc.execute(code)
+        while True:
+            msg = await kc.get_iopub_msg(timeout=WITHIN)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            assert msg["msg_type"] != "error", msg["content"]
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return
 
 
-async def _kernel_row(jp_fetch, kernel_id, until) -> dict:
-    for _ in range(200):
+async def _kernel_row(jp_fetch, kernel_id, wanted) -> dict:
+    async def row():
         body = json.loads((await jp_fetch("jupyter-gpumem", "api", "devices")).body)
-        row = next((p for d in body["devices"] for p in d["processes"] if p["kernel_id"] == kernel_id), None)
-        if row is not None and until(row):
-            return row
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the kernel's row never came to that: {row}")
+        found = next((p for d in body["devices"] for p in d["processes"] if p["kernel_id"] == kernel_id), None)
+        return found if found is not None and wanted(found) else None
+
+    return await until(row, "the kernel's row as wanted", every=0.1)
 
 
 async def test_the_server_decides_from_a_real_kernel_s_settings_on_a_fake_gpu(jp_fetch, jp_serverapp):
@@ -446,10 +443,11 @@ async def test_the_server_decides_from_a_real_kernel_s_settings_on_a_fake_gpu(jp
         kernel_id = json.loads(session.body)["kernel"]["id"]
         km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
         pid = km.provisioner.process.pid
-        kc = km.client()
+        kc = own_client(km)  # the server asks the kernel its pid meanwhile (awaiting.py)
         kc.start_channels()
         try:
-            await kc.wait_for_ready(timeout=60)
+            async with waking(km):
+                await kc.wait_for_ready(timeout=WITHIN)
             await _run_until_idle(kc, "%load_ext jupyter_gpumem")
             await _run_until_idle(kc, "%gpumem preallocate off")
             world.add_process(2, pid, 29 * GiB)

@@ -29,13 +29,15 @@ from child_env import pythonpath
 
 from jupyter_gpumem.testing import DROPIN_DIR, ENV_VAR, GiB, scenario
 
+from awaiting import WITHIN
+from ports import free_ports
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 RULES = DEPLOY / "prometheus" / "jupyter-gpumem.rules.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "jupyter-gpumem.rules.test.yml"
 SCRAPE_EXAMPLE = DEPLOY / "prometheus" / "prometheus.yml"
 DASHBOARD = DEPLOY / "grafana" / "jupyter-gpumem.json"
-SERVER_PORT, PROMETHEUS_PORT, METRICS_PORT = 9140, 9141, 9142  # this project's test ports for the Prometheus stack
 HUB_USER = "alice"
 SERVER_ENV_USER = "mallory"  # what the server's own environment claims: never a label
 BASE_URL = f"/user/{HUB_USER}/"
@@ -91,7 +93,7 @@ def test_rule_unit_tests_pass_and_cover_every_alert():
     )
 
 
-def scrape_config(tmp: Path, interval: str = "1s") -> Path:
+def scrape_config(tmp: Path, metrics_port: int, interval: str = "1s") -> Path:
     """The example scrape config, pointed at a targets file in ``tmp`` naming the test server's
     metrics listener, as the hub discovery service writes it (tests/server/test_hub_end_to_end.py runs the service)."""
     config = yaml.safe_load(SCRAPE_EXAMPLE.read_text())
@@ -101,7 +103,7 @@ def scrape_config(tmp: Path, interval: str = "1s") -> Path:
     job.update(scrape_interval=interval, scrape_timeout=interval)
     targets = [
         {
-            "targets": [f"127.0.0.1:{METRICS_PORT}"],
+            "targets": [f"127.0.0.1:{metrics_port}"],
             "labels": {"hub_user": HUB_USER, "server_name": "gpu"},
         }
     ]
@@ -114,7 +116,7 @@ def scrape_config(tmp: Path, interval: str = "1s") -> Path:
 
 @needs_promtool
 def test_the_example_scrape_config_is_valid(tmp_path):
-    result = promtool("check", "config", str(scrape_config(tmp_path, interval="15s")))
+    result = promtool("check", "config", str(scrape_config(tmp_path, free_ports(1)[0], interval="15s")))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -151,13 +153,15 @@ class Http:
         raise AssertionError(f"{path} did not answer within {timeout:g} s:\n{log.read_text()[-3000:]}")
 
 
-def start_server(tmp: Path, world_file: Path, token: str) -> tuple[subprocess.Popen, Path]:
+def start_server(
+    tmp: Path, world_file: Path, token: str, port: int, metrics_port: int
+) -> tuple[subprocess.Popen, Path]:
     (tmp / "config").mkdir()
     (tmp / "root").mkdir()
     config = {
         "ServerApp": {
             "ip": "127.0.0.1",
-            "port": SERVER_PORT,
+            "port": port,
             "port_retries": 0,
             "open_browser": False,
             "allow_root": True,
@@ -172,7 +176,7 @@ def start_server(tmp: Path, world_file: Path, token: str) -> tuple[subprocess.Po
             },
         },
         "IdentityProvider": {"token": token},
-        "GpuMem": {"poll_interval": 0.5, "idle_after": 0, "metrics_port": METRICS_PORT, "metrics_ip": "127.0.0.1"},
+        "GpuMem": {"poll_interval": 0.5, "idle_after": 0, "metrics_port": metrics_port, "metrics_ip": "127.0.0.1"},
     }
     (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
     env = dict(
@@ -205,11 +209,12 @@ def test_a_real_prometheus_scrapes_a_server_and_every_dashboard_query_has_data(t
     token = secrets.token_hex(16)
     world, world_file = scenario("three_gpus"), tmp_path / "world.json"
     world.save(world_file)
-    server, server_log = start_server(tmp_path, world_file, token)
+    server_port, prometheus_port, metrics_port = free_ports(3)
+    server, server_log = start_server(tmp_path, world_file, token, server_port, metrics_port)
     prom = None
     try:
-        jupyter = Http(f"http://127.0.0.1:{SERVER_PORT}{BASE_URL}", token)
-        jupyter.wait("api/status", 60, server, server_log)
+        jupyter = Http(f"http://127.0.0.1:{server_port}{BASE_URL}", token)
+        jupyter.wait("api/status", WITHIN, server, server_log)
         session = jupyter(
             "api/sessions",
             "POST",
@@ -225,15 +230,15 @@ def test_a_real_prometheus_scrapes_a_server_and_every_dashboard_query_has_data(t
         prom = subprocess.Popen(
             [
                 PROMETHEUS,
-                f"--config.file={scrape_config(tmp_path)}",
+                f"--config.file={scrape_config(tmp_path, metrics_port)}",
                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+                f"--web.listen-address=127.0.0.1:{prometheus_port}",
             ],
             stdout=prom_log.open("w"),
             stderr=subprocess.STDOUT,
         )
-        api = Http(f"http://127.0.0.1:{PROMETHEUS_PORT}/")
-        api.wait("api/v1/status/buildinfo", 30, prom, prom_log)
+        api = Http(f"http://127.0.0.1:{prometheus_port}/")
+        api.wait("api/v1/status/buildinfo", WITHIN, prom, prom_log)
 
         def query(expr: str) -> list:
             return api("api/v1/query?" + urllib.parse.urlencode({"query": expr}))["data"]["result"]
@@ -242,14 +247,14 @@ def test_a_real_prometheus_scrapes_a_server_and_every_dashboard_query_has_data(t
             f"{r['record']}" for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "record" in r
         ]
         empty = wanted
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WITHIN  # scrapes every second: data within seconds unless broken
         while empty and time.monotonic() < deadline:
             time.sleep(0.5)
             empty = [expr for expr in wanted if not query(expr)]
         assert not empty, f"no data for {empty}; targets: {api('api/v1/targets')['data']['activeTargets']}"
 
         (up,) = query('up{job="jupyterhub-singleuser"}')
-        assert up["value"][1] == "1" and up["metric"]["instance"] == f"127.0.0.1:{METRICS_PORT}"
+        assert up["value"][1] == "1" and up["metric"]["instance"] == f"127.0.0.1:{metrics_port}"
         (held,) = query("jupyter_gpumem_kernel_gpu_bytes")
         assert float(held["value"][1]) == KERNEL_BYTES
         assert (held["metric"]["hub_user"], held["metric"]["server_name"], held["metric"]["index"]) == (
