@@ -3,9 +3,12 @@
 ``cull_plan`` is the decision, a pure function of one /devices report (NVML's processes already
 joined to this server's kernels by pid), the kernel list and the time: which kernels to warn
 about and which to shut down. A kernel is a candidate only when jupyter_server says it is
-``idle``, it has a ``last_activity``, and the report's process rows of kind ``kernel`` give it at
-least ``cull_min_bytes``. A busy or starting kernel, one holding less, and one whose pid matches
-no GPU process (no row, or a host pid seen from a container) are never touched. A replay is
+``idle`` (or ``starting``, which it keeps saying of a kernel whose first status it missed), it
+has a ``last_activity``, and the report's process rows of kind ``kernel`` give it at least
+``cull_min_bytes``. A busy kernel, one holding less, and one whose pid matches no GPU process (no
+row, or a host pid seen from a container) are never touched. Before a shutdown the kernel's own
+shell must answer a request (``idle_proof``): what jupyter_server says is not proof, since any
+control-channel request makes a kernel in the middle of a cell read "idle". A replay is
 never acted on: its memory is the recording's, not this machine's.
 
 ``Culler`` is the thin shell: a periodic check on the server's IOLoop that asks the shared
@@ -23,9 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.core.units import format_bytes
+from jupyter_gpumem.server.idle_proof import SHELL_ANSWER_WITHIN, shell_answers
 from jupyter_gpumem.server.kernels import KernelInfo, last_activity
 
 log = logging.getLogger(__name__)
+
+# What jupyter_server says of a kernel that may be culled, once its shell has answered
+# (``idle_proof.shell_answers``): "idle", which any control request can make it say in the middle
+# of a cell, and "starting", which it says for ever of a kernel whose first status it missed.
+CULLABLE_STATES = ("idle", "starting")
 
 # Bounds of the time between two checks: never busier than the readings, never slower than a minute.
 MAX_CHECK_EVERY = 60.0
@@ -113,7 +122,9 @@ def cull_plan(
     warn: list[PendingCull] = []
     cull: list[PendingCull] = []
     for kernel in kernels:
-        if kernel.execution_state != "idle" or kernel.last_activity is None or kernel.kernel_id not in held:
+        if kernel.execution_state not in CULLABLE_STATES or kernel.last_activity is None:
+            continue
+        if kernel.kernel_id not in held:
             continue
         per_device = tuple(sorted(held[kernel.kernel_id].items(), key=lambda item: (-item[1], item[0])))
         total = sum(n for _, n in per_device)
@@ -150,12 +161,14 @@ def check_every(idle_after: float, poll_interval: float) -> float:
 
 
 def still_idle_since(kernel_manager: Any, kernel: KernelInfo) -> bool:
-    """Whether the kernel is still idle with the same last activity as when the plan was made."""
+    """Whether the kernel still reads as it did when the plan was made (idle, or a "starting"
+    whose status the server missed), with the same last activity."""
     try:
         km = kernel_manager.get_kernel(kernel.kernel_id)
     except KeyError:
         return False
-    return getattr(km, "execution_state", None) == "idle" and last_activity(km) == kernel.last_activity
+    state = getattr(km, "execution_state", None)
+    return state == kernel.execution_state and state in CULLABLE_STATES and last_activity(km) == kernel.last_activity
 
 
 class Culler:
@@ -235,6 +248,16 @@ class Culler:
         for pending in plan.cull:
             if not still_idle_since(self.kernel_manager, by_id[pending.kernel_id]):
                 continue  # activity since the listing: the clock starts again
+            # Asked after that check: the answer itself is activity, and moves the clock.
+            if not await shell_answers(self.kernel_manager.get_kernel(pending.kernel_id)):
+                self.log.info(
+                    "jupyter-gpumem: kernel %s reads %s but its shell did not answer within %gs: it is "
+                    "running a cell, so it is kept",
+                    pending.kernel_id,
+                    by_id[pending.kernel_id].execution_state,
+                    SHELL_ANSWER_WITHIN,
+                )
+                continue
             await self.kernel_manager.shutdown_kernel(pending.kernel_id)
             self.log.warning(
                 "jupyter-gpumem: shut down kernel %s (notebook %s): it held %d bytes (%s) of GPU memory "
