@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from jupyter_gpumem.core.env_table import READ_AT_START_VARS
 from jupyter_gpumem.core.magic_args import (
     MAX_INTERVAL_S,
     MIN_INTERVAL_S,
@@ -35,15 +36,7 @@ from jupyter_gpumem.sampling.sampler import Sampler, get_sampler
 from jupyter_gpumem.sources.nvml import made_up_fields as nvml_made_up_fields
 
 # The settings that decide how JAX's allocator behaves, as the environment gave them.
-_SETTINGS_ENV = (
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_ALLOCATOR",
-    "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC",
-    "XLA_FLAGS",
-    "JAX_PLATFORMS",
-)
+_SETTINGS_ENV = (*READ_AT_START_VARS, "JAX_PLATFORMS")
 
 _active: Recorder | None = None
 _active_lock = threading.Lock()

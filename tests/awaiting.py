@@ -93,6 +93,18 @@ def own_client(km: Any) -> Any:
     return km.client(session=session)
 
 
+async def ready(km: Any, within: float) -> None:
+    """Wait until the kernel ``km`` manages answers on its shell, asked by a client of its own
+    while ``waking`` keeps a request from going unnoticed."""
+    client = own_client(km)
+    client.start_channels()
+    try:
+        async with waking(km):
+            await client.wait_for_ready(timeout=within)
+    finally:
+        client.stop_channels()
+
+
 @contextlib.asynccontextmanager
 async def waking(km: Any, every: float = WAKE_EVERY) -> AsyncIterator[None]:
     """While the block runs, connect to the kernel's shell and control sockets every ``every``
@@ -169,13 +181,7 @@ async def server_sees_idle(km: Any, within: float = WITHIN) -> None:
     while km.execution_state != "idle":
         left = within - (time.monotonic() - started)
         assert left > 0, f"the server still records the kernel as {km.execution_state!r} after {within:g} s"
-        client = own_client(km)
-        client.start_channels()
-        try:
-            async with waking(km):
-                await client.wait_for_ready(timeout=left)
-        finally:
-            client.stop_channels()
+        await ready(km, left)
         asked = time.monotonic()
         while km.execution_state != "idle" and time.monotonic() - asked < ASK_AGAIN_AFTER:
             await asyncio.sleep(0.05)

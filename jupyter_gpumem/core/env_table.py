@@ -33,20 +33,6 @@ REMAT_OPTION = "jax_compiler_enable_remat_pass"
 REMAT_ENV = "JAX_COMPILER_ENABLE_REMAT_PASS"  # read by jax at import only
 
 
-# The variables JAX reads once, when its backend starts: the CUDA plugin's options (through
-# generate_pjrt_gpu_plugin_options), XLA's cuda_async preallocation, and XLA_FLAGS (parsed when
-# the first backend is created). What they say later is not in effect.
-READ_AT_START_VARS = (
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_ALLOCATOR",
-    "TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC",
-    "XLA_FLAGS",
-    "TF_FORCE_UNIFIED_MEMORY",
-)
-
-
 # A jax.config option whose entries JAX merges over the CUDA plugin's options, so over the
 # variables above (jax/_src/xla_bridge.py, make_pjrt_c_api_client, JAX 0.10 and 0.11).
 CREATE_OPTIONS_OPTION = "jax_pjrt_client_create_options"
@@ -100,3 +86,17 @@ ALLOCATOR_ALIASES = {
         "TF_GPU_ALLOCATOR, so XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async is what gets written",
     ),
 }
+
+
+# The variables JAX reads once, when its backend starts: the CUDA plugin's options (through
+# generate_pjrt_gpu_plugin_options), XLA's cuda_async preallocation and unified memory, and
+# XLA_FLAGS (parsed when the first backend is created). What they say later is not in effect.
+READ_AT_START_VARS = (
+    PREALLOCATE_VAR,
+    FRACTION_VAR,
+    OLD_FRACTION_VAR,
+    ALLOCATOR_VAR,
+    ASYNC_PREALLOC_VAR,
+    "XLA_FLAGS",
+    UNIFIED_MEMORY_VAR,
+)

@@ -24,7 +24,7 @@ from jupyter_gpumem.server.readings import ProcessFacts
 from jupyter_gpumem.testing import fake_nvml
 from jupyter_gpumem.testing.demo_trace import write_demo_trace
 
-from awaiting import WITHIN, own_client, until, waking
+from awaiting import WITHIN, ready, until, waking
 
 GiB = 1024**3
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
@@ -229,13 +229,7 @@ async def test_kernel_pid_comes_from_the_kernels_usage_reply(jp_fetch, jp_server
     # Nothing has asked the kernel yet; the server asks once it is up (a request sent to an
     # ipykernel 7 still starting may never be read), beside a client that wakes a request the
     # kernel has not noticed (awaiting.py).
-    client = own_client(km)
-    client.start_channels()
-    try:
-        async with waking(km):
-            await client.wait_for_ready(timeout=WITHIN)
-    finally:
-        client.stop_channels()
+    await ready(km, WITHIN)
 
     async def reported():
         await service.kernels()  # asks the kernel, or asks again ASK_AGAIN_AFTER after no answer
