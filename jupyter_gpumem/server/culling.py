@@ -27,7 +27,7 @@ from typing import Any
 
 from jupyter_gpumem.core.units import format_bytes
 from jupyter_gpumem.server.idle_proof import SHELL_ANSWER_WITHIN, shell_answers
-from jupyter_gpumem.server.kernels import KernelInfo, last_activity
+from jupyter_gpumem.server.kernels import KERNEL_GONE, KernelInfo, last_activity
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def still_idle_since(kernel_manager: Any, kernel: KernelInfo) -> bool:
     whose status the server missed), with the same last activity."""
     try:
         km = kernel_manager.get_kernel(kernel.kernel_id)
-    except KeyError:
+    except KERNEL_GONE:
         return False
     state = getattr(km, "execution_state", None)
     return state == kernel.execution_state and state in CULLABLE_STATES and last_activity(km) == kernel.last_activity
@@ -248,8 +248,13 @@ class Culler:
         for pending in plan.cull:
             if not still_idle_since(self.kernel_manager, by_id[pending.kernel_id]):
                 continue  # activity since the listing: the clock starts again
-            # Asked after that check: the answer itself is activity, and moves the clock.
-            if not await shell_answers(self.kernel_manager.get_kernel(pending.kernel_id)):
+            # kernel_info is one of jupyter_server's untracked_message_types: asking moves neither
+            # the kernel's state nor its last activity (services/kernels/kernelmanager.py, 2.21.1).
+            try:
+                km = self.kernel_manager.get_kernel(pending.kernel_id)
+            except KERNEL_GONE:
+                continue
+            if not await shell_answers(km):
                 self.log.info(
                     "jupyter-gpumem: kernel %s reads %s but its shell did not answer within %gs: it is "
                     "running a cell, so it is kept",

@@ -21,6 +21,7 @@ from queue import Empty
 from typing import Any
 
 import zmq
+from tornado.web import HTTPError
 
 from jupyter_gpumem.core.env_table import ALLOCATOR_VAR, PREALLOCATE_VAR
 from jupyter_gpumem.server.kernel_settings import PublishedSettingsReader, connection_dir, remove_stale_files
@@ -67,6 +68,12 @@ def iso_utc(when: datetime | None) -> str | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+# What asking jupyter_server's kernel manager for a kernel shut down meanwhile raises: its
+# MappingKernelManager answers 404 (``_check_kernel_id``, services/kernels/kernelmanager.py,
+# jupyter_server 2.21.1); jupyter_client's MultiKernelManager raises KeyError.
+KERNEL_GONE = (KeyError, HTTPError)
 
 
 def last_activity(km: Any) -> datetime | None:
@@ -269,7 +276,7 @@ class KernelDirectory:
         for kid in ids:
             try:
                 km = mkm.get_kernel(kid)
-            except KeyError:  # shut down meanwhile
+            except KERNEL_GONE:  # shut down meanwhile
                 continue
             pid = self.kernel_pid(kid, km)
             where = connection_dir(km)

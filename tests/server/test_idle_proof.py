@@ -152,3 +152,20 @@ def test_a_kernel_still_starting_long_after_its_start_is_a_candidate_to_be_asked
     }
     plan = cull_plan(report, [kernel], 1_800_000_000, idle_after=3600, min_bytes=GiB, warn_before=300)
     assert [p.kernel_id for p in plan.cull] == ["s"]
+
+
+def test_a_kernel_shut_down_during_the_check_is_skipped_not_raised():
+    """jupyter_server's MappingKernelManager answers 404 (tornado's HTTPError) for a kernel that
+    is gone, not KeyError (``_check_kernel_id``, services/kernels/kernelmanager.py, 2.21.1)."""
+    from tornado.web import HTTPError
+
+    from jupyter_gpumem.server.culling import still_idle_since
+
+    class Gone:
+        def get_kernel(self, kernel_id):
+            raise HTTPError(404, "Kernel does not exist: %s" % kernel_id)
+
+    service = _Service("k1")
+    listed = KernelInfo("k1", "python3", 1, "a.ipynb", "idle", service.since)
+    assert still_idle_since(Gone(), listed) is False
+    assert asyncio.run(Culler(service, Gone()).check_once()) == []
