@@ -24,12 +24,14 @@ import zmq
 from tornado.web import HTTPError
 
 from jupyter_gpumem.core.env_table import ALLOCATOR_VAR, PREALLOCATE_VAR
+from jupyter_gpumem.server.idle_proof import shell_answers
 from jupyter_gpumem.server.kernel_settings import PublishedSettingsReader, connection_dir, remove_stale_files
 from jupyter_gpumem.settings.published import PASSTHROUGH, REJECTED, PublishedSettings, allocator_kind
 
 log = logging.getLogger(__name__)
 
 ASK_AGAIN_AFTER = 30.0  # seconds before asking a kernel that did not answer again
+STARTING_NUDGE_AFTER = 20.0  # seconds a kernel may read "starting" before it is asked for a status
 SWEEP_EVERY_S = 60.0  # how often the runtime folder is searched for files of killed kernels
 
 
@@ -218,6 +220,8 @@ class KernelDirectory:
         self.pid_timeout = pid_timeout
         self._pids: dict[str, _PidEntry] = {}
         self._asking: dict[str, asyncio.Task] = {}
+        self._nudging: dict[str, asyncio.Task] = {}  # kernels stuck at "starting", asked for a status
+        self._nudge_again_at: dict[str, float] = {}
         self.published = PublishedSettingsReader()
         self._next_sweep = 0.0  # monotonic time of the next look for files of killed kernels
 
@@ -245,7 +249,7 @@ class KernelDirectory:
 
     async def wait_for_pids(self) -> None:
         """Wait until the kernels asked so far have answered or timed out (tests, benches)."""
-        tasks = list(self._asking.values())
+        tasks = [*self._asking.values(), *self._nudging.values()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -279,6 +283,7 @@ class KernelDirectory:
             except KERNEL_GONE:  # shut down meanwhile
                 continue
             pid = self.kernel_pid(kid, km)
+            self._nudge_if_stuck_starting(kid, km)
             where = connection_dir(km)
             published.add((where, pid))
             out.append(
@@ -295,9 +300,32 @@ class KernelDirectory:
             )
         for gone in set(self._pids) - set(ids):
             self._pids.pop(gone, None)
+        for gone in set(self._nudge_again_at) - set(ids):
+            self._nudge_again_at.pop(gone, None)
         self.published.forget_except(published)
         self._sweep({d for d, _ in published if d is not None})
         return out
+
+    def _nudge_if_stuck_starting(self, kernel_id: str, km: Any) -> None:
+        """Ask a kernel that still reads "starting" ``STARTING_NUDGE_AFTER`` seconds after its last
+        activity for its ``kernel_info``, in the background. jupyter_server keeps "starting" until it
+        sees a status message, and drops those sent before it subscribed; it turns "starting" into
+        "idle" on any later status, its own untracked requests' included, without moving the
+        kernel's ``last_activity`` (``record_activity`` in
+        ``MappingKernelManager.start_watching_activity``, services/kernels/kernelmanager.py,
+        jupyter_server 2.21.1). Without a status, the kernel was never shown idle, alerted on or
+        culled, however long it held a GPU."""
+        since = last_activity(km)
+        if getattr(km, "execution_state", None) != "starting" or since is None or kernel_id in self._nudging:
+            return
+        if (datetime.now(timezone.utc) - since).total_seconds() < STARTING_NUDGE_AFTER:
+            return
+        if time.monotonic() < self._nudge_again_at.get(kernel_id, 0.0):
+            return
+        self._nudge_again_at[kernel_id] = time.monotonic() + ASK_AGAIN_AFTER
+        task = asyncio.ensure_future(shell_answers(km))
+        self._nudging[kernel_id] = task
+        task.add_done_callback(lambda _t: self._nudging.pop(kernel_id, None))
 
     def _sweep(self, directories: set[str]) -> None:
         """Now and then, remove settings files left by kernels that were killed (their own

@@ -163,9 +163,43 @@ def test_a_kernel_shut_down_during_the_check_is_skipped_not_raised():
 
     class Gone:
         def get_kernel(self, kernel_id):
-            raise HTTPError(404, "Kernel does not exist: %s" % kernel_id)
+            raise HTTPError(404, f"Kernel does not exist: {kernel_id}")
 
     service = _Service("k1")
     listed = KernelInfo("k1", "python3", 1, "a.ipynb", "idle", service.since)
     assert still_idle_since(Gone(), listed) is False
     assert asyncio.run(Culler(service, Gone()).check_once()) == []
+
+
+def test_a_kernel_still_starting_long_after_its_last_activity_is_asked_for_a_status():
+    """jupyter_server turns "starting" into "idle" on any later status message, an untracked
+    request's included, without moving ``last_activity`` (``record_activity``,
+    services/kernels/kernelmanager.py, 2.21.1); the listing asks such a kernel for one."""
+    from jupyter_gpumem.server.kernels import KernelDirectory
+
+    async def scenario(km, client):
+        km.execution_state = "starting"
+        km.last_activity = datetime.now(timezone.utc) - timedelta(seconds=60)
+
+        class Manager:
+            def list_kernel_ids(self):
+                return ["k1"]
+
+            def get_kernel(self, kernel_id):
+                return km
+
+        directory = KernelDirectory(Manager(), None)
+        await directory.kernels()
+        await directory.wait_for_pids()
+
+        async def status_of_a_kernel_info():
+            while True:
+                msg = await client.get_iopub_msg(timeout=120)
+                parent = msg["parent_header"]
+                asked_by_us = parent.get("session") == client.session.session  # wait_for_ready's own
+                if msg["msg_type"] == "status" and parent.get("msg_type") == "kernel_info_request" and not asked_by_us:
+                    return msg
+
+        await asyncio.wait_for(status_of_a_kernel_info(), 120)
+
+    with_kernel(scenario)
