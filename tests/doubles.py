@@ -6,7 +6,8 @@
 - ``Clock``: a clock that moves only when the test moves it
 - ``FakeCudaDriver``: libcuda, for one device's default memory pool, and (over a fake world)
   which GPU each CUDA ordinal is
-- ``extension_paths``: the URL paths of this package's handlers, read from a server's routes
+- ``extension_paths``: the URL paths of this package's handlers, read from a server's routes;
+  ``route_method``, the one HTTP method each answers, and ``fetch_route``, a request by it
 - sample builders: ``bfc_sample``, ``cuda_async_sample``, and ``PID``, the process they read as
 
 Tests import them from here (``from doubles import StubSampler``). Test modules do not import
@@ -303,9 +304,34 @@ class FakeCudaDriver:
 def extension_paths(web_app: Any, websockets: bool = False) -> list[str]:
     """URL paths of every handler this package added to the server, read from tornado's rules:
     the plain HTTP ones, or with ``websockets`` the websocket ones."""
+    return sorted(_extension_handlers(web_app, websockets))
+
+
+def route_method(web_app: Any, path: str) -> str:
+    """The HTTP method the handler at ``path`` answers: GET for a reading, POST for an action."""
+    from tornado.web import RequestHandler
+
+    handler = _extension_handlers(web_app, False)[path]
+    (method,) = [m for m in ("get", "post") if getattr(handler, m) is not getattr(RequestHandler, m)]
+    return method.upper()
+
+
+# What a route answers a request with the right token and no query parameters: a reading is
+# served, an action (POST /keep) says which parameter it needs.
+STATUS_WITHOUT_PARAMS = {"GET": 200, "POST": 400}
+
+
+async def fetch_route(jp_fetch: Any, parts: list[str], method: str, **kwargs: Any) -> Any:
+    """``jp_fetch`` by ``method``; a POST carries an empty body."""
+    if method == "POST":
+        kwargs.setdefault("body", b"")
+    return await jp_fetch(*parts, method=method, **kwargs)
+
+
+def _extension_handlers(web_app: Any, websockets: bool) -> dict[str, type]:
     from tornado.websocket import WebSocketHandler
 
-    paths = set()
+    handlers: dict[str, type] = {}
 
     def walk(router: Any) -> None:
         for rule in router.rules:
@@ -317,7 +343,7 @@ def extension_paths(web_app: Any, websockets: bool = False) -> list[str]:
                 and target.__module__.startswith("jupyter_gpumem")
                 and issubclass(target, WebSocketHandler) == websockets
             ):
-                paths.add(re.sub(r"/\?\$$|\$$", "", rule.matcher.regex.pattern))
+                handlers[re.sub(r"/\?\$$|\$$", "", rule.matcher.regex.pattern)] = target
 
     walk(web_app.default_router)
-    return sorted(paths)
+    return handlers

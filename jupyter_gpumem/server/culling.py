@@ -13,15 +13,19 @@ never acted on: its memory is the recording's, not this machine's.
 
 ``Culler`` is the thin shell: a periodic check on the server's IOLoop that asks the shared
 sampler for the latest reading, applies the plan through jupyter_server's kernel manager, logs
-and counts each cull. jupyter_server's MappingKernelManager moves ``last_activity`` on every
-iopub message (services/kernels/kernelmanager.py, 2.21.1), so any activity resets the clock.
+and counts each cull, and keeps a short record of them (``CullRecord``) for the panel to say what
+happened. jupyter_server's MappingKernelManager moves ``last_activity`` on every iopub message
+(services/kernels/kernelmanager.py, 2.21.1), so any activity resets the clock; so does the
+user's "keep running" (``Culler.keep``), which is the culler's own record and moves nothing of
+jupyter_server's.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +42,10 @@ CULLABLE_STATES = ("idle", "starting")
 
 # Bounds of the time between two checks: never busier than the readings, never slower than a minute.
 MAX_CHECK_EVERY = 60.0
+
+# The record of recent culls the panel reads: the last RECENT_CULLS_KEPT, for RECENT_CULLS_FOR seconds.
+RECENT_CULLS_KEPT = 20
+RECENT_CULLS_FOR = 3600.0
 
 
 @dataclass(frozen=True)
@@ -57,8 +65,60 @@ class PendingCull:
             "cull_at": self.cull_at,
             "idle_seconds": round(self.idle_seconds, 1),
             "held_bytes": self.held_bytes,
+            "per_device": [list(pair) for pair in self.per_device],
             "message": self.message,
         }
+
+
+@dataclass(frozen=True)
+class CullRecord:
+    """One kernel the culler shut down: what it freed, when and why."""
+
+    kernel_id: str
+    notebook_path: str | None
+    freed_bytes: int  # what NVML said it held at the last reading before the shutdown
+    per_device: tuple[tuple[int, int], ...]
+    culled_at: float  # POSIX seconds
+    idle_seconds: float
+    idle_after: float  # GpuMem.cull_idle_after then
+    reason: str
+
+    def to_json(self) -> dict:
+        return {
+            "kernel_id": self.kernel_id,
+            "notebook_path": self.notebook_path,
+            "freed_bytes": self.freed_bytes,
+            "per_device": [list(pair) for pair in self.per_device],
+            "culled_at": self.culled_at,
+            "idle_seconds": round(self.idle_seconds, 1),
+            "idle_after": self.idle_after,
+            "reason": self.reason,
+        }
+
+
+def cull_record(pending: PendingCull, culled_at: float, idle_after: float, min_bytes: int) -> CullRecord:
+    """The record of ``pending`` shut down at ``culled_at``, with the reason in words."""
+    held = " and ".join(f"{format_bytes(n)} of GPU {index}" for index, n in pending.per_device)
+    reason = (
+        f"it had been idle {human_duration(pending.idle_seconds)} while holding {held}; this server shuts "
+        f"down kernels idle {human_duration(idle_after)} that hold {format_bytes(min_bytes)} or more "
+        f"(GpuMem.cull_idle_after={idle_after:g})"
+    )
+    return CullRecord(
+        kernel_id=pending.kernel_id,
+        notebook_path=pending.notebook_path,
+        freed_bytes=pending.held_bytes,
+        per_device=pending.per_device,
+        culled_at=culled_at,
+        idle_seconds=pending.idle_seconds,
+        idle_after=idle_after,
+        reason=reason,
+    )
+
+
+def recent_culls(records: Iterable[CullRecord], now: float) -> list[dict]:
+    """The records of the last RECENT_CULLS_FOR seconds before ``now``, newest first, as JSON."""
+    return [r.to_json() for r in sorted(records, key=lambda r: -r.culled_at) if now - r.culled_at <= RECENT_CULLS_FOR]
 
 
 @dataclass(frozen=True)
@@ -108,13 +168,16 @@ def cull_plan(
     idle_after: float,
     min_bytes: int,
     warn_before: float,
+    kept: Mapping[str, float] | None = None,
 ) -> CullPlan:
     """Which kernels to warn about and which to shut down at ``now`` (POSIX seconds).
 
     Culling is off when ``idle_after`` is 0. The warning starts ``warn_before`` seconds before
     the cull, or as soon as the kernel is idle when ``warn_before`` is not less than
-    ``idle_after``.
+    ``idle_after``. ``kept`` (kernel id -> POSIX seconds) says when the user last asked to keep a
+    kernel: its idle time counts from then where that is later than its last activity.
     """
+    kept = kept or {}
     if idle_after <= 0 or report.get("source") != "nvml" or report.get("state") != "ok":
         return CullPlan()
     held = held_by_kernel(report)
@@ -128,7 +191,7 @@ def cull_plan(
             continue
         per_device = tuple(sorted(held[kernel.kernel_id].items(), key=lambda item: (-item[1], item[0])))
         total = sum(n for _, n in per_device)
-        since = kernel.last_activity.timestamp()
+        since = max(kernel.last_activity.timestamp(), kept.get(kernel.kernel_id, 0.0))
         idle = max(0.0, now - since)  # a reading taken just before the last activity
         if total < min_bytes or idle < warn_from:
             continue
@@ -171,11 +234,16 @@ def still_idle_since(kernel_manager: Any, kernel: KernelInfo) -> bool:
     return state == kernel.execution_state and state in CULLABLE_STATES and last_activity(km) == kernel.last_activity
 
 
+class UnknownKernel(Exception):
+    """No kernel of that id on this server; the message says so in words."""
+
+
 class Culler:
     """Applies ``cull_plan`` every ``check_every`` seconds on the server's IOLoop.
 
     ``clock`` says the time a check decides at (POSIX seconds, as ``last_activity`` is); tests
-    move it instead of waiting for a kernel to grow idle.
+    move it instead of waiting for a kernel to grow idle. ``keep`` records that the user asked to
+    keep a kernel, at that clock's time.
     """
 
     def __init__(
@@ -183,16 +251,33 @@ class Culler:
     ) -> None:
         self.service = service
         self.kernel_manager = kernel_manager
-        self.on_cull = on_cull  # called with each PendingCull shut down (the /metrics counter)
+        self.on_cull = on_cull  # called with each CullRecord (the /metrics counter, the answers' cache)
         self.clock = clock
         self._callback: Any = None
         self._checking = False
-        self.culled: list[PendingCull] = []
+        self.culled: deque[CullRecord] = deque(maxlen=RECENT_CULLS_KEPT)
+        self.kept: dict[str, float] = {}  # kernel id -> when the user last asked to keep it
         self.log: logging.Logger | logging.LoggerAdapter = log  # the server's own log once loaded
 
     @property
     def config(self) -> Any:
         return self.service.config
+
+    def keep(self, kernel_id: str) -> float:
+        """Starts the kernel's idle clock again now; the time it may next be culled, at the
+        earliest. Raises UnknownKernel for a kernel this server does not run."""
+        try:
+            self.kernel_manager.get_kernel(kernel_id)
+        except KERNEL_GONE:
+            raise UnknownKernel(f"no kernel {kernel_id} on this server: it was shut down, or the id is wrong") from None
+        now = self.clock()
+        self.kept[kernel_id] = now
+        self.log.info("jupyter-gpumem: kernel %s kept running at its user's request; idle clock reset", kernel_id)
+        return now + self.config.cull_idle_after
+
+    def recent(self) -> list[dict]:
+        """The culls of the last hour, newest first, as the devices reply carries them."""
+        return recent_culls(self.culled, self.clock())
 
     def start(self) -> None:
         from tornado.ioloop import PeriodicCallback
@@ -228,13 +313,16 @@ class Culler:
         finally:
             self._checking = False
 
-    async def check_once(self, now: float | None = None) -> list[PendingCull]:
+    async def check_once(self, now: float | None = None) -> list[CullRecord]:
         """Shut down the kernels the plan says are due at ``now`` (the clock's time when None);
-        the ones shut down."""
+        the records of those shut down."""
         c = self.config
         reading = await self.service.sampler.latest()
         kernels = await self.service.kernels()
+        running = set(self.kernel_manager.list_kernel_ids())
+        self.kept = {kid: at for kid, at in self.kept.items() if kid in running}
         report = self.service.report(reading, kernels)
+        kept = dict(self.kept)
         plan = cull_plan(
             report,
             kernels,
@@ -242,28 +330,17 @@ class Culler:
             idle_after=c.cull_idle_after,
             min_bytes=c.cull_min_bytes,
             warn_before=c.cull_warn_before,
+            kept=kept,
         )
         by_id = {k.kernel_id: k for k in kernels}
-        done: list[PendingCull] = []
+        done: list[CullRecord] = []
         for pending in plan.cull:
-            if not still_idle_since(self.kernel_manager, by_id[pending.kernel_id]):
-                continue  # activity since the listing: the clock starts again
-            # kernel_info is one of jupyter_server's untracked_message_types: asking moves neither
-            # the kernel's state nor its last activity (services/kernels/kernelmanager.py, 2.21.1).
-            try:
-                km = self.kernel_manager.get_kernel(pending.kernel_id)
-            except KERNEL_GONE:
-                continue
-            if not await shell_answers(km):
-                self.log.info(
-                    "jupyter-gpumem: kernel %s reads %s but its shell did not answer within %gs: it is "
-                    "running a cell, so it is kept",
-                    pending.kernel_id,
-                    by_id[pending.kernel_id].execution_state,
-                    SHELL_ANSWER_WITHIN,
-                )
+            kernel = by_id[pending.kernel_id]
+            if not await self._still_due(kernel, kept):
                 continue
             await self.kernel_manager.shutdown_kernel(pending.kernel_id)
+            self.kept.pop(pending.kernel_id, None)
+            record = cull_record(pending, self.clock(), c.cull_idle_after, c.cull_min_bytes)
             self.log.warning(
                 "jupyter-gpumem: shut down kernel %s (notebook %s): it held %d bytes (%s) of GPU memory "
                 "and had been idle %.0f s (GpuMem.cull_idle_after=%g)",
@@ -274,8 +351,33 @@ class Culler:
                 pending.idle_seconds,
                 c.cull_idle_after,
             )
-            done.append(pending)
-            self.culled.append(pending)
+            done.append(record)
+            self.culled.append(record)
             if self.on_cull is not None:
-                self.on_cull(pending)
+                self.on_cull(record)
         return done
+
+    async def _still_due(self, kernel: KernelInfo, kept: Mapping[str, float]) -> bool:
+        """Whether nothing has happened to the kernel since the plan: no activity, no "keep
+        running", and its own shell answers (it is not in the middle of a cell)."""
+        if not still_idle_since(self.kernel_manager, kernel) or self.kept.get(kernel.kernel_id) != kept.get(
+            kernel.kernel_id
+        ):
+            return False  # activity, or the user's keep, since the listing: the clock starts again
+        # kernel_info is one of jupyter_server's untracked_message_types: asking moves neither
+        # the kernel's state nor its last activity (services/kernels/kernelmanager.py, 2.21.1).
+        try:
+            km = self.kernel_manager.get_kernel(kernel.kernel_id)
+        except KERNEL_GONE:
+            return False
+        if not await shell_answers(km):
+            self.log.info(
+                "jupyter-gpumem: kernel %s reads %s but its shell did not answer within %gs: it is "
+                "running a cell, so it is kept",
+                kernel.kernel_id,
+                kernel.execution_state,
+                SHELL_ANSWER_WITHIN,
+            )
+            return False
+        # The shell's answer took a while: the user may have asked to keep it meanwhile.
+        return self.kept.get(kernel.kernel_id) == kept.get(kernel.kernel_id)

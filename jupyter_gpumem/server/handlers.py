@@ -1,8 +1,10 @@
 """REST handlers under ``/jupyter-gpumem/api/``. All need a valid token (403 without one) and
 the Authorizer's consent: ``read`` on ``kernels`` for the routes that name kernels (/devices,
-/kernels), ``read`` on ``api`` for /config, as jupyter_server's own handlers ask it
-(``@authorized`` with ``auth_resource``: jupyter_server/services/kernels/handlers.py and
-services/api/handlers.py, 2.21.1). A request the Authorizer refuses is a 403.
+/kernels), ``write`` on ``kernels`` for ``POST /keep`` (as for interrupting or restarting a
+kernel), ``read`` on ``api`` for /config, as jupyter_server's own handlers ask it
+(``@authorized`` with ``auth_resource``, which maps POST to ``write``:
+jupyter_server/services/kernels/handlers.py, services/api/handlers.py and auth/decorator.py,
+2.21.1). A request the Authorizer refuses is a 403.
 
 A bad parameter is a 400 with ``{"error": ...}`` naming the valid values; anything unexpected
 is logged and answered with a 500 carrying JSON, never a crashed server. ``?token=`` is how
@@ -14,12 +16,15 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
+import re
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
+
+from jupyter_gpumem.server.culling import UnknownKernel, human_duration
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,10 @@ API_PREFIX = "jupyter-gpumem/api"
 KERNELS_RESOURCE = "kernels"
 SERVER_RESOURCE = "api"
 MAX_PATH = 4096
+# jupyter_server's kernel ids are UUIDs; its own routes take ``\w+-\w+-\w+-\w+-\w+``
+# (services/kernels/handlers.py, _kernel_id_regex, 2.21.1).
+KERNEL_ID = re.compile(r"\w+-\w+-\w+-\w+-\w+")
+MAX_KERNEL_ID = 64
 
 # Read by jupyter_server's authentication before any handler runs: IdentityProvider.get_token
 # takes handler.get_argument("token") (jupyter_server/auth/identity.py, 2.21.1), as it does for
@@ -57,6 +66,10 @@ def param_name(key: str) -> str:
 def unknown_params_message(unknown: list[str], valid: str) -> str:
     names = ", ".join(escaped(param_name(k)) for k in unknown)
     return f"unknown query parameter(s) {names}; valid parameters: {valid}"
+
+
+class Conflict(Exception):
+    """A request that cannot be done in the server's present state (409); the message says why."""
 
 
 class _GpuMemHandler(APIHandler):
@@ -101,6 +114,12 @@ class _GpuMemHandler(APIHandler):
         except BadRequest as exc:
             self._send(400, {"error": str(exc)})
             return
+        except UnknownKernel as exc:
+            self._send(404, {"error": str(exc)})
+            return
+        except Conflict as exc:
+            self._send(409, {"error": str(exc)})
+            return
         except web.HTTPError:
             raise
         except Exception as exc:
@@ -125,6 +144,17 @@ def check_notebook_path(value: str) -> str:
     if ".." in value.split("/") or posixpath.normpath(value) != value:
         raise BadRequest(
             f"notebook must be a normalised path inside the server root (no '..', '.', '//'); got {value[:200]!r}"
+        )
+    return value
+
+
+def check_kernel_id(value: str | None) -> str:
+    """A kernel id as jupyter_server writes them (a UUID)."""
+    if value is None:
+        raise BadRequest("give the kernel to keep running: ?kernel=<kernel id>, e.g. ?kernel=3f1c9a2e-...")
+    if len(value) > MAX_KERNEL_ID or not KERNEL_ID.fullmatch(value):
+        raise BadRequest(
+            f"kernel must be a kernel id such as 3f1c9a2e-5b7d-4e21-9c0a-1d2e3f4a5b6c; got {escaped(value[:80])!r}"
         )
     return value
 
@@ -178,6 +208,35 @@ class KernelsHandler(_GpuMemHandler):
         await self._answer(produce)
 
 
+class KeepHandler(_GpuMemHandler):
+    """``POST /keep?kernel=<id>``: the user keeps an idle kernel, so the culler counts its idle
+    time from now (``Culler.keep``). A malformed id is a 400, an unknown kernel a 404, culling
+    off a 409; none of them changes anything."""
+
+    allowed_params = ("kernel",)
+    auth_resource = KERNELS_RESOURCE
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        async def produce(params: dict) -> dict:
+            kernel_id = check_kernel_id(params.get("kernel"))
+            culler = self.service.culler
+            idle_after = culler.config.cull_idle_after
+            if idle_after <= 0:
+                raise Conflict(
+                    "culling is off on this server (GpuMem.cull_idle_after=0): no kernel is shut down for idling"
+                )
+            earliest = culler.keep(kernel_id)
+            return {
+                "kernel_id": kernel_id,
+                "cull_at": earliest,
+                "message": f"kept running: it is shut down only once idle {human_duration(idle_after)} again",
+            }
+
+        await self._answer(produce)
+
+
 class ConfigHandler(_GpuMemHandler):
     auth_resource = SERVER_RESOURCE
 
@@ -190,7 +249,12 @@ class ConfigHandler(_GpuMemHandler):
         await self._answer(produce)
 
 
-ROUTES = (("devices", DevicesHandler), ("kernels", KernelsHandler), ("config", ConfigHandler))
+ROUTES = (
+    ("devices", DevicesHandler),
+    ("kernels", KernelsHandler),
+    ("keep", KeepHandler),
+    ("config", ConfigHandler),
+)
 
 
 def handlers(base_url: str) -> list[tuple[str, type]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from jupyter_gpumem.core.package_version import package_version
 from jupyter_gpumem.server.config import GpuMem
-from jupyter_gpumem.server.culling import Culler, annotate, cull_plan
+from jupyter_gpumem.server.culling import Culler, CullRecord, annotate, cull_plan
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelDirectory, KernelInfo
 from jupyter_gpumem.server.metrics import count_culled_kernel, gauges, set_touch, snapshot_from
@@ -82,7 +82,7 @@ class GpuMemService:
         self.answers_sent = {"full": 0, "not_modified": 0}  # /devices answers: 200s and 304s
         self.metrics_listener: Any = None  # metrics_listener.MetricsListener, where GpuMem.metrics_port asks
         # Started by the extension's loader (it needs the server's IOLoop); off unless cull_idle_after > 0.
-        self.culler = Culler(self, kernel_manager, on_cull=count_culled_kernel if export_metrics else None)
+        self.culler = Culler(self, kernel_manager, on_cull=self._after_cull)
 
     async def kernels(self) -> list[KernelInfo]:
         """This server's kernels; one listing shared by the requests of a short window."""
@@ -107,8 +107,15 @@ class GpuMemService:
             idle_after=c.cull_idle_after,
             min_bytes=c.cull_min_bytes,
             warn_before=c.cull_warn_before,
+            kept=self.culler.kept,
         )
+        report["recent_culls"] = self.culler.recent()
         return annotate(report, plan)
+
+    def _after_cull(self, record: CullRecord) -> None:
+        self._answers = None  # the next answer carries the record, whatever the reading
+        if self.export_metrics:
+            count_culled_kernel(record)
 
     def _report(self, reading: Reading, kernels: list[KernelInfo], notebook: str | None = None) -> dict:
         return build_devices_report(

@@ -25,6 +25,7 @@ from jupyter_gpumem.testing import fake_nvml
 from jupyter_gpumem.testing.demo_trace import write_demo_trace
 
 from awaiting import WITHIN, ready, until, waking
+from doubles import extension_paths, fetch_route, route_method
 
 GiB = 1024**3
 EXT = {"ServerApp": {"jpserver_extensions": {"jupyter_gpumem": True}}}
@@ -309,30 +310,14 @@ async def test_failure_inside_an_endpoint_is_a_json_500_and_the_server_lives_on(
     assert (await get_json(jp_fetch, "config"))["poll_interval"] == 2.0
 
 
-def extension_routes(web_app):
-    """Every URL pattern the extension registered, read from the web app's routers."""
-    found = []
-
-    def walk(rules):
-        for rule in rules:
-            if hasattr(rule.target, "rules"):
-                walk(rule.target.rules)
-            elif hasattr(rule.matcher, "regex") and "jupyter-gpumem" in rule.matcher.regex.pattern:
-                found.append(rule.matcher.regex.pattern)
-
-    walk(web_app.default_router.rules)
-    return found
-
-
 async def test_every_extension_route_is_403_without_a_token(jp_fetch, jp_serverapp, jp_base_url, world):
-    patterns = extension_routes(jp_serverapp.web_app)
-    assert len(patterns) >= 3
-    for pattern in patterns:
-        # The routes take no path arguments: the pattern less its anchors is the path.
-        path = pattern.removesuffix("$").removesuffix("/?")
-        assert path.startswith(jp_base_url) and "(" not in path, pattern
+    paths = extension_paths(jp_serverapp.web_app) + extension_paths(jp_serverapp.web_app, websockets=True)
+    assert len(paths) >= 3
+    for path in paths:
+        assert path.startswith(jp_base_url) and "(" not in path, path  # no path arguments
+        method = "GET" if path.endswith("/ws") else route_method(jp_serverapp.web_app, path)
         with pytest.raises(HTTPClientError) as err:
-            await jp_fetch(path[len(jp_base_url) :], headers={"Authorization": ""})
+            await fetch_route(jp_fetch, [path[len(jp_base_url) :]], method, headers={"Authorization": ""})
         assert err.value.code == 403, path
 
 

@@ -21,6 +21,7 @@ from jupyter_gpumem.server.kernels import KernelInfo, usage_pid
 from jupyter_gpumem.testing import fake_nvml
 
 from awaiting import WITHIN, own_client, server_sees_idle, until, waking
+from culling_steps import kernel_pid, running_kernels, shut_down, start_kernel
 from doubles import Clock
 
 GiB = 1024**3
@@ -146,9 +147,30 @@ def test_annotate_puts_the_pending_cull_on_the_kernels_rows_only():
         "cull_at": NOW + 5 * 60,
         "idle_seconds": 3300.0,
         "held_bytes": 30 * GiB,
+        "per_device": [[0, 30 * GiB]],
         "message": plan.warn[0].message,
     }
     assert rows[1]["pending_cull"] is None and rows[2]["pending_cull"] is None
+
+
+def test_a_kept_kernel_counts_its_idle_time_from_the_keep():
+    # Idle two hours, kept ten minutes ago: 50 minutes before its cull, so not even warned.
+    plan = cull_plan(report([row("a", 30 * GiB)]), [kernel("a", 2 * HOUR)], NOW, **RULES, kept={"a": NOW - 600})
+    assert plan_ids(plan) == ([], [])
+
+
+def test_a_keep_older_than_the_last_activity_changes_nothing():
+    plan = cull_plan(report([row("a", 30 * GiB)]), [kernel("a", 3601)], NOW, **RULES, kept={"a": NOW - 7200})
+    assert plan_ids(plan) == ([], ["a"])
+
+
+def test_a_kept_kernel_is_warned_about_and_culled_a_full_limit_after_the_keep():
+    kept = {"a": NOW - HOUR + 300}
+    plan = cull_plan(report([row("a", 30 * GiB)]), [kernel("a", 5 * HOUR)], NOW, **RULES, kept=kept)
+    assert plan_ids(plan) == (["a"], [])
+    assert plan.warn[0].cull_at == NOW + 300
+    later = cull_plan(report([row("a", 30 * GiB)]), [kernel("a", 5 * HOUR)], NOW + 300, **RULES, kept=kept)
+    assert plan_ids(later) == ([], ["a"])
 
 
 @pytest.mark.parametrize(
@@ -191,35 +213,6 @@ def culler(jp_serverapp):
     culler = jp_serverapp.web_app.settings["jupyter_gpumem"].culler
     culler.clock = Clock(0.0)
     return culler
-
-
-async def start_kernel(jp_fetch, path):
-    body = json.dumps({"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}})
-    response = await jp_fetch("api", "sessions", method="POST", body=body)
-    return json.loads(response.body)["kernel"]["id"]
-
-
-async def kernel_pid(jp_fetch, kernel_id):
-    """The kernel's pid from /kernels, once its list (shared for half a second) names it."""
-
-    async def listed():
-        body = json.loads((await jp_fetch("jupyter-gpumem", "api", "kernels")).body)
-        return next((k["pid"] for k in body["kernels"] if k["kernel_id"] == kernel_id), None)
-
-    return await until(listed, "the kernel in /kernels", every=0.2)
-
-
-async def running_kernels(jp_fetch):
-    return {k["id"] for k in json.loads((await jp_fetch("api", "kernels")).body)}
-
-
-async def shut_down(jp_fetch, kernel_id):
-    """Returns once the server no longer lists the kernel."""
-    await until(lambda: gone(jp_fetch, kernel_id), f"kernel {kernel_id} shut down", every=0.2)
-
-
-async def gone(jp_fetch, kernel_id):
-    return kernel_id not in await running_kernels(jp_fetch)
 
 
 async def unlisted(service, kernel_id):
