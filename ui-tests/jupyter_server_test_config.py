@@ -6,7 +6,7 @@ Environment:
   demo trace (placeholder pids mapped to this server's running kernels); or a trace path.
 - JUPYTER_GPUMEM_FAKE_NVML (the "world" server, with the drop-in pynvml first on PYTHONPATH): a
   scenario name is written to a JSON world file first, and the variable pointed at it, for the
-  server and every kernel it starts. A spec changes the world from a kernel (a kernel puts its
+  server and every kernel it starts. That server also culls idle kernels that hold 16 GiB or more. A spec changes the world from a kernel (a kernel puts its
   own pid on a fake GPU) by saving that file; the drop-in re-reads it (docs/fake-gpu.md).
 """
 
@@ -32,6 +32,12 @@ if _replay:
     c.GpuMem.replay = os.path.abspath(_replay)  # noqa: F821
 
 _world = os.environ.get("JUPYTER_GPUMEM_FAKE_NVML", "")
+if _world:
+    # The world server culls idle kernels holding 16 GiB or more, 30 s after their last activity,
+    # warning from the first idle second: only notebooks/world_cull.ipynb takes that much (the
+    # other world notebooks take 6 GiB, and are never culled).
+    c.GpuMem.cull_idle_after = 30  # noqa: F821
+    c.GpuMem.cull_min_bytes = 16 * 1024**3  # noqa: F821
 if _world and not os.path.exists(_world):
     from jupyter_gpumem.testing import scenario
 

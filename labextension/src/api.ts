@@ -51,6 +51,36 @@ async function getJson<T>(endpoint: string): Promise<T> {
   return body as T;
 }
 
+/** The server's answer to "keep running". */
+export interface KeepAnswer {
+  kernel_id: string;
+  /** The earliest the kernel may now be shut down (POSIX seconds, the server's clock). */
+  cull_at: number;
+  message: string;
+}
+
+/** POST keep: the server's culler counts the kernel's idle time from now. */
+export async function keepKernel(kernelId: string): Promise<KeepAnswer> {
+  const settings = ServerConnection.makeSettings();
+  const url = URLExt.join(
+    settings.baseUrl,
+    API_PREFIX,
+    `keep?kernel=${encodeURIComponent(kernelId)}`
+  );
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, { method: 'POST' }, settings);
+  } catch (error) {
+    throw new ApiError({ kind: 'unreachable', detail: String(error) });
+  }
+  const body = await response.json().catch(() => null);
+  if (!response.ok) {
+    // Every answer of this route is its own, a 404 included ("no kernel … on this server").
+    throw new Error(body && body.error ? String(body.error) : response.statusText);
+  }
+  return body as KeepAnswer;
+}
+
 /** GET devices, with this notebook's kernel attributed when a path is given. */
 export function fetchDevices(notebookPath: string | null): Promise<DevicesReply> {
   const query = notebookPath ? `?notebook=${encodeURIComponent(notebookPath)}` : '';

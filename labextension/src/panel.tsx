@@ -7,14 +7,13 @@
  */
 
 import * as React from 'react';
-import { Notification } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { TranslationBundle } from '@jupyterlab/translation';
 import { ReactWidget } from '@jupyterlab/ui-components';
 import { Message } from '@lumino/messaging';
 
 import { PanelActions, PanelView } from './components/PanelView';
-import { newCullNotices } from './cullNotices';
+import { CullNotifier } from './cullNotifier';
 import { ApplyOutcome } from './kernelStartHook';
 import { DevicesModel } from './models/devicesModel';
 import { KernelModel } from './models/kernelModel';
@@ -34,7 +33,7 @@ export class GpuMemPanel extends ReactWidget {
   readonly devices: DevicesModel;
   readonly kernel: KernelModel;
   private _options: PanelOptions;
-  private _cullsShown = new Set<string>();
+  private _culls: CullNotifier;
 
   constructor(private _props: GpuMemPanelOptions) {
     super();
@@ -47,12 +46,12 @@ export class GpuMemPanel extends ReactWidget {
       standby: () => !watched() || 'when-hidden'
     });
     this.kernel = new KernelModel({ isWatched: watched });
-    // The server warns before it shuts down an idle kernel holding GPU memory: say so once.
-    this.devices.changed.connect(() => {
-      for (const notice of newCullNotices(this.devices.reply, this._cullsShown)) {
-        this._cullsShown.add(notice.key);
-        Notification.warning(notice.message, { autoClose: false });
-      }
+    // The server warns before it shuts down an idle kernel holding GPU memory, and says when it did.
+    this._culls = new CullNotifier({
+      devices: this.devices,
+      trans: _props.trans,
+      units: () => this._options.units,
+      openNotebook: _props.actions.onOpen
     });
   }
 
@@ -94,6 +93,7 @@ export class GpuMemPanel extends ReactWidget {
     if (this.isDisposed) {
       return;
     }
+    this._culls.dispose();
     this.devices.dispose();
     this.kernel.dispose();
     super.dispose();

@@ -35,8 +35,25 @@ export interface PendingCull {
   cull_at: number;
   idle_seconds: number;
   held_bytes: number;
+  /** [GPU index, bytes], most first; absent from older servers. */
+  per_device?: [number, number][];
   /** "this kernel holds 30.00 GiB of GPU 2 and has been idle 55 min; it will be shut down in 5 min" */
   message: string;
+}
+
+/** A kernel the server shut down for holding GPU memory while idle (the devices reply's `recent_culls`). */
+export interface CullRecord {
+  kernel_id: string;
+  notebook_path: string | null;
+  /** What NVML said it held at the last reading before the shutdown. */
+  freed_bytes: number;
+  per_device: [number, number][];
+  /** POSIX seconds, the server's clock. */
+  culled_at: number;
+  idle_seconds: number;
+  /** GpuMem.cull_idle_after then. */
+  idle_after: number;
+  reason: string;
 }
 
 interface DeviceCommon {
@@ -101,6 +118,8 @@ export interface DevicesReply {
   poll_interval: number;
   devices: DeviceInfo[];
   warnings: OvercommitWarning[];
+  /** The culls of the last hour, newest first; absent from older servers. */
+  recent_culls?: CullRecord[];
 }
 
 export interface AllocatorSetting {

@@ -125,6 +125,7 @@ function DevicesView(
           <h3 className="jp-GpuMem-h">{trans.__('Kernels on the GPU')}</h3>
           <KernelTable
             devices={reply.devices}
+            serverOffsetMs={props.model.serverOffsetMs}
             activePath={props.activePath}
             units={props.units}
             trans={trans}

@@ -5,7 +5,8 @@ import { TranslationBundle } from '@jupyterlab/translation';
 
 import { canShutDown, kernelRows } from '../deviceInfo';
 import { elapsedSince, formatBytes } from '../format';
-import { DeviceInfo, ProcessInfo, Units } from '../types';
+import { badgeText } from '../cullNotices';
+import { DeviceInfo, PendingCull, ProcessInfo, Units } from '../types';
 
 function preallocText(p: boolean | null, trans: TranslationBundle): string {
   return p === null ? trans.__('unknown') : p ? trans.__('yes') : trans.__('no');
@@ -28,8 +29,35 @@ function IdleFor(props: {
   return <>{idle !== null ? props.trans.__('idle %1', idle) : props.trans.__('idle')}</>;
 }
 
+/** "shut down in 42 s": the server's pending cull of this kernel, counting down on its own. */
+function CullBadge(props: {
+  pending: PendingCull;
+  serverOffsetMs: number;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const [now, setNow] = React.useState(() => Date.now());
+  React.useEffect(() => {
+    const timer = window.setInterval(() => setNow(Date.now()), 1000);
+    return () => window.clearInterval(timer);
+  }, []);
+  const { pending, trans } = props;
+  return (
+    <span
+      className="jp-GpuMem-tag jp-GpuMem-cullBadge"
+      title={trans.__(
+        'The server shuts this kernel down if it stays idle: %1. Run a cell, or keep it running from the notification.',
+        pending.message
+      )}
+    >
+      {badgeText(pending, (now + props.serverOffsetMs) / 1000, trans)}
+    </span>
+  );
+}
+
 export function KernelTable(props: {
   devices: DeviceInfo[];
+  /** Add to the page's clock to read the server's (pending culls count down on it). */
+  serverOffsetMs: number;
   activePath: string | null;
   units: Units;
   trans: TranslationBundle;
@@ -109,6 +137,13 @@ export function KernelTable(props: {
                     >
                       {trans.__('prealloc %1', preallocText(p.preallocated, trans))}
                     </span>
+                    {p.pending_cull ? (
+                      <CullBadge
+                        pending={p.pending_cull}
+                        serverOffsetMs={props.serverOffsetMs}
+                        trans={trans}
+                      />
+                    ) : null}
                     {idle ? (
                       <span className="jp-GpuMem-idle">
                         <IdleFor since={p.last_activity} trans={trans} />

@@ -13,6 +13,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import { DevicesSocket, fetchDevices } from '../api';
 import { SOCKET_ANSWER_TIMEOUT_MS } from '../constants';
+import { serverOffsetMs } from '../cullNotices';
 import { DevicesFeed, feedAfterClose } from '../devicesFeed';
 import { pollFrequency } from '../panelOptions';
 import { asError } from './asError';
@@ -29,6 +30,7 @@ export interface DevicesModelOptions {
 export class DevicesModel {
   private _reply: DevicesReply | null = null;
   private _error: Error | null = null;
+  private _serverOffsetMs = 0;
   private _changed = new Signal<this, void>(this);
   private _feed: DevicesFeed = 'socket';
   private _socket: DevicesSocket | null = null;
@@ -77,6 +79,11 @@ export class DevicesModel {
     return this._reply;
   }
 
+  /** Add to the page's clock to read the server's: the latest reply's `t` at its arrival. */
+  get serverOffsetMs(): number {
+    return this._serverOffsetMs;
+  }
+
   /** The latest failure, or null once a request succeeds again. */
   get error(): Error | null {
     return this._error;
@@ -109,6 +116,7 @@ export class DevicesModel {
 
   private _take(reply: DevicesReply): void {
     this._reply = reply;
+    this._serverOffsetMs = serverOffsetMs(reply.t, Date.now());
     this._error = null;
     this._changed.emit();
   }
