@@ -1,14 +1,16 @@
 """Prometheus targets from a JupyterHub: one per running single-user server's metrics listener.
 
-``python -m jupyter_gpumem.server.hub_discovery --output FILE --target TEMPLATE`` runs as a
+``python -m jupyter_gpumem.server.hub_discovery --output FILE --via-proxy URL`` runs as a
 JupyterHub service. It asks the hub's REST API which servers are ready
 (``GET /hub/api/users?state=ready``) and writes a Prometheus ``file_sd`` file with one target
-per server, the address its ``GpuMem.metrics_port`` listener has, labelled ``hub_user`` and
-``server_name`` from the hub's answer. A server's own environment (``JUPYTERHUB_USER``) is its
+per server, labelled ``hub_user`` and ``server_name`` from the hub's answer: the hub's proxy and
+the server's own route, ``<its URL path>jupyter-gpumem/metrics`` (``hub_scrape.py``; who answers
+there is the hub's to say), or with ``--target``/``--target-for`` the address its
+``GpuMem.metrics_port`` listener has (whoever holds that address answers). A server's own environment (``JUPYTERHUB_USER``) is its
 user's to change, so identity is never taken from it: Prometheus's scrape job keeps these target
 labels over anything a server exports (``honor_labels: false``, deploy/prometheus/prometheus.yml).
 
-The hub's server model names no address a server listens on (``server_model`` in
+For the listener, the hub's server model names no address a server listens on (``server_model`` in
 jupyterhub/apihandlers/base.py, JupyterHub 6.1.1, has name, url path, ready, pending, and
 ``state`` only with ``admin:server_state``), so the address is the operator's: a template over
 the hub's names (``jupyter-{username}:9500``, a container or service name the spawner gives

@@ -743,7 +743,8 @@ def test_no_file_in_deploy_or_docs_grants_a_scope_that_reaches_a_server():
     files = [p for p in (ROOT / "deploy").rglob("*") if p.is_file()] + sorted((ROOT / "docs").rglob("*.md"))
     granted = {str(p.relative_to(ROOT)): granted_scopes(p.read_text()) for p in files}
     granted = {path: scopes for path, scopes in granted.items() if scopes}
-    assert granted == {"docs/server.md": list(hd.SCOPES_NEEDED)}  # the discovery service's role, and nothing else
+    # The discovery service's role, and Prometheus's: the metrics scope alone, and nothing else.
+    assert granted == {"docs/server.md": [*hd.SCOPES_NEEDED, "custom:jupyter-gpumem:read-metrics"]}
     assert hd.scopes_reaching_servers(scope for scopes in granted.values() for scope in scopes) == []
 
 
