@@ -21,9 +21,10 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from jupyter_gpumem.server.handlers import handlers
+    from jupyter_gpumem.server.hub_scrape import hub_scrape_route
     from jupyter_gpumem.server.kernels import untrack_usage_messages
     from jupyter_gpumem.server.metrics import gauges
-    from jupyter_gpumem.server.metrics_listener import MetricsListener
+    from jupyter_gpumem.server.metrics_listener import start_listener
     from jupyter_gpumem.server.push import route
     from jupyter_gpumem.server.service import GpuMemService
 
@@ -34,34 +35,26 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app.settings[_SETTINGS_KEY] = service
     service.culler.log = serverapp.log
     service.culler.start()
-    web_app.add_handlers(".*$", [*handlers(web_app.settings["base_url"]), route(web_app.settings["base_url"])])
+    base_url = web_app.settings["base_url"]
+    through_hub = hub_scrape_route(base_url, config.hub_metrics_scope)
+    web_app.add_handlers(".*$", [*handlers(base_url), route(base_url), *through_hub])
+    if through_hub:
+        serverapp.log.info(
+            "jupyter-gpumem: metrics through the hub's proxy at %sjupyter-gpumem/metrics, for tokens with %s",
+            base_url,
+            config.hub_metrics_scope,
+        )
     # jupyter_server's /metrics names kernels and notebooks only to a scrape that logged in.
     gauges().kernel_names = bool(web_app.settings.get("authenticate_prometheus", True))
-    if config.metrics_port:
-        try:
-            service.metrics_listener = MetricsListener(
-                config.metrics_ip, config.metrics_port, config.metrics_kernel_names, log=serverapp.log
-            )
-        except OSError as exc:
-            serverapp.log.error(
-                "jupyter-gpumem: cannot serve metrics on %s:%d (GpuMem.metrics_ip, metrics_port): %s",
-                config.metrics_ip or "*",
-                config.metrics_port,
-                exc,
-            )
-        else:
-            serverapp.log.info(
-                "jupyter-gpumem: metrics on http://%s:%d/metrics (no authentication%s)",
-                config.metrics_ip or "*",
-                config.metrics_port,
-                ", with kernel ids and notebook paths" if config.metrics_kernel_names else "",
-            )
+    service.metrics_listener, service.metrics_listener_status = start_listener(
+        config.metrics_ip, config.metrics_port, config.metrics_kernel_names, serverapp.log
+    )
     _stop_with(serverapp)
     serverapp.log.info(
         "jupyter-gpumem: serving %s every %gs at %sjupyter-gpumem/api/",
         f"replay of {config.replay}" if config.replay else "NVML",
         config.poll_interval,
-        web_app.settings["base_url"],
+        base_url,
     )
 
 

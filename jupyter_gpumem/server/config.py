@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from traitlets import Bool, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
+
+# A JupyterHub custom scope's name (jupyterhub/scopes.py, 6.1.1: _custom_scope_pattern).
+CUSTOM_SCOPE = re.compile(r"custom:[a-z0-9][a-z0-9_\-\*:]+[a-z0-9_\*]")
 
 # trait: (lowest, highest, lowest allowed itself, unit) of each numeric setting
 _RANGES = {
@@ -104,6 +109,15 @@ class GpuMem(Configurable):
         ),
     ).tag(config=True)
 
+    hub_metrics_scope = Unicode(
+        "custom:jupyter-gpumem:read-metrics",
+        help=(
+            "Under JupyterHub, serve the GPU gauges at {base_url}jupyter-gpumem/metrics, through the "
+            "hub's proxy, to a bearer token the hub says holds this custom scope (or it filtered to "
+            "this server or its user). '' turns the route off."
+        ),
+    ).tag(config=True)
+
     cull_idle_after = Float(
         0.0,
         help=(
@@ -125,6 +139,16 @@ class GpuMem(Configurable):
             "kernel is idle."
         ),
     ).tag(config=True)
+
+    @validate("hub_metrics_scope")
+    def _check_scope(self, proposal):
+        value = proposal["value"]
+        if value and not CUSTOM_SCOPE.fullmatch(value):
+            raise TraitError(
+                f"GpuMem.hub_metrics_scope must be a JupyterHub custom scope (custom:<letters, digits, -, _, :>), "
+                f"or '' for no route; got {value!r}"
+            )
+        return value
 
     @validate(*_RANGES)
     def _check_range(self, proposal):

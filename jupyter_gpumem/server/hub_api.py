@@ -1,5 +1,6 @@
-"""JupyterHub's REST API, as the hub discovery service reads it: which scopes its token holds and
-which servers are ready. Nothing else in the package speaks to the hub.
+"""JupyterHub's REST API, as the hub discovery service reads it (which scopes its token holds and
+which servers are ready) and as a server checks a scrape's token (which scopes it holds,
+``hub_scrape.py``). Nothing else in the package speaks to the hub.
 
 Read from JupyterHub's source (jupyterhub 6.1.1, jupyterhub/apihandlers/): ``GET /hub/api/user``
 (whoami, ``SelfAPIHandler`` in users.py) answers the token owner's model with ``scopes``, the
@@ -18,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO
 
 # jupyterhub/apihandlers/base.py (6.1.1): PAGINATION_MEDIA_TYPE; with it GET /users answers
@@ -53,12 +54,19 @@ class HubError(Exception):
     which, and what to give the service where it is the service's to fix."""
 
 
+class HubRefused(HubError):
+    """The hub answered 401 or 403: it does not take the token (or the token lacks the scope)."""
+
+
 @dataclass(frozen=True)
 class Server:
     """One ready single-user server, as the hub names it."""
 
     user: str
     name: str = ""  # "" is the user's default server
+    # Its URL path behind the hub's proxy (the server model's ``url``: ``/user/alice/``, the hub's
+    # base URL and escaping included); "" where the hub gave none. Not part of which server it is.
+    url: str = field(default="", compare=False)
 
 
 def ready_servers(users: Iterable[object]) -> list[Server]:
@@ -90,7 +98,8 @@ def ready_servers(users: Iterable[object]) -> list[Server]:
                     "JupyterHub gives a server model with its name and ready (true or false)"
                 )
             if model["ready"]:
-                found.add(Server(user["name"], name))
+                url = model.get("url")
+                found.add(Server(user["name"], name, url if isinstance(url, str) and url.startswith("/") else ""))
     return sorted(found, key=lambda s: (s.user, s.name))
 
 
@@ -146,7 +155,7 @@ class Hub:
                 body = self.read_answer(response, path, time.monotonic() + self.answer_seconds)
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
-                raise HubError(
+                raise HubRefused(
                     f"the hub refused {path} ({exc.code}): give the service a role with the scopes "
                     + ", ".join(SCOPES_NEEDED)
                 ) from None

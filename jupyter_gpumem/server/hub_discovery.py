@@ -1,14 +1,16 @@
 """Prometheus targets from a JupyterHub: one per running single-user server's metrics listener.
 
-``python -m jupyter_gpumem.server.hub_discovery --output FILE --target TEMPLATE`` runs as a
+``python -m jupyter_gpumem.server.hub_discovery --output FILE --via-proxy URL`` runs as a
 JupyterHub service. It asks the hub's REST API which servers are ready
 (``GET /hub/api/users?state=ready``) and writes a Prometheus ``file_sd`` file with one target
-per server, the address its ``GpuMem.metrics_port`` listener has, labelled ``hub_user`` and
-``server_name`` from the hub's answer. A server's own environment (``JUPYTERHUB_USER``) is its
+per server, labelled ``hub_user`` and ``server_name`` from the hub's answer: the hub's proxy and
+the server's own route, ``<its URL path>jupyter-gpumem/metrics`` (``hub_scrape.py``; who answers
+there is the hub's to say), or with ``--target``/``--target-for`` the address its
+``GpuMem.metrics_port`` listener has (whoever holds that address answers). A server's own environment (``JUPYTERHUB_USER``) is its
 user's to change, so identity is never taken from it: Prometheus's scrape job keeps these target
 labels over anything a server exports (``honor_labels: false``, deploy/prometheus/prometheus.yml).
 
-The hub's server model names no address a server listens on (``server_model`` in
+For the listener, the hub's server model names no address a server listens on (``server_model`` in
 jupyterhub/apihandlers/base.py, JupyterHub 6.1.1, has name, url path, ready, pending, and
 ``state`` only with ``admin:server_state``), so the address is the operator's: a template over
 the hub's names (``jupyter-{username}:9500``, a container or service name the spawner gives
@@ -56,6 +58,7 @@ log = logging.getLogger("jupyter_gpumem.hub_discovery")
 # ("tantamount to superuser"); shares (it includes access:servers).
 SCOPES_THAT_REACH_SERVERS = ("access:servers", "tokens", "admin:users", "shares")
 TEMPLATE_FIELDS = ("username", "servername", "server_suffix")
+METRICS_ROUTE = "jupyter-gpumem/metrics"  # under a server's URL path (server/hub_scrape.py)
 INTERVAL_RANGE = (1.0, 3600.0)
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])")
 # What a hub name may hold to go into a --target: one host label's characters. A '.' would make
@@ -96,6 +99,40 @@ class Addresses:
             )
         suffix = f"-{server.name}" if server.name else ""
         return self.template.format(username=server.user, servername=server.name, server_suffix=suffix)
+
+
+@dataclass(frozen=True)
+class ThroughProxy:
+    """Every server scraped through the hub's proxy (``--via-proxy``): one address, the proxy's, and
+    each server's own route, ``<its URL path>jupyter-gpumem/metrics``. The proxy sends a route to
+    the server the hub started for it, so who answers is the hub's to say, not a port's."""
+
+    scheme: str
+    address: str
+
+    def group(self, server: Server) -> dict:
+        """The file_sd group of ``server``: its route as ``__metrics_path__``, unescaped, since
+        Prometheus escapes the path it is given (``url.URL.Path``)."""
+        path = urllib.parse.unquote(server.url).rstrip("/") + "/" + METRICS_ROUTE
+        labels = {"hub_user": server.user, "server_name": server.name, "__metrics_path__": path}
+        return {"targets": [self.address], "labels": {**labels, "__scheme__": self.scheme}}
+
+
+def proxy_from(url: str) -> ThroughProxy:
+    """``--via-proxy``: the hub's public URL as Prometheus reaches it, scheme and host only."""
+    parts = urllib.parse.urlsplit(url)
+    wrong = parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc
+    if wrong or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise DiscoveryError(
+            f"--via-proxy {shown(url)}: give the hub's public URL as http(s)://HOST[:PORT], with no path (the "
+            "servers' URL paths come from the hub)"
+        )
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = 0  # not a port: refused below
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return ThroughProxy(parts.scheme, checked_address(f"{host}:{port}", f"--via-proxy {shown(url)}"))
 
 
 def server_label(server: Server) -> str:
@@ -149,10 +186,13 @@ def parse_target_for(text: str) -> tuple[tuple[str, str], str]:
     return (user, server_name), checked_address(address, f"--target-for {text!r}")
 
 
-def target_groups(servers: Iterable[Server], addresses: Addresses) -> tuple[list[dict], list[str]]:
-    """The file_sd groups (one per server with an address of its own) and a line for each server left
-    out. Servers that would share a listener are all left out, in one line naming each: one address
-    cannot tell two servers apart, so no label can be right for it."""
+def target_groups(servers: Iterable[Server], addresses: Addresses | ThroughProxy) -> tuple[list[dict], list[str]]:
+    """The file_sd groups (one per server with an address of its own, or its route through the
+    proxy) and a line for each server left out. Servers that would share a listener are all left
+    out, in one line naming each: one address cannot tell two servers apart, so no label can be
+    right for it."""
+    if isinstance(addresses, ThroughProxy):
+        return routes_through(addresses, servers)
     at: dict[tuple[str, int], list[tuple[Server, str]]] = {}
     left_out = []
     for server in dict.fromkeys(servers):  # a server listed twice is one server
@@ -172,6 +212,20 @@ def target_groups(servers: Iterable[Server], addresses: Addresses) -> tuple[list
             continue
         ((server, address),) = claims
         groups.append({"targets": [address], "labels": {"hub_user": server.user, "server_name": server.name}})
+    groups.sort(key=lambda g: (g["labels"]["hub_user"], g["labels"]["server_name"]))
+    return groups, left_out
+
+
+def routes_through(proxy: ThroughProxy, servers: Iterable[Server]) -> tuple[list[dict], list[str]]:
+    """One group per server with a URL path from the hub; a line for each without one."""
+    groups, left_out = [], []
+    for server in dict.fromkeys(servers):
+        if server.url:
+            groups.append(proxy.group(server))
+        else:
+            left_out.append(
+                f"{server_label(server)}: the hub's model of it has no URL path to scrape through the proxy"
+            )
     groups.sort(key=lambda g: (g["labels"]["hub_user"], g["labels"]["server_name"]))
     return groups, left_out
 
@@ -252,7 +306,7 @@ def checking_scopes_first(hub: Hub, discover: Callable[[], int]) -> Callable[[],
     return discover_if_safe
 
 
-def discover_once(hub: Hub, addresses: Addresses, output: Path, said: set[str] | None = None) -> int:
+def discover_once(hub: Hub, addresses: Addresses | ThroughProxy, output: Path, said: set[str] | None = None) -> int:
     """Read the hub, write the file; the number of targets written. Each server left out is logged;
     with ``said`` (kept between calls: the lines logged and still true), only when it is new."""
     groups, left_out = target_groups(ready_servers(hub.users_with_ready_servers()), addresses)
@@ -325,15 +379,27 @@ def argument_parser() -> argparse.ArgumentParser:
         metavar="USER[/SERVER]=HOST:PORT",
         help="the address of one server's metrics listener (repeatable; wins over --target)",
     )
+    parser.add_argument(
+        "--via-proxy",
+        metavar="URL",
+        help="scrape every server through the hub's proxy at this URL (http(s)://HOST[:PORT], as Prometheus "
+        "reaches it), at <its URL path>jupyter-gpumem/metrics; instead of --target and --target-for",
+    )
     parser.add_argument("--interval", type=interval_seconds, default=30.0, help="seconds between reads (1 to 3600)")
     parser.add_argument("--once", action="store_true", help="read the hub once, write the file, exit")
     parser.add_argument("--hub-api-url", default=os.environ.get("JUPYTERHUB_API_URL"), help=argparse.SUPPRESS)
     return parser
 
 
-def addresses_from(args: argparse.Namespace) -> Addresses:
+def addresses_from(args: argparse.Namespace) -> Addresses | ThroughProxy:
+    if args.via_proxy is not None:
+        if args.target is not None or args.target_for:
+            raise DiscoveryError("give --via-proxy, or --target and --target-for, not both")
+        return proxy_from(args.via_proxy)
     if args.target is None and not args.target_for:
-        raise DiscoveryError("give --target TEMPLATE, or --target-for USER=HOST:PORT for each server")
+        raise DiscoveryError(
+            "give --via-proxy URL, or --target TEMPLATE, or --target-for USER=HOST:PORT for each server"
+        )
     template = None if args.target is None else checked_template(args.target)
     per_server: dict[tuple[str, str], str] = {}
     given: dict[tuple[str, int], str] = {}

@@ -13,10 +13,12 @@ HEADER_SECONDS, and the Jupyter server beside it keeps its descriptors and its I
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -263,3 +265,52 @@ class MetricsListener:
 
     def stop(self) -> None:
         self._server.stop()
+
+
+@dataclass(frozen=True)
+class ListenerStatus:
+    """What became of ``GpuMem.metrics_port``, as ``/jupyter-gpumem/api/config`` tells it:
+    ``off`` (no port set), ``serving`` or ``failed`` (with the reason, for the log and the panel)."""
+
+    state: str
+    address: str | None = None
+    reason: str | None = None
+
+    def as_json(self) -> dict:
+        return {"state": self.state, "address": self.address, "reason": self.reason}
+
+
+def failure_reason(address: str, exc: OSError) -> str:
+    """Why the listener is not serving, in words an operator can act on: a port taken is someone
+    else answering there, and a Prometheus that scrapes that address reads their numbers."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{address} is taken by another process ({exc.strerror}); whatever answers there is not this server, "
+            "and a Prometheus scraping that address would read its numbers as this server's. This server serves "
+            "no metrics listener: free the port (or set another GpuMem.metrics_port) and restart it, or have "
+            'Prometheus scrape through the hub\'s proxy (docs/server.md, "Who answers a scrape")'
+        )
+    return f"{address} cannot be bound ({exc.strerror or exc}); this server serves no metrics listener"
+
+
+def start_listener(
+    address: str, port: int, kernel_names: bool, log: logging.Logger | logging.LoggerAdapter
+) -> tuple[MetricsListener | None, ListenerStatus]:
+    """The listener ``GpuMem.metrics_port`` asks for, and its status. A port that cannot be bound is
+    an ERROR in the log and a ``failed`` status, never a listener that someone else's process
+    stands in for."""
+    if not port:
+        return None, ListenerStatus("off")
+    where = f"{address or '*'}:{port}"
+    try:
+        listener = MetricsListener(address, port, kernel_names, log=log)
+    except OSError as exc:
+        reason = failure_reason(where, exc)
+        log.error("jupyter-gpumem: the metrics listener (GpuMem.metrics_ip, metrics_port) did not start: %s", reason)
+        return None, ListenerStatus("failed", where, reason)
+    log.info(
+        "jupyter-gpumem: metrics on http://%s/metrics (no authentication%s)",
+        where,
+        ", with kernel ids and notebook paths" if kernel_names else "",
+    )
+    return listener, ListenerStatus("serving", where)

@@ -22,6 +22,7 @@ from jupyter_gpumem.server.culling import Culler, CullRecord, annotate, cull_pla
 from jupyter_gpumem.server.device_report import build_devices_report
 from jupyter_gpumem.server.kernels import KernelDirectory, KernelInfo
 from jupyter_gpumem.server.metrics import count_culled_kernel, gauges, set_touch, snapshot_from
+from jupyter_gpumem.server.metrics_listener import ListenerStatus
 from jupyter_gpumem.server.push import Watchers
 from jupyter_gpumem.server.readings import Reading, make_source, process_facts
 from jupyter_gpumem.server.shared_sampler import SharedSampler
@@ -81,6 +82,7 @@ class GpuMemService:
         self.watchers = Watchers()  # open /devices/ws sockets
         self.answers_sent = {"full": 0, "not_modified": 0}  # /devices answers: 200s and 304s
         self.metrics_listener: Any = None  # metrics_listener.MetricsListener, where GpuMem.metrics_port asks
+        self.metrics_listener_status = ListenerStatus("off")  # the loader's attempt, where one was made
         # Started by the extension's loader (it needs the server's IOLoop); off unless cull_idle_after > 0.
         self.culler = Culler(self, kernel_manager, on_cull=self._after_cull)
 
@@ -187,6 +189,7 @@ class GpuMemService:
             },
             "devices_answers": dict(self.answers_sent),
             "devices_sockets": len(self.watchers),
+            "metrics_listener": self.metrics_listener_status.as_json(),
         }
 
     def stop(self) -> None:

@@ -623,7 +623,10 @@ def test_a_hub_that_does_not_answer_leaves_the_last_targets_in_place(tmp_path):
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--output", "OUT"], "give --target TEMPLATE, or --target-for USER=HOST:PORT for each server"),
+        (
+            ["--output", "OUT"],
+            "give --via-proxy URL, or --target TEMPLATE, or --target-for USER=HOST:PORT for each server",
+        ),
         (["--output", "OUT", "--target", "{name}:1"], "unknown field(s) name"),
         (["--output", "OUT", "--target-for", "alice=nohost"], "is not HOST:PORT"),
         (["--output", "MISSING/t.json", "--target", "h:1"], "the folder"),
@@ -740,5 +743,93 @@ def test_no_file_in_deploy_or_docs_grants_a_scope_that_reaches_a_server():
     files = [p for p in (ROOT / "deploy").rglob("*") if p.is_file()] + sorted((ROOT / "docs").rglob("*.md"))
     granted = {str(p.relative_to(ROOT)): granted_scopes(p.read_text()) for p in files}
     granted = {path: scopes for path, scopes in granted.items() if scopes}
-    assert granted == {"docs/server.md": list(hd.SCOPES_NEEDED)}  # the discovery service's role, and nothing else
+    # The discovery service's role, and Prometheus's: the metrics scope alone, and nothing else.
+    assert granted == {"docs/server.md": [*hd.SCOPES_NEEDED, "custom:jupyter-gpumem:read-metrics"]}
     assert hd.scopes_reaching_servers(scope for scopes in granted.values() for scope in scopes) == []
+
+
+# --- through the hub's proxy (--via-proxy) -------------------------------------------------------
+
+
+def test_through_the_proxy_each_server_is_its_own_route_labelled_by_the_hub():
+    servers = [
+        hub_api.Server("alice", "", "/user/alice/"),
+        hub_api.Server("bob", "big", "/hub-prefix/user/bob/big/"),
+        hub_api.Server("é v", "", "/user/%C3%A9%20v/"),
+        hub_api.Server("carol", ""),  # the hub gave no URL path
+    ]
+    groups, left_out = hd.target_groups(servers, hd.proxy_from("https://hub.example.org"))
+    route = {"__scheme__": "https"}
+    assert groups == [
+        {
+            "targets": ["hub.example.org:443"],
+            "labels": {"hub_user": "alice", "server_name": "", "__metrics_path__": "/user/alice/jupyter-gpumem/metrics"}
+            | route,
+        },
+        {
+            "targets": ["hub.example.org:443"],
+            "labels": {
+                "hub_user": "bob",
+                "server_name": "big",
+                "__metrics_path__": "/hub-prefix/user/bob/big/jupyter-gpumem/metrics",
+            }
+            | route,
+        },
+        {
+            "targets": ["hub.example.org:443"],
+            "labels": {"hub_user": "é v", "server_name": "", "__metrics_path__": "/user/é v/jupyter-gpumem/metrics"}
+            | route,
+        },
+    ]
+    assert left_out == ["'carol': the hub's model of it has no URL path to scrape through the proxy"]
+
+
+def test_the_hubs_url_path_of_a_server_is_kept_and_one_that_is_not_a_path_is_dropped():
+    models = [user("alice", **{"": True}), {"name": "bob", "servers": {"": {"name": "", "ready": True, "url": 7}}}]
+    alice, bob = hub_api.ready_servers(models)
+    assert (alice.url, bob.url) == ("/user/alice/", "")
+
+
+@pytest.mark.parametrize(
+    ("url", "address"),
+    [
+        ("http://127.0.0.1:8000", ("http", "127.0.0.1:8000")),
+        ("https://hub.example.org/", ("https", "hub.example.org:443")),
+        ("http://proxy-public", ("http", "proxy-public:80")),
+        ("http://[::1]:8000", ("http", "[::1]:8000")),
+    ],
+)
+def test_via_proxy_takes_the_hubs_public_scheme_and_host(url, address):
+    proxy = hd.proxy_from(url)
+    assert (proxy.scheme, proxy.address) == address
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://hub", "http://hub/hub/", "http://hub?x=1", "http://u:p@hub", "hub:8000", "http://hub:99999"]
+)
+def test_via_proxy_with_a_path_or_another_scheme_is_refused(url):
+    with pytest.raises(hd.DiscoveryError, match="--via-proxy"):
+        hd.proxy_from(url)
+
+
+def test_via_proxy_and_target_together_are_refused_at_start(tmp_path):
+    result = run_cli("--once", "--output", str(tmp_path / "t.json"), "--via-proxy", "http://hub", "--target", "h:1")
+    assert result.returncode == 2 and "give --via-proxy, or --target and --target-for, not both" in result.stderr
+
+
+def test_the_service_writes_routes_through_the_proxy(tmp_path):
+    out = tmp_path / "targets.json"
+    with StandInHub([user("alice", **{"": True, "gpu": False})], SERVICE_SCOPES) as hub:
+        result = run_cli("--once", "--output", str(out), "--via-proxy", "http://127.0.0.1:8000", hub=hub)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text()) == [
+        {
+            "targets": ["127.0.0.1:8000"],
+            "labels": {
+                "hub_user": "alice",
+                "server_name": "",
+                "__metrics_path__": "/user/alice/jupyter-gpumem/metrics",
+                "__scheme__": "http",
+            },
+        }
+    ]

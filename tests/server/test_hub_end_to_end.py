@@ -1,6 +1,7 @@
-"""A real JupyterHub, end to end: Prometheus finds each user's server through the hub, names it by
-the hub's user, alerts on the right user's idle GPU holder, and the culler shuts down that
-user's kernel alone.
+"""A real JupyterHub, end to end: Prometheus finds each user's server through the hub, scrapes it
+through the hub's proxy with a token of the metrics scope alone, names it by the hub's user,
+alerts on the right user's idle GPU holder, and the culler shuts down that user's kernel alone.
+A squatter holding alice's metrics port first is never scraped, and her server says so.
 
 JupyterHub 6.1.1 from PyPI, configurable-http-proxy 5.3.0 from npm (tests/server/hub_proxy,
 ``make hub-proxy``), Debian's Prometheus (``make prometheus``). Two hub users, alice and bob, each
@@ -10,12 +11,12 @@ extension on the fake three-GPU world (the drop-in pynvml; synthetic readings) a
 whose pid the world gives GPU memory. The hub runs on the ``jupyterhub_config.py`` docs/server.md
 gives operators (``operators_config``), so it starts the discovery service
 (``jupyter_gpumem.server.hub_discovery``) with the docs' role (only ``list:users``,
-``read:users:name`` and ``read:servers``); Prometheus reads its targets file with
-the example scrape job (deploy/prometheus/prometheus.yml) and the example rules
+``read:users:name`` and ``read:servers``, and ``--via-proxy`` the test's proxy), and defines the
+metrics scope and Prometheus's service; Prometheus reads its targets file with the example scrape
+job (deploy/prometheus/prometheus.yml: the token from a file) and the example rules
 (deploy/prometheus/jupyter-gpumem.rules.yml), the idle-kernel alert's 30 min and 1 min cut to
-seconds. Both servers share one host here, so each gets a metrics port of its own from the hub's
-config (a ``pre_spawn_hook``) and the service is told each server's address (``--target-for``);
-on Kubernetes or Docker one ``--target`` template does it.
+seconds. Alice's server is also given a metrics listener (a ``pre_spawn_hook``) on a port that a
+squatter (standing for bob's process on the shared host) holds before her server starts.
 
 What JupyterHub does, read in its source (jupyterhub 6.1.1): ``Spawner.get_env`` sets
 ``JUPYTERHUB_USER`` after ``Spawner.environment`` (jupyterhub/spawner.py), so alice's claim to be
@@ -34,12 +35,14 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -68,16 +71,16 @@ class HubPorts:
     proxy_api: int
     hub: int
     prometheus: int
-    metrics: dict[str, int]  # each user's server's metrics listener: both share this host
+    squatted: int  # alice's metrics port, which the squatter holds first
 
 
 def hub_ports() -> HubPorts:
-    proxy, proxy_api, hub, prometheus, *metrics = free_ports(4 + len(USERS))
-    return HubPorts(proxy, proxy_api, hub, prometheus, dict(zip(USERS, metrics)))
+    return HubPorts(*free_ports(5))
 
 
 HELD = {"alice": (2, 5 * GiB), "bob": (2, 3 * GiB)}  # GPU and bytes each user's kernel holds
 CULL_IDLE_AFTER = 20  # seconds; the idle-kernel alert (cut to 2 s idle) fires well before
+LIE = 42_900_000_000  # what the squatter says GPU 2 holds
 ALERT = "JupyterGpumemIdleKernelHoldsGpuMemory"
 
 try:
@@ -103,9 +106,9 @@ def operators_config() -> str:
 
 def hub_config(tmp: Path, admin_token: str, targets: Path, world: Path, ports: HubPorts) -> str:
     """jupyterhub_config.py: the operator's config from docs/server.md as it is, then what this
-    test changes: the targets file's path, one address per server instead of the template (the
-    servers share this host), the listener on 127.0.0.1 and a port per server, culling after
-    20 s, the fake world, ports, and an admin service for the test's own requests."""
+    test changes: the targets file's path, the proxy's URL, alice's listener on the squatted port,
+    culling after 20 s, the fake world, ports, and an admin service for the test's own requests.
+    Prometheus's token comes in GPUMEM_PROMETHEUS_TOKEN, as the docs say."""
     server_config = tmp / "jupyter-config"
     server_config.mkdir()
     (server_config / "jupyter_server_config.json").write_text(
@@ -125,9 +128,6 @@ def hub_config(tmp: Path, admin_token: str, targets: Path, world: Path, ports: H
             }
         )
     )
-    addresses = ["--interval", "1"]
-    for user, port in ports.metrics.items():
-        addresses += ["--target-for", f"{user}=127.0.0.1:{port}"]
     environment = {
         "PYTHONPATH": os.pathsep.join([str(DROPIN_DIR), str(ROOT)]),
         ENV_VAR: str(world),
@@ -140,11 +140,11 @@ def hub_config(tmp: Path, admin_token: str, targets: Path, world: Path, ports: H
 # --- what the test changes ---
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 
-(service,) = c.JupyterHub.services
+service = next(s for s in c.JupyterHub.services if s["name"] == "gpumem-targets")
 command = list(service["command"])
 command[command.index("--output") + 1] = {str(targets)!r}
-del command[command.index("--target") : command.index("--target") + 2]
-service["command"] = command + {addresses!r}
+command[command.index("--via-proxy") + 1] = "http://127.0.0.1:{ports.proxy}"
+service["command"] = command + ["--interval", "1"]
 service["environment"] = {{"PYTHONPATH": {str(ROOT)!r}}}
 
 class ClaimingSpawner(SimpleLocalProcessSpawner):
@@ -154,10 +154,9 @@ class ClaimingSpawner(SimpleLocalProcessSpawner):
             env.update(JUPYTERHUB_USER="bob", JUPYTERHUB_SERVER_NAME="bobs")
         return env
 
-METRICS_PORTS = {ports.metrics!r}
-
-def metrics_port(spawner):  # both servers share this host: a port each
-    spawner.args = [*spawner.args, f"--GpuMem.metrics_port={{METRICS_PORTS[spawner.user.name]}}"]
+def metrics_port(spawner):  # alice's listener, on the port the squatter holds
+    if spawner.user.name == "alice":
+        spawner.args = [*spawner.args, "--GpuMem.metrics_port={ports.squatted}", "--GpuMem.metrics_ip=127.0.0.1"]
 
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {ports.proxy}
@@ -171,10 +170,9 @@ c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.spawner_class = ClaimingSpawner
 c.SimpleLocalProcessSpawner.home_dir_template = {str(tmp / "home" / "{username}")!r}
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
-changed = ("--GpuMem.metrics_port", "--GpuMem.metrics_ip", "--GpuMem.cull_idle_after")
+changed = ("--GpuMem.cull_idle_after",)
 assert all(any(a.startswith(name + "=") for a in c.Spawner.args) for name in changed)
 c.Spawner.args = [a for a in c.Spawner.args if a.split("=")[0] not in changed] + [
-    "--GpuMem.metrics_ip=127.0.0.1",
     "--GpuMem.poll_interval=0.5",
     "--GpuMem.idle_after=0",
     "--GpuMem.cull_idle_after={CULL_IDLE_AFTER}",
@@ -192,9 +190,9 @@ c.JupyterHub.load_roles.append(
     )
 
 
-def prometheus_config(tmp: Path, targets: Path) -> Path:
-    """The example scrape job and rules, scraping every second, the idle-kernel alert's 30 min
-    idle and 1 min ``for`` cut to 2 s and 0 s."""
+def prometheus_config(tmp: Path, targets: Path, token: str) -> Path:
+    """The example scrape job and rules, scraping every second, the token in a file of the test's,
+    the idle-kernel alert's 30 min idle and 1 min ``for`` cut to 2 s and 0 s; no DCGM exporter."""
     rules = yaml.safe_load((DEPLOY / "jupyter-gpumem.rules.yml").read_text())
     (alert,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == ALERT]
     assert "jupyter_gpumem_kernel_idle_seconds > 1800" in alert["expr"]
@@ -206,8 +204,11 @@ def prometheus_config(tmp: Path, targets: Path) -> Path:
     config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     config["rule_files"] = [str(tmp / "rules.yml")]
-    (job,) = config["scrape_configs"]
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "jupyterhub-singleuser"]
+    config["scrape_configs"] = [job]
     job.update(scrape_interval="1s", scrape_timeout="1s")
+    (tmp / "prometheus-token").write_text(token)
+    job["authorization"]["credentials_file"] = str(tmp / "prometheus-token")
     (sd,) = job["file_sd_configs"]
     sd.update(files=[str(targets)], refresh_interval="1s")
     path = tmp / "prometheus.yml"
@@ -265,6 +266,38 @@ def stop_all(hub: subprocess.Popen | None, prometheus: subprocess.Popen | None) 
     psutil.wait_procs(alive, timeout=10)
 
 
+class Squatter:
+    """Made-up gauges on a port of 127.0.0.1, answering any path, counting the requests it gets:
+    another user's process on alice's metrics port, started while her server is stopped."""
+
+    def __init__(self, port: int) -> None:
+        lie = (
+            f'jupyter_gpumem_device_used_bytes{{index="2",uuid="GPU-made-up",name="A100"}} {LIE}\n'
+            f'jupyter_gpumem_kernel_gpu_bytes{{kernel="k",index="2",uuid="GPU-made-up"}} {LIE}\n'
+        ).encode()
+        self.requests = 0
+        squatter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                squatter.requests += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(lie)))
+                self.end_headers()
+                self.wfile.write(lie)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 async def run_forever_in(ws_url: str, token: str) -> None:
     """Send an execute_request for a cell that sleeps ten minutes (the kernel stays busy), on
     jupyter_server's kernel websocket (JSON messages, protocol 5.3), and wait for the busy status."""
@@ -289,8 +322,9 @@ async def run_forever_in(ws_url: str, token: str) -> None:
 
 @pytest.mark.skipif(HUB_MISSING is not None, reason=HUB_MISSING or "")
 def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder_is_culled(tmp_path):
-    admin_token = secrets.token_hex(32)
+    admin_token, prometheus_token = secrets.token_hex(32), secrets.token_hex(32)
     ports = hub_ports()
+    squatter = Squatter(ports.squatted)  # before alice's server starts
     targets, world_file = tmp_path / "targets.json", tmp_path / "world.json"
     world = scenario("three_gpus")
     world.save(world_file)
@@ -303,7 +337,7 @@ def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder
         hub = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(tmp_path / "jupyterhub_config.py")],
             cwd=tmp_path,
-            env=dict(os.environ, PYTHONPATH=pythonpath()),
+            env=dict(os.environ, PYTHONPATH=pythonpath(), GPUMEM_PROMETHEUS_TOKEN=prometheus_token),
             stdout=hub_log.open("w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -311,7 +345,7 @@ def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder
         prometheus = subprocess.Popen(
             [
                 PROMETHEUS,
-                f"--config.file={prometheus_config(tmp_path, targets)}",
+                f"--config.file={prometheus_config(tmp_path, targets, prometheus_token)}",
                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{ports.prometheus}",
             ],
@@ -365,9 +399,9 @@ def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder
             WITHIN,
             logs,
         )
-        assert sorted((g["labels"]["hub_user"], g["targets"]) for g in written) == [
-            ("alice", [f"127.0.0.1:{ports.metrics['alice']}"]),
-            ("bob", [f"127.0.0.1:{ports.metrics['bob']}"]),
+        assert sorted((g["labels"]["hub_user"], g["targets"], g["labels"]["__metrics_path__"]) for g in written) == [
+            ("alice", [f"127.0.0.1:{ports.proxy}"], "/user/alice/jupyter-gpumem/metrics"),
+            ("bob", [f"127.0.0.1:{ports.proxy}"], "/user/bob/jupyter-gpumem/metrics"),
         ]
 
         # Both targets up in Prometheus, each kernel's bytes under the hub's user.
@@ -378,16 +412,31 @@ def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder
         held = wait_for("both kernels' bytes in Prometheus", held_per_user, WITHIN, logs)
         ups = query('up{job="jupyterhub-singleuser"}')
         assert sorted((u["metric"]["hub_user"], u["metric"]["instance"], u["value"][1]) for u in ups) == [
-            ("alice", f"127.0.0.1:{ports.metrics['alice']}", "1"),
-            ("bob", f"127.0.0.1:{ports.metrics['bob']}", "1"),
+            ("alice", f"127.0.0.1:{ports.proxy}", "1"),
+            ("bob", f"127.0.0.1:{ports.proxy}", "1"),
         ]
         for user, (gpu, size) in HELD.items():
             metric = held[user]["metric"]
             assert float(held[user]["value"][1]) == size and metric["index"] == str(gpu)
-            assert metric["instance"] == f"127.0.0.1:{ports.metrics[user]}"
-        # alice's claim to be bob changed nothing: bob's series are his server's only.
-        assert {r["metric"]["instance"] for r in query('{hub_user="bob"}')} == {f"127.0.0.1:{ports.metrics['bob']}"}
+        # alice's claim to be bob changed nothing: bob's kernel bytes are his kernel's only.
+        bobs_bytes = {float(r["value"][1]) for r in query('jupyter_gpumem_kernel_gpu_bytes{hub_user="bob"}')}
+        assert bobs_bytes == {HELD["bob"][1]}
         assert not query('{server_name="bobs"}') and not query('{user!=""}')
+
+        # The squatter on alice's metrics port: her server says so, and nobody scraped it.
+        status = http(f"{proxy}alice/jupyter-gpumem/api/config", admin_token)["metrics_listener"]
+        assert status["state"] == "failed" and "taken by another process" in status["reason"]
+        assert "the metrics listener (GpuMem.metrics_ip, metrics_port) did not start" in hub_log.read_text()
+        assert squatter.requests == 0 and not query(f"jupyter_gpumem_device_used_bytes == {LIE}")
+
+        # Prometheus's token reaches the gauges and nothing else: not a server's API, not the hub's.
+        for url in (f"{proxy}alice/api/kernels", f"{proxy}bob/jupyter-gpumem/api/devices", api + "users"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                http(url, prometheus_token)
+            assert refused.value.code == 403, url
+        with pytest.raises(urllib.error.HTTPError) as refused:  # and the gauges want it
+            http(f"{proxy}alice/jupyter-gpumem/metrics", admin_token)
+        assert refused.value.code == 403
 
         # The idle-holder alert fires for alice alone (bob's kernel is busy). Asked over the last
         # 10 minutes: alice's kernel is culled CULL_IDLE_AFTER seconds after it went idle, and the
@@ -412,3 +461,4 @@ def test_prometheus_finds_both_users_servers_through_the_hub_and_the_idle_holder
         assert wait_for("the cull counted", culled_per_user, WITHIN, logs) == {"alice": "1", "bob": "0"}
     finally:
         stop_all(hub, prometheus)
+        squatter.stop()
