@@ -98,7 +98,10 @@ class _Kernels:
 
     def __init__(self, km, service: _Service) -> None:
         km.execution_state, km.last_activity = "idle", service.since
-        self.km, self.shut_down = km, []
+        self.km, self.shut_down, self.kernel_id = km, [], service.kernel_id
+
+    def list_kernel_ids(self):
+        return [self.kernel_id]
 
     def get_kernel(self, kernel_id):
         return self.km
@@ -162,6 +165,9 @@ def test_a_kernel_shut_down_during_the_check_is_skipped_not_raised():
     from jupyter_gpumem.server.culling import still_idle_since
 
     class Gone:
+        def list_kernel_ids(self):
+            return []
+
         def get_kernel(self, kernel_id):
             raise HTTPError(404, f"Kernel does not exist: {kernel_id}")
 
