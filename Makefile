@@ -15,7 +15,7 @@ LABEXT_OUT := jupyter_gpumem/labextension/static/style.js
 LABEXT_SRC := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/tsconfig.json
 
-.PHONY: help setup build lab test test-ts lint format lint-imports test-browser test-notebooks notebooks test-python test-jax-matrix chromium prometheus hub-proxy mutation clean \
+.PHONY: help setup build lab test test-fast test-computing test-ts lint format lint-imports test-browser test-notebooks notebooks test-python test-jax-matrix chromium prometheus hub-proxy mutation clean \
 	gpu-proof gpu-proof-wheels gpu-proof-dry gpu-proof-py312
 
 help:
@@ -25,7 +25,8 @@ help:
 	@echo "make lint    ruff (format, rules, import order) on Python; prettier and eslint on the panel's TypeScript"
 	@echo "make format  what make lint checks, fixed in place"
 	@echo "make test    lint, import layers, unit tests of the panel (node), browser tests (chromium), the notebooks"
-	@echo "             from the built wheel, the JAX version matrix, then pytest"
+	@echo "             from the built wheel, the JAX version matrix, then pytest (the browser tests beside the rest)"
+	@echo "make test-fast  lint and pytest without the JupyterHub test: the inner loop (no browser, notebooks, matrix)"
 	@echo "make hub-proxy  configurable-http-proxy (npm, tests/server/hub_proxy) for the JupyterHub test"
 	@echo "make test-jax-matrix  the tests marked jax_versions under each JAX release of tests/jax_matrix.py"
 	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
@@ -129,8 +130,15 @@ test-notebooks: setup
 notebooks: setup
 	$(PY) tests/wheel_notebooks.py --out notebooks
 
+# Two workers (pytest-xdist), each taking whole test files (module fixtures are made once); a
+# single worker spends most of its time waiting on the kernels and servers its tests start.
+PYTEST_WORKERS ?= 2
 test-python: setup prometheus hub-proxy
-	GPUMEM_EXECUTED_NOTEBOOKS=$(abspath $(NB_RUN)) $(PY) -m pytest -q tests/
+	GPUMEM_EXECUTED_NOTEBOOKS=$(abspath $(NB_RUN)) $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/
+
+# The inner loop: lint and pytest without the JupyterHub test; no browser, notebooks or matrix.
+test-fast: lint
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not hub" tests/
 
 # The tests marked jax_versions under every JAX release in tests/jax_matrix.py (JAX_VERSIONS), two
 # releases at a time, each in an environment cached under ~/.cache/jupyter-gpumem/jax-matrix/.
@@ -138,8 +146,18 @@ test-python: setup prometheus hub-proxy
 test-jax-matrix: setup
 	$(PY) tests/jax_matrix.py $(JAX_MATRIX_ARGS)
 
-# Unit and browser tests first, pytest last (its summary line ends the output); any failure fails.
-test: lint lint-imports test-ts test-browser test-notebooks test-jax-matrix test-python
+# Lint and the panel's unit tests first. Then the browser tests, which mostly wait (on pages,
+# servers and polls: about a third of a core), beside the checks that compute, one after another:
+# the notebooks, the JAX matrix, pytest. Each target's output is printed whole when it ends (-O);
+# any failure fails. What the two sides install is installed before they start.
+test: lint lint-imports test-ts chromium prometheus hub-proxy
+	$(MAKE) --no-print-directory $(STAMP_UI)
+	$(MAKE) --no-print-directory -j2 -O test-browser test-computing
+
+test-computing:
+	$(MAKE) --no-print-directory test-notebooks
+	$(MAKE) --no-print-directory test-jax-matrix
+	$(MAKE) --no-print-directory test-python
 
 # Mutation testing (mutmut) of the pure core against the tests that specify it: the modules and
 # tests are listed in pyproject.toml's [tool.mutmut]. Results are kept in mutants/ (a run without

@@ -21,6 +21,13 @@ For each release:
 
 Releases run ``--jobs`` at a time (2 by default). Each release's result is one line; a failing
 release's output follows it. Exits 1 naming every release that failed.
+
+The release the development environment has is left out (the main test run covers it, with every
+test); ``--all`` runs it here too.
+
+Before the releases, the environments of ``IPYTHON_ENVIRONMENTS`` are made in the same cache
+(tests/core/test_cell_numbers.py runs its script under each IPython the package allows; the main
+test run, after this, finds them with ``ipython_environment``).
 """
 
 from __future__ import annotations
@@ -61,6 +68,14 @@ TEST_PACKAGES = (
 )
 
 
+# IPython releases whose cell counting differs from the development environment's
+# (tests/core/test_cell_numbers.py): name -> requirements.
+IPYTHON_ENVIRONMENTS = {
+    "ipython8": ("ipython>=8,<9", "jax==0.10.2", "jaxlib==0.10.2"),
+    "ipython9.7": ("ipython==9.7.0", "jax==0.10.2", "jaxlib==0.10.2"),
+}
+
+
 def cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "jupyter-gpumem" / "jax-matrix"
@@ -87,7 +102,24 @@ def site_packages(home: Path) -> Path:
 def cached_environment(version: str, log) -> tuple[Path, float]:
     """The cached environment for ``version`` (made now where it is missing or half made), and
     the seconds spent making it."""
-    home = cache_root() / environment_key(version)
+    return made_environment(cache_root() / environment_key(version), requirements(version), log)
+
+
+def ipython_key(name: str) -> str:
+    text = "\n".join([sys.version.split()[0], *IPYTHON_ENVIRONMENTS[name]])
+    return f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def ipython_environment(name: str) -> Path | None:
+    """The python of the cached IPython environment ``name``, or None where it is not made (or
+    half made)."""
+    home = cache_root() / ipython_key(name)
+    return home / "bin" / "python" if (home / ".complete").exists() else None
+
+
+def made_environment(home: Path, requirement_lines: list[str] | tuple[str, ...], log) -> tuple[Path, float]:
+    """``home`` with ``requirement_lines`` installed (made now where it is missing or half made),
+    and the seconds spent making it."""
     done = home / ".complete"
     if done.exists():
         return home, 0.0
@@ -99,7 +131,7 @@ def cached_environment(version: str, log) -> tuple[Path, float]:
         return subprocess.run([*uv(), *args], check=True, stdout=log, stderr=subprocess.STDOUT, **kw)
 
     run("venv", "-q", "--python", sys.executable, str(home))
-    run("pip", "install", "-q", "--python", str(home / "bin" / "python"), *requirements(version))
+    run("pip", "install", "-q", "--python", str(home / "bin" / "python"), *requirement_lines)
     frozen = subprocess.run(
         [*uv(), "pip", "freeze", "--python", str(home / "bin" / "python")], capture_output=True, text=True, check=True
     ).stdout
@@ -164,6 +196,32 @@ def run_version(version: str, files: list[str], pytest_args: list[str]) -> Outco
         return Outcome(version, proc.returncode == 0, last_line(proc.stdout), output, build, seconds)
 
 
+def installed_jax() -> str | None:
+    """The JAX release of the interpreter running this script, or None where it has none."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jax")
+    except PackageNotFoundError:
+        return None
+
+
+def make_ipython_environments() -> bool:
+    """Each of ``IPYTHON_ENVIRONMENTS`` made where missing; False (after its log) where one could
+    not be."""
+    for name, lines in IPYTHON_ENVIRONMENTS.items():
+        with tempfile.TemporaryFile("w+") as log:
+            try:
+                _, seconds = made_environment(cache_root() / ipython_key(name), lines, log)
+            except subprocess.CalledProcessError:
+                log.seek(0)
+                print(f"{name}: the environment could not be made\n{log.read()[-5000:]}", flush=True)
+                return False
+        if seconds:
+            print(f"{name}: environment made in {seconds:.0f} s", flush=True)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -172,8 +230,15 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated JAX releases (default: {','.join(JAX_VERSIONS)})",
     )
     parser.add_argument("--jobs", type=int, default=2, help="releases run at once (default 2)")
+    parser.add_argument("--all", action="store_true", help="run the development environment's release too")
     args, pytest_args = parser.parse_known_args(argv)
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
+    here = installed_jax()
+    if here in versions and not args.all:
+        versions.remove(here)
+        print(f"jax {here}: the development environment's release, tested by the main run (--all runs it here)")
+    if not make_ipython_environments():
+        return 1
     files = marked_files()
     if not files:
         print(f"no test file names pytest.mark.{MARKER}", file=sys.stderr)

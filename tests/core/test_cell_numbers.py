@@ -9,11 +9,11 @@ next number). ``result.execution_count`` is the cell's own number everywhere, an
 for a cell kept out of the history as well (line 3296).
 
 Each interpreter runs the same script in a fresh process with a real ``InteractiveShell``: the
-development environment's IPython, and where they exist the environments
-``~/.cache/jupyter-gpumem/ipython8`` (IPython 8.39.0) and ``~/.cache/jupyter-gpumem/ipython9.7``
-(IPython 9.7.0), each with jax 0.10.2. Make them with
-``uv venv -p python3.11 ~/.cache/jupyter-gpumem/ipython8 && VIRTUAL_ENV=~/.cache/jupyter-gpumem/ipython8 uv pip install "ipython>=8,<9" jax==0.10.2``
-(and ``ipython==9.7.0`` for the other).
+development environment's IPython, and the environments ``ipython8`` (IPython 8.x) and
+``ipython9.7`` (IPython 9.7.0) of tests/jax_matrix.py's ``IPYTHON_ENVIRONMENTS``, each with jax
+0.10.2, which the version matrix makes before its releases (``make test`` runs it before pytest;
+``python tests/jax_matrix.py --versions ""`` makes only them). Where one is not made its tests
+are reported skipped, saying so.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax_matrix
 import pytest
 from child_env import pythonpath
 
 from jupyter_gpumem.core.sites import counts_cells_first, finished_cell_number, running_cell_number
 
 REPO = Path(__file__).resolve().parents[2]
-CACHE = Path.home() / ".cache" / "jupyter-gpumem"
 
 _SCRIPT = r"""
 import json, sys
@@ -68,10 +68,10 @@ print("RESULT=" + json.dumps(R))
 def _interpreters() -> list:
     here = pytest.param(sys.executable, id="installed-ipython")
     cached = []
-    for name in ("ipython8", "ipython9.7"):
-        python = CACHE / name / "bin" / "python"
-        reason = f"no {python}: make it as this module's docstring says"
-        cached.append(pytest.param(str(python), id=name, marks=pytest.mark.skipif(not python.exists(), reason=reason)))
+    for name in jax_matrix.IPYTHON_ENVIRONMENTS:
+        python = jax_matrix.ipython_environment(name)
+        reason = f"{name} is not made: this module's docstring says how"
+        cached.append(pytest.param(str(python), id=name, marks=pytest.mark.skipif(python is None, reason=reason)))
     return [here, *cached]
 
 
