@@ -16,7 +16,7 @@ from jupyter_gpumem.doctor.peak_buffers import (
     where_made,
 )
 
-__all__ = ["DOMINANT_SHARE", "PeakFix", "peak_fixes"]
+__all__ = ["DOMINANT_SHARE", "PeakFix", "donation_candidates", "peak_fixes", "share"]
 
 
 DOMINANT_SHARE = 0.25  # a line or kind of value this much of the peak is worth a fix
@@ -33,14 +33,14 @@ class PeakFix:
     text: str
 
 
-def _share(part: int, whole: int) -> str:
+def share(part: int, whole: int) -> str:
     return f"{part / whole:.0%}" if whole else "n/a"
 
 
 def peak_fixes(
-    peak: ProgramPeak, cells: Mapping[str, int] | None = None, arguments: tuple = (), outputs: tuple = ()
+    peak: ProgramPeak, cells: Mapping[str, int] | None = None, measured: tuple[PeakFix, ...] = ()
 ) -> list[PeakFix]:
-    """What would lower ``peak``, largest saving first, from its numbers alone:
+    """What would lower ``peak``, largest saving first:
 
     - a function whose values saved for the backward pass (forward values of a gradient, live at
       the peak; in an OOM text, where outputs and temporaries are not told apart, either) are a
@@ -48,15 +48,14 @@ def peak_fixes(
       the bytes it would stop keeping; where it is a scan whose function is already
       checkpointed, scanning checkpointed chunks of steps ("chunk", saving an unknown amount: 0);
     - a float32 upcast (``convert_element_type`` to f32) that is a quarter or more: the dtype;
-    - arguments not donated whose shape and dtype an output has (``arguments``: per argument
-      ``(position or keyword, bytes, donated, ((shape, dtype), ...))``, ``outputs``: ``(shape,
-      dtype, bytes)``): ``donate_argnums``;
-    - outputs a half of the peak or more: they are the result, so remat would not lower them.
+    - outputs a half of the peak or more: they are the result, so remat would not lower them;
+    - ``measured``: fixes checked by compiling the program with them (donation, a sharding:
+      ``doctor.peak_trials``), as they are.
     """
 
     whole = peak.peak_bytes or 1
     fixes = _checkpoint_fixes(peak, cells, whole) + _upcast_fixes(peak, cells, whole)
-    fixes += _donation_and_output_fixes(peak, arguments, outputs, whole)
+    fixes += list(measured) + _output_fixes(peak, whole)
     return sorted(fixes, key=lambda f: -f.saves)
 
 
@@ -73,7 +72,7 @@ def _checkpoint_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None, whole:
     for function, buffers in saved.items():
         size = sum(b.size for b in buffers)
         if size >= DOMINANT_SHARE * whole:
-            kept = f"({format_bytes(size)}, {_share(size, whole)} of the peak)"
+            kept = f"({format_bytes(size)}, {share(size, whole)} of the peak)"
             loop = next((b for b in buffers if b.label == "while"), None)
             if loop is not None and loop.checkpointed:
                 fixes.append(
@@ -117,42 +116,23 @@ def _checkpoint_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None, whole:
     return fixes
 
 
-def _donation_and_output_fixes(peak: ProgramPeak, arguments: tuple, outputs: tuple, whole: int) -> list[PeakFix]:
-    """Pure: a "donate" fix where outputs could reuse arguments' buffers, and an "outputs" note
-    where the outputs are half of the peak or more."""
+def _output_fixes(peak: ProgramPeak, whole: int) -> list[PeakFix]:
+    """Pure: an "outputs" note where the outputs are half of the peak or more."""
     from jupyter_gpumem.core.units import format_bytes
 
-    fixes: list[PeakFix] = []
-    gain, positions = _donation(arguments, outputs)
-    if gain and positions:
-        listed = ", ".join(str(p) for p in positions if isinstance(p, int))
-        keywords = [str(p) for p in positions if not isinstance(p, int)]
-        how = (f"donate_argnums=({listed},)" if listed else "") + (
-            (" and " if listed else "") + f"donate_argnames={tuple(keywords)!r}" if keywords else ""
+    if not peak.output_bytes or peak.output_bytes < 2 * DOMINANT_SHARE * whole:
+        return []
+    return [
+        PeakFix(
+            "outputs",
+            0,
+            (
+                f"the outputs are {format_bytes(peak.output_bytes)} ({share(peak.output_bytes, whole)} of the peak): they "
+                "are the result, so jax.checkpoint (remat) would not lower them; return less (reduce inside the "
+                "function), a lower precision, or fewer at a time"
+            ),
         )
-        fixes.append(
-            PeakFix(
-                "donate",
-                gain,
-                (
-                    f"jax.jit(..., {how}): outputs of the same shape and dtype would reuse these arguments' buffers, "
-                    f"{format_bytes(gain)} ({_share(gain, whole)} of the peak) less; the caller must not use them afterwards"
-                ),
-            )
-        )
-    if peak.output_bytes >= 2 * DOMINANT_SHARE * whole and peak.output_bytes:
-        fixes.append(
-            PeakFix(
-                "outputs",
-                0,
-                (
-                    f"the outputs are {format_bytes(peak.output_bytes)} ({_share(peak.output_bytes, whole)} of the peak): they "
-                    "are the result, so jax.checkpoint (remat) would not lower them; return less (reduce inside the "
-                    "function), a lower precision, or fewer at a time"
-                ),
-            )
-        )
-    return fixes
+    ]
 
 
 def _upcast_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None, whole: int) -> list[PeakFix]:
@@ -173,7 +153,7 @@ def _upcast_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None, whole: int
                     size // 2,
                     (
                         f"keep {where} in its input's dtype: its float32 copies ({buffers[0].shape}, {format_bytes(size)}, "
-                        f"{_share(size, whole)} of the peak) are made by an upcast (astype / convert_element_type); "
+                        f"{share(size, whole)} of the peak) are made by an upcast (astype / convert_element_type); "
                         "in bfloat16 they would take half, or pass preferred_element_type to the op that needs float32"
                     ),
                 )
@@ -181,30 +161,33 @@ def _upcast_fixes(peak: ProgramPeak, cells: Mapping[str, int] | None, whole: int
     return out
 
 
-def _donation(arguments: tuple, outputs: tuple) -> tuple[int, list]:
-    """Bytes of outputs that could take over a non-donated argument's buffers (same shape and
-    dtype, one to one, after those a donated argument already takes), and those arguments."""
+def donation_candidates(arguments: tuple, outputs: tuple) -> list:
+    """The non-donated arguments whose arrays an output could take over, on one device: same
+    per-device shape and dtype, one to one, after those a donated argument already takes
+    (``arguments``: ``(position or keyword, bytes, donated, ((shape, dtype), ...))``,
+    ``outputs``: ``(shape, dtype, bytes)``, both per device). Only candidates: what XLA aliases
+    is read from the program compiled with them donated (``doctor.peak_trials``)."""
     taken: dict[tuple, int] = {}
     for _, _, donated, arrays in arguments:
         if donated:
             for key in arrays:
                 taken[key] = taken.get(key, 0) + 1
-    wanted: dict[tuple, list[int]] = {}
-    for shape, dtype, size in outputs:
+    wanted: dict[tuple, int] = {}
+    for shape, dtype, _ in outputs:
         key = (tuple(shape), str(dtype))
         if taken.get(key, 0) > 0:
             taken[key] -= 1
         else:
-            wanted.setdefault(key, []).append(size)
-    gain, positions = 0, []
+            wanted[key] = wanted.get(key, 0) + 1
+    positions = []
     for position, _, donated, arrays in arguments:
         if donated:
             continue
-        matched = 0
+        matched = False
         for key in arrays:
             if wanted.get(key):
-                matched += wanted[key].pop()
+                wanted[key] -= 1
+                matched = True
         if matched:
-            gain += matched
             positions.append(position)
-    return gain, positions
+    return positions

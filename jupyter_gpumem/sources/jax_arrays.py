@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 from jupyter_gpumem.core.readings import CpuArraysReading
 from jupyter_gpumem.sources.jax_backend import backend_started, started_default_client
+from jupyter_gpumem.sources.jax_sharding import ArrayLayout, argument_layouts, named_sharding, output_layouts
 
 
 @dataclass(frozen=True)
@@ -287,7 +289,10 @@ def clear_caches() -> bool:
 
 @dataclass(frozen=True)
 class CompiledMemory:
-    """What a compiled call needs, from ``Compiled.memory_analysis()`` (bytes, per device)."""
+    """What a compiled call needs, from ``Compiled.memory_analysis()`` (bytes, per device: the
+    SPMD-partitioned module each device runs). ``inputs`` and ``outputs`` give each array's
+    shape on one device; ``layouts`` and ``output_layouts`` its global shape and sharding too
+    (``sources.jax_sharding``); ``devices``: how many devices the program spans."""
 
     argument_bytes: int
     output_bytes: int
@@ -300,6 +305,17 @@ class CompiledMemory:
     inputs: tuple[tuple[tuple, str, int, bool], ...] = ()
     outputs: tuple[tuple[tuple, str, int], ...] = ()
     hlo: str = ""  # the optimised module's text (``Compiled.as_text()``), where asked for
+    layouts: tuple[ArrayLayout, ...] = ()
+    output_layouts: tuple[ArrayLayout, ...] = ()
+
+    @property
+    def devices(self) -> int:
+        return max((x.devices for x in self.layouts + self.output_layouts), default=1)
+
+    @property
+    def total_bytes(self) -> int:
+        """Arguments, outputs and temporaries less what outputs write into donated arguments."""
+        return self.argument_bytes + self.output_bytes + self.temp_bytes - self.alias_bytes
 
 
 def compile_memory(callee: Any, args: tuple, kwargs: Mapping[str, Any], with_hlo: bool = False) -> CompiledMemory:
@@ -347,6 +363,10 @@ def _compiled(
         return int(value) if isinstance(value, int) and value >= 0 else 0
 
     peak = getattr(analysis, "peak_memory_in_bytes", None)
+    infos = [a for a in jax.tree_util.tree_leaves(getattr(lowered, "args_info", ())) if hasattr(a, "_aval")]
+    layouts = argument_layouts(compiled, lowered, positions)
+    outs = [o for o in jax.tree_util.tree_leaves(getattr(lowered, "out_info", ())) if hasattr(o, "shape")]
+    out_layouts = output_layouts(compiled, lowered)
     memory = CompiledMemory(
         argument_bytes=get("argument_size_in_bytes"),
         output_bytes=get("output_size_in_bytes"),
@@ -355,17 +375,16 @@ def _compiled(
         code_bytes=get("generated_code_size_in_bytes"),
         peak_bytes=int(peak) if isinstance(peak, int) and peak > 0 else None,
         jitted=jitted,
-        inputs=tuple(
-            (tuple(a.shape), str(a.dtype), _aval_bytes(a), bool(a.donated))  # stages.ArgInfo
-            for a in jax.tree_util.tree_leaves(getattr(lowered, "args_info", ()))
-            if hasattr(getattr(a, "_aval", None), "shape")
-        ),
-        outputs=tuple(
-            (tuple(o.shape), str(o.dtype), _aval_bytes(o))
-            for o in jax.tree_util.tree_leaves(getattr(lowered, "out_info", ()))
-            if hasattr(o, "shape")
-        ),
+        # per device: donation pairs an output with an argument of the same per-device shape
+        inputs=tuple((x.device_shape, x.dtype, x.device_bytes, bool(a.donated)) for x, a in zip(layouts, infos))
+        if len(layouts) == len(infos)
+        else tuple((tuple(a.shape), str(a.dtype), _aval_bytes(a), bool(a.donated)) for a in infos),
+        outputs=tuple((x.device_shape, x.dtype, x.device_bytes) for x in out_layouts)
+        if len(out_layouts) == len(outs)
+        else tuple((tuple(o.shape), str(o.dtype), _aval_bytes(o)) for o in outs),
         hlo=_module_text(compiled) if with_hlo else "",
+        layouts=layouts,
+        output_layouts=out_layouts,
     )
     return memory, lowered, positions
 
@@ -438,7 +457,9 @@ def compile_with_dump(callee: Any, args: tuple, kwargs: Mapping[str, Any]) -> Co
 
         buffer_assignment = read(_DUMP_PARTS)
         hlo = read(("after_optimizations.txt",))
-    return CompiledDump(memory, buffer_assignment, hlo, tuple(names), seconds, _arguments(jax, lowered, positions))
+    return CompiledDump(
+        memory, buffer_assignment, hlo, tuple(names), seconds, _arguments(jax, lowered, positions, memory)
+    )
 
 
 def _read_text(path: str) -> str:
@@ -446,9 +467,18 @@ def _read_text(path: str) -> str:
         return fh.read()
 
 
-def _arguments(jax: Any, lowered: Any, positions: tuple[Any, ...]) -> tuple:
+def _arguments(jax: Any, lowered: Any, positions: tuple[Any, ...], memory: CompiledMemory) -> tuple:
     """Per traced argument: ``(position or keyword, bytes, all donated, ((shape, dtype), ...))``
-    from ``Lowered.args_info`` (``(args, kwargs)`` of ``stages.ArgInfo``)."""
+    on one device (``memory.layouts``), else from ``Lowered.args_info`` (``(args, kwargs)`` of
+    ``stages.ArgInfo``) where this JAX gives no shardings."""
+    if memory.layouts and len(memory.layouts) == len(memory.inputs):
+        grouped: dict[Any, list] = {}
+        for layout, (shape, dtype, size, donated) in zip(memory.layouts, memory.inputs):
+            grouped.setdefault(layout.position, []).append((shape, dtype, size, donated))
+        return tuple(
+            (name, sum(x[2] for x in xs), all(x[3] for x in xs), tuple((x[0], x[1]) for x in xs))
+            for name, xs in grouped.items()
+        )
     info = getattr(lowered, "args_info", None)
     if not isinstance(info, tuple) or len(info) != 2:
         return ()
@@ -505,12 +535,19 @@ def _holds_arrays(value: Any) -> bool:
     return any(isinstance(leaf, kinds) for leaf in jax.tree_util.tree_leaves(value))
 
 
-def _jit_traced_only(jax: Any, callee: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict, tuple]:
+def _jit_traced_only(
+    jax: Any, callee: Any, args: tuple, kwargs: dict, donate: tuple = ()
+) -> tuple[Any, tuple, dict, tuple]:
     """``jax.jit`` of ``callee`` over the arguments that hold arrays, with those arguments and
     their positions (and keywords) in the call; the others are bound as they are (closed over, so
-    they need not be hashable as ``static_argnums`` would require)."""
+    they need not be hashable as ``static_argnums`` would require). ``donate``: the callee's
+    positions and keywords to donate."""
     traced = [i for i, a in enumerate(args) if _holds_arrays(a)]
     traced_kw = [k for k, v in kwargs.items() if _holds_arrays(v)]
+    donated = {
+        "donate_argnums": tuple(n for n, i in enumerate(traced) if i in donate),
+        "donate_argnames": tuple(k for k in traced_kw if k in donate),
+    }
 
     def bound(*arrays: Any, **arrays_kw: Any) -> Any:
         full = list(args)
@@ -518,7 +555,36 @@ def _jit_traced_only(jax: Any, callee: Any, args: tuple, kwargs: dict) -> tuple[
             full[i] = a
         return callee(*full, **{**kwargs, **arrays_kw})
 
-    return jax.jit(bound), tuple(args[i] for i in traced), {k: kwargs[k] for k in traced_kw}, (*traced, *traced_kw)
+    fn = jax.jit(bound, **{k: v for k, v in donated.items() if v})
+    return fn, tuple(args[i] for i in traced), {k: kwargs[k] for k in traced_kw}, (*traced, *traced_kw)
+
+
+def compile_variant(
+    callee: Any, args: tuple, kwargs: Mapping[str, Any], donate: tuple = (), reshard: Mapping | None = None
+) -> CompiledMemory:
+    """The call compiled again over its arguments' shapes and shardings (``abstract_arrays``: no
+    buffer is read), never run, as a fix would change it: the arguments at ``donate`` (the
+    callee's positions or keywords) donated, and each array ``reshard`` names (``(position,
+    leaf index) -> (ArrayLayout, spec tuple)``) laid out as ``NamedSharding(its mesh,
+    P(*spec))``. A jitted callee is called inside a ``jax.jit`` that donates and takes the new
+    layouts; its own options stay. Raises ValueError as :func:`compile_memory` does."""
+    import jax
+
+    given, named = list(abstract_arrays(tuple(args))), dict(abstract_arrays(dict(kwargs)))
+    for (position, leaf), (layout, spec) in (reshard or {}).items():
+        holder = given if isinstance(position, int) else named
+        leaves, tree = jax.tree_util.tree_flatten(holder[position])
+        old = leaves[leaf]
+        sharding = named_sharding(layout.mesh, spec)
+        leaves[leaf] = jax.ShapeDtypeStruct(old.shape, old.dtype, sharding=sharding)
+        holder[position] = jax.tree_util.tree_unflatten(tree, leaves)
+    try:
+        fn, traced, traced_kw, _ = _jit_traced_only(jax, callee, tuple(given), named, tuple(donate))
+    except (TypeError, ValueError) as err:  # an option jax.jit refuses (a keyword it cannot donate)
+        raise ValueError(f"could not compile it so: {type(err).__name__}: {err}") from None
+    with warnings.catch_warnings():  # "Some donated buffers were not usable": the answer is read, not shown
+        warnings.simplefilter("ignore", UserWarning)
+        return _compiled(fn, traced, traced_kw, None)[0]
 
 
 def host_round_trip(tree: Any) -> tuple[Any, int, int]:
