@@ -17,7 +17,7 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``freeing``: ``%gpumem free``; ``last_error``: what keeps a failed cell's arrays alive, and
   letting go of it; ``estimating``: ``%gpumem estimate``; ``defragmenting``: ``defragment``
 - ``peak_buffers``: what was live at a program's peak, by source line, from XLA's texts;
-  ``peak_fixes``: the fixes it suggests; ``hlo_sources``: each HLO instruction's source;
+  ``peak_fixes``: the fixes it suggests; ``peak_trials``: donation and sharding, checked by compiling; ``hlo_sources``: each HLO instruction's source;
   ``peak_report``: ``%gpumem peak CALL``
 - ``text``: how the reports read, as text and as HTML
 - ``after_cell``: the work after a cell; ``session``: the switches ``%gpumem doctor|cells on|off``
