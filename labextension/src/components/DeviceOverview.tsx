@@ -56,7 +56,7 @@ function OverviewLine(props: {
             <span className="jp-GpuMem-overviewUsed">{formatBytesOf(r.used, r.total, units)}</span>
             <span className="jp-GpuMem-overviewPct">{`${pct}%`}</span>
             <span className="jp-GpuMem-overviewBusy">
-              {r.utilization !== null ? trans.__('busy %1%', r.utilization) : ''}
+              {r.utilization !== null ? `${r.utilization}%` : ''}
             </span>
           </>
         ) : (
@@ -64,9 +64,6 @@ function OverviewLine(props: {
             {trans.__('cannot be read')}
           </span>
         )}
-        {r.fullest ? (
-          <span className="jp-GpuMem-tag jp-GpuMem-fullestTag">{trans.__('fullest')}</span>
-        ) : null}
       </button>
     </li>
   );
@@ -81,13 +78,14 @@ export function DeviceOverview(props: {
 }): JSX.Element {
   const { trans } = props;
   const anyMine = props.rows.some(r => r.mine !== null && r.mine > 0);
+  const fullest = props.rows.find(r => r.fullest);
   return (
     <div className="jp-GpuMem-overview">
       <div className="jp-GpuMem-overviewHead">
         {trans._n('%1 GPU', '%1 GPUs', props.rows.length)}
         <span className="jp-GpuMem-muted">
           {' · '}
-          {trans.__('used of total')}
+          {trans.__('used of total, busy')}
           {anyMine ? (
             <>
               {' · '}
@@ -97,6 +95,11 @@ export function DeviceOverview(props: {
           ) : null}
         </span>
       </div>
+      {fullest && fullest.fraction !== null ? (
+        <div className="jp-GpuMem-overviewFullest">
+          {trans.__('Fullest: GPU %1 (%2%)', fullest.index, Math.round(100 * fullest.fraction))}
+        </div>
+      ) : null}
       <ul className="jp-GpuMem-overviewList">
         {props.rows.map(r => (
           <OverviewLine
