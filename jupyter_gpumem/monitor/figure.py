@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from jupyter_gpumem.monitor.header import USED_BAR_CLASS
 from jupyter_gpumem.monitor.series import CPU_KEY, SERIES, SERIES_NAMES, DeviceSeries, Values
 
 _SPEC = {s.name: s for s in SERIES}
@@ -27,7 +28,14 @@ _FRONTEND = Path(__file__).with_name("monitor_plot.js")
 # widgets.css), which cuts "GPU 0: NVIDIA A100-SXM4-40GB" to "GPU 0: NVIDIA A100": the monitor's
 # tabs take their titles' width instead, and still shrink where many share a narrow row.
 TABS_CLASS = "jupyter-gpumem-tabs"
-TAB_CSS = f".{TABS_CLASS} {{ --jp-widgets-horizontal-tab-width: auto; }}"
+# The header's small used-of-total bars (header.USED_BAR_CLASS), orange from 90 % full.
+TAB_CSS = (
+    f".{TABS_CLASS} {{ --jp-widgets-horizontal-tab-width: auto; }}"
+    f" .{USED_BAR_CLASS} {{ display: inline-block; width: 48px; height: 7px; margin: 0 2px; vertical-align: middle;"
+    " background: var(--jp-layout-color3, #ddd); border-radius: 2px; overflow: hidden; }"
+    f" .{USED_BAR_CLASS} > span {{ display: block; height: 100%; background: var(--jp-ui-font-color3, #999); }}"
+    f" .{USED_BAR_CLASS}[data-full] > span {{ background: #b35806; }}"
+)
 
 # "fg": the theme's text colour, for lines that would vanish drawn black on a dark theme.
 _STYLE = {

@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from jupyter_gpumem.core.units import format_bytes
-from jupyter_gpumem.monitor.series import CPU_KEY, in_view_order, view_name
+from jupyter_gpumem.monitor.series import BANDS, CPU_KEY, in_view_order, view_name
 
 _SETTING_WORDS = {"async_prealloc": "async-prealloc"}
 
@@ -105,22 +105,100 @@ def label_tags(labels: list[str]) -> str:
     return f" <span style='color:#b35806;font-weight:bold'>{tags}</span>"
 
 
-def numbers_line(key: int, title: str, latest: dict, arrays: int | None = None, tags: str = "") -> str:
-    """A view's latest numbers on one line, after its title: a GPU's bands and lines (a number
-    that is not known is left out; "unattributed" only when there is some); for the CPU view
-    (``CPU_KEY``), the host memory JAX's live arrays hold and, where known, how many. ``tags``
-    (``label_tags``) follow the title: the view's own labels."""
+# A small used-of-total bar after a GPU's used figure, styled by figure.TAB_CSS.
+USED_BAR_CLASS = "jupyter-gpumem-used"
+# From this many GPU views the header marks the fullest (with fewer, each line is read anyway).
+MARK_FULLEST_FROM = 4
+
+
+def used_of_total(latest: dict) -> tuple[float, float] | None:
+    """A GPU view's (used, total) bytes: the bands below "free" add up to NVML's used; None
+    while the total is not known."""
+    total = latest.get("total")
+    if not total:
+        return None
+    return sum(latest.get(b) or 0 for b in BANDS if b not in ("free", "cpu_arrays")), total
+
+
+def fullest_gpu(latests: dict[int, dict]) -> int | None:
+    """The GPU view whose used share of its total is largest (the lowest key among equals);
+    None with fewer than ``MARK_FULLEST_FROM`` GPU views or nothing used."""
+    shares = {}
+    for key in in_view_order(latests):
+        pair = used_of_total(latests[key]) if key != CPU_KEY else None
+        if pair is not None and pair[0] > 0:
+            shares[key] = pair[0] / pair[1]
+    if len([k for k in latests if k != CPU_KEY]) < MARK_FULLEST_FROM or not shares:
+        return None
+    return max(shares, key=lambda k: (shares[k], -k))
+
+
+def _used_words(latest: dict, fullest: bool) -> str | None:
+    """ "used 74.0 GiB / 79.6 GiB (93%)", a small bar, and "fullest" where it is."""
+    pair = used_of_total(latest)
+    if pair is None:
+        return None
+    used, total = pair
+    share = min(max(used / total, 0.0), 1.0)
+    full = " data-full='true'" if share >= 0.9 else ""
+    bar = f"<span class='{USED_BAR_CLASS}'{full}><span style='width:{share * 100:.0f}%'></span></span>"
+    mark = " <span style='color:#b35806;font-weight:bold'>fullest</span>" if fullest else ""
+    return f"used <b>{_amount(used)} / {_amount(total)} ({share * 100:.0f}%)</b> {bar}{mark}"
+
+
+def numbers_line(
+    key: int,
+    title: str,
+    latest: dict,
+    arrays: int | None = None,
+    tags: str = "",
+    *,
+    tab: int | None = None,
+    fullest: bool = False,
+) -> str:
+    """A view's latest numbers on one line, after its title: a GPU's used of total (with a small
+    bar, and "fullest" where ``fullest``), then its bands and lines (a number that is not known is
+    left out; "unattributed" only when there is some); for the CPU view (``CPU_KEY``), the host
+    memory JAX's live arrays hold and, where known, how many. ``tags`` (``label_tags``) follow the
+    title: the view's own labels. ``tab``: the view's tab, which a click on the title shows
+    (``monitor_plot.js``)."""
+    opening = (
+        "<span>" if tab is None else f"<span data-gpumem-tab='{tab}' style='cursor:pointer' title='Show its chart'>"
+    )
     if key == CPU_KEY:
         held = latest.get("cpu_arrays")
         count = (
             f" in {arrays:,} live array{'' if arrays == 1 else 's'}" if arrays is not None and held is not None else ""
         )
-        return f"<span>{html.escape(title)}{tags}:</span> <b>{_amount(held)}</b>{count}, in host memory (not a GPU's)"
-    parts = []
+        return (
+            f"{opening}{html.escape(title)}{tags}:</span> <b>{_amount(held)}</b>{count}, in host memory (not a GPU's)"
+        )
+    used = _used_words(latest, fullest)
+    parts = [used] if used else []
     for label, name in _GPU_NUMBERS:
         value = latest.get(name)
         if value is None or (name == "unattributed" and not value):
             continue
         shown = f"{value * 100:.0f}%" if name == "fragmentation" else _amount(value)
         parts.append(f"{label} <b>{shown}</b>")
-    return f"<span>{html.escape(title)}{tags}:</span> " + " · ".join(parts)
+    return f"{opening}{html.escape(title)}{tags}:</span> " + " · ".join(parts)
+
+
+def view_lines(views: list[tuple[int, str, list[str], dict]], shared: list[str], arrays: int | None) -> list[str]:
+    """Each view's numbers line, for ``(key, title, labels, latest)`` in the order the tabs show
+    them: its own labels (those not in ``shared``) after its title, the fullest GPU marked, and,
+    with more than one view, its title a link to its tab."""
+    fullest = fullest_gpu({key: latest for key, _, _, latest in views})
+    many = len(views) > 1
+    return [
+        numbers_line(
+            key,
+            title,
+            latest,
+            arrays,
+            label_tags([x for x in labels if x not in shared]),
+            tab=tab if many else None,
+            fullest=key == fullest,
+        )
+        for tab, (key, title, labels, latest) in enumerate(views)
+    ]

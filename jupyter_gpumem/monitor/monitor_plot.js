@@ -455,7 +455,40 @@ function initialize({ model }) {
   };
 }
 
+// Installed once per page: a GPU's title in a monitor's header (data-gpumem-tab, header.py)
+// shows that GPU's tab, pressed as a person would (Lumino selects a tab on pointerdown at the
+// tab's place); and a tab, which is cut short when many share a narrow row, shows its full
+// title on hover (the title attribute, set on the way in).
+function watchMonitorHeaders() {
+  if (window.__jupyterGpumemHeaders) {
+    return;
+  }
+  window.__jupyterGpumemHeaders = true;
+  document.addEventListener('click', event => {
+    const link = event.target.closest?.('[data-gpumem-tab]');
+    const root = link?.closest('.jupyter-gpumem-monitor');
+    const tabs = root?.querySelectorAll('.jupyter-gpumem-tabs .lm-TabBar-tab');
+    const tab = tabs?.[Number(link.dataset.gpumemTab)];
+    if (!tab) {
+      return;
+    }
+    const box = tab.getBoundingClientRect();
+    const at = { bubbles: true, cancelable: true, button: 0, clientX: box.left + box.width / 2, clientY: box.top + box.height / 2 };
+    tab.dispatchEvent(new PointerEvent('pointerdown', at));
+    tab.dispatchEvent(new PointerEvent('pointerup', at));
+    tab.scrollIntoView({ block: 'nearest' });
+  });
+  document.addEventListener('mouseover', event => {
+    const tab = event.target.closest?.('.jupyter-gpumem-tabs .lm-TabBar-tab');
+    const label = tab?.querySelector('.lm-TabBar-tabLabel')?.textContent;
+    if (label && tab.title !== label) {
+      tab.title = label;
+    }
+  });
+}
+
 async function render({ model, el }) {
+  watchMonitorHeaders();
   const store = STORES.get(model.get('uid'));
   const Plotly = await plotlyFrom(model);
   const plot = document.createElement('div');

@@ -27,7 +27,7 @@ from jupyter_gpumem.core.files import replaced_on_success
 from jupyter_gpumem.core.magic_args import MagicUsageError, check_interval
 from jupyter_gpumem.core.readings import CpuArraysReading, Event, Sample, Timeline
 from jupyter_gpumem.monitor.figure import TABS_CLASS, DeviceView
-from jupyter_gpumem.monitor.header import grouped_notes, label_tags, numbers_line, recording_block, status_block
+from jupyter_gpumem.monitor.header import grouped_notes, label_tags, recording_block, status_block, view_lines
 from jupyter_gpumem.monitor.markers import named_markers
 from jupyter_gpumem.monitor.options import (
     DEFAULT_INTERVAL_S,
@@ -504,10 +504,8 @@ class Monitor:
         lines = [title]
         arrays = self._latest.cpu_arrays if self._latest is not None else None
         count = arrays.arrays if isinstance(arrays, CpuArraysReading) else None
-        for key in in_view_order(self._views):
-            view = self._views[key]
-            own = label_tags([x for x in view.labels if x not in shared])
-            lines.append(numbers_line(key, view.title, view.series.latest or {}, count, own))
+        views = [self._views[k] for k in in_view_order(self._views)]
+        lines.extend(view_lines([(v.key, v.title, v.labels, v.series.latest or {}) for v in views], shared, count))
         if self._not_drawn:
             lines.append(
                 f"<div style='color:#b35806'>{len(self._not_drawn):,} more GPUs in the readings are not drawn "

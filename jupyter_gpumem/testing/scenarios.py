@@ -133,6 +133,69 @@ def _containerized() -> FakeWorld:
     return w
 
 
+def _h100_80(n: int, **kw: Any) -> FakeGpu:
+    return FakeGpu(
+        "NVIDIA H100 80GB HBM3",
+        _uuid(n),
+        81_559 * MiB,
+        reserved_bytes=566 * MiB,
+        power_limit_mw=700_000,
+        pcie_max_generation=5,
+        compute_capability=(9, 0),
+        **kw,
+    )
+
+
+# GiB held per GPU by each (made-up) process of dgx_h100: pid -> {GPU: GiB}.
+DGX_H100_JOBS: dict[int, dict[int, int]] = {
+    4_203_001: {0: 60, 1: 60, 2: 60, 3: 60},  # a job sharded over four GPUs
+    4_203_002: {4: 20, 5: 20},  # a second one over two
+    4_203_003: {5: 54},  # and a kernel that nearly fills GPU 5: 74 of 80 GiB there
+    4_203_004: {6: 8},
+}
+DGX_H100_BUSY = (91, 90, 88, 89, 35, 97, 12, 0)
+
+
+def _dgx_h100() -> FakeWorld:
+    """A DGX-like box: 8 × H100 80GB, jobs across several GPUs, uneven use, GPU 5 nearly full
+    (74 GiB of 80), GPU 7 idle."""
+    gpus = [_h100_80(600 + i, utilization_percent=busy) for i, busy in enumerate(DGX_H100_BUSY)]
+    w = FakeWorld(gpus, name="dgx_h100", driver_version="560.35.03", cuda_driver_version=12060)
+    for pid, per_gpu in DGX_H100_JOBS.items():
+        for device, gib in per_gpu.items():
+            w.add_process(device, pid, gib * GiB)
+    return w
+
+
+# GiB held on each of sixteen_v100's GPUs by its one process there (GPU 11 nearly full).
+SIXTEEN_V100_USED_GIB = (28, 28, 28, 28, 28, 28, 28, 28, 12, 12, 4, 31, 0, 0, 16, 2)
+
+
+def _sixteen_v100() -> FakeWorld:
+    """A 16-GPU box (DGX-2-like): 16 × V100 32GB, a job over GPUs 0-7, smaller ones on the rest,
+    GPU 11 nearly full (31 GiB of 32), GPUs 12 and 13 idle."""
+
+    def v100(n: int, **kw: Any) -> FakeGpu:
+        return FakeGpu(
+            "Tesla V100-SXM3-32GB",
+            _uuid(n),
+            32_768 * MiB,
+            reserved_bytes=256 * MiB,
+            power_limit_mw=350_000,
+            pcie_max_generation=3,
+            compute_capability=(7, 0),
+            **kw,
+        )
+
+    used = SIXTEEN_V100_USED_GIB
+    gpus = [v100(700 + i, utilization_percent=min(99, 3 * gib)) for i, gib in enumerate(used)]
+    w = FakeWorld(gpus, name="sixteen_v100")
+    for i, gib in enumerate(used):
+        if gib:
+            w.add_process(i, 4_204_000 if i < 8 else 4_204_100 + i, gib * GiB)
+    return w
+
+
 SCENARIOS: dict[str, Callable[[], FakeWorld]] = {
     "three_gpus": _three_gpus,
     "single_h100": _single_h100,
@@ -144,6 +207,8 @@ SCENARIOS: dict[str, Callable[[], FakeWorld]] = {
     "mig": _mig,
     "display_gpu": _display_gpu,
     "containerized": _containerized,
+    "dgx_h100": _dgx_h100,
+    "sixteen_v100": _sixteen_v100,
 }
 
 

@@ -35,3 +35,11 @@ export function snapshotRetryDelayMs(failures: number): number {
   const i = Math.min(Math.max(failures, 1), SNAPSHOT_RETRY_MS.length) - 1;
   return SNAPSHOT_RETRY_MS[i];
 }
+
+/**
+ * From this many GPUs the panel lists them all in one compact row each above the cards (docs/guide.md);
+ * with fewer, every card already fits on screen.
+ */
+export const OVERVIEW_FROM_GPUS = 4;
+/** A GPU at least this full is marked as nearly full in the compact list. */
+export const NEARLY_FULL_FRACTION = 0.9;

@@ -6,6 +6,7 @@ import contextlib
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -280,7 +281,7 @@ def test_the_monitors_tabs_are_as_wide_as_their_titles():
     m = Monitor(sampler=StubSampler())
     m.close()
     assert "jupyter-gpumem-tabs" in m.tabs._dom_classes
-    assert plot_widget_class()._css == ".jupyter-gpumem-tabs { --jp-widgets-horizontal-tab-width: auto; }"
+    assert plot_widget_class()._css.startswith(".jupyter-gpumem-tabs { --jp-widgets-horizontal-tab-width: auto; }")
 
 
 def test_the_cpu_view_follows_the_live_arrays_tick_by_tick(stub):
@@ -484,7 +485,8 @@ def fake_world_with_jax_on_the_cpu():
 
 def header_line_of(monitor: Monitor, title: str) -> str:
     """The header's line that starts with a view's title."""
-    lines = [x for x in monitor.header.value.split("<div>") if x.startswith(f"<span>{title}")]
+    plain = re.sub(r"<span data-gpumem-tab=[^>]*>", "<span>", monitor.header.value)  # a title is a link to its tab
+    lines = [x for x in plain.split("<div>") if x.startswith(f"<span>{title}")]
     assert len(lines) == 1, monitor.header.value
     return lines[0]
 
@@ -854,9 +856,56 @@ def test_memory_under_host_pids_reads_as_a_label_before_its_number():
         header = m.header.value
         m.close()
     assert (
-        "GPU 0: NVIDIA A100-SXM4-40GB:</span> other processes <b>0 B</b> · host pids (this kernel or not) <b>32.00 GiB</b> · free"
-        in header
+        "GPU 0: NVIDIA A100-SXM4-40GB:</span> used <b>32.00 GiB / 40.00 GiB (80%)</b> "
+        "<span class='jupyter-gpumem-used'><span style='width:80%'></span></span>"
+        " · other processes <b>0 B</b> · host pids (this kernel or not) <b>32.00 GiB</b> · free" in header
     )
+
+
+def dgx_monitor_header() -> str:
+    """The header of a monitor on the fake dgx_h100 world (8 × H100 80GB, GPU 5 at 74 GiB)."""
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("dgx_h100"):
+        stub = StubSampler()
+        m = Monitor(sampler=stub)
+        stub.push(Sample(1.0, PID, NvmlSource().read(), NotAvailable(NOT_STARTED, "x")))
+        header = m.header.value
+        m.close()
+    return header
+
+
+def test_on_eight_gpus_each_header_line_says_used_of_total_and_its_share():
+    header = dgx_monitor_header()
+    # 60 GiB of 81,559 MiB (79.65 GiB) is 75%; GPU 5's 74 GiB is 93%; GPU 7 holds nothing.
+    assert "GPU 0: NVIDIA H100 80GB HBM3:</span> used <b>60.00 GiB / 79.65 GiB (75%)</b>" in header
+    assert "GPU 5: NVIDIA H100 80GB HBM3:</span> used <b>74.00 GiB / 79.65 GiB (93%)</b>" in header
+    assert "GPU 7: NVIDIA H100 80GB HBM3:</span> used <b>0 B / 79.65 GiB (0%)</b>" in header
+
+
+def test_on_eight_gpus_the_fullest_is_marked_once_and_its_bar_is_orange():
+    header = dgx_monitor_header()
+    assert header.count(">fullest</span>") == 1
+    line = header_line_of_text(header, "GPU 5: ")
+    assert ">fullest</span>" in line
+    assert "<span class='jupyter-gpumem-used' data-full='true'><span style='width:93%'></span></span>" in line
+
+
+def test_on_three_gpus_no_gpu_is_called_fullest():
+    with three_gpu_monitor() as m:
+        assert "fullest" not in m.header.value
+
+
+def test_with_several_views_each_title_in_the_header_opens_its_tab():
+    header = dgx_monitor_header()
+    assert [int(n) for n in re.findall(r"data-gpumem-tab='(\d+)'", header)] == list(range(8))
+
+
+def header_line_of_text(header: str, title: str) -> str:
+    plain = re.sub(r"<span data-gpumem-tab=[^>]*>", "<span>", header)
+    (line,) = [x for x in plain.split("<div>") if x.startswith(f"<span>{title}")]
+    return line
 
 
 def test_drawn_devices_are_the_gpus_drawn_and_none_while_the_view_says_why():

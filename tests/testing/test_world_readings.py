@@ -24,7 +24,8 @@ from jupyter_gpumem.core.readings import (
     ProcessReading,
 )
 from jupyter_gpumem.sources.nvml import NvmlSource
-from jupyter_gpumem.testing import SCENARIOS
+from jupyter_gpumem.testing import SCENARIOS, fake_nvml
+from jupyter_gpumem.testing.scenarios import DGX_H100_BUSY, DGX_H100_JOBS, SIXTEEN_V100_USED_GIB
 
 MiB = 1024**2
 GiB = 1024**3
@@ -67,6 +68,56 @@ def rtx_a4000(index: int, n: int, *, used: int, utilization: int, display: bool,
         display_active=display,
         mig_mode=False,
         processes=processes,
+    )
+
+
+def h100_80gb(index: int, *, utilization: int, processes) -> DeviceReading:
+    """An H100 80GB of dgx_h100: 81,559 MiB, 566 MiB of it reserved; used is what its processes hold."""
+    total, reserved = 81_559 * MiB, 566 * MiB
+    used = sum(p.used_bytes for p in processes)
+    return DeviceReading(
+        index=index,
+        name="NVIDIA H100 80GB HBM3",
+        uuid=uuid(600 + index),
+        total_bytes=total,
+        used_bytes=used,
+        free_bytes=total - reserved - used,
+        reserved_bytes=reserved,
+        utilization_percent=utilization,
+        display_active=False,
+        mig_mode=False,
+        processes=processes,
+    )
+
+
+def dgx_h100() -> tuple[DeviceReading, ...]:
+    """Eight H100s; each GPU lists the jobs on it in the order they were started (by pid)."""
+    return tuple(
+        h100_80gb(
+            i,
+            utilization=busy,
+            processes=tuple(ProcessReading(pid, gib[i] * GiB) for pid, gib in DGX_H100_JOBS.items() if i in gib),
+        )
+        for i, busy in enumerate(DGX_H100_BUSY)
+    )
+
+
+def v100_32gb(index: int, used_gib: int) -> DeviceReading:
+    """A V100 32GB of sixteen_v100: 32,768 MiB, 256 MiB reserved, one process if any is used."""
+    total, reserved, used = 32_768 * MiB, 256 * MiB, used_gib * GiB
+    pid = 4_204_000 if index < 8 else 4_204_100 + index
+    return DeviceReading(
+        index=index,
+        name="Tesla V100-SXM3-32GB",
+        uuid=uuid(700 + index),
+        total_bytes=total,
+        used_bytes=used,
+        free_bytes=total - reserved - used,
+        reserved_bytes=reserved,
+        utilization_percent=min(99, 3 * used_gib),
+        display_active=False,
+        mig_mode=False,
+        processes=(ProcessReading(pid, used),) if used else (),
     )
 
 
@@ -161,6 +212,9 @@ EXPECTED: dict[str, tuple[DeviceReading | DeviceUnreadable, ...] | NotAvailable]
             processes=(ProcessReading(4_201_002, 12 * GiB), ProcessReading(4_201_003, 6 * GiB)),
         ),
     ),
+    # GPU 5 holds two jobs, 74 GiB of its 80: the fullest of the eight.
+    "dgx_h100": dgx_h100(),
+    "sixteen_v100": tuple(v100_32gb(i, gib) for i, gib in enumerate(SIXTEEN_V100_USED_GIB)),
 }
 
 RESERVED_UNKNOWN = NotAvailable(NOT_SUPPORTED, "this driver does not report reserved memory (NVML memory info v1)")
@@ -198,3 +252,11 @@ def test_every_scenario_has_an_expected_reading():
 def test_nvml_source_reads_the_expected_devices(world, scenario_name, driver, nvidia_ml_py):
     expected = expected_reading(scenario_name, driver, nvidia_ml_py)
     assert NvmlSource().read() == expected
+
+
+def test_dgx_h100_is_fullest_on_gpu_5_with_74_of_80_gib():
+    with fake_nvml("dgx_h100"):
+        readings = NvmlSource().read()
+    assert len(readings) == 8
+    fullest = max(readings, key=lambda r: r.used_bytes / r.total_bytes)
+    assert (fullest.index, fullest.used_bytes, fullest.total_bytes) == (5, 74 * GiB, 81_559 * MiB)

@@ -14,17 +14,23 @@ export function DeviceCard(props: {
   trans: TranslationBundle;
   /** Whether a notebook is open: only then is there a "this notebook" share. */
   notebookOpen: boolean;
+  /** Whether it was last picked in the compact list (DeviceOverview): then it is outlined. */
+  picked?: boolean;
 }): JSX.Element {
   const d = props.device;
-  return d.readable ? (
-    <ReadableCard
-      device={d}
-      units={props.units}
-      trans={props.trans}
-      notebookOpen={props.notebookOpen}
-    />
-  ) : (
-    <UnreadableCard device={d} trans={props.trans} />
+  return (
+    <div className="jp-GpuMem-cardSlot" data-picked={props.picked ? 'true' : undefined}>
+      {d.readable ? (
+        <ReadableCard
+          device={d}
+          units={props.units}
+          trans={props.trans}
+          notebookOpen={props.notebookOpen}
+        />
+      ) : (
+        <UnreadableCard device={d} trans={props.trans} />
+      )}
+    </div>
   );
 }
 

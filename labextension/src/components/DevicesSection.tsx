@@ -5,9 +5,11 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { UseSignal } from '@jupyterlab/ui-components';
 
 import { ApiError } from '../api';
+import { overviewRows, showsOverview } from '../deviceOverview';
 import { DevicesModel } from '../models/devicesModel';
 import { DevicesReply, NvmlState, ProcessInfo, Units } from '../types';
 import { DeviceCard } from './DeviceCard';
+import { DeviceOverview } from './DeviceOverview';
 import { KernelTable } from './KernelTable';
 import { StateNotice } from './StateNotice';
 import { WarningList } from './WarningList';
@@ -64,6 +66,14 @@ function DevicesView(
   props: Props & { reply: DevicesReply | null; error: Error | null }
 ): JSX.Element {
   const { reply, error, trans } = props;
+  const node = React.useRef<HTMLDivElement>(null);
+  const [picked, setPicked] = React.useState<number | null>(null);
+  const showCard = (index: number) => {
+    setPicked(index);
+    node.current
+      ?.querySelector(`.jp-GpuMem-card[data-device="${index}"]`)
+      ?.scrollIntoView({ block: 'start', behavior: 'smooth' });
+  };
   if (error && !reply) {
     return (
       <StateNotice
@@ -77,7 +87,7 @@ function DevicesView(
     return <div className="jp-GpuMem-muted">{trans.__('Reading the GPUs…')}</div>;
   }
   return (
-    <div className="jp-GpuMem-devices">
+    <div className="jp-GpuMem-devices" ref={node}>
       <div className="jp-GpuMem-sourceLine">
         {reply.source === 'replay' ? (
           <span className="jp-GpuMem-badge" data-badge="replay">
@@ -113,6 +123,14 @@ function DevicesView(
             onFix={props.onFix}
             trans={trans}
           />
+          {showsOverview(reply.devices.length) ? (
+            <DeviceOverview
+              rows={overviewRows(reply.devices, props.activePath !== null)}
+              units={props.units}
+              trans={trans}
+              onSelect={showCard}
+            />
+          ) : null}
           {reply.devices.map(d => (
             <DeviceCard
               key={d.index}
@@ -120,6 +138,7 @@ function DevicesView(
               units={props.units}
               trans={trans}
               notebookOpen={props.activePath !== null}
+              picked={picked === d.index}
             />
           ))}
           <h3 className="jp-GpuMem-h">{trans.__('Kernels on the GPU')}</h3>
