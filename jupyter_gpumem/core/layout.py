@@ -126,3 +126,19 @@ def per_device_summary(bytes_per_device: Mapping[int, int]) -> str:
         return f"{len(bytes_per_device)} devices, {format_bytes(low)} to {format_bytes(high)}{span}"
     ranked = sorted(sizes.items(), key=lambda kv: (-kv[1], -kv[0]))
     return ", ".join(f"{count} × {format_bytes(n)}" for n, count in ranked) + span
+
+
+@dataclass(frozen=True)
+class ShardingSaving:
+    """A replicated array on one device, and what sharding it would take off that device.
+
+    ``name``: how the user reaches it (``w_repl``), or its dtype and shape; ``assignable``: the
+    name can be assigned to (not output history); ``copies``: the devices that hold its elements
+    each; ``saving``: bytes less on the device; ``spec``: the PartitionSpec that would cut it
+    (``suggested_spec``), "" where its sharding names no mesh axes."""
+
+    name: str
+    assignable: bool
+    copies: int
+    saving: int
+    spec: str = ""

@@ -1,8 +1,10 @@
-"""Memory on a mesh: ``%gpumem arrays`` with arrays replicated, sharded and partly replicated
-over 8 CPU devices (``--xla_force_host_platform_device_count=8``).
+"""Memory on a mesh: ``%gpumem arrays`` and the OOM report with arrays replicated, sharded and
+partly replicated over 8 CPU devices (``--xla_force_host_platform_device_count=8``).
 
 One fresh interpreter runs an IPython shell through the session below and reports what it saw
-as JSON; each test checks one behaviour of it.
+as JSON; each test checks one behaviour of it. The OOM is the H100's recorded BFC text
+(tests/data/oom_texts/h100_jax_0.11.2_oom_fill_1MiB.txt) with the allocator and ordinal of the
+error the user saw on device 3 (``GPU_3_bfc on device 3``): CPU JAX names no device in its own.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from child_env import ipython_dir, pythonpath
@@ -19,14 +22,16 @@ from jupyter_gpumem.core.layout import device_span, per_device_summary
 pytestmark = pytest.mark.jax_versions
 
 MiB = 1024**2
+TEXT = Path(__file__).parents[1] / "data" / "oom_texts" / "h100_jax_0.11.2_oom_fill_1MiB.txt"
 
 SESSION = r"""
-import io, json, contextlib
+import io, json, sys, contextlib
 from IPython.testing.globalipapp import start_ipython
 from IPython.core.error import UsageError
 ip = start_ipython()
 ip.run_line_magic("load_ext", "jupyter_gpumem")
 from jupyter_gpumem import doctor
+from jupyter_gpumem.doctor.oom_text import recognise_text
 out = {}
 
 def cell(code):
@@ -54,6 +59,12 @@ try:
 except UsageError as err:
     out["usage"] = str(err)
 out["unchanged"] = before == [r.to_json() for r in doctor.live_arrays(ip)]
+text = open(sys.argv[1]).read().replace("GPU_0_bfc on device 0", "GPU_3_bfc on device 3")
+report = doctor.oom_report(recognise_text(text), ip)
+out["oom"] = str(report)
+out["fixes"] = [f.to_json() for f in report.fixes]
+cell(report.fixes[0].action)
+out["after_fix"] = [r.to_json() for r in doctor.live_arrays(ip) if r.names == ("w_repl",)]
 print("JSON" + json.dumps(out))
 """
 
@@ -61,7 +72,7 @@ print("JSON" + json.dumps(out))
 @pytest.fixture(scope="module")
 def session() -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", SESSION],
+        [sys.executable, "-c", SESSION, str(TEXT)],
         capture_output=True,
         text=True,
         timeout=240,
@@ -151,6 +162,47 @@ def test_a_bad_grouping_names_the_choices_and_changes_nothing(session):
         "(did you mean 'device'?)"
     )
     assert session["unchanged"] is True
+
+
+def test_an_oom_on_device_3_ranks_the_arrays_by_what_device_3_holds(session):
+    text = session["oom"]
+    part = text[text.index("Largest live arrays") : text.index("What to do")].strip().splitlines()
+    assert part[0] == "Largest live arrays on cpu 3 (their bytes there):"
+    assert [l.split()[:3] for l in part[1:4]] == [
+        ["16.00", "MiB", "float32[2048,"],
+        ["4.00", "MiB", "float32[4096,"],
+        ["4.00", "KiB", "float32[1024]"],
+    ]
+
+
+def test_an_oom_on_device_3_says_the_other_devices_in_one_line(session):
+    text = session["oom"]
+    states = text[text.index("Device state at failure:") : text.index("Other processes")].strip().splitlines()
+    assert len(states) == 3
+    assert states[1].startswith("  cpu 3")
+    assert states[2].startswith("  the other 7 (0-2, 4-7): the same: ")
+
+
+def test_an_oom_on_device_3_offers_sharding_the_replicated_array_with_its_saving_there(session):
+    fix = session["fixes"][0]
+    assert (fix["kind"], fix["gain_bytes"]) == (
+        "replicated",
+        14 * MiB + 1024,
+    )  # w_repl, and w_part's second copy of 1 KiB
+    assert (
+        fix["title"]
+        == "Shard w_repl over the 8 devices: 14.00 MiB less on cpu 3 (and 1 more replicated, 14.00 MiB in all)"
+    )
+    assert fix["action"] == (
+        "w_repl = jax.device_put(w_repl, jax.sharding.NamedSharding(w_repl.sharding.mesh, jax.sharding.PartitionSpec('d')))"
+    )
+    assert "No fix stands out" not in session["oom"]
+
+
+def test_the_offered_line_takes_off_device_3_what_the_fix_said(session):
+    (after,) = session["after_fix"]
+    assert after["bytes_per_device"]["3"] == 16 * MiB - 14 * MiB
+    assert after["layout"]["words"] == "sharded 8 ways along dim 0 (mesh axis 'd')"
 
 
 @pytest.mark.parametrize(
