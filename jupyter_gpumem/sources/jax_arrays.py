@@ -123,8 +123,10 @@ def layout_of(sharding: Any, shape: tuple, device: Any = None) -> Layout:
     the copies are the devices per distinct slice. A ``NamedSharding`` names the mesh axes: its
     ``spec`` (a ``PartitionSpec``: per dimension None, an axis name, or a tuple of them) and
     ``mesh.shape`` (axis name to size); axes the spec does not use are those it is copied over.
-    Read in jax/_src/sharding.py and jax/_src/named_sharding.py (JAX 0.10.2; in 0.4.38 the same
-    methods are in jax/_src/sharding_impls.py). ``device``: one of its devices, for the platform."""
+    ``devices_indices_map`` is the base class's (jax/_src/sharding.py, JAX 0.4.38 to 0.10.2), so
+    any sharding is read (``PositionalSharding`` too, where a JAX still has it); ``NamedSharding``
+    is in jax/_src/named_sharding.py (0.10.2), jax/_src/sharding_impls.py in 0.4.38.
+    ``device``: one of its devices, for the platform."""
     platform = str(getattr(device, "platform", ""))
     count = len(sharding.device_set)
     if count <= 1:
