@@ -135,7 +135,7 @@ def test_an_array_whose_computation_failed_is_not_listed_as_held_memory(tmp_path
     loaded = run_session(tmp_path, cells, ext=True)
     assert "RESOURCE_EXHAUSTED" in loaded[2]["out"] or "Error" in loaded[2]["out"], loaded[2]
     shown = loaded[3]["out"]
-    assert shown.startswith("1 live JAX arrays, 3.91 KiB in device memory"), shown
+    assert shown.startswith("1 live JAX arrays, 3.91 KiB in host memory (CPU devices)"), shown
     table = shown.splitlines()[1:]
     assert not [row for row in table if "float32[70368744177664]" in row]
     assert (
@@ -199,7 +199,7 @@ def test_sharded_arrays_are_not_multiplied_by_the_extension(tmp_path):
     plain = run_session(tmp_path, [SHARDED, "print(len(jax.live_arrays()))"], ext=False, env=FOUR_CPUS)
     loaded = run_session(tmp_path, cells, ext=True, env=FOUR_CPUS)
     assert plain[1]["out"].strip() == loaded[3]["out"].strip() == "5"
-    assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in device memory"), loaded[2]["out"]
+    assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in host memory (CPU devices)"), loaded[2]["out"]
 
 
 @pytest.mark.jax_versions
@@ -212,7 +212,7 @@ def test_shard_views_the_user_made_are_not_listed_as_arrays(tmp_path):
     ]
     loaded = run_session(tmp_path, cells, ext=True, env=FOUR_CPUS)
     assert loaded[1]["out"].strip() == "9"
-    assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in device memory"), loaded[2]["out"]
+    assert loaded[2]["out"].startswith("5 live JAX arrays, 1.95 KiB in host memory (CPU devices)"), loaded[2]["out"]
 
 
 @pytest.mark.jax_versions
@@ -289,7 +289,7 @@ def test_an_array_shown_on_the_cpu_is_counted_once(tmp_path):
     ]
     loaded = run_session(tmp_path, cells, ext=True)
     assert loaded[2]["out"].strip() == "3"
-    assert loaded[3]["out"].startswith("2 live JAX arrays, 4.00 MiB in device memory"), loaded[3]["out"]
+    assert loaded[3]["out"].startswith("2 live JAX arrays, 4.00 MiB in host memory (CPU devices)"), loaded[3]["out"]
     assert "(no name)" not in loaded[3]["out"]
     assert loaded[4]["out"].strip() == str(2 * 512 * 1024 * 4)
 

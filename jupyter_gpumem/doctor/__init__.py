@@ -10,7 +10,9 @@ One module per job; importing this package imports none of them, so the cell hoo
   ``oom_readings``: those numbers, and a fix, as data
 - ``report``: the OOM report itself, text and HTML; ``oom_peak``: its section of what was live at
   the failing program's peak, by source line
-- ``names``, ``arrays``: ``%gpumem arrays``: live arrays, their names and cells
+- ``names``, ``arrays``: ``%gpumem arrays``: live arrays, their names and cells;
+  ``mesh_arrays``: their layouts on a mesh and ``--by device``; ``oom_mesh``: an OOM on one
+  device of many
 - ``snapshot``: ``%gpumem snapshot PATH``, JAX's device memory profile for pprof
 - ``program_budget``: the failing jitted call in an OOM's traceback, and its compiled budget
 - ``usage``, ``tracking``: memory now, and the change and peak of a block or a cell

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpumem.core import sites
+from jupyter_gpumem.core.layout import Layout, layout_words, per_device_summary
 from jupyter_gpumem.core.magic_args import Grammar, Option
+from jupyter_gpumem.doctor import mesh_arrays
 from jupyter_gpumem.doctor.names import (
     WALK_SECONDS_COMMAND,
     NameWalk,
@@ -51,6 +53,7 @@ class ArrayRecord:
     memory_kind: str | None = None
     site: str = sites.NO_TRACEBACK
     allocation: sites.Allocation | None = None
+    layout: Layout | None = None
 
     @property
     def device_bytes(self) -> int:
@@ -77,6 +80,14 @@ class ArrayRecord:
             "names": list(self.names),
             "cell": self.cell,
             "site": self.site,
+            "layout": None
+            if self.layout is None
+            else {
+                "words": layout_words(self.layout),
+                "devices": self.layout.devices,
+                "copies": self.layout.copies,
+                "sharding_saves": sum(mesh_arrays.saving_of(self).values()),
+            },
         }
 
 
@@ -110,30 +121,20 @@ def census(shell: Any = None, seconds: float = WALK_SECONDS_COMMAND) -> ArrayCen
 
 def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
     walk = names_by_array(user_namespace(shell), seconds=seconds)
-    arrays, failed = [], []
-    for a in jax_arrays.live_arrays_newest_first():
-        if not _deleted(a):
-            (failed if jax_arrays.failed(a) else arrays).append(a)
+    # Each array is asked once whether it failed, and sized once: at 50,000 arrays every
+    # question asked of all of them costs tens of milliseconds.
+    sized, failed = _sized_arrays()
     views: set[int] = set()
-    for a in arrays:
-        try:
-            if len(a.sharding.device_set) > 1:
-                views.update(jax_arrays.shard_view_ids(a))
-        except Exception:
-            continue
-    views |= _cpu_alias_ids(arrays, walk.names)
-    sized = []
-    names, footprint = walk.names, jax_arrays.footprint
+    for a, fp, _ in sized:
+        if len(fp.device_bytes) > 1:
+            views.update(jax_arrays.shard_view_ids(a))
+    views |= _cpu_alias_ids(sized, walk.names)
+    names = walk.names
     made_at = sites.allocation_labeller(sites.cell_numbers(shell if shell is not None else current_shell()))
-    for a in arrays:
-        if id(a) in views:
-            continue
-        try:
-            fp = footprint(a)
-        except Exception:  # deleted between listing and reading
-            continue
+
+    def record(a: Any, fp: jax_arrays.Footprint) -> ArrayRecord:
         made = made_at(getattr(a, "traceback", None))
-        record = ArrayRecord(
+        return ArrayRecord(
             fp.shape,
             fp.dtype,
             fp.device_bytes,
@@ -143,40 +144,48 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
             fp.memory_kind,
             made.site,
             made,
+            fp.layout,
         )
-        sized.append((-(fp.on_device + fp.host_bytes), fp.shape, len(sized), record))
-    sized.sort(key=lambda t: t[:3])
-    records = [t[3] for t in sized]
-    never_made = []
-    for a in failed:
-        try:
-            fp = footprint(a)  # shape, dtype and sharding: the failed buffer is not read
-        except (AttributeError, RuntimeError, TypeError, ValueError):
+
+    ranked = [
+        (-(fp.on_device + fp.host_bytes), fp.shape, i, record(a, fp))
+        for i, (a, fp, _) in enumerate(sized)
+        if id(a) not in views
+    ]
+    ranked.sort(key=lambda t: t[:3])
+    never_made = tuple(record(a, fp) for a, fp in failed)  # shape, dtype, sharding: no buffer read
+    return ArrayCensus(tuple(t[3] for t in ranked), walk, time.perf_counter() - t0, never_made)
+
+
+def _sized_arrays() -> tuple[list, list]:
+    """``(made, failed)``: (array, footprint, ready) of each live, undeleted array whose
+    computation did not fail, newest first (``ready``: it is known to have succeeded; False
+    while it is pending), and (array, footprint) of each whose computation failed."""
+    made, failed = [], []
+    footprint = jax_arrays.footprint
+    for a in jax_arrays.live_arrays_newest_first():
+        if _deleted(a):
             continue
-        made = made_at(getattr(a, "traceback", None))
-        never_made.append(
-            ArrayRecord(
-                fp.shape,
-                fp.dtype,
-                fp.device_bytes,
-                tuple(names.get(id(a), ())),
-                made.cell,
-                fp.host_bytes,
-                fp.memory_kind,
-                made.site,
-                made,
-            )
-        )
-    return ArrayCensus(tuple(records), walk, time.perf_counter() - t0, tuple(never_made))
+        try:
+            fp = footprint(a)
+        except (AttributeError, RuntimeError, TypeError, ValueError):  # deleted between listing and reading
+            continue
+        state = jax_arrays.failed(a)
+        if state:
+            failed.append((a, fp))
+        else:
+            made.append((a, fp, state is False))
+    return made, failed
 
 
-def _cpu_alias_ids(arrays: list, named: Mapping[int, Any]) -> set[int]:
+def _cpu_alias_ids(sized: list, named: Mapping[int, Any]) -> set[int]:
     """ids of arrays that share a CPU buffer with another listed array
     (``jax_arrays.cpu_buffer_key``), all but one per buffer: one the namespace names, else the
-    oldest (JAX lists newest first)."""
+    oldest (JAX lists newest first). ``sized``: (array, footprint, ready) as ``_sized_arrays``
+    gives them: a pending array's buffer is not asked for."""
     by_buffer: dict[tuple[int, int], list] = {}
-    for a in arrays:
-        key = jax_arrays.cpu_buffer_key(a)
+    for a, fp, ready in sized:
+        key = jax_arrays.cpu_buffer_key(a, fp) if ready else None
         if key is not None:
             by_buffer.setdefault(key, []).append(a)
     drop: set[int] = set()
@@ -261,7 +270,7 @@ def growth_of(records: list[ArrayRecord] | tuple[ArrayRecord, ...]) -> list[site
     return sites.growing(tuple(made) for made in per.values())
 
 
-BY_CHOICES = ("shape", "dtype", "cell", "name", "line")
+BY_CHOICES = ("shape", "dtype", "cell", "name", "line", "device")
 
 
 @dataclass(frozen=True)
@@ -287,6 +296,8 @@ class ArraysReport:
         return sum(r.host_bytes for r in self.records)
 
     def rows(self) -> list[tuple]:
+        if self.by == "device":
+            return mesh_arrays.device_rows(self.records, self.top)
         if self.by:
             groups = _group(list(self.records), self.by)[: self.top]
             if self.by == "line":
@@ -295,8 +306,9 @@ class ArraysReport:
                 (k, str(c), bytes_or_na(n), "" if cell is None else str(cell), site) for k, c, n, cell, site in groups
             ]
         out = []
+        mesh = mesh_arrays.on_several_devices(self.records)
         for r in self.records[: self.top]:
-            per_dev = ", ".join(f"{d}: {bytes_or_na(n)}" for d, n in sorted(r.bytes_per_device.items()))
+            per_dev = per_device_summary(r.bytes_per_device)
             if r.host_bytes:
                 per_dev = f"host ({r.memory_kind}): {bytes_or_na(r.host_bytes)}"
             out.append(
@@ -304,6 +316,7 @@ class ArraysReport:
                     f"{r.dtype}{list(r.shape)}",
                     bytes_or_na(r.nbytes),
                     per_dev,
+                    *((mesh_arrays.layout_cell(r),) if mesh else ()),
                     ", ".join(r.names) or "(no name)",
                     "" if r.cell is None else str(r.cell),
                     r.site,
@@ -312,9 +325,12 @@ class ArraysReport:
         return out
 
     def headers(self) -> tuple[str, ...]:
+        if self.by == "device":
+            return mesh_arrays.DEVICE_HEADERS
         if self.by:
             return (self.by, "arrays", "bytes", "first cell") + (() if self.by == "line" else ("allocated at",))
-        return ("array", "bytes", "per device", "held by", "cell", "allocated at")
+        layout = ("layout",) if mesh_arrays.on_several_devices(self.records) else ()
+        return ("array", "bytes", "per device", *layout, "held by", "cell", "allocated at")
 
     def summary(self) -> str:
         if self.note:
@@ -323,11 +339,16 @@ class ArraysReport:
         what = f"grouped by {self.by}" if self.by else "largest first"
         host = f" and {bytes_or_na(self.host_bytes)} in host memory" if self.host_bytes else ""
         took = f" Listed in {self.seconds * 1e3:.0f} ms." if self.seconds is not None else ""
+        where = mesh_arrays.memory_words(self.records)
         text = (
-            f"{len(self.records)} live JAX arrays, {bytes_or_na(self.total_bytes)} in device memory{host}; "
+            f"{len(self.records)} live JAX arrays, {bytes_or_na(self.total_bytes)} {where}{host}; "
             f"{shown} shown, {what}.{took}"
         )
-        return text + (" " + self.walk_note if self.walk_note else "") + self.growth_note() + self.failed_note()
+        mesh = mesh_arrays.replicated_sentence(self.records)
+        if self.by == "device":
+            mesh += mesh_arrays.most_loaded_sentence(mesh_arrays.device_loads(self.records))
+        notes = (" " + self.walk_note if self.walk_note else "") + self.growth_note() + self.failed_note()
+        return text + mesh + notes
 
     def growth_note(self) -> str:
         """The lines that keep arrays run after run, the largest three; empty without any."""
@@ -403,7 +424,7 @@ ARRAYS_ARGS = Grammar(
 
 
 def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
-    """``%gpumem arrays [--top N] [--by shape|dtype|cell|name|line]``."""
+    """``%gpumem arrays [--top N] [--by shape|dtype|cell|name|line|device]``."""
     opts = ARRAYS_ARGS.parse(argv)
     top, by = opts["top"], opts["by"]
     if not allocator_shim.backend_started():

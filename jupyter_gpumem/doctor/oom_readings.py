@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jupyter_gpumem.core import metrics, sites
+from jupyter_gpumem.core.layout import ShardingSaving
 from jupyter_gpumem.core.readings import AllocatorStats, CudaPoolReading
 from jupyter_gpumem.doctor.program_budget import ProgramBudget
 
@@ -56,6 +57,9 @@ class OomReadings:
       "command_buffer" a CUDA graph the driver could not instantiate
     - ``host_array_bytes``: bytes of live arrays in a host memory kind (``pinned_host``)
     - ``program``: the failing jitted call's own budget (``program_budget``), where found
+    - ``replicated``: where the error names its device among several, the replicated arrays on
+      it that could be sharded, with what that would take off it (``oom_mesh.replicated_on``);
+      ``failing_label``: that device (``cpu 3``)
 
     The derived numbers below are ``model``'s metrics of these readings.
     """
@@ -89,6 +93,8 @@ class OomReadings:
     autotuning: bool = False  # the compiler's autotuner ran out while it tried kernels (OomError.autotuning)
     host_array_bytes: int | None = None
     program: ProgramBudget | None = None  # the failing jitted call, where it was found
+    replicated: tuple[ShardingSaving, ...] = ()
+    failing_label: str = ""
 
     # derived, each from core/metrics.py ---------------------------------------------------------
 
@@ -163,6 +169,7 @@ FIX_KINDS = (
     "host_memory",
     "program",
     "donation",
+    "replicated",
 )
 
 

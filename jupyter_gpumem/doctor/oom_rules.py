@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from jupyter_gpumem.core import metrics
 from jupyter_gpumem.core.units import format_bytes
+from jupyter_gpumem.doctor.oom_mesh import shard_replicated
 from jupyter_gpumem.doctor.oom_readings import FIX_KINDS, Fix, OomReadings, OtherProcess
 
 __all__ = ["FIX_KINDS", "Fix", "OomReadings", "OtherProcess", "RULES", "advise", "shortfall"]
@@ -592,6 +593,7 @@ RULES: tuple[Callable[[OomReadings, int | None], Fix | None], ...] = (
     pinned_host_pool,
     program_itself,
     donate_arguments,
+    shard_replicated,
 )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jupyter_gpumem.core import metrics, sites
@@ -22,7 +22,7 @@ from jupyter_gpumem.core.readings import (
     ProcessReading,
     Sample,
 )
-from jupyter_gpumem.doctor import oom_peak, oom_rules, oom_text, peak_buffers
+from jupyter_gpumem.doctor import oom_mesh, oom_peak, oom_rules, oom_text, peak_buffers
 from jupyter_gpumem.doctor.arrays import ArrayRecord, census, growth_of, not_started_note
 from jupyter_gpumem.doctor.names import WALK_SECONDS_REPORT
 from jupyter_gpumem.doctor.oom_readings import OomReadings, OtherProcess
@@ -120,6 +120,15 @@ class OomReport(TextReport):
     # XLA's peak buffers from the error text, by source line (rows), and the totals they sit in
     peak_rows: tuple[str, ...] = ()
     peak_title: str = ""
+    on_device: int | None = None  # the failing device, where the error names it among several
+
+    def arrays_title(self) -> str:
+        there = f" on {self.readings.failing_label} (their bytes there)" if self.on_device is not None else ""
+        return f"Largest live arrays{there}:"
+
+    def held(self, r: ArrayRecord) -> int:
+        """What ``r`` holds on the failing device, where it is one of several; else all its bytes."""
+        return r.nbytes if self.on_device is None else r.bytes_per_device.get(self.on_device, 0)
 
     def growth_line(self) -> str:
         """``Growing, run after run: ...`` for the three largest growing lines, or ``""``."""
@@ -197,10 +206,10 @@ class OomReport(TextReport):
         out += [f"  pid {p.pid} ({p.label}): {bytes_or_na(p.used_bytes)}" for p in listed]
         if self.others_note or not listed:
             out.append(f"  {self.others_note or 'none'}")
-        out += ["", "Largest live arrays:"]
+        out += ["", self.arrays_title()]
         if self.arrays:
             out += [
-                f"  {bytes_or_na(r.nbytes):>11}  {r.dtype}{list(r.shape)}  held by {', '.join(r.names) or '(no name: held elsewhere)'}"
+                f"  {bytes_or_na(self.held(r)):>11}  {r.dtype}{list(r.shape)}  held by {', '.join(r.names) or '(no name: held elsewhere)'}"
                 + (f"  (cell {r.cell})" if r.cell is not None else "")
                 for r in self.arrays
             ]
@@ -255,7 +264,7 @@ class OomReport(TextReport):
         """The largest live arrays as table rows, or the note that says why there are none."""
         return (
             "".join(
-                f"<tr><td>{escape_html(bytes_or_na(r.nbytes))}</td><td>{escape_html(r.dtype)}{escape_html(list(r.shape))}</td>"
+                f"<tr><td>{escape_html(bytes_or_na(self.held(r)))}</td><td>{escape_html(r.dtype)}{escape_html(list(r.shape))}</td>"
                 f"<td>{escape_html(', '.join(r.names) or '(no name)')}</td><td>{'' if r.cell is None else r.cell}</td></tr>"
                 for r in self.arrays
             )
@@ -308,7 +317,7 @@ class OomReport(TextReport):
             "<p>Device state at failure:</p><table><thead><tr><th>device</th><th>in use</th><th>pool</th><th>limit</th>"
             f"<th>largest free block</th><th>fragmentation</th><th>headroom</th></tr></thead><tbody>{''.join(devs)}</tbody></table>"
             f"<p>Other processes on the device:</p><ul>{others}</ul>"
-            "<p>Largest live arrays:</p><table><thead><tr><th>bytes</th><th>array</th><th>held by</th><th>cell</th></tr></thead>"
+            f"<p>{escape_html(self.arrays_title())}</p><table><thead><tr><th>bytes</th><th>array</th><th>held by</th><th>cell</th></tr></thead>"
             f"<tbody>{arrays}</tbody></table>"
             + (f"<p>{escape_html(self.growth_line())}</p>" if self.readings.growing else "")
             + "<p><small>The error above is unchanged and still stops the run.</small></p></div>"
@@ -555,22 +564,41 @@ def oom_report(
     values = {s.name: s.value for s in states}
     readings = _oom_readings(error, failing, who, values, records, arrays_known, beside, synthetic)
     arrays_note = walk_note if records else _no_arrays_note(arrays_known, replayed, failing.stats)
-    settings = tuple((s.name, s.shown, s.source_words()) for s in states)
-    devices, fixes = _device_states(sample, replayed), tuple(oom_rules.advise(readings))
+    devices, records, readings, device = _one_of_many(error, failing, sample, replayed, records, readings)
     title, rows = oom_peak.peak_section(error, readings.program, shell)
     return OomReport(
         error,
-        settings,
+        tuple((s.name, s.shown, s.source_words()) for s in states),
         devices,
         who.others,
         who.note,
         tuple(records[:5]),
         arrays_note,
         readings,
-        fixes,
+        tuple(oom_rules.advise(readings)),
         rows,
         title,
+        device,
     )
+
+
+def _one_of_many(
+    error: OomError, failing: _Failing, sample: Sample, replayed: bool, records: list, readings: OomReadings
+) -> tuple[tuple[DeviceState, ...], list, OomReadings, int | None]:
+    """Pure: the device states, the arrays (ranked by their bytes on the failing device where
+    the error names it among several), the readings with that device's replicated arrays, and
+    its JAX id (None where the error names no device, or there is one)."""
+    states = _device_states(sample, replayed)
+    jax_readings = () if isinstance(sample.jax, NotAvailable) else tuple(sample.jax)
+    if error.ordinal is None or failing.jax is None or len(jax_readings) < 2:
+        return states, records, readings, None
+    device = failing.jax.jax_id
+    others = [s for r, s in zip(jax_readings, states) if r is not failing.jax]
+    label = oom_mesh.others_label(others, [r.jax_id for r in jax_readings if r is not failing.jax])
+    states = (device_state(failing.jax, not replayed), DeviceState(label, note=oom_mesh.others_in_one_line(others)))
+    shared = oom_mesh.replicated_on(records, device)
+    readings = replace(readings, replicated=shared, failing_label=f"{failing.platform} {device}")
+    return states, oom_mesh.ranked_on(records, device), readings, device
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,12 @@ def bytes_or_na(n: int | None) -> str:
 
 def action_label(action: str) -> str:
     """ "Run" for a line of code to type, "Do" for an action in words."""
-    code = action.startswith("%") or "(" in action.split(" ", 1)[0] or action.startswith(("jax.", "jupyter_gpumem."))
+    code = (
+        action.startswith("%")
+        or "(" in action.split(" ", 1)[0]
+        or action.startswith(("jax.", "jupyter_gpumem."))
+        or " = jax." in action  # an assignment: `w = jax.device_put(w, ...)`
+    )
     return "Run" if code else "Do"
 
 

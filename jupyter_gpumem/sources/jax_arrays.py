@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from jupyter_gpumem.core.layout import Layout
 from jupyter_gpumem.core.readings import CpuArraysReading
 from jupyter_gpumem.sources.jax_backend import backend_started, started_default_client
 from jupyter_gpumem.sources.jax_sharding import ArrayLayout, argument_layouts, named_sharding, output_layouts
@@ -28,7 +29,8 @@ class Footprint:
 
     ``device_bytes`` maps a JAX device id to the bytes it holds in device memory; ``host_bytes``
     counts arrays placed in a host memory kind (``pinned_host``, ``unpinned_host``), which take
-    no device memory; ``memory_kind`` is the sharding's, None where this JAX has none.
+    no device memory; ``memory_kind`` is the sharding's, None where this JAX has none;
+    ``layout``: how it lies over its devices (``layout_of``).
     """
 
     device_bytes: Mapping[int, int]
@@ -36,6 +38,11 @@ class Footprint:
     memory_kind: str | None
     shape: tuple = ()
     dtype: str = ""
+    layout: Layout = Layout()
+
+    @property
+    def platform(self) -> str:
+        return self.layout.platform
 
     @property
     def on_device(self) -> int:
@@ -100,14 +107,61 @@ def footprint_of(sharding: Any, aval: Any) -> Footprint:
             d: (nbytes * n // total if total else 0) for d, n in _shard_sizes(sharding, aval.shape, devices).items()
         }
     shape, dtype = tuple(aval.shape), str(aval.dtype)
+    layout = layout_of(sharding, shape, next(iter(devices), None))
     if kind in _DEVICE_KINDS or kind == _default_memory_kind(next(iter(devices), None)):
-        found = Footprint(per_device, 0, kind, shape, dtype)
+        found = Footprint(per_device, 0, kind, shape, dtype, layout)
     else:
-        found = Footprint({}, sum(per_device.values()), kind, shape, dtype)
+        found = Footprint({}, sum(per_device.values()), kind, shape, dtype, layout)
     if len(_footprints) > 4096:  # shapes come and go; a few thousand distinct ones is plenty
         _footprints.clear()
     _footprints[key] = found
     return found
+
+
+def layout_of(sharding: Any, shape: tuple, device: Any = None) -> Layout:
+    """How an array of ``shape`` lies over the devices of ``sharding``, read from the sharding
+    alone: ``devices_indices_map`` gives each device's slice of the global array (metadata, all
+    devices, not only this process's), so the parts per dimension are the distinct slices, and
+    the copies are the devices per distinct slice. A ``NamedSharding`` names the mesh axes: its
+    ``spec`` (a ``PartitionSpec``: per dimension None, an axis name, or a tuple of them) and
+    ``mesh.shape`` (axis name to size); axes the spec does not use are those it is copied over.
+    ``devices_indices_map`` is the base class's (jax/_src/sharding.py, JAX 0.4.38 to 0.10.2), so
+    any sharding is read (``PositionalSharding`` too, where a JAX still has it); ``NamedSharding``
+    is in jax/_src/named_sharding.py (0.10.2), jax/_src/sharding_impls.py in 0.4.38.
+    ``device``: one of its devices, for the platform."""
+    platform = str(getattr(device, "platform", ""))
+    count = len(sharding.device_set)
+    if count <= 1:
+        return Layout(1, 1, tuple(1 for _ in shape), (), (), platform)
+    spans_per_dim: list[set] = [set() for _ in shape]
+    distinct = set()
+    for index in sharding.devices_indices_map(tuple(shape)).values():
+        spans = tuple(s.indices(n) for s, n in zip(index, shape))  # slices hash only from Python 3.12
+        distinct.add(spans)
+        for d, span in enumerate(spans):
+            spans_per_dim[d].add(span)
+    axes, free = _mesh_axes(sharding, len(shape))
+    ways = tuple(len(spans) for spans in spans_per_dim)
+    return Layout(count, count // max(1, len(distinct)), ways, axes, free, platform)
+
+
+def _mesh_axes(sharding: Any, ndim: int) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, int], ...]]:
+    """A NamedSharding's mesh axes per dimension, and the axes (name, size) it leaves to copies;
+    ``((), ())`` for other shardings."""
+    spec, mesh = getattr(sharding, "spec", None), getattr(sharding, "mesh", None)
+    try:
+        sizes = dict(mesh.shape) if spec is not None and mesh is not None else {}
+        entries = list(spec)
+    except (AttributeError, TypeError, ValueError):  # a mesh without sizes here: no names then
+        return (), ()
+    if not sizes:
+        return (), ()
+    axes = []
+    for entry in entries[:ndim] + [None] * (ndim - len(entries)):
+        names = (entry,) if isinstance(entry, str) else entry if isinstance(entry, tuple) else ()
+        axes.append(tuple(n for n in names if isinstance(n, str)))
+    used = {n for names in axes for n in names}
+    return tuple(axes), tuple((str(n), int(s)) for n, s in sizes.items() if n not in used)
 
 
 def live_arrays_newest_first() -> list:
@@ -206,7 +260,7 @@ def _pointer_makes_no_array() -> bool:
     return _POINTER_MAKES_NO_ARRAY
 
 
-def cpu_buffer_key(array: Any) -> tuple[int, int] | None:
+def cpu_buffer_key(array: Any, found: Footprint | None = None) -> tuple[int, int] | None:
     """(device id, buffer address) of a single-device array on a CPU device that is ready and
     did not fail (``failed``); None for anything else. On the CPU a jax.Array's numpy value is a
     zero-copy view of its buffer, and JAX keeps another Array of that same buffer alive as the
@@ -214,18 +268,28 @@ def cpu_buffer_key(array: Any) -> tuple[int, int] | None:
     ``unsafe_buffer_pointer()`` (JAX 0.10.2, jax/_src/array.py ``ArrayImpl._value`` ->
     ``_single_device_array_to_np_array_did_copy``, which keeps no copy on the CPU). Arrays with
     one key are one allocation. None on a JAX whose ``unsafe_buffer_pointer()`` would add an array
-    the user sees (``_pointer_makes_no_array``): such arrays are counted one by one there."""
+    the user sees (``_pointer_makes_no_array``): such arrays are counted one by one there.
+
+    ``found``: the array's footprint, given by a caller that has already seen that the array
+    is ready and did not fail; its one device and platform are then taken from it, and the
+    array is not asked again (at 50,000 arrays each question costs tens of milliseconds)."""
     try:
-        devices = array.sharding.device_set
-        if len(devices) != 1:
-            return None
-        (device,) = devices
-        if device.platform != "cpu" or not _pointer_makes_no_array() or failed(array) is not False:
-            return None
+        if found is not None:
+            if len(found.device_bytes) != 1 or found.platform != "cpu" or not _pointer_makes_no_array():
+                return None
+            (device_id,) = found.device_bytes
+        else:
+            devices = array.sharding.device_set
+            if len(devices) != 1:
+                return None
+            (device,) = devices
+            if device.platform != "cpu" or not _pointer_makes_no_array() or failed(array) is not False:
+                return None
+            device_id = device.id
         pointer = array.unsafe_buffer_pointer()
     except _ASK_ERRORS:
         return None
-    return (device.id, pointer) if pointer else None
+    return (device_id, pointer) if pointer else None
 
 
 def shard_view_ids(array: Any) -> tuple[int, ...]:

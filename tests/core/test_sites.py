@@ -71,7 +71,7 @@ def test_each_array_names_the_first_line_outside_jax_and_installed_packages(list
 
 def test_arrays_by_line_groups_counts_and_totals_per_site(listed):
     lines = listed[2]["out"].splitlines()
-    assert lines[0].startswith("6 live JAX arrays, 19.77 KiB in device memory; 4 shown, grouped by line.")
+    assert lines[0].startswith("6 live JAX arrays, 19.77 KiB in host memory (CPU devices); 4 shown, grouped by line.")
     rows = [line.split("  ") for line in lines[1:]]
     rows = [[c.strip() for c in row if c.strip()] for row in rows]
     assert rows == [

@@ -238,7 +238,9 @@ def test_a_captured_cell_run_once_is_not_growing(once):
 @pytest.mark.jax_versions
 def test_arrays_names_no_growing_line_after_cells_run_once(once):
     summary = once[8]["out"].splitlines()[0]
-    assert summary.startswith("20 live JAX arrays, 25.06 MiB in device memory") and "Growing" not in summary, summary
+    assert (
+        summary.startswith("20 live JAX arrays, 25.06 MiB in host memory (CPU devices)") and "Growing" not in summary
+    ), summary
 
 
 @pytest.mark.jax_versions

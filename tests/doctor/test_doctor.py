@@ -246,7 +246,7 @@ def test_defragment_deletes_the_old_arrays_and_names_other_holders(session):
 @pytest.mark.parametrize(
     "key, words",
     [
-        ("by", "--by takes one of shape, dtype, cell, name, line, got 'colour'"),
+        ("by", "--by takes one of shape, dtype, cell, name, line, device, got 'colour'"),
         ("top", "--top takes a whole number of rows, 1 or more"),
         ("free", "unknown argument '--all'; valid: --history, --caches, --gc"),
         ("estimate_not_call", "estimate takes a call such as train_step(params, batch)"),

@@ -151,7 +151,7 @@ def test_help_shows_each_setting_as_its_parser_declares_it(option):
 def test_a_bad_subcommand_argument_is_one_usage_error_that_names_the_command_once():
     with pytest.raises(MagicUsageError) as err:
         run_command(parse_line("arrays --by colour"))
-    assert str(err.value) == "%gpumem arrays: --by takes one of shape, dtype, cell, name, line, got 'colour'"
+    assert str(err.value) == "%gpumem arrays: --by takes one of shape, dtype, cell, name, line, device, got 'colour'"
 
 
 @pytest.mark.parametrize(
