@@ -1,7 +1,7 @@
 """How an array lies over the devices of a mesh, in words and in bytes: on one device, replicated,
 sharded, or partly replicated, and what sharding a replicated array over its devices would save.
 
-Pure: ``Layout`` is read from an array's sharding by ``sources/jax_arrays.layout_of``; the
+Pure: ``Layout`` is read from an array's sharding by ``sources/jax_sharding.layout_of``; the
 functions here only count.
 """
 

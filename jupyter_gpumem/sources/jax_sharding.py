@@ -1,5 +1,6 @@
-"""How a compiled program lays its arrays over a mesh: each argument's and output's shape on one
-device, whether it is replicated, and the shardings a fix would try.
+"""How arrays lie over a mesh: a live array's layout (``layout_of``), and a compiled program's:
+each argument's and output's shape on one device, whether it is replicated, and the shardings a
+fix would try.
 
 A jitted program over several devices is one module that XLA's SPMD partitioner rewrote for
 one device (``Compiled.as_text()``: ``main.N_spmd``, ``num_partitions=8``): its
@@ -15,7 +16,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ArrayLayout", "argument_layouts", "output_layouts", "named_sharding", "shard_specs", "spec_text"]
+from jupyter_gpumem.core.layout import Layout
+
+__all__ = [
+    "ArrayLayout",
+    "argument_layouts",
+    "layout_of",
+    "output_layouts",
+    "named_sharding",
+    "shard_specs",
+    "spec_text",
+]
 
 
 @dataclass(frozen=True)
@@ -138,3 +149,49 @@ def named_sharding(mesh: Any, spec: tuple) -> Any:
     import jax
 
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+
+
+def layout_of(sharding: Any, shape: tuple, device: Any = None) -> Layout:
+    """How an array of ``shape`` lies over the devices of ``sharding``, read from the sharding
+    alone: ``devices_indices_map`` gives each device's slice of the global array (metadata, all
+    devices, not only this process's), so the parts per dimension are the distinct slices, and
+    the copies are the devices per distinct slice. A ``NamedSharding`` names the mesh axes: its
+    ``spec`` (a ``PartitionSpec``: per dimension None, an axis name, or a tuple of them) and
+    ``mesh.shape`` (axis name to size); axes the spec does not use are those it is copied over.
+    ``devices_indices_map`` is the base class's (jax/_src/sharding.py, JAX 0.4.38 to 0.10.2), so
+    any sharding is read (``PositionalSharding`` too, where a JAX still has it); ``NamedSharding``
+    is in jax/_src/named_sharding.py (0.10.2), jax/_src/sharding_impls.py in 0.4.38.
+    ``device``: one of its devices, for the platform."""
+    platform = str(getattr(device, "platform", ""))
+    count = len(sharding.device_set)
+    if count <= 1:
+        return Layout(1, 1, tuple(1 for _ in shape), (), (), platform)
+    spans_per_dim: list[set] = [set() for _ in shape]
+    distinct = set()
+    for index in sharding.devices_indices_map(tuple(shape)).values():
+        spans = tuple(s.indices(n) for s, n in zip(index, shape))  # slices hash only from Python 3.12
+        distinct.add(spans)
+        for d, span in enumerate(spans):
+            spans_per_dim[d].add(span)
+    axes, free = _spec_axes(sharding, len(shape))
+    ways = tuple(len(spans) for spans in spans_per_dim)
+    return Layout(count, count // max(1, len(distinct)), ways, axes, free, platform)
+
+
+def _spec_axes(sharding: Any, ndim: int) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, int], ...]]:
+    """A NamedSharding's mesh axes per dimension, and the axes (name, size) it leaves to copies;
+    ``((), ())`` for other shardings."""
+    spec, mesh = getattr(sharding, "spec", None), getattr(sharding, "mesh", None)
+    try:
+        sizes = dict(mesh.shape) if spec is not None and mesh is not None else {}
+        entries = list(spec)
+    except (AttributeError, TypeError, ValueError):  # a mesh without sizes here: no names then
+        return (), ()
+    if not sizes:
+        return (), ()
+    axes = []
+    for entry in entries[:ndim] + [None] * (ndim - len(entries)):
+        names = (entry,) if isinstance(entry, str) else entry if isinstance(entry, tuple) else ()
+        axes.append(tuple(n for n in names if isinstance(n, str)))
+    used = {n for names in axes for n in names}
+    return tuple(axes), tuple((str(n), int(s)) for n, s in sizes.items() if n not in used)
