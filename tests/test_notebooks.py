@@ -38,6 +38,7 @@ NAMES = [
     "05-oom-diagnosed",
     "06-jax-with-tensorflow-or-pytorch",
     "07-where-memory-came-from",
+    "08-a-replicated-array-on-a-mesh",
 ]
 
 _executed: dict[str, nbformat.NotebookNode] = {}
