@@ -35,9 +35,9 @@ test('a replay monitor draws its memory bands and a header labelled replay and s
   // the process's 34770780160 B less the pool = 518 MiB; NVML's used 35323379712 B less the
   // process = 527 MiB; free 50197430272 B of 85520809984 B; bytes_limit 64140607488 B; peak
   // 20914496512 B; 1 - largest free block 2882316288 B / pool unused = 85%; headroom = limit
-  // less the pool = 27.86 GiB.
+  // less the pool = 27.86 GiB; used first: NVML's used of the total, 41%.
   await expect(header).toContainText(
-    'GPU 0: NVIDIA H100 80GB HBM3: JAX arrays 14.11 GiB · pool unused 17.77 GiB · outside JAX 518.00 MiB' +
+    'GPU 0: NVIDIA H100 80GB HBM3: used 32.90 GiB / 79.65 GiB (41%) · JAX arrays 14.11 GiB · pool unused 17.77 GiB · outside JAX 518.00 MiB' +
       ' · other processes 527.00 MiB · free 46.75 GiB · of 79.65 GiB · limit 59.74 GiB · peak 19.48 GiB' +
       ' · fragmentation 85% · largest free block 2.68 GiB · headroom 27.86 GiB'
   );
@@ -88,7 +88,7 @@ test('a replay of a trace recorded on an H100 draws the CUDA driver pool and is 
   // = 8.81 MiB other processes; NVML's free 75539611648 B = 70.35 GiB (under total less the bands
   // below it) of 85520809984 B = 79.65 GiB.
   await expect(header).toContainText(
-    'GPU 0: NVIDIA H100 80GB HBM3: JAX arrays 0 B · pool unused 8.28 GiB · outside JAX 550.00 MiB' +
+    'GPU 0: NVIDIA H100 80GB HBM3: used 8.83 GiB / 79.65 GiB (11%) · JAX arrays 0 B · pool unused 8.28 GiB · outside JAX 550.00 MiB' +
       ' · other processes 8.81 MiB · free 70.35 GiB · of 79.65 GiB · peak 9.00 GiB' +
       ' · CUDA pool reserved 8.28 GiB · used 0 B'
   );
