@@ -41,6 +41,9 @@ export function pendingKernels(reply: DevicesReply | null): PendingKernel[] {
       if (proc.kind !== 'kernel' || !proc.kernel_id || !pending || out.has(proc.kernel_id)) {
         continue;
       }
+      if (cullRecordOf(reply, proc.kernel_id)) {
+        continue; // culled: a row the server's kernel list has not dropped yet is not pending
+      }
       out.set(proc.kernel_id, {
         kernelId: proc.kernel_id,
         notebookPath: proc.notebook_path,

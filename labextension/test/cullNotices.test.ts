@@ -114,6 +114,17 @@ describe('pendingKernels', () => {
     assert.deepEqual(pendingKernels({ ...reply([]), state: 'no_driver' }), []);
     assert.deepEqual(pendingKernels(null), []);
   });
+
+  test('a kernel the reply records as culled is not pending, though a row still lists it', () => {
+    // The server's kernel list can still hold a culled kernel for a reading; its countdown must
+    // turn into the notice of the shutdown, not stay beside it.
+    const stale = reply([gpu(2, [kernelRow('k1', T + 46), kernelRow('k2', T + 50)])], [RECORD]);
+    assert.deepEqual(
+      pendingKernels(stale).map(p => p.kernelId),
+      ['k2']
+    );
+    assert.deepEqual(afterPending(stale, 'k1', T + 46, T + 47), { kind: 'culled', record: RECORD });
+  });
 });
 
 describe('the words', () => {
