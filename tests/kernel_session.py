@@ -1,10 +1,12 @@
 """Run cells in a real IPython shell, in this process, and print what each did as one JSON line.
 
-    python tests/kernel_session.py CELLS.json [--ext]
+    python tests/kernel_session.py CELLS.json [--ext] [--settle]
 
 CELLS.json is a list of cell sources. With ``--ext`` the first thing run is
 ``%load_ext jupyter_gpumem``; without it the same cells run on plain IPython and JAX, for
-comparison. Each cell's record: ``ok``, ``error`` (the exception's class name), ``seconds``
+comparison. With ``--settle`` the script waits, before each cell and outside it, for what the
+earlier cells dispatched (``settle``): a test that needs a real out-of-memory error raised by
+its cell sets it. Each cell's record: ``ok``, ``error`` (the exception's class name), ``seconds``
 (wall time of ``run_cell``, hooks included) and ``out`` (what it printed and displayed).
 The last line printed is ``JSON`` and the records. The test runs this under a time limit: a
 cell that hangs never prints it, and an abort shows as the return code.
@@ -26,6 +28,28 @@ from child_env import pythonpath
 from IPython.core.interactiveshell import InteractiveShell
 
 
+def settle() -> None:
+    """Wait for every live JAX array's computation, where JAX has been imported; an array whose
+    computation failed is passed over (``block_until_ready`` raises its error and never reads the
+    buffer).
+
+    Why: with a computation still pending, JAX dispatches the next one asynchronously, and an
+    allocation that cannot be made no longer raises at the call: the call returns an array that
+    failed, and converting it to numpy (IPython displaying a cell's value) aborts the process on
+    the CPU ("Check failed: data_.IsConcrete()", xla/pjrt/cpu/abstract_tfrt_cpu_buffer.cc,
+    jaxlib 0.4.38; "buffer_.IsConcrete()", raw_buffer.h, jaxlib 0.10.2). Seen on a loaded
+    machine with ``jnp.zeros((2**46,), jnp.float32)`` run right after ``jnp.ones(...) * 1e-3``;
+    reproduced on both releases by a matmul left pending before it."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return
+    for array in jax.live_arrays():
+        try:
+            array.block_until_ready()
+        except Exception:  # the array's own error: it is not this script's to report
+            pass
+
+
 def main() -> None:
     with open(sys.argv[1]) as fh:
         cells = json.load(fh)
@@ -34,6 +58,8 @@ def main() -> None:
         shell.run_line_magic("load_ext", "jupyter_gpumem")
     records = []
     for source in cells:
+        if "--settle" in sys.argv[2:]:
+            settle()
         buf = io.StringIO()
         t0 = time.perf_counter()
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
@@ -52,13 +78,14 @@ def main() -> None:
     print("JSON" + json.dumps(records), flush=True)
 
 
-def run_session(folder: Path, cells: list[str], env: dict | None = None) -> list[dict]:
+def run_session(folder: Path, cells: list[str], env: dict | None = None, settle: bool = True) -> list[dict]:
     """Each cell's record from this script run with the extension loaded, in a fresh process
-    in ``folder`` on CPU JAX, with this checkout's package first; ``env`` adds variables."""
+    in ``folder`` on CPU JAX, with this checkout's package first; ``env`` adds variables;
+    ``settle``: each cell starts once the earlier cells' computations are done (``settle``)."""
     path = folder / "cells.json"
     path.write_text(json.dumps(cells))
     proc = subprocess.run(
-        [sys.executable, __file__, str(path), "--ext"],
+        [sys.executable, __file__, str(path), "--ext"] + (["--settle"] if settle else []),
         capture_output=True,
         text=True,
         timeout=180,

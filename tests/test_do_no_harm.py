@@ -36,9 +36,12 @@ SETUP = textwrap.dedent("""\
 
 
 def run_session(
-    tmp_path: Path, cells: list[str], ext: bool, env: dict | None = None, timeout: float = 120
+    tmp_path: Path, cells: list[str], ext: bool, env: dict | None = None, timeout: float = 120, settle: bool = False
 ) -> list[dict]:
-    """Each cell's record; fails the test with the process's output if it died or hung."""
+    """Each cell's record; fails the test with the process's output if it died or hung.
+    ``settle``: each cell starts once the earlier ones' computations are done, for a cell that
+    must raise a real out-of-memory error (kernel_session.settle); left off elsewhere, where
+    cells meet computations still pending on purpose."""
     path = tmp_path / ("cells-ext.json" if ext else "cells-plain.json")
     path.write_text(json.dumps(cells))
     # PYTHONPATH: this checkout's package, not whichever one the environment installed
@@ -49,7 +52,7 @@ def run_session(
         "PYTHONPATH": pythonpath(),
         **(env or {}),
     }
-    args = [sys.executable, str(SESSION), str(path)] + (["--ext"] if ext else [])
+    args = [sys.executable, str(SESSION), str(path)] + (["--ext"] if ext else []) + (["--settle"] if settle else [])
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=tmp_path)
     except subprocess.TimeoutExpired as err:
@@ -334,7 +337,7 @@ ODD_OBJECTS = textwrap.dedent("""\
 
 def test_odd_objects_in_the_namespace_are_skipped_and_counted(tmp_path):
     cells = [SETUP, ODD_OBJECTS, "%gpumem arrays", "%gpumem free", "jnp.zeros((2**46,), jnp.float32)", "1 + 1"]
-    loaded = run_session(tmp_path, cells, ext=True)
+    loaded = run_session(tmp_path, cells, ext=True, settle=True)
     assert [c["ok"] for c in loaded] == [True, True, True, True, False, True], loaded
     arrays = loaded[2]["out"]
     assert "could not be read and were skipped" in arrays, arrays
@@ -526,7 +529,7 @@ def test_an_interrupt_during_a_command_ends_it_in_one_line(tmp_path):
 
 def test_an_interrupt_during_a_hook_is_one_line_and_the_next_cell_runs(tmp_path):
     cells = [SETUP, TRAP, "jnp.zeros((2**46,), jnp.float32)", "1 + 1"]
-    loaded = run_session(tmp_path, cells, ext=True)
+    loaded = run_session(tmp_path, cells, ext=True, settle=True)
     out = loaded[2]["out"]
     assert "gpumem: interrupted while reporting on the cell" in out
     assert "Error in callback" not in out and "doctor_hooks" not in out
