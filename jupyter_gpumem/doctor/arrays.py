@@ -10,6 +10,7 @@ import gc as _gc
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from jupyter_gpumem.core import sites
@@ -170,7 +171,7 @@ def _sized_arrays() -> tuple[list, list]:
             fp = footprint(a)
         except (AttributeError, RuntimeError, TypeError, ValueError):  # deleted between listing and reading
             continue
-        state = jax_arrays.failed(a)
+        state = jax_arrays.failed(a, live=True)
         if state:
             failed.append((a, fp))
         else:
@@ -295,7 +296,20 @@ class ArraysReport:
     def host_bytes(self) -> int:
         return sum(r.host_bytes for r in self.records)
 
+    # The text and the HTML forms are both made for one display: each is worked out once (a
+    # pass over 50,000 records costs tens of milliseconds).
+    @cached_property
+    def _on_mesh(self) -> bool:
+        return mesh_arrays.on_several_devices(self.records)
+
     def rows(self) -> list[tuple]:
+        return list(self._rows)
+
+    @cached_property
+    def _rows(self) -> tuple[tuple, ...]:
+        return tuple(self._make_rows())
+
+    def _make_rows(self) -> list[tuple]:
         if self.by == "device":
             return mesh_arrays.device_rows(self.records, self.top)
         if self.by:
@@ -306,7 +320,7 @@ class ArraysReport:
                 (k, str(c), bytes_or_na(n), "" if cell is None else str(cell), site) for k, c, n, cell, site in groups
             ]
         out = []
-        mesh = mesh_arrays.on_several_devices(self.records)
+        mesh = self._on_mesh
         for r in self.records[: self.top]:
             per_dev = per_device_summary(r.bytes_per_device)
             if r.host_bytes:
@@ -329,13 +343,17 @@ class ArraysReport:
             return mesh_arrays.DEVICE_HEADERS
         if self.by:
             return (self.by, "arrays", "bytes", "first cell") + (() if self.by == "line" else ("allocated at",))
-        layout = ("layout",) if mesh_arrays.on_several_devices(self.records) else ()
+        layout = ("layout",) if self._on_mesh else ()
         return ("array", "bytes", "per device", *layout, "held by", "cell", "allocated at")
 
     def summary(self) -> str:
+        return self._summary
+
+    @cached_property
+    def _summary(self) -> str:
         if self.note:
             return self.note
-        shown = min(self.top, len(self.rows()) if self.by else len(self.records))
+        shown = min(self.top, len(self._rows) if self.by else len(self.records))
         what = f"grouped by {self.by}" if self.by else "largest first"
         host = f" and {bytes_or_na(self.host_bytes)} in host memory" if self.host_bytes else ""
         took = f" Listed in {self.seconds * 1e3:.0f} ms." if self.seconds is not None else ""
@@ -372,9 +390,9 @@ class ArraysReport:
 
     def __str__(self) -> str:
         lines = [self.summary()]
-        rows = self.rows()
+        rows = self._rows
         if rows:
-            table = [self.headers()] + rows
+            table = [self.headers(), *rows]
             widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
             for row in table:
                 lines.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
@@ -384,7 +402,7 @@ class ArraysReport:
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{escape_html(h)}</th>" for h in self.headers())
-        body = "".join("<tr>" + "".join(f"<td>{escape_html(c)}</td>" for c in row) + "</tr>" for row in self.rows())
+        body = "".join("<tr>" + "".join(f"<td>{escape_html(c)}</td>" for c in row) + "</tr>" for row in self._rows)
         table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>" if body else ""
         return f"<div class='jupyter-gpumem-arrays'><p>{escape_html(self.summary())}</p>{table}</div>"
 

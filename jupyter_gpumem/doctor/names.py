@@ -107,9 +107,16 @@ class _Walker:
             if depth <= 0 or id(value) in self.seen:
                 return
             self.seen.add(id(value))
-            children = self._children(value)
+            if type(value) in (list, tuple):
+                items = list(value)
+            else:
+                items = None
+                children = self._children(value)
         except Exception:
             self.found.skipped += 1
+            return
+        if items is not None:
+            self._walk_items(items, path, depth)
             return
         for form, key, child in children:
             try:
@@ -124,6 +131,25 @@ class _Walker:
                     return
                 continue
             self.walk(child, child_path, depth - 1)
+            if self.found.unfinished:
+                return
+
+    def _walk_items(self, items: list, path: str, depth: int) -> None:
+        """A plain list's or tuple's items: their keys are whole numbers, so naming them runs no
+        user code (the common case of thousands of arrays in one list, without a tuple per item)."""
+        is_array = jax_arrays.is_jax_array
+        for i, child in enumerate(items):
+            try:
+                leaf = is_array(child)  # isinstance may run user code (a __class__ property)
+            except Exception:
+                self.found.skipped += 1
+                continue
+            if leaf:
+                self.record(child, f"{path}[{i}]")
+                if self.out_of_time():
+                    return
+                continue
+            self.walk(child, f"{path}[{i}]", depth - 1)
             if self.found.unfinished:
                 return
 
