@@ -16,32 +16,13 @@ from pathlib import Path
 
 import pytest
 from child_env import ipython_dir, pythonpath
+from ipython_script import run_script
 
 from jupyter_gpumem import doctor
 
 pytestmark = pytest.mark.jax_versions
 
 SESSION = r"""
-import io, json, contextlib
-from IPython.testing.globalipapp import start_ipython
-from IPython.core.error import UsageError
-ip = start_ipython()
-ip.run_line_magic("load_ext", "jupyter_gpumem")
-out = {}
-
-def cell(code):
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        ip.run_cell(code, store_history=True)
-    return buf.getvalue()
-
-def usage(line):
-    try:
-        ip.run_line_magic("gpumem", line)
-    except UsageError as err:
-        return str(err)
-    return None
-
 cell("import jax, jax.numpy as jnp\nimport jupyter_gpumem")
 cell("a = jnp.ones((256, 256))\nb = a\nparams = {'w': jnp.zeros((100,), jnp.int8)}")
 cell("jnp.arange(1000.0)")
@@ -99,22 +80,12 @@ out["usage"] = {
     "allocator": usage("allocator cuda-async"),
 }
 out["state_unchanged"] = before == (SESSION.doctor, SESSION.cells)
-print("JSON" + json.dumps(out))
 """
 
 
 @pytest.fixture(scope="module")
 def session() -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", SESSION],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(), **ipython_dir()},
-    )
-    line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
-    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(line[4:])
+    return run_script(SESSION, timeout=180)
 
 
 def record(session: dict, shape: list) -> dict:

@@ -9,13 +9,10 @@ error the user saw on device 3 (``GPU_3_bfc on device 3``): CPU JAX names no dev
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from child_env import ipython_dir, pythonpath
+from ipython_script import run_script
 
 from jupyter_gpumem.core.layout import device_span, per_device_summary
 
@@ -25,20 +22,8 @@ MiB = 1024**2
 TEXT = Path(__file__).parents[1] / "data" / "oom_texts" / "h100_jax_0.11.2_oom_fill_1MiB.txt"
 
 SESSION = r"""
-import io, json, sys, contextlib
-from IPython.testing.globalipapp import start_ipython
-from IPython.core.error import UsageError
-ip = start_ipython()
-ip.run_line_magic("load_ext", "jupyter_gpumem")
 from jupyter_gpumem import doctor
 from jupyter_gpumem.doctor.oom_text import recognise_text
-out = {}
-
-def cell(code):
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        ip.run_cell(code, store_history=True)
-    return buf.getvalue()
 
 cell('''import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -53,11 +38,7 @@ out["arrays"] = cell("%gpumem arrays")
 out["records"] = [r.to_json() for r in doctor.live_arrays(ip)]
 out["by_device"] = cell("%gpumem arrays --by device --top 3")
 before = [r.to_json() for r in doctor.live_arrays(ip)]
-try:
-    ip.run_line_magic("gpumem", "arrays --by devices")
-    out["usage"] = None
-except UsageError as err:
-    out["usage"] = str(err)
+out["usage"] = usage("arrays --by devices")
 out["unchanged"] = before == [r.to_json() for r in doctor.live_arrays(ip)]
 text = open(sys.argv[1]).read().replace("GPU_0_bfc on device 0", "GPU_3_bfc on device 3")
 report = doctor.oom_report(recognise_text(text), ip)
@@ -65,28 +46,12 @@ out["oom"] = str(report)
 out["fixes"] = [f.to_json() for f in report.fixes]
 cell(report.fixes[0].action)
 out["after_fix"] = [r.to_json() for r in doctor.live_arrays(ip) if r.names == ("w_repl",)]
-print("JSON" + json.dumps(out))
 """
 
 
 @pytest.fixture(scope="module")
 def session() -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", SESSION, str(TEXT)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={
-            "JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": pythonpath(),
-            **ipython_dir(),
-        },
-    )
-    line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
-    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(line[4:])
+    return run_script(SESSION, str(TEXT), env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
 
 
 def row(text: str, name: str) -> list[str]:
