@@ -90,6 +90,36 @@ describe('overviewRows', () => {
     assert.equal(rows[7].fraction, 0);
   });
 
+  test('sixteen V100s (the sixteen_v100 world): sixteen rows, GPU 11 (31 of 32 GiB) the one fullest', () => {
+    // jupyter_gpumem/testing/scenarios.py's SIXTEEN_V100_USED_GIB, on 32,768 MiB cards.
+    const used = [28, 28, 28, 28, 28, 28, 28, 28, 12, 12, 4, 31, 0, 0, 16, 2];
+    const v100s = used.map((gib, i) => ({
+      ...h100(i, gib, 3 * gib),
+      name: 'Tesla V100-SXM3-32GB',
+      total: 32_768 * MiB,
+      reserved: 256 * MiB,
+      free: 32_768 * MiB - 256 * MiB - gib * GiB
+    }));
+    const rows = overviewRows(v100s, false);
+    assert.deepEqual(
+      rows.map(r => r.index),
+      [...Array(16).keys()]
+    );
+    assert.deepEqual(
+      rows.filter(r => r.fullest).map(r => r.index),
+      [11]
+    );
+    assert.deepEqual(
+      rows.filter(r => r.nearlyFull).map(r => r.index),
+      [11]
+    );
+    assert.equal(rows[11].fraction?.toFixed(3), '0.969');
+    assert.deepEqual(
+      rows.filter(r => r.fraction === 0).map(r => r.index),
+      [12, 13]
+    );
+  });
+
   test("this notebook's share is its kernel's bytes, and null with no notebook open", () => {
     const withMine = dgx.map(d =>
       d.index === 6 ? { ...d, this_kernel_bytes: 6 * GiB, kernels_bytes: 6 * GiB } : d
