@@ -88,7 +88,7 @@ SERIES: tuple[SeriesSpec, ...] = (
     SeriesSpec("torch_allocated", "PyTorch tensors (allocated)", "band", "bytes"),
     SeriesSpec("torch_cached", "PyTorch cache (reserved, unused)", "band", "bytes"),
     SeriesSpec("other_processes", "other processes", "band", "bytes"),
-    SeriesSpec("host_pids", "processes NVML lists with host pids (cannot tell which is this kernel)", "band", "bytes"),
+    SeriesSpec("host_pids", "host pids", "band", "bytes"),
     SeriesSpec("unattributed", "used, not attributable", "band", "bytes"),
     SeriesSpec("free", "free", "band", "bytes"),
     SeriesSpec("bytes_limit", "bytes_limit", "line", "bytes"),

@@ -858,7 +858,7 @@ def test_memory_under_host_pids_reads_as_a_label_before_its_number():
     assert (
         "GPU 0: NVIDIA A100-SXM4-40GB:</span> used <b>32.00 GiB / 40.00 GiB (80%)</b> "
         "<span class='jupyter-gpumem-used'><span style='width:80%'></span></span>"
-        " · other processes <b>0 B</b> · host pids (this kernel or not) <b>32.00 GiB</b> · free" in header
+        " · other processes <b>0 B</b> · host pids <b>32.00 GiB</b> · free" in header
     )
 
 
