@@ -157,13 +157,13 @@ test('the allocators on offer are the ones the kernel reports', async ({ page, t
   const panel = await openPanel(page);
   const options = panel.locator('select[name="allocator"] option');
   const hint = panel.locator('.jp-GpuMem-choicesHint');
-  // Before the kernel answers, only "JAX default", and why.
-  await expect(options).toHaveText(['JAX default']);
+  // Before the kernel answers, only "not set", and why.
+  await expect(options).toHaveText(['not set']);
   await expect(hint).toContainText('The list of allocators comes from the kernel');
   await panel.locator('.jp-GpuMem-load').click();
   await expect(panel.locator('.jp-GpuMem-backend')).toContainText('JAX has not started yet');
   const choices = await kernelAllocatorChoices(page);
-  await expect(options).toHaveText(['JAX default', ...(choices ?? [])]);
+  await expect(options).toHaveText(['not set', ...(choices ?? [])]);
   if (choices === null) {
     await expect(hint).toContainText('does not say which allocators it accepts');
   } else {
