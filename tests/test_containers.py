@@ -34,7 +34,7 @@ from jupyter_gpumem.doctor.oom_rules import advise
 from jupyter_gpumem.doctor.oom_text import OomError
 from jupyter_gpumem.monitor.series import notes_for, series_values
 from jupyter_gpumem.sampling.sampler import Sampler
-from jupyter_gpumem.server.device_report import build_devices_report
+from jupyter_gpumem.server.device_report import HOST_PIDS_REASON, build_devices_report
 from jupyter_gpumem.server.kernels import KernelInfo
 from jupyter_gpumem.server.readings import NvmlDevices
 from jupyter_gpumem.sources.nvml import NvmlSource
@@ -141,6 +141,14 @@ def test_server_counts_host_pids_that_may_be_its_kernels_as_neither_kernels_nor_
     assert (gpu1["kernels_bytes"], gpu1["other_bytes"], gpu1["host_pid_bytes"]) == (0, 0, 18 * GiB)
     assert gpu1["pids_visible"] is False
     assert "cannot tell which of them, if any, are this server's kernels" in gpu1["pids_reason"]
+
+
+def test_server_gives_every_gpu_with_host_pids_the_same_reason_and_lists_the_pids_in_its_processes():
+    # The panel says the reason once for all such GPUs: a pid list in it made each GPU's its own.
+    kernel = KernelInfo("k1", "python3", os.getpid(), "nb/a.ipynb", "idle")
+    gpu0, gpu1 = devices_report([kernel])["devices"][:2]
+    assert gpu0["pids_reason"] == gpu1["pids_reason"] == HOST_PIDS_REASON
+    assert [p["pid"] for p in gpu0["processes"] if p["kind"] == "host_pid"] == [4_201_001]
 
 
 def test_server_without_kernels_counts_pids_that_are_not_processes_here_as_other_processes():

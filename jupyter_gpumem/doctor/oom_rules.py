@@ -12,6 +12,7 @@ from jupyter_gpumem.core import metrics
 from jupyter_gpumem.core.units import format_bytes
 from jupyter_gpumem.doctor.oom_mesh import shard_replicated
 from jupyter_gpumem.doctor.oom_readings import FIX_KINDS, Fix, OomReadings, OtherProcess
+from jupyter_gpumem.settings.cpu_fallback import plugin_command
 
 __all__ = ["FIX_KINDS", "Fix", "OomReadings", "OtherProcess", "RULES", "advise", "shortfall"]
 
@@ -57,7 +58,7 @@ def jax_on_cpu_beside_gpus(r: OomReadings, need: int | None) -> Fix | None:
     return Fix(
         "cpu_beside_gpus",
         f"JAX runs on the CPU, but NVML sees {gpus}{idle}",
-        r.gpu_fix or 'pip install -U "jax[cuda12]", then restart the kernel',
+        r.gpu_fix or f"{plugin_command(None)}, then restart the kernel",
         "This error is about host memory because JAX never started on a GPU; on one, the request "
         "would be weighed against the GPU's memory instead.",
         None,

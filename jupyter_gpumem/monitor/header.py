@@ -83,7 +83,7 @@ _GPU_NUMBERS = (
     ("pool unused", "pool_unused"),
     ("outside JAX", "outside_jax"),
     ("other processes", "other_processes"),
-    ("host pids (this kernel or not)", "host_pids"),
+    ("host pids", "host_pids"),
     ("unattributed", "unattributed"),
     ("free", "free"),
     ("of", "total"),

@@ -206,29 +206,57 @@ function traceFor(spec, store, theme) {
   return trace;
 }
 
+// The cells in the window, each with its label ("[12]") and whether the label is shown in a plot
+// `widthPx` wide: from the newest back, a label that would touch the last one shown (its
+// characters at CELL_LABEL_CHAR_PX each, centred on its line, CELL_LABEL_PAD_PX apart) is left
+// to its line's hover, so cells run close together never print "[7][9][1[1]2]".
+const CELL_LABEL_CHAR_PX = 6; // a bracket or digit at the labels' 10 px font, a little over
+const CELL_LABEL_PAD_PX = 4;
+
+export function cellLabelsInView(store, widthPx) {
+  const n = store.t.length;
+  if (!n) {
+    return [];
+  }
+  const first = store.t[0];
+  const perPx = (store.t[n - 1] - first) / Math.max(widthPx, 1);
+  const out = [];
+  for (const [t, count, took] of store.cells) {
+    if (t >= first) {
+      // from before the first sample: nothing to mark it against
+      out.push({ t, took, label: count === null ? '[?]' : `[${count}]`, shown: false });
+    }
+  }
+  let shown = null;
+  for (let i = out.length - 1; i >= 0; i--) {
+    const c = out[i];
+    const gapPx = shown && ((c.label.length + shown.label.length) / 2) * CELL_LABEL_CHAR_PX + CELL_LABEL_PAD_PX;
+    c.shown = shown === null || shown.t - c.t >= gapPx * perPx;
+    shown = c.shown ? c : shown;
+  }
+  return out;
+}
+
 // The cell markers: a dotted line per cell run (hover: how long it ran) and, in a trace of its
-// own, its label at the top. One trace of both, with the bottom points' labels left empty, lost
-// the first cell's label (plotly drew it nowhere).
-function cellsTraces(store, theme) {
-  const first = store.t.length ? store.t[0] : null;
+// own, the labels cellLabelsInView shows, at the top. One trace of both, with the bottom points'
+// labels left empty, lost the first cell's label (plotly drew it nowhere).
+function cellsTraces(store, theme, widthPx) {
   const top = store.figure.top || 1;
   const x = [];
   const y = [];
   const text = [];
   const labels = { x: [], y: [], text: [] };
-  for (const [t, count, took] of store.cells) {
-    if (first === null || t < first) {
-      continue; // from before the first sample: nothing to mark it against
-    }
-    const label = count === null ? '[?]' : `[${count}]`;
+  for (const { t, took, label, shown } of cellLabelsInView(store, widthPx)) {
     const ms = localMs(t);
     const ran = label + (took === null ? ' running' : ` ran ${took.toFixed(1)} s`);
     x.push(ms, ms, null);
     y.push(0, top, null);
     text.push(ran, ran, null);
-    labels.x.push(ms);
-    labels.y.push(top);
-    labels.text.push(label);
+    if (shown) {
+      labels.x.push(ms);
+      labels.y.push(top);
+      labels.text.push(label);
+    }
   }
   const lines = {
     type: 'scatter',
@@ -505,7 +533,9 @@ async function render({ model, el }) {
       const theme = themeColors();
       const data = store.figure.series.map(s => traceFor(s, store, theme));
       const marks = markersInView(store);
-      data.push(...cellsTraces(store, theme), markersTrace(store, marks, theme));
+      // The plot's drawing area (layoutFor's margins are 60 px each side); 600 px while hidden.
+      const widthPx = plot.offsetWidth > 120 ? plot.offsetWidth - 120 : 600;
+      data.push(...cellsTraces(store, theme, widthPx), markersTrace(store, marks, theme));
       Plotly.react(plot, data, layoutFor(store, theme, marks), { responsive: true, displaylogo: false });
     });
   };
@@ -514,10 +544,12 @@ async function render({ model, el }) {
   // JupyterLab's theme is switched on <body data-jp-theme-light>: redraw in its colours.
   const themeWatch = new MutationObserver(draw);
   themeWatch.observe(document.body, { attributes: true, attributeFilter: ['data-jp-theme-light', 'data-jp-theme-name'] });
-  // A plot drawn in a hidden tab has no width: resize it when it is shown.
+  // A plot drawn in a hidden tab has no width: resize it when it is shown, and place the cell
+  // labels again for its width.
   const sizeWatch = new ResizeObserver(() => {
     if (plot.offsetWidth > 0 && plot._fullLayout) {
       Plotly.Plots.resize(plot);
+      draw();
     }
   });
   sizeWatch.observe(el);

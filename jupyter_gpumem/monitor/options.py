@@ -1,9 +1,10 @@
 """What ``%gpumem monitor`` and ``Monitor(...)`` take: the interval, the window, the device and
-a recording to replay, each checked with a message that names what is valid.
+a recording to replay (``read_recording``), each checked with a message that names what is valid.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from jupyter_gpumem.core.magic_args import Grammar, MagicUsageError, Option, as_number, check_interval
@@ -69,3 +70,34 @@ def check_device_is_read(device: int, timeline: Timeline, sampler: Any) -> None:
     if keys and device not in keys:
         valid = ", ".join(map(str, keys)) if len(keys) <= 20 else f"{len(keys):,} GPUs from {keys[0]} to {keys[-1]}"
         raise MagicUsageError(f"--device {device}: there is no GPU {device} in the readings; valid: {valid} or all")
+
+
+def read_recording(path: str) -> tuple[Timeline, Any]:
+    """The Timeline of the trace file at ``path`` (or of the shipped demo trace of that bare
+    name), and the error reading stopped at (or None)."""
+    from jupyter_gpumem import demo_traces
+    from jupyter_gpumem.core.tracefile import read_trace
+    from jupyter_gpumem.sources.replay import timeline_from_trace
+
+    path = demo_traces.resolve(path)
+    if not os.path.isfile(path):
+        raise MagicUsageError(
+            f"--replay: no trace file at {path!r}; give the path of a .jsonl trace, or the name of "
+            f"one the package ships: {', '.join(demo_traces.names())}"
+        )
+    try:
+        trace = read_trace(path)
+    except OSError as err:  # over the size limit (tracefile.MAX_TRACE_BYTES), unreadable
+        raise MagicUsageError(f"--replay: cannot read {path!r}: {err.strerror or err}") from None
+    if not trace.samples:
+        why = trace.error or "it has no samples"
+        raise MagicUsageError(f"--replay: cannot draw {path!r}: {why}")
+    return timeline_from_trace(trace), trace.error
+
+
+def span_minutes(timeline: Timeline) -> float:
+    """Minutes from a timeline's first sample to its last, and a second more."""
+    samples = timeline.samples()
+    if not samples:
+        return DEFAULT_WINDOW_MIN
+    return min(MAX_WINDOW_MIN, (samples[-1].t - samples[0].t + 1.0) / 60.0)

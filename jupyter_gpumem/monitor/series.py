@@ -56,6 +56,7 @@ __all__ = [
     "row_for",
     "device_keys",
     "view_keys",
+    "jax_view",
     "in_view_order",
     "view_name",
     "CPU_KEY",
@@ -88,7 +89,7 @@ SERIES: tuple[SeriesSpec, ...] = (
     SeriesSpec("torch_allocated", "PyTorch tensors (allocated)", "band", "bytes"),
     SeriesSpec("torch_cached", "PyTorch cache (reserved, unused)", "band", "bytes"),
     SeriesSpec("other_processes", "other processes", "band", "bytes"),
-    SeriesSpec("host_pids", "processes NVML lists with host pids (cannot tell which is this kernel)", "band", "bytes"),
+    SeriesSpec("host_pids", "host pids", "band", "bytes"),
     SeriesSpec("unattributed", "used, not attributable", "band", "bytes"),
     SeriesSpec("free", "free", "band", "bytes"),
     SeriesSpec("bytes_limit", "bytes_limit", "line", "bytes"),
@@ -138,6 +139,17 @@ def view_keys(sample: Sample) -> list[int]:
 def in_view_order(keys: Iterable[int]) -> list[int]:
     """Keys as the views are shown: GPUs by index, the CPU last."""
     return sorted(keys, key=lambda k: (k == CPU_KEY, k))
+
+
+def jax_view(sample: Sample | None) -> int | None:
+    """The view of the device this kernel's JAX uses: the first GPU it runs on, or ``CPU_KEY``
+    where it runs on the CPU; None before JAX starts, or when its GPU is not known to NVML."""
+    if sample is None or isinstance(sample.jax, NotAvailable):
+        return None
+    gpus = [j.nvml_index for j in sample.jax if j.platform == "gpu" and j.nvml_index is not None]
+    if gpus:
+        return min(gpus)
+    return CPU_KEY if any(j.platform == "cpu" for j in sample.jax) else None
 
 
 def view_name(key: int) -> str:

@@ -33,12 +33,13 @@ from jupyter_gpumem.monitor.options import (
     DEFAULT_INTERVAL_S,
     DEFAULT_WINDOW_MIN,
     INTERVALS,
-    MAX_WINDOW_MIN,
     MONITOR_ARGS,
     WINDOWS_MIN,
     check_device,
     check_device_is_read,
     check_window,
+    read_recording,
+    span_minutes,
 )
 from jupyter_gpumem.monitor.series import (
     CPU_KEY,
@@ -47,6 +48,7 @@ from jupyter_gpumem.monitor.series import (
     cell_markers,
     csv_rows,
     in_view_order,
+    jax_view,
     notes_for,
     nothing_to_show,
     row_for,
@@ -95,37 +97,6 @@ def magic_monitor(argv: list[str], shell: Any) -> Monitor:
     return Monitor(**MONITOR_ARGS.parse(argv))
 
 
-def _read_recording(path: str) -> tuple[Timeline, Any]:
-    """The Timeline of the trace file at ``path`` (or of the shipped demo trace of that bare
-    name), and the error reading stopped at (or None)."""
-    from jupyter_gpumem import demo_traces
-    from jupyter_gpumem.core.tracefile import read_trace
-    from jupyter_gpumem.sources.replay import timeline_from_trace
-
-    path = demo_traces.resolve(path)
-    if not os.path.isfile(path):
-        raise MagicUsageError(
-            f"--replay: no trace file at {path!r}; give the path of a .jsonl trace, or the name of "
-            f"one the package ships: {', '.join(demo_traces.names())}"
-        )
-    try:
-        trace = read_trace(path)
-    except OSError as err:  # over the size limit (tracefile.MAX_TRACE_BYTES), unreadable
-        raise MagicUsageError(f"--replay: cannot read {path!r}: {err.strerror or err}") from None
-    if not trace.samples:
-        why = trace.error or "it has no samples"
-        raise MagicUsageError(f"--replay: cannot draw {path!r}: {why}")
-    return timeline_from_trace(trace), trace.error
-
-
-def _span_minutes(timeline: Timeline) -> float:
-    """Minutes from a timeline's first sample to its last, and a second more."""
-    samples = timeline.samples()
-    if not samples:
-        return DEFAULT_WINDOW_MIN
-    return min(MAX_WINDOW_MIN, (samples[-1].t - samples[0].t + 1.0) / 60.0)
-
-
 class Monitor:
     """A view of where each GPU's memory is, and why. Display it in a notebook.
 
@@ -155,7 +126,7 @@ class Monitor:
         self.replay_path = os.fspath(replay) if replay is not None else None
         read_error = None
         if self.replay_path is not None:
-            timeline, read_error = _read_recording(self.replay_path)
+            timeline, read_error = read_recording(self.replay_path)
         if timeline is None:
             if sampler is None:
                 from jupyter_gpumem.sampling.sampler import get_sampler
@@ -167,7 +138,7 @@ class Monitor:
         self.sampler = sampler  # None: the timeline is a recording, drawn as it is
         self.timeline: Timeline = timeline
         if window is None:
-            window = DEFAULT_WINDOW_MIN if self.live else _span_minutes(timeline)
+            window = DEFAULT_WINDOW_MIN if self.live else span_minutes(timeline)
         self.window_min = check_window(window)
 
         import ipywidgets as W
@@ -257,6 +228,9 @@ class Monitor:
         self.empty = W.HTML(layout=W.Layout(width="100%", margin="2px 0px"))
         self.tabs = W.Tab()
         self.tabs.add_class(TABS_CLASS)  # each tab as wide as its title (figure.TAB_CSS)
+        # The tabs open once on the device this kernel's JAX uses, unless the user picks one first.
+        self._tab_settled = self._choosing_tab = False
+        self.tabs.observe(self._on_tab_picked, names="selected_index")
         self.body = W.VBox([self.empty])
         self.pause_button = W.ToggleButton(
             value=False, description="Pause", icon="pause", tooltip="Pause or resume updates"
@@ -425,6 +399,8 @@ class Monitor:
                 view.update(points_all.get(key, []), *marks)
         if appeared or not self._views:
             self._refresh_layout()  # also keeps the empty state's reason current
+        else:
+            self._open_on_jax()  # JAX may start after its device's tab was drawn
         self._refresh_header()
         with self._updated:
             self.updates += 1
@@ -457,12 +433,29 @@ class Monitor:
             if self.body.children != (views[0].widget,):
                 self.body.children = (views[0].widget,)
         else:
+            self._choosing_tab = True  # new children move the selected tab: not the user's pick
             self.tabs.children = tuple(v.widget for v in views)
             # All titles in one assignment: set_title per tab copies and re-validates the whole
             # list each time (ipywidgets 8.1 Tab.set_title), quadratic in devices.
             self.tabs.titles = tuple(v.title for v in views)
+            self._choosing_tab = False
             self.body.children = (self.tabs,)
+        self._open_on_jax()
         self._refresh_header()
+
+    def _open_on_jax(self) -> None:
+        """Shows the tab of the device this kernel's JAX uses (``jax_view``), once it is drawn,
+        unless the user picked a tab before."""
+        key = jax_view(self._latest)
+        if self._tab_settled or key not in self._views or len(self._views) < 2:
+            return
+        self._tab_settled = self._choosing_tab = True
+        self.tabs.selected_index = in_view_order(self._views).index(key)
+        self._choosing_tab = False
+
+    def _on_tab_picked(self, change: dict) -> None:
+        if not self._choosing_tab:
+            self._tab_settled = True
 
     def _empty_html(self, reason: str | None) -> str:
         if reason is None and self.device is not None:

@@ -160,6 +160,18 @@ def cull_message(per_device: Iterable[tuple[int, int]], idle_seconds: float, lef
     return f"this kernel holds {held} and has been idle {human_duration(idle_seconds)}; it will be shut down {when}"
 
 
+def start_line(idle_after: float, min_bytes: int, warn_before: float, every: float) -> str:
+    """What the server logs when culling starts, in the words the notices use: "kernels idle
+    60 min or more that hold 1.00 GiB of GPU memory or more are shut down, with a warning 5 min
+    before; checked every 60 s". A warning no shorter than the idle time comes as soon as the
+    kernel is idle (``cull_plan``), and is said so."""
+    warning = "as soon as they are idle" if warn_before >= idle_after else f"{human_duration(warn_before)} before"
+    return (
+        f"jupyter-gpumem: kernels idle {human_duration(idle_after)} or more that hold {format_bytes(min_bytes)} "
+        f"of GPU memory or more are shut down, with a warning {warning}; checked every {human_duration(every)}"
+    )
+
+
 def cull_plan(
     report: dict,
     kernels: Iterable[KernelInfo],
@@ -288,14 +300,7 @@ class Culler:
         every = check_every(c.cull_idle_after, c.poll_interval)
         self._callback = PeriodicCallback(self._tick, every * 1000)
         self._callback.start()
-        self.log.info(
-            "jupyter-gpumem: shutting down kernels idle %gs or more that hold %s of GPU memory or more "
-            "(warning %gs before), checking every %gs",
-            c.cull_idle_after,
-            format_bytes(c.cull_min_bytes),
-            c.cull_warn_before,
-            every,
-        )
+        self.log.info(start_line(c.cull_idle_after, c.cull_min_bytes, c.cull_warn_before, every))
 
     def stop(self) -> None:
         if self._callback is not None:

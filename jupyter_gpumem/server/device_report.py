@@ -94,13 +94,22 @@ def _pids_visibility(dev: DeviceReading) -> tuple[bool, str | None]:
     return True, None
 
 
+# Why a GPU's host pids are no kernel's, the same words on every GPU so that the panel says it
+# once for all of them; each GPU's pids are in its processes (kind "host_pid").
+HOST_PIDS_REASON = (
+    "NVML lists pids that are not processes in this server's PID namespace (inside a container NVML "
+    "lists the host's pids); it cannot tell which of them, if any, are this server's kernels, so their "
+    "memory is not counted as any kernel's and over-commit between kernels is not checked"
+)
+
+
 def _host_pids(
     dev: DeviceReading, kernels: list[KernelInfo], pids_not_here: set[int] | None, shared_namespace: bool = False
 ) -> tuple[set[int], str | None]:
     """The pids on ``dev`` that may be kernels of this server although no kernel has that pid
-    (the host's pids, seen from a container), and what to say about them; none when every
-    kernel is matched, the evidence is missing, or ``shared_namespace`` (a kernel's pid listed
-    on some GPU) shows NVML's pids are this server's: those not here have ended."""
+    (the host's pids, seen from a container), and ``HOST_PIDS_REASON`` where there are any; none
+    when every kernel is matched, the evidence is missing, or ``shared_namespace`` (a kernel's pid
+    listed on some GPU) shows NVML's pids are this server's: those not here have ended."""
     unknown: set[int] = set()
     for kernel in kernels:
         if kernel.pid is None:
@@ -110,14 +119,7 @@ def _host_pids(
         )  # no kernel's JAX is known here
         if who.how == CANNOT_TELL:
             unknown.update(p.pid for p in who.unknown)
-    if not unknown:
-        return unknown, None
-    listed = ", ".join(str(pid) for pid in sorted(unknown)[:5]) + (" and more" if len(unknown) > 5 else "")
-    return unknown, (
-        f"NVML lists pids {listed}, which are not processes in this server's PID namespace (inside a container "
-        "NVML lists the host's pids); it cannot tell which of them, if any, are this server's kernels, "
-        "so their memory is not counted as any kernel's and over-commit between kernels is not checked"
-    )
+    return unknown, HOST_PIDS_REASON if unknown else None
 
 
 @dataclass(frozen=True)

@@ -66,3 +66,38 @@ export function kernelRows(devices: DeviceInfo[]): KernelRow[] {
 export function canShutDown(p: ProcessInfo): boolean {
   return p.kind === 'kernel' && !!p.kernel_id && p.execution_state === 'idle' && (p.used ?? 0) > 0;
 }
+
+/** Whether a readable GPU's processes cannot be matched because NVML lists the host's pids. */
+export function listsHostPids(d: DeviceInfo): boolean {
+  return (
+    d.readable &&
+    !d.pids_visible &&
+    ((d.host_pid_bytes ?? 0) > 0 || d.processes.some(p => p.kind === 'host_pid'))
+  );
+}
+
+/** GPUs whose processes are the host's pids, with the server's reason for them. */
+export interface HostPidsNote {
+  gpus: number[];
+  reason: string | null;
+}
+
+/**
+ * One note per reason for the GPUs that list host pids, in device order: the server gives every
+ * such GPU the same reason, so the panel says it once instead of on each card.
+ */
+export function hostPidsNotes(devices: DeviceInfo[]): HostPidsNote[] {
+  const notes: HostPidsNote[] = [];
+  for (const d of devices) {
+    if (!listsHostPids(d)) {
+      continue;
+    }
+    const same = notes.find(n => n.reason === d.pids_reason);
+    if (same) {
+      same.gpus.push(d.index);
+    } else {
+      notes.push({ gpus: [d.index], reason: d.pids_reason });
+    }
+  }
+  return notes;
+}

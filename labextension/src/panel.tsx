@@ -38,6 +38,10 @@ export class GpuMemPanel extends ReactWidget {
   constructor(private _props: GpuMemPanelOptions) {
     super();
     this.addClass('jp-GpuMem');
+    // A named region: a landmark, so that its content is not outside every landmark of the page
+    // (JupyterLab's sidebar is a complementary landmark around the tab bar only).
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', _props.trans.__('GPU memory'));
     this._options = _props.options;
     const watched = () => this.isVisible || _props.alsoWatched();
     this.devices = new DevicesModel({

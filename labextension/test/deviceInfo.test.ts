@@ -1,7 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
-import { canShutDown, kernelRows, memoryShares, processesByMemory } from '../src/deviceInfo';
+import {
+  canShutDown,
+  hostPidsNotes,
+  kernelRows,
+  memoryShares,
+  processesByMemory
+} from '../src/deviceInfo';
 import { ProcessInfo, ReadableDevice, UnreadableDevice } from '../src/types';
 
 const GiB = 1024 ** 3;
@@ -215,5 +221,36 @@ describe('processesByMemory', () => {
       processesByMemory(d).map(p => p.pid),
       [9, 3, 7, 5]
     );
+  });
+});
+
+describe('hostPidsNotes', () => {
+  const why = "NVML lists pids that are not processes in this server's PID namespace";
+  const hostPid = (pid: number, used: number): ProcessInfo => ({
+    ...otherProcess(pid, used),
+    kind: 'host_pid',
+    user: null
+  });
+  const inContainer = (index: number, pids: ProcessInfo[]) =>
+    a100(index, {
+      used: pids.reduce((sum, p) => sum + (p.used ?? 0), 0),
+      host_pid_bytes: pids.reduce((sum, p) => sum + (p.used ?? 0), 0),
+      pids_visible: false,
+      pids_reason: why,
+      processes: pids
+    });
+
+  test('GPUs that list host pids for the same reason share one note, in device order', () => {
+    const devices = [
+      inContainer(0, [hostPid(4200101, 30 * GiB), hostPid(4200102, 2 * GiB)]),
+      inContainer(1, [hostPid(4200201, 10 * GiB)]),
+      a100(2, {})
+    ];
+    assert.deepEqual(hostPidsNotes(devices), [{ gpus: [0, 1], reason: why }]);
+  });
+
+  test('hidden processes for another reason, and unreadable GPUs, are not host pids', () => {
+    const mig = a100(0, { pids_visible: false, pids_reason: 'MIG hides processes' });
+    assert.deepEqual(hostPidsNotes([mig, lost]), []);
   });
 });

@@ -79,10 +79,12 @@ def test_shortfall_is_unknown_without_a_request_or_a_largest_request(readings):
 
 
 def test_jax_on_the_cpu_beside_one_gpu_says_how_to_put_jax_on_it():
+    # No line found for this machine: the one for a driver whose CUDA version is unknown, both extras.
     assert jax_on_cpu_beside_gpus(oom(GiB, platform="cpu", visible_gpus=1), None) == Fix(
         "cpu_beside_gpus",
         "JAX runs on the CPU, but NVML sees 1 GPU",
-        'pip install -U "jax[cuda12]", then restart the kernel',
+        'pip install -U "jax[cuda12]"   (or pip install -U "jax[cuda13]" where the driver supports CUDA 13), '
+        "then restart the kernel",
         "This error is about host memory because JAX never started on a GPU; on one, the request "
         "would be weighed against the GPU's memory instead.",
         None,

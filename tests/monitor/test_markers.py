@@ -171,18 +171,24 @@ def test_a_marker_older_than_the_window_drops_out_like_a_cell(stub):
 _PLOT_JS = Path(__file__).parents[2] / "jupyter_gpumem" / "monitor" / "monitor_plot.js"
 
 
-def markers_in_view(tmp_path: Path, figure: dict) -> list[dict]:
-    """monitor_plot.js's markersInView for the store a figure makes, run in node."""
+def in_view(tmp_path: Path, function: str, figure: dict, *args: object) -> list[dict]:
+    """monitor_plot.js's ``function`` (markersInView, cellLabelsInView) for the store a figure
+    makes and ``args``, run in node."""
     module = tmp_path / "monitor_plot.mjs"
     shutil.copy(_PLOT_JS, module)
+    call_args = "".join(f", {json.dumps(a)}" for a in args)
     script = (
-        f"import {{ markersInView, storeFrom }} from {json.dumps(module.as_uri())};"
-        f"process.stdout.write(JSON.stringify(markersInView(storeFrom({json.dumps(figure)}))));"
+        f"import {{ {function}, storeFrom }} from {json.dumps(module.as_uri())};"
+        f"process.stdout.write(JSON.stringify({function}(storeFrom({json.dumps(figure)}){call_args})));"
     )
     done = subprocess.run(
         ["node", "--input-type=module", "-e", script], capture_output=True, text=True, check=True, timeout=60
     )
     return json.loads(done.stdout)
+
+
+def markers_in_view(tmp_path: Path, figure: dict) -> list[dict]:
+    return in_view(tmp_path, "markersInView", figure)
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="the browser's side runs in node")
@@ -204,3 +210,25 @@ def test_the_browser_draws_no_marker_from_before_its_first_point(tmp_path):
     markers = [[5.0, "before", "before"], [15.0, "after", "after"]]
     drawn = markers_in_view(tmp_path, {"t": [10.0, 20.0], "markers": markers})
     assert [m["label"] for m in drawn] == ["after"]
+
+
+def cell_labels_in_view(tmp_path: Path, figure: dict, width_px: int) -> list[dict]:
+    return in_view(tmp_path, "cellLabelsInView", figure, width_px)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="the browser's side runs in node")
+def test_the_browser_never_draws_cell_labels_over_each_other_and_keeps_the_newest(tmp_path):
+    # 60 s over 600 px: 10 px a second. "[9]" and "[10]" need 3.5 chars of 6 px and 4 px apart,
+    # 25 px, 2.5 s. Cells 7, 9, 11, 12 ran within 2 s at the right edge: "[7][9][1[1]2]" before.
+    cells = [[t, n, 0.1] for t, n in ((30.0, 5), (56.0, 7), (57.0, 9), (57.5, 11), (58.0, 12))]
+    drawn = cell_labels_in_view(tmp_path, {"t": [0.0, 60.0], "cells": cells}, 600)
+    assert [(c["t"], c["label"], c["shown"]) for c in drawn] == [
+        (30.0, "[5]", True),
+        (56.0, "[7]", False),
+        (57.0, "[9]", False),
+        (57.5, "[11]", False),
+        (58.0, "[12]", True),
+    ]
+    # Twice as wide, twice the room: [7] now stands clear of [12] (2 s is 40 px).
+    wide = cell_labels_in_view(tmp_path, {"t": [0.0, 60.0], "cells": cells}, 1200)
+    assert [c["label"] for c in wide if c["shown"]] == ["[5]", "[7]", "[12]"]

@@ -270,6 +270,52 @@ def test_the_cpu_tab_title_is_short_and_its_view_s_heading_explains_it_in_full()
     assert all(child is m._views[i].fig for i, child in enumerate(m.tabs.children[:3]))
 
 
+def three_gpus_sample(t: float = 1.0, jax_on: int | None = None) -> Sample:
+    """The fake three-GPU world (synthetic) with JAX on the CPU, or, given ``jax_on``, on that GPU."""
+    from jupyter_gpumem.core.readings import JaxDeviceReading, normalise_stats
+    from jupyter_gpumem.sources.nvml import NvmlSource
+    from jupyter_gpumem.testing import fake_nvml
+
+    with fake_nvml("three_gpus"):
+        sample = cpu_sample(t=t, devices=NvmlSource().read())
+    if jax_on is None:
+        return sample
+    stats = normalise_stats({"bytes_in_use": 0, "pool_bytes": 0, "bytes_limit": 30 * 2**30}, "bfc")
+    gpu = JaxDeviceReading(0, "gpu", "NVIDIA A100-SXM4-40GB", jax_on, stats)
+    return Sample(t=t, pid=PID, devices=sample.devices, jax=(gpu,), cpu_arrays=sample.cpu_arrays)
+
+
+@pytest.mark.parametrize("jax_on, tab", [(None, 3), (1, 1)], ids=["jax-on-the-cpu", "jax-on-gpu-1"])
+def test_the_monitor_opens_on_the_tab_of_the_device_this_kernel_s_jax_uses(jax_on, tab):
+    stub = StubSampler()
+    m = Monitor(sampler=stub)
+    stub.push(three_gpus_sample(jax_on=jax_on))
+    m.close()
+    assert len(m.tabs.children) == 4 and m.tabs.selected_index == tab
+
+
+def test_a_tab_the_user_picked_stays_when_jax_starts_later():
+    stub = StubSampler()
+    m = Monitor(sampler=stub)
+    before = three_gpus_sample()
+    stub.push(Sample(t=1.0, pid=PID, devices=before.devices, jax=NotAvailable(NOT_STARTED, "x"), cpu_arrays=None))
+    assert m.tabs.selected_index == 0  # JAX has not started: the first GPU
+    m.tabs.selected_index = 2  # as the front end sets it when the user clicks
+    stub.push(three_gpus_sample(t=2.0, jax_on=1))
+    m.close()
+    assert m.tabs.selected_index == 2
+
+
+def test_a_monitor_opened_before_jax_starts_moves_to_its_device_once_it_does():
+    stub = StubSampler()
+    m = Monitor(sampler=stub)
+    before = three_gpus_sample()
+    stub.push(Sample(t=1.0, pid=PID, devices=before.devices, jax=NotAvailable(NOT_STARTED, "x"), cpu_arrays=None))
+    stub.push(three_gpus_sample(t=2.0, jax_on=2))
+    m.close()
+    assert m.tabs.selected_index == 2
+
+
 def test_the_monitors_tabs_are_as_wide_as_their_titles():
     """ipywidgets gives each tab 144 px (--jp-widgets-horizontal-tab-width in @jupyter-widgets/
     jupyterlab-manager 5.0.16's widgets.css: ``flex: 0 1 var(...)``), which cut "GPU 0: NVIDIA
@@ -858,7 +904,7 @@ def test_memory_under_host_pids_reads_as_a_label_before_its_number():
     assert (
         "GPU 0: NVIDIA A100-SXM4-40GB:</span> used <b>32.00 GiB / 40.00 GiB (80%)</b> "
         "<span class='jupyter-gpumem-used'><span style='width:80%'></span></span>"
-        " · other processes <b>0 B</b> · host pids (this kernel or not) <b>32.00 GiB</b> · free" in header
+        " · other processes <b>0 B</b> · host pids <b>32.00 GiB</b> · free" in header
     )
 
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import pytest
 from child_env import pythonpath
 
-from jupyter_gpumem.server.culling import annotate, check_every, cull_plan, human_duration
+from jupyter_gpumem.server.culling import annotate, check_every, cull_plan, human_duration, start_line
 from jupyter_gpumem.server.kernels import KernelInfo, usage_pid
 from jupyter_gpumem.testing import fake_nvml
 
@@ -178,6 +178,28 @@ def test_a_kept_kernel_is_warned_about_and_culled_a_full_limit_after_the_keep():
 )
 def test_durations_read_as_seconds_minutes_or_hours(seconds, words):
     assert human_duration(seconds) == words
+
+
+@pytest.mark.parametrize(
+    "idle_after, warn_before, words",
+    [
+        (
+            3600,
+            300,
+            "kernels idle 60 min or more that hold 1.00 GiB of GPU memory or more are shut down, with a warning 5 min before; checked every 60 s",
+        ),
+        (
+            60,
+            300,
+            "kernels idle 60 s or more that hold 1.00 GiB of GPU memory or more are shut down, with a warning as soon as they are idle; checked every 8 s",
+        ),
+    ],
+    ids=["warned-before-the-cull", "warning-longer-than-the-idle-time"],
+)
+def test_the_server_log_says_when_it_culls_and_warns_as_the_notices_do(idle_after, warn_before, words):
+    # It read "idle 60s ... (warning 300s before)": a warning before the kernel was even idle.
+    every = check_every(idle_after, 2.0)
+    assert start_line(idle_after, 2**30, warn_before, every) == f"jupyter-gpumem: {words}"
 
 
 def test_checks_come_an_eighth_of_the_limit_apart_within_the_poll_interval_and_a_minute():

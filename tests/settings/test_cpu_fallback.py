@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from child_env import pythonpath
@@ -77,6 +78,17 @@ def jax_on_cpu(monkeypatch):
 )
 def test_the_plugin_to_install_follows_the_driver_s_cuda_version(cuda, line):
     assert plugin_command(cuda) == line
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/guide.md"])
+def test_the_install_line_in_the_docs_is_the_one_the_panel_shows_and_says_how_to_choose(page):
+    # The panel, the status bar and the OOM report show plugin_command for the driver NVML reads;
+    # the docs show its lines, and which one a driver takes, never a third choice of their own.
+    install = (Path(__file__).parents[2] / page).read_text().split("\n## Install", 1)[1].split("\n## ", 1)[0]
+    block = install.split("```bash\n", 1)[1].split("```", 1)[0]
+    jax_lines = [line for line in block.splitlines() if "jax[" in line]
+    assert jax_lines == [f'{plugin_command(12040)}   # or "jax[cuda13]" where the driver runs CUDA 13']
+    assert plugin_command(13000) in install and "nvidia-smi" in install
 
 
 def test_a_plugin_error_jax_recorded_is_the_fix_shown():

@@ -249,6 +249,8 @@ test('on the fake world the GPU views are marked synthetic, the CPU view of real
   const monitor = page.locator(MONITOR);
   const cpuTab = monitor.getByRole('tab', { name: 'CPU: JAX arrays' });
   await expect(cpuTab).toBeVisible({ timeout: 60000 });
+  // It opens where this kernel's JAX runs: the CPU's tab, not GPU 0's.
+  await expect(cpuTab).toHaveAttribute('aria-selected', 'true');
 
   // Every tab's title is drawn whole: each label is as wide as its text (ipywidgets' 144 px tabs
   // cut "GPU 0: NVIDIA A100-SXM4-40GB" to "GPU 0: NVIDIA A100").

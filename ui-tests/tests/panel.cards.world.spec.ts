@@ -46,6 +46,17 @@ test("each GPU lists its processes with pid, user, command and memory; another u
     .locator('.jp-GpuMem-procTable th, .jp-GpuMem-procTable .jp-GpuMem-procWho')
     .evaluateAll(els => els.every(el => el.scrollWidth <= el.clientWidth));
   expect(fits).toBe(true);
+  // The headers read as two words apart, not "pid · user · commandmemory": the gap between their
+  // texts, as drawn, is at least a space's width at the panel's font.
+  const headerGap = await gpu1.locator('.jp-GpuMem-procTable thead tr').evaluate(row => {
+    const [who, memory] = Array.from(row.querySelectorAll('th')).map(th => {
+      const range = document.createRange();
+      range.selectNodeContents(th);
+      return range.getBoundingClientRect();
+    });
+    return memory.left - who.right;
+  });
+  expect(headerGap).toBeGreaterThanOrEqual(8);
   const gpu0 = panel.locator('.jp-GpuMem-card[data-device="0"]');
   await gpu0.locator('.jp-GpuMem-procs > summary').click();
   await expect(gpu0.locator('.jp-GpuMem-procTable tbody tr')).toHaveCount(2);

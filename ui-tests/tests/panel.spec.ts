@@ -57,31 +57,45 @@ test.describe('readings served by the test', () => {
     await expect(panel.locator('.jp-GpuMem-card[data-device="0"]')).toContainText('1.00 GiB / 40.0 GiB');
   });
 
-  test('in a container, host pids that may be kernels are shown apart from other processes, with why', async ({ page }) => {
+  test('in a container, host pids are one band on each card and their reason is said once, folded', async ({ page }) => {
     const GiB = 1024 ** 3;
     // NVML lists the host's pids inside a container (NVIDIA/nvidia-docker#1483): the server cannot
-    // tell which of them, if any, is a kernel (docs/server.md).
-    const why = 'NVML lists pids 4201002, 4201003, which are not processes in this server\'s PID namespace';
+    // tell which of them, if any, is a kernel, and gives every such GPU one reason (docs/server.md).
+    const why = 'NVML lists pids that are not processes in this server\'s PID namespace';
     const hostPid = (pid: number, used: number) => ({
       pid, used, kind: 'host_pid', kernel_id: null, kernel_name: null, notebook_path: null,
       execution_state: null, preallocated: null, name: null, user: null
     });
+    const card = (index: number, used: number, hostPids: ReturnType<typeof hostPid>[]) => ({
+      index, name: 'NVIDIA A100-SXM4-40GB', uuid: `GPU-${index}`, total: 40 * GiB, used,
+      free: 40 * GiB - used, utilization: 20, display_active: false, mig: false, readable: true, reason: null,
+      pids_visible: false, pids_reason: why, this_kernel_bytes: 0, kernels_bytes: 0, other_bytes: 0,
+      host_pid_bytes: hostPids.reduce((sum, p) => sum + p.used, 0), processes: hostPids
+    });
     const reply = {
       t: 0, source: 'nvml', synthetic: false, state: 'ok', reason: null, poll_interval: 2, warnings: [],
       devices: [
-        { index: 0, name: 'NVIDIA A100-SXM4-40GB', uuid: 'GPU-0', total: 40 * GiB, used: 18.5 * GiB,
-          free: 21.5 * GiB, utilization: 20, display_active: false, mig: false, readable: true, reason: null,
-          pids_visible: false, pids_reason: why, this_kernel_bytes: 0, kernels_bytes: 0, other_bytes: 0,
-          host_pid_bytes: 18 * GiB, processes: [hostPid(4201002, 12 * GiB), hostPid(4201003, 6 * GiB)] }
+        card(0, 18.5 * GiB, [hostPid(4201002, 12 * GiB), hostPid(4201003, 6 * GiB)]),
+        card(1, 10 * GiB, [hostPid(4201004, 10 * GiB)])
       ]
     };
     await serveDevices(page, reply);
     await page.goto();
     const panel = await openPanel(page);
-    const card = panel.locator('.jp-GpuMem-card[data-device="0"]');
-    await expect(card.locator('.jp-GpuMem-legend')).toContainText('host pids, kernels or not 18.0 GiB');
-    await expect(card.locator('.jp-GpuMem-legend')).toContainText('other processes 512 MiB');
-    await expect(card).toContainText(`Processes are not visible: ${why}`);
+    const gpu0 = panel.locator('.jp-GpuMem-card[data-device="0"]');
+    // One name for the band, and nothing of the reason on the cards.
+    await expect(gpu0.locator('.jp-GpuMem-legend')).toContainText('host pids 18.0 GiB');
+    await expect(gpu0.locator('.jp-GpuMem-legend')).toContainText('other processes 512 MiB');
+    await expect(panel.locator('.jp-GpuMem-card', { hasText: 'PID namespace' })).toHaveCount(0);
+    await expect(panel.locator('.jp-GpuMem-card', { hasText: 'not visible' })).toHaveCount(0);
+    // Said once for both GPUs, one line until clicked.
+    const note = panel.locator('.jp-GpuMem-hostPids');
+    await expect(note).toHaveCount(1);
+    await expect(note.locator('summary')).toHaveText('GPUs 0, 1: host pids, which may be kernels of this server');
+    await expect(note.getByText(why)).toBeHidden();
+    await note.locator('summary').click();
+    await expect(note.getByText(why)).toBeVisible();
+    await panel.screenshot({ path: path.join(IMAGES_DIR, 'panel-host-pids.png') });
   });
 });
 
@@ -143,13 +157,13 @@ test('the allocators on offer are the ones the kernel reports', async ({ page, t
   const panel = await openPanel(page);
   const options = panel.locator('select[name="allocator"] option');
   const hint = panel.locator('.jp-GpuMem-choicesHint');
-  // Before the kernel answers, only "JAX default", and why.
-  await expect(options).toHaveText(['JAX default']);
+  // Before the kernel answers, only "not set", and why.
+  await expect(options).toHaveText(['not set']);
   await expect(hint).toContainText('The list of allocators comes from the kernel');
   await panel.locator('.jp-GpuMem-load').click();
   await expect(panel.locator('.jp-GpuMem-backend')).toContainText('JAX has not started yet');
   const choices = await kernelAllocatorChoices(page);
-  await expect(options).toHaveText(['JAX default', ...(choices ?? [])]);
+  await expect(options).toHaveText(['not set', ...(choices ?? [])]);
   if (choices === null) {
     await expect(hint).toContainText('does not say which allocators it accepts');
   } else {

@@ -136,7 +136,7 @@ test("Save to notebook saves the file; the fraction takes 30%; the allocators ar
   await expect(panel.locator('.jp-GpuMem-backend')).toHaveText(/^JAX has not started yet/);
   // JAX 0.10's option generator takes these (kernel_comm's allocator_choices), vmm among them.
   await expect(panel.locator('select[name="allocator"] option')).toHaveText(
-    ['JAX default', 'default', 'bfc', 'platform', 'cuda_async', 'vmm']
+    ['not set', 'default', 'bfc', 'platform', 'cuda_async', 'vmm']
   );
   await panel.locator('input[name="fraction"]').fill('30%');
   await panel.locator('select[name="allocator"]').selectOption('vmm');
@@ -145,6 +145,25 @@ test("Save to notebook saves the file; the fraction takes 30%; the allocators ar
   await expect.poll(() => savedMetadata(page, `${tmpPath}/panel_live.ipynb`)).toEqual(want);
   // Saved, not only changed: the document is clean once the save returns.
   await expect.poll(() => page.evaluate(() => (window as any).jupyterapp.shell.currentWidget.context.model.dirty)).toBe(false);
+});
+
+test('a fraction set by %gpumem in a cell is in effect, and the form below speaks of the notebook, not of JAX defaults', async ({ page, tmpPath }) => {
+  await openNotebook(page, tmpPath, 'panel_live.ipynb');
+  const panel = await openPanel(page);
+  await runCell(page, LOAD);
+  await page.notebook.setCell(SLEEP, 'code', '%gpumem fraction 0.5');
+  await runCell(page, SLEEP);
+  const inEffect = panel.locator('.jp-GpuMem-settingsInEffect tr', { hasText: 'fraction' });
+  await expect(inEffect).toContainText('0.5 (%gpumem)');
+  // The notebook sets no fraction: the form says so, and what it holds, instead of "JAX default
+  // (0.75)" under a fraction of 0.5.
+  const form = panel.locator('.jp-GpuMem-form');
+  await expect(form.locator('input[name="fraction"]')).toHaveAttribute('placeholder', 'not set');
+  await expect(form.locator('.jp-GpuMem-formHint')).toHaveText(
+    "Saved in the notebook and applied when its kernel starts. Not set: JAX's default, unless a cell sets it."
+  );
+  await expect(form).not.toContainText('JAX default');
+  await panel.locator('.jp-GpuMem-notebook').first().screenshot({ path: path.join(IMAGES_DIR, 'panel-settings-form.png') });
 });
 
 test("the kernels table shows each idle kernel's idle time and the prealloc column, and shuts one down after asking", async ({ page, tmpPath }) => {

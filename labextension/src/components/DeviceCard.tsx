@@ -3,7 +3,7 @@
 import * as React from 'react';
 import { TranslationBundle } from '@jupyterlab/translation';
 
-import { memoryShares, processesByMemory } from '../deviceInfo';
+import { listsHostPids, memoryShares, processesByMemory } from '../deviceInfo';
 import { formatBytes } from '../format';
 import { DeviceInfo, ProcessInfo, ReadableDevice, Units, UnreadableDevice } from '../types';
 import { MemoryBar } from './MemoryBar';
@@ -104,7 +104,7 @@ function ReadableCard(props: {
             ? [
                 {
                   key: 'hostpids',
-                  label: trans.__('host pids, kernels or not'),
+                  label: trans.__('host pids'),
                   bytes: shares.hostPids
                 }
               ]
@@ -122,7 +122,8 @@ function ReadableCard(props: {
           { key: 'free', label: trans.__('free'), bytes: shares.free }
         ]}
       />
-      {!d.pids_visible ? (
+      {/* Host pids are said once, above the cards (HostPidsNote). */}
+      {!d.pids_visible && !listsHostPids(d) ? (
         <div className="jp-GpuMem-muted">
           {trans.__('Processes are not visible: %1', d.pids_reason ?? trans.__('no reason given'))}
         </div>

@@ -5,11 +5,13 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { UseSignal } from '@jupyterlab/ui-components';
 
 import { ApiError } from '../api';
+import { hostPidsNotes } from '../deviceInfo';
 import { overviewRows, showsOverview } from '../deviceOverview';
 import { DevicesModel } from '../models/devicesModel';
 import { DevicesReply, NvmlState, ProcessInfo, Units } from '../types';
 import { DeviceCard } from './DeviceCard';
 import { DeviceOverview } from './DeviceOverview';
+import { HostPidsNote } from './HostPidsNote';
 import { KernelTable } from './KernelTable';
 import { StateNotice } from './StateNotice';
 import { WarningList } from './WarningList';
@@ -131,6 +133,9 @@ function DevicesView(
               onSelect={showCard}
             />
           ) : null}
+          {hostPidsNotes(reply.devices).map(note => (
+            <HostPidsNote key={note.gpus.join(',')} note={note} trans={trans} />
+          ))}
           {reply.devices.map(d => (
             <DeviceCard
               key={d.index}

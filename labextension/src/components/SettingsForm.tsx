@@ -70,6 +70,12 @@ export function SettingsForm(props: {
         }
       }}
     >
+      {/* What the form holds: the notebook's settings, not the kernel's (a %gpumem cell may differ). */}
+      <div className="jp-GpuMem-muted jp-GpuMem-formHint">
+        {trans.__(
+          "Saved in the notebook and applied when its kernel starts. Not set: JAX's default, unless a cell sets it."
+        )}
+      </div>
       {props.problems.length ? (
         <div className="jp-GpuMem-warning" role="alert">
           {trans.__(
@@ -85,7 +91,7 @@ export function SettingsForm(props: {
           value={fields.preallocate}
           onChange={e => edit({ preallocate: e.target.value as SettingsFields['preallocate'] })}
         >
-          <option value="default">{trans.__('JAX default')}</option>
+          <option value="default">{trans.__('not set')}</option>
           <option value="on">{trans.__('on')}</option>
           <option value="off">{trans.__('off')}</option>
         </select>
@@ -97,7 +103,7 @@ export function SettingsForm(props: {
           name="fraction"
           type="text"
           inputMode="decimal"
-          placeholder={trans.__('JAX default (0.75)')}
+          placeholder={trans.__('not set')}
           value={fields.fraction}
           aria-invalid={!!read.problem}
           onChange={e => edit({ fraction: e.target.value })}
@@ -114,7 +120,7 @@ export function SettingsForm(props: {
           value={fields.allocator}
           onChange={e => edit({ allocator: e.target.value })}
         >
-          <option value="">{trans.__('JAX default')}</option>
+          <option value="">{trans.__('not set')}</option>
           {options.names.map(a => (
             <option key={a} value={a}>
               {a}
