@@ -29,9 +29,9 @@ STILL_POINTS = 400
 _MIN_POINTS = 40
 
 _WIDTH = 760
-_PANEL_H = 170
+_PANEL_H = 184
 _LEFT, _RIGHT = 64, 16
-_TITLE_H, _LEGEND_H, _AXIS_H = 22, 20, 18
+_TITLE_H, _LEGEND_H, _AXIS_H = 22, 34, 18  # the legend: two rows
 _LABEL = {s.name: s.label for s in SERIES}
 _BANDS = [s.name for s in SERIES if s.kind == "band"]
 _LINES = ("total", "bytes_limit", "peak_in_use")
@@ -97,6 +97,7 @@ class _Panel:
     def __init__(self, view: StillView, y0: float, names: list[str]):
         self.view, self.y0 = view, y0
         self.columns = {n: [_value(r, n) for r in view.rows] for n in names}
+        self.known = {n: [r[_INDEX[n]] is not None for r in view.rows] for n in names}
         t0, span = view.times[0], max(view.times[-1] - view.times[0], 1e-9)
         self.t0, self.plot_top = t0, y0 + _TITLE_H
         self.plot_h = _PANEL_H - _TITLE_H - _LEGEND_H - _AXIS_H
@@ -110,9 +111,11 @@ class _Panel:
     def y(self, v: float) -> float:
         return round(self.plot_top + self.plot_h * (1 - v / self.top), 1)
 
-    def path(self, values: list[float]) -> str:
+    def path(self, values: list[float], known: list[bool] | None = None) -> str:
+        """Points for ``values``; where ``known`` is given, only at the readings that have one."""
         k, base = self.plot_h / self.top, self.plot_top + self.plot_h
-        return " ".join([f"{x},{round(base - v * k)}" for x, v in zip(self.xs, values)])
+        known = known or [True] * len(values)
+        return " ".join([f"{x},{round(base - v * k)}" for x, v, ok in zip(self.xs, values, known) if ok])
 
 
 def _band_polygons(panel: _Panel, bands: list[str], colors: dict[str, str]) -> list[str]:
@@ -139,7 +142,7 @@ def _lines(panel: _Panel, colors: dict[str, str]) -> list[str]:
             continue
         dash = ' stroke-dasharray="5,3"' if name != "total" else ""
         out.append(
-            f'<polyline points="{panel.path(panel.columns[name])}" fill="none" '
+            f'<polyline points="{panel.path(panel.columns[name], panel.known[name])}" fill="none" '
             f'stroke="{colors.get(name, "#333")}" stroke-width="1.5"{dash}/>'
         )
     return out
@@ -167,10 +170,13 @@ def _axes(panel: _Panel) -> list[str]:
 
 
 def _legend(panel: _Panel, names: list[str], colors: dict[str, str]) -> list[str]:
-    y = panel.y0 + _PANEL_H - 6
+    """The series' colours and names, in rows that wrap at the panel's width."""
+    y = panel.y0 + _PANEL_H - _LEGEND_H + 10
     x, out = float(_LEFT), []
     for name in names:
         text = _LABEL[name]
+        if x > _LEFT and x + 24 + 5.6 * len(text) > _WIDTH:
+            x, y = float(_LEFT), y + 14
         out.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{colors.get(name, "#999")}"/>')
         out.append(f'<text x="{x + 13}" y="{y}">{html.escape(text)}</text>')
         x += 24 + 5.6 * len(text)  # about 5.6 px a character at 11 px sans-serif

@@ -166,3 +166,14 @@ def test_a_still_that_cannot_be_drawn_does_not_fail_the_cell(shown, monkeypatch)
     monkeypatch.setattr(m._still, "_picture", broken)
     shell.run_cell(7, lambda: None)  # raises nothing
     assert shell.hooks["post_run_cell"] == []  # and stops trying
+
+
+def test_a_line_is_drawn_only_where_it_has_readings_not_at_zero_before_them():
+    limit = SERIES_NAMES.index("bytes_limit")
+    rows = [list(bfc_row(i)) for i in range(6)]
+    for row in rows[:2]:
+        row[limit] = None  # JAX had not started: no bytes_limit yet
+    view = StillView("GPU 0", "GiB", [1000.0 + i for i in range(6)], [tuple(r) for r in rows])
+    lines = list(ET.fromstring(still_svg("x", [view], {"bytes_limit": "#123456"})).iter(f"{SVG}polyline"))
+    (drawn,) = [p for p in lines if p.get("stroke") == "#123456"]
+    assert len(drawn.get("points").split()) == 4
