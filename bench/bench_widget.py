@@ -338,13 +338,13 @@ def run() -> list[dict]:
             name="widget: bytes for the first figure",
             value=live["first"],
             unit="B",
-            note="the plot's small ESM and its figure; plotly.min.js goes when a browser asks (next row)",
+            note="the plot's small ESM and its figure, as nbconvert runs it; where the front end names its cells, plotly.min.js goes with it (next row)",
         ),
         dict(
-            name="widget: bytes of plotly.min.js, sent when the first plot's browser side asks",
+            name="widget: bytes of plotly.min.js, once per kernel",
             value=live["library"],
             unit="B",
-            note="once per kernel; a notebook run without a browser (nbconvert) never asks",
+            note="with the first plot where the front end names its cells; elsewhere when a browser asks (nbconvert never does)",
         ),
         dict(
             name="widget: kernel CPU to draw the still after a cell (median)",

@@ -105,33 +105,55 @@ _widget_class: Any = None
 _library: Any = None
 
 
-def plotly_library() -> Any:
+def current_cell_id() -> str | None:
+    """The id the front end gives the running cell (JupyterLab and Notebook 7 name it in the
+    request's metadata; nbconvert does not), when there is a kernel to ask."""
+    try:
+        import sys
+
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython else None
+        kernel = getattr(shell, "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else None
+        return (parent or {}).get("metadata", {}).get("cellId")
+    except Exception:
+        return None
+
+
+def _plotly_source() -> Path:
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def plotly_library(with_text: bool = False) -> Any:
     """The kernel's one widget holding plotly.js's text, which every plot's browser side runs
     once per page (made on first use; made again if it was closed).
 
-    The text goes to a browser that asks for it (its first plot does, once per kernel), not with
-    the widget: a notebook run with no browser (nbconvert) would otherwise keep 4.8 MB of
-    plotly.js in its saved widget state.
+    The text goes with the widget where ``with_text`` (a monitor made in a cell whose front end
+    names it, ``current_cell_id``: JupyterLab, Notebook 7). Elsewhere (nbconvert, a plain client)
+    it goes only to a browser that asks for it (a plot with no plotly.js asks once): a notebook
+    run with no browser would otherwise keep 4.8 MB of plotly.js in its saved widget state. An
+    ask waits for the kernel to be idle, so a front end that draws widgets gets the text at once.
     """
     global _library
     if _library is None or _library.comm is None:
         import ipywidgets
-        import plotly
         import traitlets
 
-        source = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-
         class PlotlyLibrary(ipywidgets.Widget):
-            """plotly.min.js from the plotly package, as a plain widget model's state, once asked."""
+            """plotly.min.js from the plotly package, as a plain widget model's state."""
 
             plotly_js = traitlets.Unicode().tag(sync=True)
 
             def answer(self, _widget: Any, content: Any, _buffers: Any) -> None:
                 if content == {"ask": "plotly_js"} and not self.plotly_js:
-                    self.plotly_js = source.read_text(encoding="utf-8")
+                    self.plotly_js = _plotly_source().read_text(encoding="utf-8")
 
         _library = PlotlyLibrary()
         _library.on_msg(_library.answer)
+    if with_text and not _library.plotly_js:
+        _library.plotly_js = _plotly_source().read_text(encoding="utf-8")
     return _library
 
 

@@ -11,7 +11,8 @@
 const STORES = (globalThis.__gpumemMonitorStores ??= new Map());
 
 // plotly.js arrives as text, once per kernel, in the widget the `library` trait names; it is
-// run once per page. The kernel sends it when asked (the one message this side ever sends), so
+// run once per page. Where the front end names no cell (nbconvert), the kernel leaves it out of
+// the widget's state and sends it when a plot asks (the one message this side ever sends), so
 // a notebook run without a browser does not keep it in its saved widget state.
 function plotlyText(library) {
   const text = library.get('plotly_js');

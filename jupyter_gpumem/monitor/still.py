@@ -197,7 +197,8 @@ def _panel(view: StillView, y0: float, colors: dict[str, str]) -> list[str]:
 
 def still_svg(title: str, views: Sequence[StillView], colors: dict[str, str]) -> str:
     """The picture: ``title`` over one panel per view, each stacking its bands over its window
-    (``STILL_POINTS`` readings in all at most, the most and least used in each pixel column kept)."""
+    (``STILL_POINTS`` readings shared out among the views, at least ``_MIN_POINTS`` each; in each
+    stretch of time the readings with the most and the least in use are kept)."""
     height = 28 + _PANEL_H * max(1, len(views))
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="{STILL_CLASS}" width="{_WIDTH}" height="{height}" '

@@ -25,7 +25,7 @@ from jupyter_gpumem.core import synthetic
 from jupyter_gpumem.core.magic_args import MagicUsageError, check_interval
 from jupyter_gpumem.core.readings import CpuArraysReading, Event, Sample, Timeline
 from jupyter_gpumem.monitor.exports import export_name, write_csv, write_trace
-from jupyter_gpumem.monitor.figure import STILL_COLORS, TABS_CLASS, DeviceView
+from jupyter_gpumem.monitor.figure import STILL_COLORS, TABS_CLASS, DeviceView, current_cell_id, plotly_library
 from jupyter_gpumem.monitor.header import grouped_notes, label_tags, recording_block, status_block, view_lines
 from jupyter_gpumem.monitor.markers import named_markers
 from jupyter_gpumem.monitor.options import (
@@ -73,20 +73,6 @@ def _minutes(value: float) -> str:
 
 
 _by_cell: weakref.WeakValueDictionary[str, Monitor] = weakref.WeakValueDictionary()
-
-
-def _current_cell_id() -> str | None:
-    """The id JupyterLab gives the running cell, when there is a kernel to ask."""
-    try:
-        import sys
-
-        ipython = sys.modules.get("IPython")
-        shell = ipython.get_ipython() if ipython else None
-        kernel = getattr(shell, "kernel", None)
-        parent = kernel.get_parent() if kernel is not None else None
-        return (parent or {}).get("metadata", {}).get("cellId")
-    except Exception:
-        return None
 
 
 def magic_monitor(argv: list[str], shell: Any) -> Monitor:
@@ -249,6 +235,7 @@ class Monitor:
 
     def _build_widgets(self) -> None:
         W = self._W
+        plotly_library(with_text=current_cell_id() is not None)  # here, in the cell: not on the sampler thread
         # Full width with no side margins: ipywidgets' default 2 px margins on a 100% width made
         # the monitor 4 px wider than its cell, and the cell scrolled sideways.
         self.header = W.HTML(layout=W.Layout(width="100%", margin="2px 0px"))
@@ -307,7 +294,7 @@ class Monitor:
         self.root.add_class(MONITOR_CLASS)
 
     def _replace_previous_in_cell(self) -> None:
-        cell = _current_cell_id()
+        cell = current_cell_id()
         if cell is None:
             return
         old = _by_cell.get(cell)

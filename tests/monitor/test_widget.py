@@ -734,7 +734,7 @@ def test_importing_the_package_and_series_leaves_plotly_and_ipywidgets_unloaded(
 def test_rerunning_a_cell_closes_the_monitor_it_made_before(stub, monkeypatch):
     import jupyter_gpumem.monitor.widget as widget
 
-    monkeypatch.setattr(widget, "_current_cell_id", lambda: "cell-1")
+    monkeypatch.setattr(widget, "current_cell_id", lambda: "cell-1")
     first = Monitor(sampler=stub)
     second = Monitor(sampler=stub)
     assert first.closed and not second.closed
@@ -777,6 +777,19 @@ def test_plotly_js_goes_to_the_browser_once_per_kernel_not_per_plot_and_only_whe
     assert again < 200_000 < 4_000_000 < asked  # plotly.min.js is about 4.8 MB
     first.close()
     second.close()
+
+
+def test_plotly_js_goes_with_the_widget_where_the_front_end_names_its_cells(monkeypatch):
+    # JupyterLab names the running cell: the plot draws at once, even while the next cell runs
+    # (an ask would wait for the kernel to be idle).
+    import jupyter_gpumem.monitor.figure as monitor_figure
+    import jupyter_gpumem.monitor.widget as widget
+
+    monkeypatch.setattr(monitor_figure, "_library", None)
+    monkeypatch.setattr(widget, "current_cell_id", lambda: "a-cell-id")
+    m = Monitor(sampler=StubSampler())  # its plots come later, on the sampler thread
+    assert len(monitor_figure.plotly_library().get_state()["plotly_js"]) > 4_000_000
+    m.close()
 
 
 def test_a_reloaded_page_asks_for_the_figure_only_between_ticks(stub):
