@@ -1,5 +1,7 @@
 """``%gpumem peak CALL`` on a 100-layer model: how long the command takes in a real IPython
-shell, JAX on CPU, beside compiling the same call without XLA's dump (what ``estimate`` does).
+shell, JAX on CPU, beside compiling the same call without XLA's dump (what ``estimate`` does);
+and, from one dump, what its picture costs (bytes live over the program's order by line:
+``doctor.peak_timeline`` and ``doctor.peak_figure``) beside what its text report costs.
 
 The model: the gradient of a 100-layer MLP (width 256, batch 128, unrolled in Python), jitted;
 each run compiles anew (the dump folder is new each time, so nothing is reused).
@@ -58,6 +60,7 @@ def run() -> list[dict]:
     note = f"grad of a {LAYERS}-layer MLP (256 wide, batch 128), JAX on CPU; median of {REPEATS}"
     top = report.lines_by_source[0] if report is not None and report.lines_by_source else None
     return [
+        *_picture_beside_text(ns, note.replace(f"median of {REPEATS}", f"one dump, median of {PICTURE_REPEATS}")),
         {"name": "%gpumem peak, whole command", "value": ms(whole), "unit": "ms", "note": note},
         {
             "name": "%gpumem peak, its lower and compile with the dump",
@@ -71,6 +74,63 @@ def run() -> list[dict]:
             "value": report.peak.peak_bytes if report else None,
             "unit": "B",
             "note": f"top line {top.where}, {top.size} B" if top else "no line",
+        },
+    ]
+
+
+PICTURE_REPEATS = 9
+
+
+def _picture_beside_text(ns: dict, note: str) -> list[dict]:
+    """From one dump of the model: the text report's reading and words, beside the picture's
+    timeline and figure (and its JSON's size, what goes to the browser)."""
+    import json
+
+    from jupyter_gpumem.doctor import peak_buffers, peak_figure, peak_timeline
+    from jupyter_gpumem.sources import jax_arrays
+
+    dump = jax_arrays.compile_with_dump(ns["step"], (ns["params"], ns["batch"]), {})
+    ba, hlo = dump.buffer_assignment, dump.hlo
+
+    def median_ms(fn) -> float:
+        times = []
+        for _ in range(PICTURE_REPEATS):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return round(statistics.median(times) * 1e3, 1)
+
+    def text() -> str:
+        peak = peak_buffers.parse_dump(ba, hlo)
+        return "\n".join(x.where for x in peak_buffers.peak_by_line(peak))
+
+    timeline = peak_timeline.peak_timeline(ba, hlo)
+    figure = json.dumps(peak_figure.peak_figure(timeline, "step(params, batch)"))
+    steps = f"{timeline.length} steps, {len(timeline.steps)} drawn, {len(timeline.lines)} bands"
+    return [
+        {
+            "name": "%gpumem peak, the text's reading of the dump (by line)",
+            "value": median_ms(text),
+            "unit": "ms",
+            "note": note,
+        },
+        {
+            "name": "%gpumem peak, the picture's timeline",
+            "value": median_ms(lambda: peak_timeline.peak_timeline(ba, hlo)),
+            "unit": "ms",
+            "note": f"{note}; {steps}",
+        },
+        {
+            "name": "%gpumem peak, the picture's figure as JSON",
+            "value": median_ms(lambda: json.dumps(peak_figure.peak_figure(timeline, "s"))),
+            "unit": "ms",
+            "note": note,
+        },
+        {
+            "name": "%gpumem peak, the picture's size",
+            "value": len(figure),
+            "unit": "B",
+            "note": "plotly JSON sent to the browser (no plotly.js)",
         },
     ]
 

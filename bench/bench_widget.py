@@ -87,7 +87,7 @@ class _ThreadlessSampler:
         self.timeline = timeline or Timeline()
         self.sub = None
 
-    def subscribe(self, callback, interval=None):
+    def subscribe(self, callback, interval=None, cpu_arrays=False):
         self.sub = _Sub(callback)
         return self.sub
 
@@ -112,17 +112,28 @@ def _live_updates(minutes: float = 10.0, hz: float = 2.0, window_min: float = 10
         setup_bytes = sum(sizes)
         sampler.push(synthetic_sample(t0, 0))  # the first reading builds the figure
         first_bytes = sum(sizes) - setup_bytes
+        before_ask = sum(sizes)
+        library = next(iter(monitor._views.values())).fig.library
+        library._handle_custom_msg({"ask": "plotly_js"}, [])  # as the first plot's browser side does
+        library_bytes = sum(sizes) - before_ask
         for i in range(1, ticks):
             before = len(sizes)
             cpu = time.process_time()
             sampler.push(synthetic_sample(t0 + i / hz, i))
             per_tick_cpu.append(time.process_time() - cpu)
             per_tick_bytes.append(sum(sizes[before:]))
+    still_ms = []
+    for _ in range(21):  # the still drawn after a cell, from the full window
+        cpu = time.process_time()
+        monitor._still.bundle()
+        still_ms.append((time.process_time() - cpu) * 1000)
     monitor.close()
     steady = per_tick_bytes[len(per_tick_bytes) // 2 :]  # after the window has filled halfway
     return {
         "setup": setup_bytes,
         "first": first_bytes,
+        "library": library_bytes,
+        "still_ms": statistics.median(still_ms),
         "mean": statistics.fmean(steady),
         "median": statistics.median(steady),
         "max": max(steady),
@@ -327,7 +338,19 @@ def run() -> list[dict]:
             name="widget: bytes for the first figure",
             value=live["first"],
             unit="B",
-            note="includes plotly.min.js, sent once per kernel (the first monitor's), and the plot's small ESM",
+            note="the plot's small ESM and its figure, as nbconvert runs it; where the front end names its cells, plotly.min.js goes with it (next row)",
+        ),
+        dict(
+            name="widget: bytes of plotly.min.js, once per kernel",
+            value=live["library"],
+            unit="B",
+            note="with the first plot where the front end names its cells; elsewhere when a browser asks (nbconvert never does)",
+        ),
+        dict(
+            name="widget: kernel CPU to draw the still after a cell (median)",
+            value=round(live["still_ms"], 2),
+            unit="ms",
+            note="SVG and text of the full 10-min window, one GPU (monitor/still.py)",
         ),
         dict(
             name="widget: kernel CPU per update (mean)",

@@ -20,7 +20,7 @@ One module per job; importing this package imports none of them, so the cell hoo
   letting go of it; ``estimating``: ``%gpumem estimate``; ``defragmenting``: ``defragment``
 - ``peak_buffers``: what was live at a program's peak, by source line, from XLA's texts;
   ``peak_fixes``: the fixes it suggests; ``peak_trials``: donation and sharding, checked by compiling; ``hlo_sources``: each HLO instruction's source;
-  ``peak_report``: ``%gpumem peak CALL``
+  ``peak_report``: ``%gpumem peak CALL``; ``peak_timeline`` and ``peak_figure``: its picture, bytes live over the program's order by line
 - ``text``: how the reports read, as text and as HTML
 - ``after_cell``: the work after a cell; ``session``: the switches ``%gpumem doctor|cells on|off``
   set, and the shell the hooks serve

@@ -267,7 +267,7 @@ class DumpAllocations:
     whole_program: dict[int, int]
 
 
-def _allocations(buffer_assignment: str) -> DumpAllocations:
+def dump_allocations(buffer_assignment: str) -> DumpAllocations:
     """Pure: the values and allocations of a buffer-assignment dump."""
     found = DumpAllocations({}, {}, {}, {}, {}, {ARGUMENT: 0, OUTPUT: 0, TEMPORARY: 0, CONSTANT: 0, "alias": 0}, {})
     role, index = TEMPORARY, -1
@@ -304,8 +304,8 @@ def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
     allocation that is both a parameter and maybe-live-out (a donated argument) counts as both
     and as aliased. The peak is XProf's memory viewer's (see :func:`peak_from_ranges`); where
     the dump has no "BufferLiveRange:" section, XLA's "Live ranges at T (peak)" list."""
-    found = _allocations(buffer_assignment)
-    key_of, made_by = _values_made(buffer_assignment, hlo_text, found)
+    found = dump_allocations(buffer_assignment)
+    key_of, made_by = values_made(buffer_assignment, hlo_text, found)
     live = peak_from_ranges(live_ranges(buffer_assignment), found) or _peak_listing(buffer_assignment)
     buffers = _live_buffers(live, key_of, made_by, found.role, found.shape)
     buffers.sort(key=lambda b: -b.size)
@@ -322,7 +322,7 @@ def parse_dump(buffer_assignment: str, hlo_text: str = "") -> ProgramPeak:
     )
 
 
-def _values_made(
+def values_made(
     buffer_assignment: str, hlo_text: str, found: DumpAllocations
 ) -> tuple[dict[str, int], dict[int, PeakBuffer]]:
     """Pure: ``value name -> id``, and each assigned value as a buffer with what made it: its
@@ -538,6 +538,8 @@ __all__ = [
     "parse_oom_text",
     "parse_dump",
     "DumpAllocations",
+    "dump_allocations",
+    "values_made",
     "live_ranges",
     "peak_moment",
     "peak_from_ranges",

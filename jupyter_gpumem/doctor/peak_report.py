@@ -12,8 +12,9 @@ from typing import Any
 
 from jupyter_gpumem.core import sites
 from jupyter_gpumem.core.magic_args import Grammar, Option
-from jupyter_gpumem.doctor import peak_buffers, peak_fixes, peak_trials
+from jupyter_gpumem.doctor import peak_buffers, peak_fixes, peak_timeline, peak_trials
 from jupyter_gpumem.doctor.estimating import evaluate_call
+from jupyter_gpumem.doctor.peak_figure import PLOTLY_MIME, peak_figure
 from jupyter_gpumem.doctor.text import PreReport, bytes_or_na, pretty_as_text
 from jupyter_gpumem.sources import jax_arrays, jax_sharding
 
@@ -38,6 +39,25 @@ class PeakReport(PreReport):
     seconds: float
     trials: peak_trials.Trials = peak_trials.Trials((), (), 0)
     trial_seconds: float = 0.0
+    timeline: peak_timeline.PeakTimeline | None = None  # None where the dump has no live ranges
+
+    def figure(self) -> dict | None:
+        """The picture: bytes live over the program's order by source line, the peak marked
+        (plotly's JSON, ``peak_figure``); None where the dump gives no live ranges."""
+        if self.timeline is None:
+            return None
+        m = self.memory
+        each = f", per device (each of {m.devices} devices runs the same program)" if m.devices > 1 else ""
+        return peak_figure(self.timeline, f"{self.expression}: bytes live over the program's order{each}")
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        figure = self.figure()
+        if figure is not None:
+            said = "bytes live over the program's order by source line (drawn with plotly); the report below says it in words"
+            display({PLOTLY_MIME: figure, "text/plain": said}, raw=True)
+        display({"text/plain": str(self), "text/html": self._repr_html_()}, raw=True)
 
     def lines(self) -> list[str]:
         m = self.memory
@@ -149,7 +169,8 @@ def peak_report(
     peak = peak_buffers.parse_dump(dump.buffer_assignment, dump.hlo)
     fixes = peak_fixes.peak_fixes(peak, cells, trials.fixes)
     lines = tuple(peak_buffers.peak_by_line(peak, cells))
-    return PeakReport(expression, dump.memory, peak, lines, tuple(fixes), dump.seconds, trials, trial_seconds)
+    timeline = peak_timeline.peak_timeline(dump.buffer_assignment, dump.hlo, cells)
+    return PeakReport(expression, dump.memory, peak, lines, tuple(fixes), dump.seconds, trials, trial_seconds, timeline)
 
 
 def peak(

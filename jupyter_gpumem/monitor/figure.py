@@ -21,6 +21,7 @@ from typing import Any
 
 from jupyter_gpumem.monitor.header import USED_BAR_CLASS
 from jupyter_gpumem.monitor.series import CPU_KEY, SERIES, SERIES_NAMES, DeviceSeries, Values
+from jupyter_gpumem.monitor.still import StillView
 
 _SPEC = {s.name: s for s in SERIES}
 _FRONTEND = Path(__file__).with_name("monitor_plot.js")
@@ -58,6 +59,9 @@ _STYLE = {
     "pool_used": dict(color="#e7298a"),
     "cpu_arrays": dict(color="#1f77b4"),
 }
+
+# The colours a still picture (still.py) draws each series in: those of the live plot, on white.
+STILL_COLORS = {name: ("#333" if style["color"] == "fg" else style["color"]) for name, style in _STYLE.items()}
 
 _LOWER = ("fragmentation", "largest_free_block", "headroom", "pool_reserved", "pool_used")
 
@@ -101,13 +105,40 @@ _widget_class: Any = None
 _library: Any = None
 
 
-def plotly_library() -> Any:
+def current_cell_id() -> str | None:
+    """The id the front end gives the running cell (JupyterLab and Notebook 7 name it in the
+    request's metadata; nbconvert does not), when there is a kernel to ask."""
+    try:
+        import sys
+
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython else None
+        kernel = getattr(shell, "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else None
+        return (parent or {}).get("metadata", {}).get("cellId")
+    except Exception:
+        return None
+
+
+def _plotly_source() -> Path:
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def plotly_library(with_text: bool = False) -> Any:
     """The kernel's one widget holding plotly.js's text, which every plot's browser side runs
-    once per page (made on first use; made again if it was closed)."""
+    once per page (made on first use; made again if it was closed).
+
+    The text goes with the widget where ``with_text`` (a monitor made in a cell whose front end
+    names it, ``current_cell_id``: JupyterLab, Notebook 7). Elsewhere (nbconvert, a plain client)
+    it goes only to a browser that asks for it (a plot with no plotly.js asks once): a notebook
+    run with no browser would otherwise keep 4.8 MB of plotly.js in its saved widget state. An
+    ask waits for the kernel to be idle, so a front end that draws widgets gets the text at once.
+    """
     global _library
     if _library is None or _library.comm is None:
         import ipywidgets
-        import plotly
         import traitlets
 
         class PlotlyLibrary(ipywidgets.Widget):
@@ -115,8 +146,14 @@ def plotly_library() -> Any:
 
             plotly_js = traitlets.Unicode().tag(sync=True)
 
-        source = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-        _library = PlotlyLibrary(plotly_js=source.read_text(encoding="utf-8"))
+            def answer(self, _widget: Any, content: Any, _buffers: Any) -> None:
+                if content == {"ask": "plotly_js"} and not self.plotly_js:
+                    self.plotly_js = _plotly_source().read_text(encoding="utf-8")
+
+        _library = PlotlyLibrary()
+        _library.on_msg(_library.answer)
+    if with_text and not _library.plotly_js:
+        _library.plotly_js = _plotly_source().read_text(encoding="utf-8")
     return _library
 
 
@@ -238,6 +275,14 @@ class DeviceView:
             max_points=self.max_points,
             unit=self.unit,
         )
+
+    def still_view(self, shared: list[str]) -> StillView:
+        """The window as the still picture draws it (bytes, every point drawn now), with the
+        labels this view has beyond the ``shared`` ones."""
+        with self._lock:
+            times, rows = self._points()
+            own = tuple(x for x in self.labels if x not in shared)
+            return StillView(self.title, self.unit, times, rows, own, tuple(self.cells_drawn))
 
     def redraw(self, cells: list, markers: list | tuple = ()) -> None:
         """Send the whole figure: when the set of series changes, and on window changes."""

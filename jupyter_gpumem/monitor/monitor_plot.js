@@ -4,18 +4,31 @@
 // markers) and then only what is new, as custom messages: {kind: "append", t, y},
 // {kind: "cells", cells} and {kind: "markers", markers}.
 // This side keeps the window (drops points older than it), thins old points past max_points
-// by the kernel's rule (each series' extremes stay), and follows JupyterLab's theme. It never
-// sends anything back to the kernel. The named exports are for the unit tests; anywidget uses
-// the default one.
+// by the kernel's rule (each series' extremes stay), and follows JupyterLab's theme. It sends
+// the kernel nothing but one request for plotly.js per page and kernel. The named exports are
+// for the unit tests; anywidget uses the default one.
 
 const STORES = (globalThis.__gpumemMonitorStores ??= new Map());
 
 // plotly.js arrives as text, once per kernel, in the widget the `library` trait names; it is
-// run once per page.
+// run once per page. Where the front end names no cell (nbconvert), the kernel leaves it out of
+// the widget's state and sends it when a plot asks (the one message this side ever sends), so
+// a notebook run without a browser does not keep it in its saved widget state.
+function plotlyText(library) {
+  const text = library.get('plotly_js');
+  if (text) {
+    return Promise.resolve(text);
+  }
+  return new Promise(resolve => {
+    library.once('change:plotly_js', () => resolve(library.get('plotly_js')));
+    library.send({ ask: 'plotly_js' });
+  });
+}
+
 async function loadPlotly(model) {
   const id = model.get('library').replace(/^IPY_MODEL_/, '');
   const library = await model.widget_manager.get_model(id);
-  const url = URL.createObjectURL(new Blob([library.get('plotly_js')], { type: 'text/javascript' }));
+  const url = URL.createObjectURL(new Blob([await plotlyText(library)], { type: 'text/javascript' }));
   try {
     await import(/* webpackIgnore: true */ url);
   } finally {

@@ -19,14 +19,13 @@ import os
 import threading
 import time
 import weakref
-from datetime import datetime
 from typing import Any
 
 from jupyter_gpumem.core import synthetic
-from jupyter_gpumem.core.files import replaced_on_success
 from jupyter_gpumem.core.magic_args import MagicUsageError, check_interval
 from jupyter_gpumem.core.readings import CpuArraysReading, Event, Sample, Timeline
-from jupyter_gpumem.monitor.figure import TABS_CLASS, DeviceView
+from jupyter_gpumem.monitor.exports import export_name, write_csv, write_trace
+from jupyter_gpumem.monitor.figure import STILL_COLORS, TABS_CLASS, DeviceView, current_cell_id, plotly_library
 from jupyter_gpumem.monitor.header import grouped_notes, label_tags, recording_block, status_block, view_lines
 from jupyter_gpumem.monitor.markers import named_markers
 from jupyter_gpumem.monitor.options import (
@@ -46,7 +45,6 @@ from jupyter_gpumem.monitor.series import (
     CPU_VIEW_HEADING,
     MAX_POINTS,
     cell_markers,
-    csv_rows,
     in_view_order,
     jax_view,
     notes_for,
@@ -55,6 +53,7 @@ from jupyter_gpumem.monitor.series import (
     view_keys,
     view_labels,
 )
+from jupyter_gpumem.monitor.still_output import LIVE_VIEW_CSS, MONITOR_CLASS, StillOutput
 
 __all__ = ["Monitor", "magic_monitor", "MONITOR_ARGS"]
 
@@ -76,20 +75,6 @@ def _minutes(value: float) -> str:
 
 
 _by_cell: weakref.WeakValueDictionary[str, Monitor] = weakref.WeakValueDictionary()
-
-
-def _current_cell_id() -> str | None:
-    """The id JupyterLab gives the running cell, when there is a kernel to ask."""
-    try:
-        import sys
-
-        ipython = sys.modules.get("IPython")
-        shell = ipython.get_ipython() if ipython else None
-        kernel = getattr(shell, "kernel", None)
-        parent = kernel.get_parent() if kernel is not None else None
-        return (parent or {}).get("metadata", {}).get("cellId")
-    except Exception:
-        return None
 
 
 def magic_monitor(argv: list[str], shell: Any) -> Monitor:
@@ -157,11 +142,11 @@ class Monitor:
         self._about_html = (
             "" if self.live else recording_block(timeline.trace_header or {}, self.replay_path, read_error)
         )
-        self._status_at = 0.0
-        self._sub = None
+        self._status_at, self._sub = 0.0, None
         self.updates = 0  # draws done; wait_for_update() waits on it
         self._updated = threading.Condition()
 
+        self._still = StillOutput(self._still_picture)  # for pages where the widget does not draw
         self._build_widgets()
         self._load_history()
         if self.live:
@@ -221,6 +206,7 @@ class Monitor:
 
     def _build_widgets(self) -> None:
         W = self._W
+        plotly_library(with_text=current_cell_id() is not None)  # here, in the cell: not on the sampler thread
         # Full width with no side margins: ipywidgets' default 2 px margins on a 100% width made
         # the monitor 4 px wider than its cell, and the cell scrolled sideways.
         self.header = W.HTML(layout=W.Layout(width="100%", margin="2px 0px"))
@@ -277,11 +263,12 @@ class Monitor:
             ],
             layout=W.Layout(flex_flow="row wrap", align_items="center"),
         )
-        self.root = W.VBox([self.header, self.status_box, controls, self.body])
-        self.root.add_class("jupyter-gpumem-monitor")
+        hide_still = W.HTML(LIVE_VIEW_CSS, layout=W.Layout(display="none"))  # for as long as this view is shown
+        self.root = W.VBox([self.header, self.status_box, controls, self.body, hide_still])
+        self.root.add_class(MONITOR_CLASS)
 
     def _replace_previous_in_cell(self) -> None:
-        cell = _current_cell_id()
+        cell = current_cell_id()
         if cell is None:
             return
         old = _by_cell.get(cell)
@@ -487,13 +474,8 @@ class Monitor:
 
     def header_html(self) -> str:
         """The header: labels and state, the latest numbers per device, settings and warnings."""
-        only_cpu = list(self._views) == [CPU_KEY]
-        title = "<b>JAX memory on the CPU</b>" if only_cpu else "<b>GPU memory</b>"
         shared = self.labels
-        title += label_tags(shared)
-        state = ["paused" if self._paused else f"live, every {self.interval:g} s"] if self.live else []
-        state.append(f"window {_minutes(self.window_min)}")
-        title += f" <span style='opacity:.75'>({', '.join(state)})</span>"
+        title = f"<b>{self._title()}</b>{label_tags(shared)} <span style='opacity:.75'>({self._state()})</span>"
         lines = [title]
         arrays = self._latest.cpu_arrays if self._latest is not None else None
         count = arrays.arrays if isinstance(arrays, CpuArraysReading) else None
@@ -513,13 +495,32 @@ class Monitor:
             + "</div>"
         )
 
+    def _title(self) -> str:
+        return "JAX memory on the CPU" if list(self._views) == [CPU_KEY] else "GPU memory"
+
+    def _state(self) -> str:
+        live = "stopped" if self._closed else "paused" if self._paused else f"live, every {self.interval:g} s"
+        state = [live] if self.live else []
+        return ", ".join([*state, f"window {_minutes(self.window_min)}"])
+
+    def _still_picture(self) -> tuple[str, list, dict]:
+        """What the still draws: its title, each view's window, the series' colours."""
+        with self._lock:
+            shared = self.labels  # said once in the title; a view's own after its name
+            views = [self._views[k].still_view(shared) for k in in_view_order(self._views)]
+            tags = "".join(f" [{x.upper()}]" for x in shared)
+            return f"{self._title()}{tags} ({self._state()})", views, STILL_COLORS
+
     def _repr_mimebundle_(self, **kwargs: Any):
-        return self.root._repr_mimebundle_(**kwargs)
+        bundle = self.root._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = f"jupyter_gpumem monitor: {self._title()}, a live widget ({self._state()})"
+        return bundle
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.root)
+        display(self._repr_mimebundle_(), raw=True)
+        self._still.show()  # the last window, where the widget does not draw
 
     # --- controls ------------------------------------------------------------------------
 
@@ -581,39 +582,15 @@ class Monitor:
         except Exception as exc:
             self.message.value = f"<span style='color:#b35806'>export failed: {html.escape(str(exc))}</span>"
 
-    def _export_name(self, ext: str) -> str:
-        return datetime.now().strftime(f"gpumem-%Y%m%d-%H%M%S.{ext}")
-
     def export_csv(self, path: str | os.PathLike | None = None) -> str:
         """Write the window's samples as CSV (bytes; see series.csv_rows); returns the path."""
-        import csv
-
-        path = os.fspath(path or self._export_name("csv"))
         keys = in_view_order(self._views) if self._views else None
-        with replaced_on_success(path, encoding="utf-8", newline="") as fh:
-            csv.writer(fh).writerows(csv_rows(self._source_samples(), keys))
-        return path
+        return write_csv(path or export_name("csv"), self._source_samples(), keys)
 
     def export_trace(self, path: str | os.PathLike | None = None) -> str:
         """Write the window's samples and events as a trace file (JSON Lines); returns the path."""
-        from jupyter_gpumem.core.tracefile import TraceWriter, header_devices
-        from jupyter_gpumem.sources import nvml
-
-        path = os.fspath(path or self._export_name("jsonl"))
-        samples = self._source_samples()
-        # A recording keeps its own header; readings taken here are made up only in the fake world,
-        # and there only NVML's.
-        fields = {k: v for k, v in (self.timeline.trace_header or {}).items() if k not in ("kind", "format")}
-        if "synthetic" not in fields:
-            fields.update(synthetic.header_fields(nvml.made_up_fields()))
-        if samples:
-            fields.setdefault("devices", header_devices(samples[-1].devices))
-        items: list = [*samples, *self._source_events()]
-        items.sort(key=lambda x: x.t)
-        with replaced_on_success(path, encoding="utf-8") as fh, TraceWriter(path, fields, file=fh) as writer:
-            for item in items:
-                (writer.write_sample if isinstance(item, Sample) else writer.write_event)(item)
-        return path
+        samples, events = self._source_samples(), self._source_events()
+        return write_trace(path or export_name("jsonl"), samples, events, self.timeline.trace_header)
 
     # --- shutdown ------------------------------------------------------------------------
 
@@ -629,6 +606,9 @@ class Monitor:
         sub, self._sub = self._sub, None
         if sub is not None:
             sub.close()
+        self._still.stop()
+        with contextlib.suppress(Exception):  # the still keeps the last window; a kernel going away may refuse it
+            self._still.update()
         for view in list(self._views.values()):
             with contextlib.suppress(Exception):
                 view.close()

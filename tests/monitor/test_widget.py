@@ -671,12 +671,12 @@ def _fail_after(n, fn, calls):
 
 
 def test_csv_export_failing_midway_keeps_the_previous_file(tmp_path, monkeypatch):
-    import jupyter_gpumem.monitor.widget as widget_mod
+    import jupyter_gpumem.monitor.exports as exports_mod
 
     target = tmp_path / "out.csv"
     target.write_text("previous export\n")
     rows_written = []
-    original = widget_mod.csv_rows
+    original = exports_mod.csv_rows
 
     def rows_then_failure(*args, **kwargs):
         for i, row in enumerate(original(*args, **kwargs)):
@@ -685,7 +685,7 @@ def test_csv_export_failing_midway_keeps_the_previous_file(tmp_path, monkeypatch
             rows_written.append(row)
             yield row
 
-    monkeypatch.setattr(widget_mod, "csv_rows", rows_then_failure)
+    monkeypatch.setattr(exports_mod, "csv_rows", rows_then_failure)
     m = Monitor(replay=SYNTHETIC[0])
     with pytest.raises(OSError, match="No space"):
         m.export_csv(target)
@@ -780,7 +780,7 @@ def test_importing_the_package_and_series_leaves_plotly_and_ipywidgets_unloaded(
 def test_rerunning_a_cell_closes_the_monitor_it_made_before(stub, monkeypatch):
     import jupyter_gpumem.monitor.widget as widget
 
-    monkeypatch.setattr(widget, "_current_cell_id", lambda: "cell-1")
+    monkeypatch.setattr(widget, "current_cell_id", lambda: "cell-1")
     first = Monitor(sampler=stub)
     second = Monitor(sampler=stub)
     assert first.closed and not second.closed
@@ -797,7 +797,7 @@ def test_a_new_window_closes_the_plots_it_replaces(stub):
     m.close()
 
 
-def test_plotly_js_goes_to_the_browser_once_per_kernel_not_per_plot(monkeypatch):
+def test_plotly_js_goes_to_the_browser_once_per_kernel_not_per_plot_and_only_when_asked(monkeypatch):
     import jupyter_gpumem.monitor.figure as monitor_figure
     from jupyter_gpumem.sources.nvml import NvmlSource
     from jupyter_gpumem.testing import fake_nvml
@@ -809,14 +809,33 @@ def test_plotly_js_goes_to_the_browser_once_per_kernel_not_per_plot(monkeypatch)
     with measure_comm_bytes() as sizes:
         first = Monitor(sampler=(stub := StubSampler()))
         stub.push(sample)
-        first_bytes = sum(sizes)
+        unasked = sum(sizes)
+        library = first._views[0].fig.library
+        library._handle_custom_msg({"ask": "plotly_js"}, [])  # the first plot's browser side asks
+        asked = sum(sizes) - unasked
+        library._handle_custom_msg({"ask": "plotly_js"}, [])  # another plot, another page: sent already
         second = Monitor(sampler=stub)
-        second_bytes = sum(sizes) - first_bytes
+        again = sum(sizes) - unasked - asked
     libraries = {id(v.fig.library) for m in (first, second) for v in m._views.values()}
     assert len(libraries) == 1 and len(first._views) == 3
-    assert second_bytes < 200_000 < 4_000_000 < first_bytes  # plotly.min.js is about 4.8 MB
+    # A notebook run with no browser (nbconvert) keeps the widgets' state: no plotly.js in it.
+    assert unasked < 200_000 and "plotly_js" in library.get_state() and len(library.plotly_js) > 4_000_000
+    assert again < 200_000 < 4_000_000 < asked  # plotly.min.js is about 4.8 MB
     first.close()
     second.close()
+
+
+def test_plotly_js_goes_with_the_widget_where_the_front_end_names_its_cells(monkeypatch):
+    # JupyterLab names the running cell: the plot draws at once, even while the next cell runs
+    # (an ask would wait for the kernel to be idle).
+    import jupyter_gpumem.monitor.figure as monitor_figure
+    import jupyter_gpumem.monitor.widget as widget
+
+    monkeypatch.setattr(monitor_figure, "_library", None)
+    monkeypatch.setattr(widget, "current_cell_id", lambda: "a-cell-id")
+    m = Monitor(sampler=StubSampler())  # its plots come later, on the sampler thread
+    assert len(monitor_figure.plotly_library().get_state()["plotly_js"]) > 4_000_000
+    m.close()
 
 
 def test_a_reloaded_page_asks_for_the_figure_only_between_ticks(stub):

@@ -132,6 +132,10 @@ test('on a machine without an NVIDIA GPU the live monitor explains why it is emp
   await expect(empty).toContainText('No NVIDIA GPU can be read', { timeout: 30000 });
   await expect(empty).toContainText('will start when JAX does');
   await expect(monitor.locator('.js-plotly-plot')).toHaveCount(0);
+  // With no plot drawn, the still under it (for pages without the widget) is hidden all the same.
+  const still = page.locator("img[src*='jupyter-gpumem-still']");
+  await expect(still).toHaveCount(1);
+  await expect(still).toBeHidden();
   await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-empty.png') });
 });
 
@@ -168,4 +172,30 @@ test('with JAX on the CPU the live monitor draws the bytes of its live arrays, c
   // Each cell run is marked with its label, the first one included.
   await expect(plot.locator('.textpoint')).toHaveText(['[2]', '[3]', '[4]']);
   await monitor.screenshot({ path: path.join(IMAGES_DIR, 'monitor-cpu.png') });
+});
+
+test('a stopped monitor leaves a still of its last window where it was', async ({ page, tmpPath }) => {
+  // JAX on the CPU: monitor, 64 MiB, 128 MiB more, then m.close().
+  const monitor = await runMonitorCell(page, tmpPath, 'monitor_still.ipynb');
+  const header = monitor.locator('.jupyter-gpumem-header');
+  await expect(monitor.locator('.js-plotly-plot')).toBeVisible({ timeout: 60000 }); // plotly.js, asked for
+  const output = page.locator('.jp-Cell').nth(1).locator('.jp-OutputArea');
+  // The still's output is on the page but hidden while the live view draws.
+  const still = output.locator("img[src*='jupyter-gpumem-still']");
+  await expect(still).toHaveCount(1);
+  await expect(still).toBeHidden();
+  await page.notebook.runCell(2, true);
+  await page.notebook.runCell(3, true);
+  await expect(header).toContainText('192.00 MiB in 2 live arrays', { timeout: 30000 });
+  await expect(still).toBeHidden();
+
+  await page.notebook.runCell(4, true); // m.close()
+  await expect(monitor).toHaveCount(0);
+  await expect(still).toBeVisible();
+  // Its words are the output's text/plain; its picture drew both arrays' cells.
+  const svg = decodeURIComponent((await still.getAttribute('src'))!.replace(/^data:image\/svg\+xml,/, ''));
+  expect(svg).toContain('CPU: JAX arrays');
+  expect(svg).toContain('[2]');
+  expect(svg).toContain('[3]');
+  await output.screenshot({ path: path.join(IMAGES_DIR, 'monitor-still.png') });
 });
