@@ -218,6 +218,14 @@ class Monitor:
         self._tab_settled = self._choosing_tab = False
         self.tabs.observe(self._on_tab_picked, names="selected_index")
         self.body = W.VBox([self.empty])
+        controls = self._build_controls()
+        hide_still = W.HTML(LIVE_VIEW_CSS, layout=W.Layout(display="none"))  # for as long as this view is shown
+        self.root = W.VBox([self.header, self.status_box, controls, self.body, hide_still])
+        self.root.add_class(MONITOR_CLASS)
+
+    def _build_controls(self) -> Any:
+        """The row of controls: pause, interval, window, the exports, clear and a message."""
+        W = self._W
         self.pause_button = W.ToggleButton(
             value=False, description="Pause", icon="pause", tooltip="Pause or resume updates"
         )
@@ -263,9 +271,7 @@ class Monitor:
             ],
             layout=W.Layout(flex_flow="row wrap", align_items="center"),
         )
-        hide_still = W.HTML(LIVE_VIEW_CSS, layout=W.Layout(display="none"))  # for as long as this view is shown
-        self.root = W.VBox([self.header, self.status_box, controls, self.body, hide_still])
-        self.root.add_class(MONITOR_CLASS)
+        return controls
 
     def _replace_previous_in_cell(self) -> None:
         cell = current_cell_id()
