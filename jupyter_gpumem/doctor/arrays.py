@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc as _gc
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -27,43 +27,87 @@ from jupyter_gpumem.doctor.names import (
 )
 from jupyter_gpumem.doctor.text import bytes_or_na, escape_html, pretty_as_text
 from jupyter_gpumem.settings import apply as allocator_shim
-from jupyter_gpumem.sources import jax_arrays
+from jupyter_gpumem.sources import array_survey, jax_arrays
+from jupyter_gpumem.sources.jax_arrays import Footprint
 
 
 @dataclass(slots=True)  # not frozen: %gpumem arrays builds tens of thousands, and frozen init is slow
 class ArrayRecord:
-    """One live JAX array.
+    """One live JAX array: its footprint, the names that hold it, and where it was made.
 
-    ``bytes_per_device`` maps a JAX device id to the device-memory bytes of its shards there;
-    ``host_bytes`` is what it holds in a host memory kind (``memory_kind`` says which), which
-    takes no device memory; ``names`` are the user-namespace expressions that reach it
-    (``params['w']``, ``Out[3]``, ``_``); ``cell`` is the execution count of the cell that made
-    it, where known; ``site`` is where it was allocated (``cell [3] line 2 in f``,
-    ``model.py:40 in init``: the first frame outside JAX and installed packages, from the
-    array's traceback); ``allocation`` is all its traceback says (``sites.Allocation``: the
-    cell is the one whose statement was running, the outermost frame in a cell). Sizes come
-    from the sharding: no buffer is read.
+    ``footprint`` is shared by the arrays made alike (``jax_arrays.Footprint``): its shape,
+    dtype, ``bytes_per_device`` (a JAX device id to the device-memory bytes of its shards there),
+    ``host_bytes`` (what it holds in a host memory kind, ``memory_kind`` says which, taking no
+    device memory) and ``layout``. ``names`` are the user-namespace expressions that reach it
+    (``params['w']``, ``Out[3]``, ``_``). ``allocation`` is all its traceback says
+    (``sites.Allocation``): ``site``, where it was allocated (``cell [3] line 2 in f``,
+    ``model.py:40 in init``: the first frame outside JAX and installed packages), and ``cell``,
+    the execution count of the cell whose statement was running (the outermost frame in a
+    cell), where known. Sizes come from the sharding: no buffer is read.
     """
 
-    shape: tuple
-    dtype: str
-    bytes_per_device: Mapping[int, int]
+    footprint: Footprint
     names: tuple[str, ...] = ()
-    cell: int | None = None
-    host_bytes: int = 0
-    memory_kind: str | None = None
-    site: str = sites.NO_TRACEBACK
-    allocation: sites.Allocation | None = None
-    layout: Layout | None = None
+    allocation: sites.Allocation = sites.NO_ALLOCATION
+
+    @classmethod
+    def of(
+        cls,
+        shape: tuple,
+        dtype: str,
+        bytes_per_device: Mapping[int, int],
+        *,
+        names: tuple[str, ...] = (),
+        cell: int | None = None,
+        site: str = sites.NO_TRACEBACK,
+        host_bytes: int = 0,
+        memory_kind: str | None = None,
+        layout: Layout | None = None,
+    ) -> ArrayRecord:
+        """A record made from its parts (the census makes its records from footprints)."""
+        fp = Footprint(dict(bytes_per_device), host_bytes, memory_kind, tuple(shape), dtype, layout or Layout())
+        return cls(fp, tuple(names), sites.Allocation(site, (site,), cell))
+
+    @property
+    def shape(self) -> tuple:
+        return self.footprint.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.footprint.dtype
+
+    @property
+    def bytes_per_device(self) -> Mapping[int, int]:
+        return self.footprint.device_bytes
+
+    @property
+    def host_bytes(self) -> int:
+        return self.footprint.host_bytes
+
+    @property
+    def memory_kind(self) -> str | None:
+        return self.footprint.memory_kind
+
+    @property
+    def layout(self) -> Layout:
+        return self.footprint.layout
+
+    @property
+    def cell(self) -> int | None:
+        return self.allocation.cell
+
+    @property
+    def site(self) -> str:
+        return self.allocation.site
 
     @property
     def device_bytes(self) -> int:
-        return sum(self.bytes_per_device.values())
+        return self.footprint.on_device
 
     @property
     def nbytes(self) -> int:
         """Every byte it holds: device memory and host memory."""
-        return self.device_bytes + self.host_bytes
+        return self.footprint.on_device + self.footprint.host_bytes
 
     @property
     def history_only(self) -> bool:
@@ -122,86 +166,29 @@ def census(shell: Any = None, seconds: float = WALK_SECONDS_COMMAND) -> ArrayCen
 
 def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
     walk = names_by_array(user_namespace(shell), seconds=seconds)
-    # Each array is asked once whether it failed, and sized once: at 50,000 arrays every
-    # question asked of all of them costs tens of milliseconds.
-    sized, failed = _sized_arrays()
+    found = array_survey.survey(jax_arrays.live_arrays_newest_first())
     views: set[int] = set()
-    for a, fp, _ in sized:
+    for a, fp, _ in found.made:
         if len(fp.device_bytes) > 1:
             views.update(jax_arrays.shard_view_ids(a))
-    views |= _cpu_alias_ids(sized, walk.names)
     names = walk.names
+    views |= array_survey.cpu_alias_ids(found.made, names)
     made_at = sites.allocation_labeller(sites.cell_numbers(shell if shell is not None else current_shell()))
-
-    def record(a: Any, fp: jax_arrays.Footprint) -> ArrayRecord:
-        made = made_at(getattr(a, "traceback", None))
-        return ArrayRecord(
-            fp.shape,
-            fp.dtype,
-            fp.device_bytes,
-            tuple(names.get(id(a), ())),
-            made.cell,
-            fp.host_bytes,
-            fp.memory_kind,
-            made.site,
-            made,
-            fp.layout,
-        )
-
-    ranked = [
-        (-(fp.on_device + fp.host_bytes), fp.shape, i, record(a, fp))
-        for i, (a, fp, _) in enumerate(sized)
+    no_names = ()
+    records = [
+        ArrayRecord(fp, tuple(names.get(id(a), no_names)), made_at(a.traceback))
+        for a, fp, _ in found.made
         if id(a) not in views
     ]
-    ranked.sort(key=lambda t: t[:3])
-    never_made = tuple(record(a, fp) for a, fp in failed)  # shape, dtype, sharding: no buffer read
-    return ArrayCensus(tuple(t[3] for t in ranked), walk, time.perf_counter() - t0, never_made)
+    records.sort(key=_rank)  # stable: arrays alike stay newest first
+    never_made = tuple(ArrayRecord(fp, tuple(names.get(id(a), ())), made_at(a.traceback)) for a, fp in found.failed)
+    return ArrayCensus(tuple(records), walk, time.perf_counter() - t0, never_made)
 
 
-def _sized_arrays() -> tuple[list, list]:
-    """``(made, failed)``: (array, footprint, ready) of each live, undeleted array whose
-    computation did not fail, newest first (``ready``: it is known to have succeeded; False
-    while it is pending), and (array, footprint) of each whose computation failed."""
-    made, failed = [], []
-    footprint = jax_arrays.footprint
-    for a in jax_arrays.live_arrays_newest_first():
-        if _deleted(a):
-            continue
-        try:
-            fp = footprint(a)
-        except (AttributeError, RuntimeError, TypeError, ValueError):  # deleted between listing and reading
-            continue
-        state = jax_arrays.failed(a, live=True)
-        if state:
-            failed.append((a, fp))
-        else:
-            made.append((a, fp, state is False))
-    return made, failed
-
-
-def _cpu_alias_ids(sized: list, named: Mapping[int, Any]) -> set[int]:
-    """ids of arrays that share a CPU buffer with another listed array
-    (``jax_arrays.cpu_buffer_key``), all but one per buffer: one the namespace names, else the
-    oldest (JAX lists newest first). ``sized``: (array, footprint, ready) as ``_sized_arrays``
-    gives them: a pending array's buffer is not asked for."""
-    by_buffer: dict[tuple[int, int], list] = {}
-    for a, fp, ready in sized:
-        key = jax_arrays.cpu_buffer_key(a, fp) if ready else None
-        if key is not None:
-            by_buffer.setdefault(key, []).append(a)
-    drop: set[int] = set()
-    for same in by_buffer.values():
-        if len(same) > 1:
-            keep = next((a for a in same if id(a) in named), same[-1])
-            drop.update(id(a) for a in same if a is not keep)
-    return drop
-
-
-def _deleted(array: Any) -> bool:
-    try:
-        return bool(array.is_deleted())
-    except Exception:
-        return True
+def _rank(record: ArrayRecord) -> tuple:
+    """Largest first, then by shape."""
+    fp = record.footprint
+    return (-(fp.on_device + fp.host_bytes), fp.shape)
 
 
 def live_arrays(shell: Any = None) -> list[ArrayRecord]:
@@ -255,19 +242,35 @@ def _main_site(records: list[ArrayRecord]) -> str:
     return top + (f" (+{len(by_site) - 1} more)" if len(by_site) > 1 else "")
 
 
-def growth_of(records: list[ArrayRecord] | tuple[ArrayRecord, ...]) -> list[sites.Growth]:
-    """The lines whose live arrays come from two or more runs of one cell statement, largest
-    first (``sites.growing``)."""
-    per: dict[int, list] = {}  # by allocation: records of one traceback share one object
+def alike(records: Iterable[ArrayRecord]) -> tuple[tuple[ArrayRecord, int], ...]:
+    """One record per footprint and allocation, with how many records share both: arrays made
+    alike (one line, one shape, one sharding) differ only in their names, so sums and checks
+    over them are made once per kind (at 50,000 arrays each pass over all of them costs tens of
+    milliseconds)."""
+    kinds: dict[tuple[int, int], list] = {}
     for r in records:
-        if r.allocation is None:
-            continue
+        key = (id(r.footprint), id(r.allocation))
+        kind = kinds.get(key)
+        if kind is None:
+            kinds[key] = [r, 1]
+        else:
+            kind[1] += 1
+    return tuple((r, n) for r, n in kinds.values())
+
+
+def growth_of(
+    records: Iterable[ArrayRecord], counted: tuple[tuple[ArrayRecord, int], ...] | None = None
+) -> list[sites.Growth]:
+    """The lines whose live arrays come from two or more runs of one cell statement, largest
+    first (``sites.growing``). ``counted``: ``alike(records)``, where the caller has it."""
+    per: dict[int, list] = {}  # by allocation: records of one traceback share one object
+    for r, n in alike(records) if counted is None else counted:
         made = per.get(id(r.allocation))
         if made is None:
-            per[id(r.allocation)] = [r.allocation, 1, r.device_bytes]
+            per[id(r.allocation)] = [r.allocation, n, n * r.device_bytes]
         else:
-            made[1] += 1
-            made[2] += r.device_bytes
+            made[1] += n
+            made[2] += n * r.device_bytes
     return sites.growing(tuple(made) for made in per.values())
 
 
@@ -286,21 +289,26 @@ class ArraysReport:
     seconds: float | None = None  # how long the listing took
     failed: tuple[ArrayRecord, ...] = ()  # arrays whose computation failed: left out, hold nothing
     growth: tuple[sites.Growth, ...] = ()  # lines that keep arrays run after run (growth_of)
-
-    @property
-    def total_bytes(self) -> int:
-        """Device-memory bytes of all live arrays."""
-        return sum(r.device_bytes for r in self.records)
-
-    @property
-    def host_bytes(self) -> int:
-        return sum(r.host_bytes for r in self.records)
+    counted: tuple[tuple[ArrayRecord, int], ...] | None = None  # alike(records), where known
 
     # The text and the HTML forms are both made for one display: each is worked out once (a
-    # pass over 50,000 records costs tens of milliseconds).
+    # pass over 50,000 records costs tens of milliseconds), over arrays alike (``alike``).
+    @cached_property
+    def _counted(self) -> tuple[tuple[ArrayRecord, int], ...]:
+        return alike(self.records) if self.counted is None else self.counted
+
+    @cached_property
+    def total_bytes(self) -> int:
+        """Device-memory bytes of all live arrays."""
+        return sum(r.device_bytes * n for r, n in self._counted)
+
+    @cached_property
+    def host_bytes(self) -> int:
+        return sum(r.host_bytes * n for r, n in self._counted)
+
     @cached_property
     def _on_mesh(self) -> bool:
-        return mesh_arrays.on_several_devices(self.records)
+        return mesh_arrays.on_several_devices(r for r, _ in self._counted)
 
     def rows(self) -> list[tuple]:
         return list(self._rows)
@@ -357,12 +365,12 @@ class ArraysReport:
         what = f"grouped by {self.by}" if self.by else "largest first"
         host = f" and {bytes_or_na(self.host_bytes)} in host memory" if self.host_bytes else ""
         took = f" Listed in {self.seconds * 1e3:.0f} ms." if self.seconds is not None else ""
-        where = mesh_arrays.memory_words(self.records)
+        where = mesh_arrays.memory_words(r for r, _ in self._counted)
         text = (
             f"{len(self.records)} live JAX arrays, {bytes_or_na(self.total_bytes)} {where}{host}; "
             f"{shown} shown, {what}.{took}"
         )
-        mesh = mesh_arrays.replicated_sentence(self.records)
+        mesh = mesh_arrays.replicated_sentence(self._counted)
         if self.by == "device":
             mesh += mesh_arrays.most_loaded_sentence(mesh_arrays.device_loads(self.records))
         notes = (" " + self.walk_note if self.walk_note else "") + self.growth_note() + self.failed_note()
@@ -448,6 +456,7 @@ def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
     if not allocator_shim.backend_started():
         return ArraysReport((), top, by, not_started_note())
     found = census(shell)
+    counted = alike(found.records)
     return ArraysReport(
         found.records,
         top,
@@ -455,5 +464,6 @@ def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
         walk_note=found.walk.note(),
         seconds=found.seconds,
         failed=found.failed,
-        growth=tuple(growth_of(found.records)),
+        growth=tuple(growth_of(found.records, counted)),
+        counted=counted,
     )

@@ -53,14 +53,15 @@ def layout_cell(record: Any) -> str:
     return f"{words}; sharded{' as ' + spec if spec else ''}: {bytes_or_na(saved)} less"
 
 
-def replicated_sentence(records: Iterable[Any]) -> str:
+def replicated_sentence(counted: Iterable[tuple[Any, int]]) -> str:
     """`` Copies of replicated arrays: 112.00 MiB of the 128.00 MiB; sharding them would free
-    112.00 MiB (--by device).``; "" without any array held more than once."""
+    112.00 MiB (--by device).``; "" without any array held more than once. ``counted``: each
+    record with the number of arrays it stands for (arrays alike, ``arrays.alike``)."""
     copies = saved = 0
-    for r in records:
+    for r, n in counted:
         if r.layout is not None and r.layout.copies > 1:
-            copies += r.device_bytes - r.device_bytes // r.layout.copies
-            saved += sum(saving_of(r).values())
+            copies += n * (r.device_bytes - r.device_bytes // r.layout.copies)
+            saved += n * sum(saving_of(r).values())
     if not copies:
         return ""
     can = (

@@ -188,7 +188,7 @@ def _held_bytes(found: Footprint) -> int:
 # What asking an array about itself raises: jaxlib's RuntimeError (JaxRuntimeError, the
 # computation's own error; a deleted array), ValueError (a sharded array has no one address),
 # AttributeError/TypeError (an object that only looks like an array).
-_ASK_ERRORS = (AttributeError, RuntimeError, TypeError, ValueError)
+ASK_ERRORS = (AttributeError, RuntimeError, TypeError, ValueError)
 
 
 def failed(array: Any, live: bool = False) -> bool | None:
@@ -203,11 +203,11 @@ def failed(array: Any, live: bool = False) -> bool | None:
     try:
         if (not live and array.is_deleted()) or not array.is_ready():
             return None
-    except _ASK_ERRORS:
+    except ASK_ERRORS:
         return None
     try:
         array.block_until_ready()
-    except _ASK_ERRORS:
+    except ASK_ERRORS:
         return True
     return False
 
@@ -215,7 +215,7 @@ def failed(array: Any, live: bool = False) -> bool | None:
 _POINTER_MAKES_NO_ARRAY: bool | None = None
 
 
-def _pointer_makes_no_array() -> bool:
+def pointer_makes_no_array() -> bool:
     """Whether ``unsafe_buffer_pointer()`` leaves ``jax.live_arrays()`` as it was. On jaxlib up to
     0.9.2 it goes through the array's per-device Arrays, made on first use, so the user's
     ``jax.live_arrays()`` lists one more array after it (seen on CPU JAX 0.7.2, 0.8.3 and 0.9.2:
@@ -241,14 +241,14 @@ def cpu_buffer_key(array: Any, found: Footprint | None = None) -> tuple[int, int
     ``unsafe_buffer_pointer()`` (JAX 0.10.2, jax/_src/array.py ``ArrayImpl._value`` ->
     ``_single_device_array_to_np_array_did_copy``, which keeps no copy on the CPU). Arrays with
     one key are one allocation. None on a JAX whose ``unsafe_buffer_pointer()`` would add an array
-    the user sees (``_pointer_makes_no_array``): such arrays are counted one by one there.
+    the user sees (``pointer_makes_no_array``): such arrays are counted one by one there.
 
     ``found``: the array's footprint, given by a caller that has already seen that the array
     is ready and did not fail; its one device and platform are then taken from it, and the
     array is not asked again (at 50,000 arrays each question costs tens of milliseconds)."""
     try:
         if found is not None:
-            if len(found.device_bytes) != 1 or found.platform != "cpu" or not _pointer_makes_no_array():
+            if len(found.device_bytes) != 1 or found.platform != "cpu" or not pointer_makes_no_array():
                 return None
             (device_id,) = found.device_bytes
         else:
@@ -256,11 +256,11 @@ def cpu_buffer_key(array: Any, found: Footprint | None = None) -> tuple[int, int
             if len(devices) != 1:
                 return None
             (device,) = devices
-            if device.platform != "cpu" or not _pointer_makes_no_array() or failed(array) is not False:
+            if device.platform != "cpu" or not pointer_makes_no_array() or failed(array) is not False:
                 return None
             device_id = device.id
         pointer = array.unsafe_buffer_pointer()
-    except _ASK_ERRORS:
+    except ASK_ERRORS:
         return None
     return (device_id, pointer) if pointer else None
 

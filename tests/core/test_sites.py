@@ -160,10 +160,10 @@ def test_a_group_from_several_lines_names_the_largest_and_counts_the_others():
     from jupyter_gpumem.doctor.arrays import ArrayRecord, _main_site
 
     records = [
-        ArrayRecord((4,), "float32", {0: 16}, site="a.py:1"),
-        ArrayRecord((4,), "float32", {0: 16}, site="b.py:2"),
-        ArrayRecord((8,), "float32", {0: 32}, site="b.py:2"),
-        ArrayRecord((1,), "float32", {0: 4}, site="c.py:3"),
+        ArrayRecord.of((4,), "float32", {0: 16}, site="a.py:1"),
+        ArrayRecord.of((4,), "float32", {0: 16}, site="b.py:2"),
+        ArrayRecord.of((8,), "float32", {0: 32}, site="b.py:2"),
+        ArrayRecord.of((1,), "float32", {0: 4}, site="c.py:3"),
     ]
     assert _main_site(records) == "b.py:2 (+2 more)"
 
