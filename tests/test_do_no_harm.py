@@ -36,12 +36,20 @@ SETUP = textwrap.dedent("""\
 
 
 def run_session(
-    tmp_path: Path, cells: list[str], ext: bool, env: dict | None = None, timeout: float = 120, settle: bool = False
+    tmp_path: Path,
+    cells: list[str],
+    ext: bool,
+    env: dict | None = None,
+    timeout: float = 120,
+    settle: bool = False,
+    plain_tracebacks: bool = False,
 ) -> list[dict]:
     """Each cell's record; fails the test with the process's output if it died or hung.
     ``settle``: each cell starts once the earlier ones' computations are done, for a cell that
     must raise a real out-of-memory error (kernel_session.settle); left off elsewhere, where
-    cells meet computations still pending on purpose."""
+    cells meet computations still pending on purpose. ``plain_tracebacks``: errors shown as
+    ``%xmode Plain`` shows them (kernel_session.PLAIN_TRACEBACKS); IPython's default mode
+    elsewhere."""
     path = tmp_path / ("cells-ext.json" if ext else "cells-plain.json")
     path.write_text(json.dumps(cells))
     # PYTHONPATH: this checkout's package, not whichever one the environment installed
@@ -52,7 +60,10 @@ def run_session(
         "PYTHONPATH": pythonpath(),
         **(env or {}),
     }
-    args = [sys.executable, str(SESSION), str(path)] + (["--ext"] if ext else []) + (["--settle"] if settle else [])
+    flags = [
+        flag for flag, on in (("--ext", ext), ("--settle", settle), ("--plain-tracebacks", plain_tracebacks)) if on
+    ]
+    args = [sys.executable, str(SESSION), str(path), *flags]
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=tmp_path)
     except subprocess.TimeoutExpired as err:
@@ -70,11 +81,11 @@ def run_session(
 
 
 def compare(
-    tmp_path: Path, cells: list[str], env: dict | None = None, timeout: float = 120
+    tmp_path: Path, cells: list[str], env: dict | None = None, timeout: float = 120, plain_tracebacks: bool = False
 ) -> tuple[list[dict], list[dict]]:
     """(plain, with extension): the same cells, the same outcome for each."""
-    plain = run_session(tmp_path, cells, ext=False, env=env, timeout=timeout)
-    loaded = run_session(tmp_path, cells, ext=True, env=env, timeout=timeout)
+    plain = run_session(tmp_path, cells, ext=False, env=env, timeout=timeout, plain_tracebacks=plain_tracebacks)
+    loaded = run_session(tmp_path, cells, ext=True, env=env, timeout=timeout, plain_tracebacks=plain_tracebacks)
     assert [(c["ok"], c["error"]) for c in loaded] == [(c["ok"], c["error"]) for c in plain], (plain, loaded)
     return plain, loaded
 
@@ -103,7 +114,9 @@ def test_an_array_whose_allocation_failed_does_not_abort_the_kernel(tmp_path, ca
         cells[1] = (
             "get_ipython().run_line_magic('gpumem', 'doctor off') if 'gpumem' in get_ipython().magics_manager.magics['line'] else None"
         )
-    plain, loaded = compare(tmp_path, cells)
+    # Each case twice, in both processes: the errors are shown as %xmode Plain shows them, the
+    # default display is kept for the tests below (kernel_session.PLAIN_TRACEBACKS).
+    plain, loaded = compare(tmp_path, cells, plain_tracebacks=True)
     assert loaded[-1]["ok"]
 
 

@@ -12,6 +12,8 @@ on, read in the sources:
 - ``run_ast_nodes`` compiles each top-level statement of a cell anew on every run
   (IPython/core/interactiveshell.py, 9.8.0 lines 3629-3639: ``Module([node], [])`` then
   ``compiler(mod, cell_name, mode)``), so two runs of one statement have two code objects;
+- an error is shown as ``%xmode Plain`` shows it (kernel_session.PLAIN_TRACEBACKS): these tests
+  read the report, not the traceback;
 - jaxlib records a Traceback on every array it makes, holding each frame's code object
   (jaxlib/traceback.cc at jax-v0.7.2 and jax-v0.11.0: ``Traceback::Get`` increfs
   ``f_code``/``f_executable``; ``raw_frames()`` gives them back; tracebacks are on by default,
@@ -40,7 +42,7 @@ AT_TOP = " in <listcomp>" if sys.version_info < (3, 12) else ""
 
 def session(tmp_path: Path, cells: list[str]) -> list[dict]:
     """Each cell's record (``ok``, ``out``) from a fresh IPython with the extension loaded."""
-    records = run_session(tmp_path, cells)
+    records = run_session(tmp_path, cells, plain_tracebacks=True)
     assert all(c["ok"] for c in records), records
     return records
 
@@ -171,7 +173,7 @@ def test_the_oom_reports_json_and_html_carry_the_growing_lines(tmp_path):
 
 def session_allowing_errors(tmp_path: Path, cells: list[str]) -> list[dict]:
     """Each cell's record; only the last cell may fail, and it must fail for want of memory."""
-    records = run_session(tmp_path, cells)
+    records = run_session(tmp_path, cells, plain_tracebacks=True)
     assert all(c["ok"] for c in records[:-1]), records
     assert records[-1]["error"] in ("XlaRuntimeError", "JaxRuntimeError"), records[-1]
     return records

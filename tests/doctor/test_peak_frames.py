@@ -214,6 +214,7 @@ def session(tmp_path_factory) -> list[dict]:
         tmp_path_factory.mktemp("frames"),
         cells,
         env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
+        plain_tracebacks=True,  # the report is read, not the traceback (kernel_session.PLAIN_TRACEBACKS)
     )
 
 

@@ -79,7 +79,8 @@ def cells(tmp_path_factory) -> list[dict]:
         )
     )
     proc = subprocess.run(
-        [sys.executable, str(SESSION), "cells.json", "--ext"],
+        # the reports are read, not the tracebacks (kernel_session.PLAIN_TRACEBACKS)
+        [sys.executable, str(SESSION), "cells.json", "--ext", "--plain-tracebacks"],
         capture_output=True,
         text=True,
         timeout=180,
