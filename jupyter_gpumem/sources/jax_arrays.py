@@ -277,7 +277,7 @@ def shard_view_ids(array: Any) -> tuple[int, ...]:
     return tuple(id(s.data) for s in shards if getattr(s, "data", None) is not None)
 
 
-_concrete_array_types: set[type] = set()  # types seen to be jax.Array and not a tracer
+concrete_array_types: set[type] = set()  # types seen to be jax.Array and not a tracer
 
 
 def is_jax_array(obj: Any) -> bool:
@@ -286,7 +286,7 @@ def is_jax_array(obj: Any) -> bool:
     Asks ``isinstance``, which a user's object can make raise (a ``__class__`` property): the
     caller that walks user objects guards that.
     """
-    if type(obj) in _concrete_array_types:
+    if type(obj) in concrete_array_types:
         return True
     jax = sys.modules.get("jax")
     if jax is None:
@@ -294,7 +294,7 @@ def is_jax_array(obj: Any) -> bool:
     array_type = getattr(jax, "Array", None)
     found = array_type is not None and isinstance(obj, array_type) and not _is_tracer(obj)
     if found and type(obj).__name__ == "ArrayImpl":
-        _concrete_array_types.add(type(obj))
+        concrete_array_types.add(type(obj))
     return found
 
 
