@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["configure", "status", "gpu_or_replay", "Monitor", "track", "defragment", "__version__"]
+__all__ = [
+    "configure",
+    "status",
+    "gpu_or_replay",
+    "peak",
+    "oom_report",
+    "Monitor",
+    "track",
+    "defragment",
+    "__version__",
+]
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -47,6 +57,30 @@ def gpu_or_replay() -> bool:
     from jupyter_gpumem.settings.status import gpu_or_replay as _gpu_or_replay
 
     return _gpu_or_replay()
+
+
+def peak(call: Any, *args: Any, **kwargs: Any):
+    """What ``%gpumem peak call(*args, **kwargs)`` shows, as a value: ``call`` compiled for these
+    arguments, never run; its peak (``.peak``), the values live there by source line
+    (``.lines_by_source``) and the fixes that lower it (``.fixes``, each checked by compiling)."""
+    from jupyter_gpumem.core.sites import cell_numbers
+    from jupyter_gpumem.doctor.names import current_shell
+    from jupyter_gpumem.doctor.peak_report import peak as _peak
+
+    # Lines of cells are named "cell [n] line L", as the magic names them.
+    return _peak(call, *args, _cells=cell_numbers(current_shell()), **kwargs)
+
+
+def oom_report(error: BaseException | None = None):
+    """The out-of-memory report for ``error``, by default the last error a cell raised
+    (``sys.last_value``), read now: what the doctor shows under a failing cell, as a value
+    (``.readings.program`` is the failing call's compiled budget). None when it is no OOM."""
+    import sys
+
+    from jupyter_gpumem.doctor.report import oom_report as _oom_report
+
+    error = error if error is not None else getattr(sys, "last_value", None)
+    return None if error is None else _oom_report(error)
 
 
 def __getattr__(name: str) -> Any:

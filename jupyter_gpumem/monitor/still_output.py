@@ -17,7 +17,7 @@ from typing import Any
 from jupyter_gpumem.monitor.still import STILL_CLASS, still_svg, still_text
 from jupyter_gpumem.sampling.cell_hooks import CellHooks
 
-__all__ = ["StillOutput", "LIVE_VIEW_CSS", "MONITOR_CLASS"]
+__all__ = ["StillOutput", "LIVE_VIEW_CSS", "MONITOR_CLASS", "ENDED_CLASS", "ended_bundle"]
 
 MONITOR_CLASS = "jupyter-gpumem-monitor"  # the live monitor's root
 # JupyterLab draws an SVG output as an <img> whose data URL holds the still's class: hidden in an
@@ -26,6 +26,22 @@ LIVE_VIEW_CSS = (
     f"<style>.jp-OutputArea:has(.{MONITOR_CLASS}) .jp-OutputArea-child:has(img[src*='{STILL_CLASS}'])"
     " { display: none; }</style>"
 )
+
+
+ENDED_CLASS = "jupyter-gpumem-ended"  # what the widget's own output becomes once the monitor stops
+
+
+def ended_bundle(title: str) -> dict[str, str]:
+    """What a stopped monitor's widget output says instead of naming its closed widget: a page
+    reloaded, or the notebook opened later, cannot draw a closed widget ("widget model not
+    found"), and the still below it holds the last window."""
+    import html
+
+    words = f"{title}: this monitor has stopped; its last window is drawn below."
+    return {
+        "text/plain": words,
+        "text/html": f"<div class='{ENDED_CLASS}' style='padding:4px 0;opacity:.8'>{html.escape(words)}</div>",
+    }
 
 
 def _shell() -> Any:

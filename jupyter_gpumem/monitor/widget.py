@@ -53,7 +53,7 @@ from jupyter_gpumem.monitor.series import (
     view_keys,
     view_labels,
 )
-from jupyter_gpumem.monitor.still_output import LIVE_VIEW_CSS, MONITOR_CLASS, StillOutput
+from jupyter_gpumem.monitor.still_output import LIVE_VIEW_CSS, MONITOR_CLASS, StillOutput, ended_bundle
 
 __all__ = ["Monitor", "magic_monitor", "MONITOR_ARGS"]
 
@@ -142,7 +142,7 @@ class Monitor:
         self._about_html = (
             "" if self.live else recording_block(timeline.trace_header or {}, self.replay_path, read_error)
         )
-        self._status_at, self._sub = 0.0, None
+        self._status_at, self._sub, self._view_shown = 0.0, None, False
         self.updates = 0  # draws done; wait_for_update() waits on it
         self._updated = threading.Condition()
 
@@ -301,8 +301,9 @@ class Monitor:
     def _load_history(self) -> None:
         """Draw what the timeline already holds, in one go."""
         with self._lock:
-            for view in self._views.values():
-                view.close()  # a new window draws new plots
+            # A new window draws new plots; the old ones close once no open widget names them
+            # (a page reloaded cannot draw a widget naming a closed one: "widget model not found").
+            replaced = list(self._views.values())
             self._views.clear()
             self._not_drawn = set()
             self._events = self._source_events()
@@ -315,6 +316,8 @@ class Monitor:
             for view in self._views.values():
                 view.redraw(*marks)
             self._refresh_layout()
+            for view in replaced:
+                view.close()
 
     # --- data in -------------------------------------------------------------------------
 
@@ -419,6 +422,8 @@ class Monitor:
     def _refresh_layout(self) -> None:
         views = [self._views[k] for k in in_view_order(self._views)]
         reason = nothing_to_show(self._latest) if not views else None
+        if len(views) < 2 and self.tabs.children:
+            self.tabs.children = ()  # not shown now: it names no plot that may close
         if not views:
             self.empty.value = self._empty_html(reason)
             self.body.children = (self.empty,)
@@ -525,7 +530,9 @@ class Monitor:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self._repr_mimebundle_(), raw=True)
+        # With a display id: once stopped, the output says so instead of naming closed widgets.
+        display(self._repr_mimebundle_(), raw=True, display_id=self._still.display_id + "-view")
+        self._view_shown = True
         self._still.show()  # the last window, where the widget does not draw
 
     # --- controls ------------------------------------------------------------------------
@@ -615,11 +622,27 @@ class Monitor:
         self._still.stop()
         with contextlib.suppress(Exception):  # the still keeps the last window; a kernel going away may refuse it
             self._still.update()
-        for view in list(self._views.values()):
+        if self._view_shown:
+            from IPython.display import update_display
+
             with contextlib.suppress(Exception):
-                view.close()
-        with contextlib.suppress(Exception):
-            self.root.close()
+                update_display(ended_bundle(self._title()), raw=True, display_id=self._still.display_id + "-view")
+        # Every widget it made, not the root alone: an open tab naming a closed plot cannot be drawn.
+        for widget in self._own_widgets():
+            with contextlib.suppress(Exception):
+                widget.close()
+
+    def _own_widgets(self) -> list[Any]:
+        """Every widget this monitor made: the root's tree, the views, and those not shown now."""
+        found: dict[int, Any] = {}
+        todo = [self.root, self.tabs, self.body, self.empty]
+        todo += [w for view in self._views.values() for w in (view.widget, view.fig)]
+        while todo:
+            widget = todo.pop()
+            if id(widget) not in found:
+                found[id(widget)] = widget
+                todo.extend(getattr(widget, "children", ()))
+        return list(found.values())
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

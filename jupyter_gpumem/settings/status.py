@@ -177,11 +177,13 @@ REPLAY_NOTE = (
 
 def gpu_or_replay_text(readings: NvmlReadings, cuda_plugin: bool) -> tuple[bool, str]:
     """Whether JAX can use a GPU (NVML reads one and a CUDA plugin is installed), and the words
-    saying which, or why not and that the lessons replay synthetic traces."""
+    saying which, or why not and that the lessons replay synthetic traces. The words name the
+    machine as the one the cell ran on: a notebook's saved output is read on other machines."""
     if not isinstance(readings, NotAvailable) and cuda_plugin:
-        return True, "Live: JAX can use " + ", ".join(getattr(g, "name", "a GPU") for g in readings)
+        names = ", ".join(getattr(g, "name", "a GPU") for g in readings)
+        return True, f"Live: JAX can use {names} on the machine this cell ran on."
     why = readings.reason if isinstance(readings, NotAvailable) else "JAX's CUDA plugin is not installed"
-    return False, f"No GPU for JAX here ({why}).\n{REPLAY_NOTE}"
+    return False, f"No GPU for JAX on the machine this cell ran on ({why}): JAX runs on its CPU.\n{REPLAY_NOTE}"
 
 
 def gpu_or_replay() -> bool:

@@ -298,7 +298,12 @@ def test_a_real_cpu_oom_of_a_known_call_points_its_report_to_gpumem_peak(tmp_pat
         "import jax, jax.numpy as jnp\n@jax.jit\ndef blow(x):\n"
         "    return jnp.zeros((2**46,), jnp.float32) + x.sum()\nx = jnp.ones(8)"
     )
-    (tmp_path / "cells.json").write_text(json.dumps([setup, "y = blow(x)"]))
+    public = (
+        "import jupyter_gpumem\nreport = jupyter_gpumem.oom_report()  # the last error's\n"
+        "print('PROGRAM', report.readings.program.call, report.readings.program.output_bytes)\n"
+        "print('NOT OOM', jupyter_gpumem.oom_report(ValueError('x')))"
+    )
+    (tmp_path / "cells.json").write_text(json.dumps([setup, "y = blow(x)", public]))
     proc = subprocess.run(
         [sys.executable, SESSION, "cells.json", "--ext"],
         capture_output=True,
@@ -321,3 +326,58 @@ def test_a_real_cpu_oom_of_a_known_call_points_its_report_to_gpumem_peak(tmp_pat
     at = next(i for i, x in enumerate(lines) if x.startswith("Live at the peak of blow ("))
     assert "`%gpumem peak blow(...)`" in lines[at + 1]
     assert at < lines.index("Allocator settings in effect:")
+    # The same report as a value, through the package's public face.
+    shown = json.loads(line[4:])[2]["out"].splitlines()
+    assert shown == [f"PROGRAM blow (cell [2] line 1) {2**48}", "NOT OOM None"], shown
+
+
+def _scan_twice_script() -> str:
+    """Notebook 07's programs (this module's ``layer``, ``scan_loss`` and
+    ``checkpointed_scan_loss``) as a script: with "fresh" it compiles only the checkpointed
+    gradient's peak; otherwise ``scan_loss``'s first, then with "cleared" empties JAX's caches."""
+    functions = "\n".join(inspect.getsource(f) for f in (layer, scan_loss, checkpointed_scan_loss))
+    return (
+        "import sys\nimport jax, jax.numpy as jnp\nimport jupyter_gpumem\n\n"
+        + functions
+        + "\nws, seq = jnp.ones((32, 256, 256)) * 0.01, jnp.ones((1024, 256))\n"
+        'if sys.argv[1] != "fresh":\n    jupyter_gpumem.peak(jax.jit(jax.grad(scan_loss)), ws, seq)\n'
+        'if sys.argv[1] == "cleared":\n    jax.clear_caches()\n'
+        "report = jupyter_gpumem.peak(jax.jit(jax.grad(checkpointed_scan_loss)), ws, seq)\n"
+        "for row in report.lines_by_source:\n"
+        '    print("ROW", row.where, row.size, ",".join(b.op_name for b in row.buffers))\n'
+    )
+
+
+@pytest.mark.parametrize("before", ["fresh", "after_loss", "cleared"])
+def test_the_checkpointed_scan_names_loss_s_line_only_for_a_slicing_traced_by_the_first_scan(tmp_path, before):
+    """Notebook 07's programs, each run in a fresh interpreter: the checkpointed gradient's peak
+    names a line of ``scan_loss``, which it does not run, only after ``scan_loss``'s gradient was
+    compiled first, and then only for the scan's per-step slicing (``jax.lax.dynamic_index_in_dim``,
+    a jitted function whose trace JAX caches with its first caller's source lines);
+    ``jax.clear_caches()`` takes the row away, as does a fresh interpreter."""
+    import subprocess
+    import sys
+
+    script = _scan_twice_script()
+    line_of = {text.strip(): n for n, text in enumerate(script.splitlines(), 1)}
+    (tmp_path / "scan_twice.py").write_text(script)
+    proc = subprocess.run(
+        [sys.executable, "scan_twice.py", before],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": pythonpath()},
+    )
+    rows = [line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("ROW ")]
+    assert rows, proc.stdout[-3000:] + proc.stderr[-3000:]
+    checkpointed = line_of["h, _ = jax.lax.scan(jax.checkpoint(layer), x, w)"]
+    assert rows[0].startswith(f"scan_twice.py:{checkpointed} in checkpointed_scan_loss ")
+    from_loss = [r for r in rows if " in scan_loss " in r]
+    if before != "after_loss":
+        assert from_loss == []
+        return
+    first_scan = line_of["h, _ = jax.lax.scan(layer, x, w)"]
+    assert len(from_loss) == 1 and from_loss[0].startswith(f"scan_twice.py:{first_scan} in scan_loss ")
+    ops = from_loss[0].rsplit(" ", 1)[1].split(",")
+    assert ops and all(op.endswith("/jit(dynamic_index_in_dim)/dynamic_slice") for op in ops), ops

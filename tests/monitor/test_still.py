@@ -149,12 +149,13 @@ def test_a_stopped_monitor_leaves_its_last_window_and_no_hook(shown):
     shell, got, stub, m = shown
     stub.push(bfc_sample(t=1000.0))
     m.close()
-    kind, bundle, _ = got[-1]
+    kind, bundle, _ = [g for g in got if g[2] == m._still.display_id][-1]
     assert kind == "update" and "1 reading drawn" in bundle["text/plain"]
     assert bundle["text/plain"].startswith("GPU memory (stopped, window 10 min)")
     assert shell.hooks["post_run_cell"] == []
+    count = len(got)
     shell.run_cell(6, lambda: None)
-    assert got[-1][1] is bundle  # nothing more after the monitor stopped
+    assert len(got) == count  # nothing more after the monitor stopped
 
 
 def test_a_still_that_cannot_be_drawn_does_not_fail_the_cell(shown, monkeypatch):
@@ -177,3 +178,18 @@ def test_a_line_is_drawn_only_where_it_has_readings_not_at_zero_before_them():
     lines = list(ET.fromstring(still_svg("x", [view], {"bytes_limit": "#123456"})).iter(f"{SVG}polyline"))
     (drawn,) = [p for p in lines if p.get("stroke") == "#123456"]
     assert len(drawn.get("points").split()) == 4
+
+
+def test_a_stopped_monitor_s_widget_output_says_it_stopped_instead_of_naming_closed_widgets(shown):
+    """A page reloaded (or the notebook opened later) cannot draw a closed widget: the console
+    says "widget model not found" and the output is an error. Once stopped, the widget's own
+    output says the monitor stopped, and the still under it keeps the last window."""
+    shell, got, stub, m = shown
+    widget = got[0]
+    stub.push(bfc_sample(t=1000.0))
+    m.close()
+    ended = [g for g in got if g[0] == "update" and g[2] == widget[2]]
+    assert widget[2] is not None and widget[2] != m._still.display_id
+    assert len(ended) == 1 and set(ended[0][1]) == {"text/plain", "text/html"}
+    assert ended[0][1]["text/plain"] == "GPU memory: this monitor has stopped; its last window is drawn below."
+    assert "jupyter-gpumem-ended" in ended[0][1]["text/html"]

@@ -797,6 +797,53 @@ def test_a_new_window_closes_the_plots_it_replaces(stub):
     m.close()
 
 
+def widget_ids() -> set[str]:
+    from ipywidgets.widgets.widget import _instances
+
+    return set(_instances)
+
+
+def open_widgets_naming_closed_ones(made_before: set[str]) -> list[tuple[str, str]]:
+    """``(widget, trait)`` for each open widget made since ``made_before`` whose synced state
+    names a widget that is closed: a page reloaded restores every open widget, and the browser
+    cannot find such a name ("widget model not found" in the console, a blank view there)."""
+    from ipywidgets import Widget
+    from ipywidgets.widgets.widget import _instances
+
+    found = []
+    for model_id, widget in list(_instances.items()):
+        if model_id in made_before:
+            continue
+        for name in widget.keys:
+            value = getattr(widget, name)
+            named = value if isinstance(value, (tuple, list)) else (value,)
+            found += [(type(widget).__name__, name) for w in named if isinstance(w, Widget) and w.comm is None]
+    return found
+
+
+def test_a_closed_monitor_leaves_no_open_widget_naming_its_closed_plots():
+    stub, before = StubSampler(), widget_ids()
+    m = Monitor(sampler=stub)
+    stub.push(three_gpus_sample())  # three GPU tabs and the CPU's
+    assert len(m.tabs.children) == 4
+    m.close()
+    assert open_widgets_naming_closed_ones(before) == []
+    assert m.tabs.comm is None and m.header.comm is None and m.pause_button.comm is None
+
+
+def test_a_cleared_monitor_s_tabs_name_no_plot_it_closed(stub):
+    before = widget_ids()
+    m = Monitor(sampler=stub)
+    stub.push(three_gpus_sample(t=1.0))
+    m.clear()  # the views close; nothing is drawn until the next reading
+    assert m._views == {} and open_widgets_naming_closed_ones(before) == []
+    m.set_window(5)
+    assert open_widgets_naming_closed_ones(before) == []
+    stub.push(three_gpus_sample(t=2.0))
+    assert len(m.tabs.children) == 4 and open_widgets_naming_closed_ones(before) == []
+    m.close()
+
+
 def test_plotly_js_goes_to_the_browser_once_per_kernel_not_per_plot_and_only_when_asked(monkeypatch):
     import jupyter_gpumem.monitor.figure as monitor_figure
     from jupyter_gpumem.sources.nvml import NvmlSource

@@ -180,7 +180,10 @@ def test_gpu_or_replay_is_live_where_nvml_reads_a_gpu_and_the_cuda_plugin_is_ins
     from jupyter_gpumem.settings.status import gpu_or_replay_text
 
     gpu = DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-synthetic", 80 << 30, 0, 80 << 30)
-    assert gpu_or_replay_text((gpu,), cuda_plugin=True) == (True, "Live: JAX can use NVIDIA H100 80GB HBM3")
+    assert gpu_or_replay_text((gpu,), cuda_plugin=True) == (
+        True,
+        "Live: JAX can use NVIDIA H100 80GB HBM3 on the machine this cell ran on.",
+    )
 
 
 def test_gpu_or_replay_without_a_gpu_says_why_and_that_lessons_replay_synthetic_traces():
@@ -188,8 +191,12 @@ def test_gpu_or_replay_without_a_gpu_says_why_and_that_lessons_replay_synthetic_
     from jupyter_gpumem.settings.status import gpu_or_replay_text
 
     live, text = gpu_or_replay_text(NotAvailable("no_driver", "no NVIDIA driver"), cuda_plugin=True)
-    assert not live and text.startswith("No GPU for JAX here (no NVIDIA driver).")
+    assert not live and text.startswith(
+        "No GPU for JAX on the machine this cell ran on (no NVIDIA driver): JAX runs on its CPU."
+    )
     assert "REPLAY" in text and "SYNTHETIC" in text
     gpu = DeviceReading(0, "NVIDIA H100 80GB HBM3", "GPU-synthetic", 80 << 30, 0, 80 << 30)
     live, text = gpu_or_replay_text((gpu,), cuda_plugin=False)
-    assert not live and text.startswith("No GPU for JAX here (JAX's CUDA plugin is not installed).")
+    assert not live and text.startswith(
+        "No GPU for JAX on the machine this cell ran on (JAX's CUDA plugin is not installed): JAX runs on its CPU."
+    )

@@ -1,11 +1,13 @@
 /**
  * The live monitor (%gpumem monitor) on the fake three-GPU world (synthetic readings): its
  * time axis reads clock times and starts at its first sample, it says it is synthetic, it
- * follows JupyterLab's theme, it draws a named marker added while it runs, and closing its
- * notebook after the kernel stopped is quiet.
+ * follows JupyterLab's theme, it draws a named marker added while it runs, a page reloaded
+ * draws every live monitor and says a stopped one ended, and closing its notebook after the
+ * kernel stopped is quiet.
  */
 import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import { Locator } from '@playwright/test';
 
 import { expectNoTestFolderShown, IMAGES_DIR, openNotebook, waitForKernelIdle } from './gpumem';
 import { runCell } from './panelSteps';
@@ -175,6 +177,58 @@ test('a page reloaded draws the monitor again with every reading so far, and it 
   await expect.poll(count, { timeout: 30000 }).toBeGreaterThanOrEqual(before);
   const after = await count();
   await expect.poll(count, { timeout: 30000 }).toBeGreaterThan(after);
+});
+
+/** For each plot of `monitor` that is in view (a hidden tab's is not), whether it drew readings. */
+function readingsInView(monitor: Locator): Promise<boolean[]> {
+  return monitor.evaluate(root =>
+    [...root.querySelectorAll('.js-plotly-plot')]
+      .filter((gd: any) => gd.offsetWidth > 0)
+      .map((gd: any) => gd.data?.length > 0 && gd.data[0].x.length > 0)
+  );
+}
+
+test('a page reloaded after several monitors ran draws each live one on every tab and says the stopped one ended', async ({
+  page,
+  tmpPath
+}, testInfo) => {
+  test.setTimeout(240000); // three monitors, then a reload that builds JupyterLab again
+  const console_: string[] = [];
+  page.on('console', msg => console_.push(`${msg.type()}: ${msg.text()}`));
+  await openNotebook(page, tmpPath, 'monitor_world_several.ipynb');
+  await page.notebook.runCell(1, true); // %load_ext
+  for (const cell of [2, 3, 4, 2, 5]) {
+    // a monitor, a second, a third; the first cell run again (its old monitor closes); the third stopped
+    await page.notebook.runCell(cell, true);
+  }
+  const cells = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell');
+  await expect(cells.nth(4).locator(MONITOR)).toHaveCount(0, { timeout: 30000 });
+  await expect(cells.nth(4).locator("img[src*='jupyter-gpumem-still']")).toBeVisible();
+  await page.notebook.save();
+  const fromReload = console_.length;
+  await page.evaluate(() => window.location.reload());
+  await page.waitForFunction(() => (window as any).jupyterapp?.shell, null, { timeout: 60000 });
+
+  for (const cell of [2, 3]) {
+    const monitor = cells.nth(cell).locator(MONITOR);
+    await expect(monitor).toHaveCount(1, { timeout: 60000 });
+    const tabs = monitor.locator('.jupyter-gpumem-tabs .lm-TabBar-tab');
+    await expect(tabs).toHaveCount(3, { timeout: 30000 });
+    for (let tab = 0; tab < 3; tab++) {
+      await tabs.nth(tab).click();
+      // The tab's plot is drawn: one plot in view, with readings.
+      await expect.poll(() => readingsInView(monitor), { timeout: 30000 }).toEqual([true]);
+    }
+  }
+  // The stopped monitor's output says it ended, and its still is shown; no widget is missing.
+  const stopped = cells.nth(4).locator('.jp-OutputArea');
+  await expect(stopped.locator('.jupyter-gpumem-ended')).toContainText('this monitor has stopped');
+  await expect(stopped.locator("img[src*='jupyter-gpumem-still']")).toBeVisible();
+  await expect(page.locator('.jp-Notebook')).not.toContainText('Error displaying widget');
+  await cells.nth(4).screenshot({ path: testInfo.outputPath('stopped-after-reload.png') });
+  await cells.nth(3).screenshot({ path: testInfo.outputPath('live-after-reload.png') });
+  const after = console_.slice(fromReload);
+  expect(after.filter(line => line.includes('widget model not found') || line.includes('Could not create a view'))).toEqual([]);
 });
 
 test('closing the notebook after its kernel shut down logs no widget errors', async ({ page, tmpPath }) => {
