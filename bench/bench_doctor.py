@@ -4,7 +4,7 @@ Interleaved rounds of the same cell without the extension, with its default hook
 ``%gpumem cells on``, as added milliseconds and as a ratio to plain IPython; the default hooks
 alone, timed by wrapping the callbacks the extension registered; ``%gpumem arrays``; and a
 cell that dispatches a chain of slow calls, which must end as fast as without the extension
-(async dispatch kept).
+(async dispatch kept); and ``%gpumem arrays --map`` beside ``%gpumem arrays``, with the map alone.
 """
 
 from __future__ import annotations
@@ -144,6 +144,7 @@ def run() -> list[dict]:
     shell.run_line_magic("load_ext", "jupyter_gpumem")
     arrays = [_cell_seconds(shell, "%gpumem arrays") for _ in range(5)]
     free = [_cell_seconds(shell, "%gpumem free --history") for _ in range(5)]
+    mapped = _map_rows(shell, statistics.median(arrays))
     med = {k: statistics.median(v) for k, v in times.items()}
     ms = lambda s: round(s * 1e3, 2)  # noqa: E731
     note = f"{ARRAYS} live arrays held in one list, JAX on CPU; median of {ROUNDS * CELLS_PER_ROUND} cells"
@@ -181,6 +182,7 @@ def run() -> list[dict]:
             "unit": "ms",
             "note": f"{ARRAYS} live arrays, named by the walk; median of 5; target < 300 ms",
         },
+        *mapped,
         {
             "name": "%gpumem free --history",
             "value": ms(statistics.median(free)),
@@ -193,6 +195,42 @@ def run() -> list[dict]:
             "unit": "x",
             "note": f"two slow calls dispatched, not waited on, a few live arrays: "
             f"{ms(med['chain default'])} ms against {ms(med['chain plain'])} ms; target within 1.1",
+        },
+    ]
+
+
+def _map_rows(shell, listed: float) -> list[dict]:
+    """``%gpumem arrays --map`` beside ``%gpumem arrays`` (``listed``), and the map alone from
+    the census's records: its sums (``map_nodes``), and its figure as JSON (what goes to the browser)."""
+    import json
+
+    from jupyter_gpumem.doctor import arrays_map
+    from jupyter_gpumem.doctor.arrays import census
+
+    whole = statistics.median(_cell_seconds(shell, "%gpumem arrays --map") for _ in range(5))
+    records = census(shell).records
+    sums, drawn = [], []
+    for _ in range(9):
+        t0 = time.perf_counter()
+        nodes = arrays_map.map_nodes(records)
+        t1 = time.perf_counter()
+        figure = json.dumps(arrays_map.arrays_map(nodes, "held"))
+        drawn.append(time.perf_counter() - t1)
+        sums.append(t1 - t0)
+    note = f"{len(records)} live arrays; median of 9"
+    return [
+        {
+            "name": "%gpumem arrays --map",
+            "value": round(whole * 1e3, 2),
+            "unit": "ms",
+            "note": f"{ARRAYS} live arrays; median of 5; beside {listed * 1e3:.2f} ms without the map",
+        },
+        {"name": "--map: the map's sums", "value": round(statistics.median(sums) * 1e3, 2), "unit": "ms", "note": note},
+        {
+            "name": "--map: the map's figure as JSON",
+            "value": round(statistics.median(drawn) * 1e3, 2),
+            "unit": "ms",
+            "note": f"{note}; {len(figure)} B, {len(nodes)} boxes",
         },
     ]
 

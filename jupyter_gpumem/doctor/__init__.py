@@ -9,8 +9,9 @@ One module per job; importing this package imports none of them, so the cell hoo
 - ``oom_rules``: ranked fixes from the numbers read at failure, one function per rule;
   ``oom_readings``: those numbers, and a fix, as data
 - ``report``: the OOM report itself, text and HTML; ``oom_peak``: its section of what was live at
-  the failing program's peak, by source line
-- ``names``, ``arrays``: ``%gpumem arrays``: live arrays, their names and cells;
+  the failing program's peak, by source line, and the failing program's picture
+- ``names``, ``arrays``: ``%gpumem arrays``: live arrays, their names and cells; ``arrays_map``:
+  ``--map``, their memory by cell, line and name as a picture;
   ``mesh_arrays``: their layouts on a mesh and ``--by device``; ``oom_mesh``: an OOM on one
   device of many
 - ``snapshot``: ``%gpumem snapshot PATH``, JAX's device memory profile for pprof

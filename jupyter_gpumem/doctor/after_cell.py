@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_gpumem.doctor import oom_text
+from jupyter_gpumem.doctor import oom_peak, oom_text
+from jupyter_gpumem.doctor.peak_figure import PLOTLY_MIME
 from jupyter_gpumem.doctor.report import oom_report
 from jupyter_gpumem.doctor.session import SESSION
 from jupyter_gpumem.doctor.text import bytes_or_na
@@ -32,6 +33,18 @@ def _on_error(error: BaseException | None, shell: Any) -> None:
         report = oom_report(found, shell, raised=error)
         if report is not None:
             _display(report)
+            if report.readings.program is not None:
+                _display_figure(oom_peak.failing_program_figure(error, shell))
+
+
+def _display_figure(figure: dict | None) -> None:
+    """The failing program's picture, under the report: the words come first, unkept by its compile."""
+    if figure is None:
+        return
+    from IPython.display import display
+
+    said = "the failing call's program: bytes live over its order by source line (drawn with plotly)"
+    display({PLOTLY_MIME: figure, "text/plain": said}, raw=True)
 
 
 # The per-cell line's CPU caveat is said once per kernel, not after every cell.

@@ -16,7 +16,7 @@ from typing import Any
 from jupyter_gpumem.core import sites
 from jupyter_gpumem.core.layout import Layout, layout_words, per_device_summary
 from jupyter_gpumem.core.magic_args import Grammar, Option
-from jupyter_gpumem.doctor import mesh_arrays
+from jupyter_gpumem.doctor import arrays_map, mesh_arrays
 from jupyter_gpumem.doctor.names import (
     WALK_SECONDS_COMMAND,
     NameWalk,
@@ -25,6 +25,7 @@ from jupyter_gpumem.doctor.names import (
     names_by_array,
     user_namespace,
 )
+from jupyter_gpumem.doctor.peak_figure import PLOTLY_MIME
 from jupyter_gpumem.doctor.text import bytes_or_na, escape_html, pretty_as_text
 from jupyter_gpumem.settings import apply as allocator_shim
 from jupyter_gpumem.sources import array_survey, jax_arrays
@@ -445,14 +446,51 @@ ARRAYS_ARGS = Grammar(
     options=(
         Option("--top", "N", read=_top, default=20, help="rows to show"),
         Option("--by", choices=BY_CHOICES, help="group the rows"),
+        Option("--map", help="draw live device memory by cell, line and name above the rows"),
     ),
 )
 
 
-def magic_arrays(argv: list[str], shell: Any) -> ArraysReport:
-    """``%gpumem arrays [--top N] [--by shape|dtype|cell|name|line|device]``."""
+@dataclass(frozen=True)
+class ArraysMapped:
+    """``%gpumem arrays --map``: the map of live device memory (``arrays_map``) above the report
+    in words; where no array holds device memory, the words alone."""
+
+    report: ArraysReport
+
+    def figure(self) -> dict | None:
+        """The map as plotly's JSON, or None where no array holds device memory."""
+        nodes = arrays_map.map_nodes(self.report.records)
+        if not nodes:
+            return None
+        root = nodes[0]
+        where = mesh_arrays.memory_words(r for r, _ in self.report._counted)
+        title = f"{bytes_or_na(root.nbytes)} {where} in {root.arrays:,} live arrays, by cell, line and name"
+        return arrays_map.arrays_map(nodes, title)
+
+    def __str__(self) -> str:
+        return str(self.report)
+
+    _repr_pretty_ = pretty_as_text
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        figure = self.figure()
+        if figure is not None:
+            said = "live device memory by cell, line and name (drawn with plotly); the report below says it in words"
+            display({PLOTLY_MIME: figure, "text/plain": said}, raw=True)
+        display({"text/plain": str(self.report), "text/html": self.report._repr_html_()}, raw=True)
+
+
+def magic_arrays(argv: list[str], shell: Any) -> ArraysReport | ArraysMapped:
+    """``%gpumem arrays [--top N] [--by shape|dtype|cell|name|line|device] [--map]``."""
     opts = ARRAYS_ARGS.parse(argv)
-    top, by = opts["top"], opts["by"]
+    report = _arrays_report(opts["top"], opts["by"], shell)
+    return ArraysMapped(report) if opts["map"] else report
+
+
+def _arrays_report(top: int, by: str | None, shell: Any) -> ArraysReport:
     if not allocator_shim.backend_started():
         return ArraysReport((), top, by, not_started_note())
     found = census(shell)

@@ -2,7 +2,8 @@
 source line, and what would lower it, read from XLA's "Peak buffers" in the error's text
 (``peak_buffers.parse_oom_text``), with the failing call's program (``program_budget``) for
 its name and, where the text names sources by stack frame id (JAX 0.8 and later), its tables.
-Nothing is compiled here.
+Nothing is compiled for the words; the picture under them (``failing_program_figure``) compiles
+the failing call again with XLA's dump, as ``%gpumem peak`` does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from jupyter_gpumem.doctor import peak_buffers, peak_fixes
 from jupyter_gpumem.doctor.oom_text import OomError
 from jupyter_gpumem.doctor.text import bytes_or_na
 
-__all__ = ["names_its_operations", "peak_section"]
+__all__ = ["names_its_operations", "peak_section", "failing_program_figure"]
 
 
 def peak_section(error: OomError, program: Any, shell: Any) -> tuple[str, tuple[str, ...]]:
@@ -75,3 +76,29 @@ def names_its_operations(peak: Any, program: Any) -> bool:
     module, and another program's would name other lines."""
     named = {(b.op_name, b.stack_frame_id) for b in peak.buffers if b.stack_frame_id is not None}
     return named <= getattr(program, "frame_ops", frozenset())
+
+
+def failing_program_figure(raised: BaseException, shell: Any) -> dict | None:
+    """``%gpumem peak``'s picture of the failing call's program (bytes live over its order by
+    source line, the peak marked: ``peak_figure``), compiled again from its arguments' shapes
+    with XLA's dump on, not run; None where no call is found in the traceback, it cannot be
+    compiled so, or the dump gives no live ranges. That compile is a new one (the dump's
+    options are part of JAX's key), so it takes as long as the call's first compile did."""
+    from jupyter_gpumem.doctor import peak_timeline
+    from jupyter_gpumem.doctor.peak_figure import peak_figure
+    from jupyter_gpumem.doctor.program_budget import call_as_shapes
+    from jupyter_gpumem.sources import jax_arrays
+
+    try:
+        cells, found = call_as_shapes(raised, shell)
+        if found is None:
+            return None
+        callee, args, kwargs, where, name = found
+        dump = jax_arrays.compile_with_dump(callee, args, kwargs)
+        timeline = peak_timeline.peak_timeline(dump.buffer_assignment, dump.hlo, cells)
+    except Exception:  # tracing the user's function again may raise anything; the report is shown already
+        return None
+    if timeline is None:
+        return None
+    each = f", per device (each of {dump.memory.devices} devices)" if dump.memory.devices > 1 else ""
+    return peak_figure(timeline, f"the failing call {name} ({where}): bytes live over its program's order{each}")

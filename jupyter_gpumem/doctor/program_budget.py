@@ -183,21 +183,29 @@ def donation_gain(inputs: tuple, outputs: tuple) -> int:
     return gain
 
 
+def call_as_shapes(error: BaseException, shell: Any = None) -> tuple[Mapping[str, int], tuple | None]:
+    """``(cells, found)``: the shell's cell files to their numbers, and the failing jitted call as
+    ``find_call`` gives it, its arguments and keywords as shapes (``abstract_arrays``), or None."""
+    from jupyter_gpumem.doctor.names import current_shell
+
+    cells = sites.cell_numbers(shell if shell is not None else current_shell())
+    found = find_call(error, cells)
+    if found is None:
+        return cells, None
+    callee, args, kwargs, where, name = found
+    return cells, (callee, jax_arrays.abstract_arrays(args), jax_arrays.abstract_arrays(kwargs), where, name)
+
+
 def program_budget(error: BaseException, shell: Any = None, read_frames: bool = False) -> ProgramBudget | None:
     """The failing jitted call's program budget, or None where no call is found or it cannot be
     compiled again. ``read_frames``: read its module's stack-frame tables too (the error's text
     names sources by frame id: JAX 0.8 and later), from the same compiled program."""
-    from jupyter_gpumem.doctor.names import current_shell
-
-    cells = sites.cell_numbers(shell if shell is not None else current_shell())
     try:
-        found = find_call(error, cells)
+        _, found = call_as_shapes(error, shell)
         if found is None:
             return None
         callee, args, kwargs, where, name = found
-        memory = jax_arrays.compile_memory(
-            callee, jax_arrays.abstract_arrays(args), jax_arrays.abstract_arrays(kwargs), with_hlo=read_frames
-        )
+        memory = jax_arrays.compile_memory(callee, args, kwargs, with_hlo=read_frames)
         frames = stack_frames(memory.hlo) if memory.hlo else {}
         frame_ops = ops_at_frames(memory.hlo) if memory.hlo else frozenset()
     except Exception:  # tracing the user's function again may raise anything; the report must still show

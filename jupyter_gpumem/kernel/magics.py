@@ -64,7 +64,7 @@ Watching and diagnosing:
   %gpumem record PATH.jsonl|stop [--interval S]
                                   record samples to a trace file (JSON Lines)
   %gpumem doctor [on|off]         explain out-of-memory errors when a cell fails (on by default)
-  %gpumem arrays [--top N] [--by shape|dtype|cell|name|line|device]
+  %gpumem arrays [--top N] [--by shape|dtype|cell|name|line|device] [--map]
   %gpumem free [--history] [--caches] [--gc]
   %gpumem cells [on|off]          memory per cell
   %gpumem estimate EXPR           memory a jitted call would need, before running it
