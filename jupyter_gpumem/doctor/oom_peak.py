@@ -78,12 +78,27 @@ def names_its_operations(peak: Any, program: Any) -> bool:
     return named <= getattr(program, "frame_ops", frozenset())
 
 
+# The picture's compile is a new one (the dump's options are part of JAX's cache key) and runs
+# without being asked, after the error: only for a program whose lowered module is this many
+# lines or fewer (a 100-layer MLP's jitted gradient: 1,110 lines, compiled with the dump in
+# 0.36 s on a 2-core CPU; 40 layers: 450 lines, 0.18 s); a larger one is drawn by
+# ``%gpumem peak CALL`` when asked.
+FIGURE_MAX_LINES = 2000
+
+
+def _lowered_lines(callee: Any, args: tuple, kwargs: dict) -> int:
+    """Lines of the call's lowered module (StableHLO text): traced again from shapes, which jit
+    has cached for the call that failed; nothing is compiled."""
+    return callee.lower(*args, **kwargs).as_text().count("\n")
+
+
 def failing_program_figure(raised: BaseException, shell: Any) -> dict | None:
     """``%gpumem peak``'s picture of the failing call's program (bytes live over its order by
     source line, the peak marked: ``peak_figure``), compiled again from its arguments' shapes
-    with XLA's dump on, not run; None where no call is found in the traceback, it cannot be
-    compiled so, or the dump gives no live ranges. That compile is a new one (the dump's
-    options are part of JAX's key), so it takes as long as the call's first compile did."""
+    with XLA's dump on, not run; None where no call is found in the traceback, its lowered
+    module is longer than ``FIGURE_MAX_LINES``, it cannot be compiled so, or the dump gives no
+    live ranges. That compile is a new one (the dump's options are part of JAX's key), so it
+    takes as long as the call's first compile did."""
     from jupyter_gpumem.doctor import peak_timeline
     from jupyter_gpumem.doctor.peak_figure import peak_figure
     from jupyter_gpumem.doctor.program_budget import call_as_shapes
@@ -94,6 +109,8 @@ def failing_program_figure(raised: BaseException, shell: Any) -> dict | None:
         if found is None:
             return None
         callee, args, kwargs, where, name = found
+        if _lowered_lines(callee, args, kwargs) > FIGURE_MAX_LINES:
+            return None
         dump = jax_arrays.compile_with_dump(callee, args, kwargs)
         timeline = peak_timeline.peak_timeline(dump.buffer_assignment, dump.hlo, cells)
     except Exception:  # tracing the user's function again may raise anything; the report is shown already

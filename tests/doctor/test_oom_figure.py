@@ -31,6 +31,13 @@ for name, code in [
     with capture_output() as shown:
         ip.run_cell(code, store_history=True)
     out[name] = [dict(o.data) for o in shown.outputs]
+import jax
+from jupyter_gpumem.doctor import oom_peak
+out["loss_lines"] = oom_peak._lowered_lines(ip.user_ns["step"], (ip.user_ns["params"], ip.user_ns["batch"]), {})
+oom_peak.FIGURE_MAX_LINES = out["loss_lines"] - 1  # one line more than allowed
+with capture_output() as shown:
+    ip.run_cell("out = step(params, batch).block_until_ready()", store_history=True)
+out["too_long"] = [dict(o.data) for o in shown.outputs]
 """
 
 
@@ -55,6 +62,14 @@ def test_the_drawn_peak_holds_the_value_that_could_not_fit_on_its_line(session):
     assert max(blow["y"]) == 2**18 and figure["layout"]["yaxis"]["title"]["text"] == "live (GiB)"  # 256 TiB
     (point,) = [d for d in figure["data"] if d["name"] == "peak"]
     assert point["hovertemplate"].startswith("<b>peak 256.00 TiB at step ")
+
+
+def test_a_program_longer_than_the_limit_is_not_compiled_again_for_a_picture(session):
+    """The picture's compile runs unasked after the error: a failing program whose lowered
+    module is longer than ``FIGURE_MAX_LINES`` gets the report alone."""
+    assert session["loss_lines"] > 10
+    (report,) = session["too_long"]
+    assert "JAX ran out of memory" in report["text/plain"] and PLOTLY_MIME not in report
 
 
 def test_without_a_failing_call_found_the_report_stands_alone(session):
