@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import os
+import re
 import tempfile
 
 import pytest
@@ -343,6 +344,7 @@ def _scan_twice_script() -> str:
         'if sys.argv[1] != "fresh":\n    jupyter_gpumem.peak(jax.jit(jax.grad(scan_loss)), ws, seq)\n'
         'if sys.argv[1] == "cleared":\n    jax.clear_caches()\n'
         "report = jupyter_gpumem.peak(jax.jit(jax.grad(checkpointed_scan_loss)), ws, seq)\n"
+        'print("JITTED", hasattr(jax.lax.dynamic_index_in_dim, "lower"))\n'
         "for row in report.lines_by_source:\n"
         '    print("ROW", row.where, row.size, ",".join(b.op_name for b in row.buffers))\n'
     )
@@ -354,7 +356,10 @@ def test_the_checkpointed_scan_names_loss_s_line_only_for_a_slicing_traced_by_th
     names a line of ``scan_loss``, which it does not run, only after ``scan_loss``'s gradient was
     compiled first, and then only for the scan's per-step slicing (``jax.lax.dynamic_index_in_dim``,
     a jitted function whose trace JAX caches with its first caller's source lines);
-    ``jax.clear_caches()`` takes the row away, as does a fresh interpreter."""
+    ``jax.clear_caches()`` takes the row away, as does a fresh interpreter. Where the installed
+    JAX's ``dynamic_index_in_dim`` is a plain function (0.4.38 to 0.9.2; jitted from 0.10), no
+    trace is shared and no line of ``scan_loss`` is named; releases before 0.8 name a line
+    without its function."""
     import subprocess
     import sys
 
@@ -372,12 +377,12 @@ def test_the_checkpointed_scan_names_loss_s_line_only_for_a_slicing_traced_by_th
     rows = [line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("ROW ")]
     assert rows, proc.stdout[-3000:] + proc.stderr[-3000:]
     checkpointed = line_of["h, _ = jax.lax.scan(jax.checkpoint(layer), x, w)"]
-    assert rows[0].startswith(f"scan_twice.py:{checkpointed} in checkpointed_scan_loss ")
-    from_loss = [r for r in rows if " in scan_loss " in r]
-    if before != "after_loss":
-        assert from_loss == []
-        return
+    assert re.match(rf"scan_twice\.py:{checkpointed}( in checkpointed_scan_loss)? ", rows[0]), rows[0]
     first_scan = line_of["h, _ = jax.lax.scan(layer, x, w)"]
-    assert len(from_loss) == 1 and from_loss[0].startswith(f"scan_twice.py:{first_scan} in scan_loss ")
+    from_loss = [r for r in rows if re.match(rf"scan_twice\.py:{first_scan}( in scan_loss)? ", r)]
+    if before != "after_loss" or "JITTED False" in proc.stdout:
+        assert from_loss == [], rows
+        return
+    assert len(from_loss) == 1 and from_loss[0].startswith(f"scan_twice.py:{first_scan} in scan_loss "), rows
     ops = from_loss[0].rsplit(" ", 1)[1].split(",")
     assert ops and all(op.endswith("/jit(dynamic_index_in_dim)/dynamic_slice") for op in ops), ops
