@@ -23,6 +23,7 @@ from jupyter_gpumem.doctor.names import (
     current_shell,
     is_history_name,
     names_by_array,
+    root_name,
     user_namespace,
 )
 from jupyter_gpumem.doctor.peak_figure import PLOTLY_MIME
@@ -212,13 +213,8 @@ def _group(records: list[ArrayRecord], by: str) -> list[tuple[str, int, int, int
             keys = [f"cell {r.cell}" if r.cell is not None else "no cell (made outside the cells)"]
         elif by == "line":
             keys = [newest.get(r.allocation.line, r.site) if r.allocation is not None else r.site]
-        else:  # name: the root name of each holder, or unnamed
-            roots = []
-            for n in r.names:
-                root = n.split("[", 1)[0].split(".", 1)[0]
-                if root not in roots:
-                    roots.append(root)
-            keys = roots[:1] or ["(no name: held elsewhere)"]
+        else:  # name: the root name of its first holder, or unnamed
+            keys = [root_name(r.names[0])] if r.names else [arrays_map.NO_NAME]
         for k in keys:
             groups.setdefault(k, []).append(r)
     out = [

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from jupyter_gpumem.core.units import format_bytes
+from jupyter_gpumem.doctor.names import root_name
 
 __all__ = ["MapNode", "map_nodes", "arrays_map", "CELLS", "LINES", "HOLDERS", "NO_NAME", "NO_CELL"]
 
@@ -71,7 +72,7 @@ def _tally(records: Iterable) -> dict:
         names = r.names
         if not size:
             continue
-        key = (id(r.allocation), names[0].partition("[")[0].partition(".")[0] if names else NO_NAME)
+        key = (id(r.allocation), root_name(names[0]) if names else NO_NAME)
         found = per.get(key)
         if found is not None:
             found[0] += size

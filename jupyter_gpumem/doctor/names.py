@@ -20,8 +20,14 @@ from jupyter_gpumem.sources import jax_arrays
 HISTORY_SINGLE = ("_", "__", "___")
 
 
+def root_name(name: str) -> str:
+    """The namespace name a holder expression starts from: ``params`` for ``params[0]['w']`` or
+    ``params.w``."""
+    return name.split("[", 1)[0].split(".", 1)[0]
+
+
 def is_history_name(name: str) -> bool:
-    root = name.split("[", 1)[0].split(".", 1)[0]
+    root = root_name(name)
     return root == "Out" or root in HISTORY_SINGLE or (root.startswith("_") and root[1:].isdigit())
 
 
