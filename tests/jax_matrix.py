@@ -52,6 +52,14 @@ MARKER = "jax_versions"
 # The floor first (pyproject's jax>=), then the last release of each minor for Python 3.11.
 JAX_VERSIONS = ("0.4.38", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")
 
+# ml_dtypes, which JAX imports on start, as the releases of the matrix knew it: 0.7.0 takes 1.3 to
+# 1.7 s to import where 0.5.4 and 0.6.0 take about 0.5 s (numpy 2.4.6, Python 3.11, a quiet 2-core
+# machine), and each session of the marked tests imports JAX afresh. With JAX 0.9.2 the marked
+# tests took 208 s of test time against 331 s with 0.7.0. Every release here accepts it (jax and
+# jaxlib 0.4.38 to 0.9.2 require ml_dtypes>=0.4.0 or >=0.5.0). The main run keeps the newest,
+# which is what a fresh install gets.
+ML_DTYPES = "ml_dtypes<0.7"
+
 # What the marked tests and tests/conftest.py import besides JAX; the package itself comes from
 # the repository.
 TEST_PACKAGES = (
@@ -65,15 +73,20 @@ TEST_PACKAGES = (
     "nvidia-ml-py>=12",
     "psutil>=5.9",
     "prometheus_client>=0.17",
+    ML_DTYPES,
 )
 
 
 # IPython releases whose cell counting differs from the development environment's
 # (tests/core/test_cell_numbers.py): name -> requirements.
 IPYTHON_ENVIRONMENTS = {
-    "ipython8": ("ipython>=8,<9", "jax==0.10.2", "jaxlib==0.10.2"),
-    "ipython9.7": ("ipython==9.7.0", "jax==0.10.2", "jaxlib==0.10.2"),
+    "ipython8": ("ipython>=8,<9", "jax==0.10.2", "jaxlib==0.10.2", ML_DTYPES),
+    "ipython9.7": ("ipython==9.7.0", "jax==0.10.2", "jaxlib==0.10.2", ML_DTYPES),
 }
+
+
+# Set for the tests run under a release of the matrix: that release.
+RELEASE_VARIABLE = "GPUMEM_JAX_MATRIX_RELEASE"
 
 
 def cache_root() -> Path:
@@ -183,6 +196,7 @@ def run_version(version: str, files: list[str], pytest_args: list[str]) -> Outco
         python = run_environment(cached, Path(tmp) / "venv")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
         env["PATH"] = f"{python.parent}:{env.get('PATH', '/usr/bin:/bin')}"
+        env[RELEASE_VARIABLE] = version
         t0 = time.perf_counter()
         proc = subprocess.run(
             [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", MARKER, "-rfE", *files, *pytest_args],

@@ -66,7 +66,12 @@ print("RESULT=" + json.dumps(R))
 
 
 def _interpreters() -> list:
+    """This interpreter, then each IPython environment of the matrix. Under a release of the
+    matrix, only this interpreter: the IPython environments hold their own JAX, whatever the
+    release, so the main run's result would be repeated."""
     here = pytest.param(sys.executable, id="installed-ipython")
+    if os.environ.get(jax_matrix.RELEASE_VARIABLE):
+        return [here]
     cached = []
     for name in jax_matrix.IPYTHON_ENVIRONMENTS:
         python = jax_matrix.ipython_environment(name)
@@ -149,3 +154,12 @@ def test_a_result_out_of_the_history_has_no_number_even_where_ipython_gives_it_o
 
 def test_a_shell_without_a_count_has_no_running_number():
     assert running_cell_number(object()) is None
+
+
+def test_under_a_release_of_the_matrix_only_this_interpreter_runs(monkeypatch):
+    """The IPython environments hold JAX 0.10.2 whatever the matrix's release: run under each
+    release they would repeat the main run's result six times."""
+    monkeypatch.delenv(jax_matrix.RELEASE_VARIABLE, raising=False)
+    assert [p.id for p in _interpreters()] == ["installed-ipython", *jax_matrix.IPYTHON_ENVIRONMENTS]
+    monkeypatch.setenv(jax_matrix.RELEASE_VARIABLE, "0.7.2")
+    assert [p.id for p in _interpreters()] == ["installed-ipython"]
