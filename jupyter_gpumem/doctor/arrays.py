@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc as _gc
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -148,6 +148,7 @@ class ArrayCensus:
     # Arrays whose computation failed (an OOM surfacing at block_until_ready()): never
     # allocated, so not in ``records``; sized from shape and dtype only.
     failed: tuple[ArrayRecord, ...] = ()
+    counted: tuple[tuple[ArrayRecord, int], ...] | None = None  # alike(records), where known
 
 
 def census(shell: Any = None, seconds: float = WALK_SECONDS_COMMAND) -> ArrayCensus:
@@ -176,20 +177,43 @@ def _census(shell: Any, seconds: float, t0: float) -> ArrayCensus:
     names = walk.names
     views |= array_survey.cpu_alias_ids(found.made, names)
     made_at = sites.allocation_labeller(sites.cell_numbers(shell if shell is not None else current_shell()))
-    no_names = ()
-    records = [
-        ArrayRecord(fp, tuple(names.get(id(a), no_names)), made_at(a.traceback))
-        for a, fp, _ in found.made
-        if id(a) not in views
-    ]
-    records.sort(key=_rank)  # stable: arrays alike stay newest first
+    records, counted = _ranked(found.made, views, names, made_at)
     never_made = tuple(ArrayRecord(fp, tuple(names.get(id(a), ())), made_at(a.traceback)) for a, fp in found.failed)
-    return ArrayCensus(tuple(records), walk, time.perf_counter() - t0, never_made)
+    return ArrayCensus(records, walk, time.perf_counter() - t0, never_made, counted)
 
 
-def _rank(record: ArrayRecord) -> tuple:
+def _ranked(
+    made: list, left_out: set[int], names: Mapping[int, list], made_at: Callable[[Any], sites.Allocation]
+) -> tuple[tuple[ArrayRecord, ...], tuple[tuple[ArrayRecord, int], ...]]:
+    """The records of ``made`` (newest first) but ``left_out``, largest first, arrays of one rank
+    kept newest first (what a stable sort by ``_rank_of`` gives), and ``alike`` of them, in one pass:
+    records are put in one bucket per rank, found once per footprint, and counted there per
+    footprint and allocation (at 50,000 arrays a sort by a key and a second pass cost tens of
+    milliseconds)."""
+    buckets: dict[tuple, tuple[list, dict]] = {}  # rank -> (records, kinds by footprint and allocation)
+    of_footprint: dict[int, tuple[list, dict]] = {}
+    no_names = ()
+    for a, fp, _ in made:
+        if id(a) in left_out:
+            continue
+        record = ArrayRecord(fp, tuple(names.get(id(a), no_names)), made_at(a.traceback))
+        bucket = of_footprint.get(id(fp))
+        if bucket is None:
+            bucket = of_footprint[id(fp)] = buckets.setdefault(_rank_of(fp), ([], {}))
+        bucket[0].append(record)
+        kind = bucket[1].get((id(fp), id(record.allocation)))
+        if kind is None:
+            bucket[1][(id(fp), id(record.allocation))] = [record, 1]
+        else:
+            kind[1] += 1
+    order = sorted(buckets)
+    records = tuple(r for rank in order for r in buckets[rank][0])
+    counted = tuple((r, n) for rank in order for r, n in buckets[rank][1].values())
+    return records, counted
+
+
+def _rank_of(fp: Footprint) -> tuple:
     """Largest first, then by shape."""
-    fp = record.footprint
     return (-(fp.on_device + fp.host_bytes), fp.shape)
 
 
@@ -490,7 +514,7 @@ def _arrays_report(top: int, by: str | None, shell: Any) -> ArraysReport:
     if not allocator_shim.backend_started():
         return ArraysReport((), top, by, not_started_note())
     found = census(shell)
-    counted = alike(found.records)
+    counted = alike(found.records) if found.counted is None else found.counted
     return ArraysReport(
         found.records,
         top,

@@ -80,6 +80,14 @@ out["usage"] = {
     "allocator": usage("allocator cuda-async"),
 }
 out["state_unchanged"] = before == (SESSION.doctor, SESSION.cells)
+
+cell("ties = [jnp.ones((3,), jnp.float32), jnp.ones((3,), jnp.int32), jnp.ones((5,)), jnp.ones((3,), jnp.float32)]")
+from jupyter_gpumem.doctor import arrays as listing
+found = listing.census(ip)
+out["ranked"] = [(r.device_bytes, r.shape, list(r.names)) for r in found.records]
+out["counted_as_alike"] = [(id(r), n) for r, n in found.counted] == [
+    (id(r), n) for r, n in listing.alike(found.records)
+]
 """
 
 
@@ -392,3 +400,14 @@ def test_free_with_no_failed_cell_speaks_of_no_error(failed_cells):
     assert re.search(r"^  - garbage: gc\.collect\(\) found \d+ objects$", failed_cells[1]["out"], re.M), failed_cells[
         1
     ]["out"]
+
+
+def test_arrays_are_largest_first_and_newest_first_among_equals(session):
+    """Two float32 and one int32 array of 12 bytes, made between others: one rank (bytes, then
+    shape), kept newest first, as JAX lists them; the counts per kind of array are those of the
+    listed order."""
+    ranked = session["ranked"]
+    assert [(b, s) for b, s, _ in ranked] == sorted(((b, s) for b, s, _ in ranked), key=lambda r: (-r[0], r[1]))
+    ties = [names for _, _, names in ranked if any(n.startswith("ties") for n in names)]
+    assert ties == [["ties[2]"], ["ties[3]"], ["ties[1]"], ["ties[0]"]]
+    assert session["counted_as_alike"]
