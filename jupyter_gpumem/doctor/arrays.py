@@ -148,7 +148,7 @@ class ArrayCensus:
     # Arrays whose computation failed (an OOM surfacing at block_until_ready()): never
     # allocated, so not in ``records``; sized from shape and dtype only.
     failed: tuple[ArrayRecord, ...] = ()
-    counted: tuple[tuple[ArrayRecord, int], ...] | None = None  # alike(records), where known
+    counted: tuple[tuple[ArrayRecord, int], ...] = ()  # alike(records), made with them
 
 
 def census(shell: Any = None, seconds: float = WALK_SECONDS_COMMAND) -> ArrayCensus:
@@ -514,7 +514,6 @@ def _arrays_report(top: int, by: str | None, shell: Any) -> ArraysReport:
     if not allocator_shim.backend_started():
         return ArraysReport((), top, by, not_started_note())
     found = census(shell)
-    counted = alike(found.records) if found.counted is None else found.counted
     return ArraysReport(
         found.records,
         top,
@@ -522,6 +521,6 @@ def _arrays_report(top: int, by: str | None, shell: Any) -> ArraysReport:
         walk_note=found.walk.note(),
         seconds=found.seconds,
         failed=found.failed,
-        growth=tuple(growth_of(found.records, counted)),
-        counted=counted,
+        growth=tuple(growth_of(found.records, found.counted)),
+        counted=found.counted,
     )
