@@ -352,6 +352,14 @@ async def the_servers_question_answered(jp_serverapp, kernel_id):
         await until(answered, "the server's pid question answered", every=0.2)
 
 
+LATE_STATUS = """A kernel publishes a request's statuses on iopub and its reply on shell or control:
+the reply can come first (ZeroMQ orders no two sockets), so an earlier request's last status
+(the server's own pid question, a kernel_info asked by ``server_sees_idle``) can be recorded after
+a test starts counting. Seen in a fresh-clone run beside a busy loop: ``['idle', 'idle', 'idle']``
+for the question's two. A request the server does not track is recorded as the kernel's state
+then, so every status counted must read that state; a tracked one would read ``busy``."""
+
+
 def status_states(caplog, kernel_id):
     """The execution state jupyter_server recorded after each status message of the kernel, in
     order: its debug line "activity on <kernel>: status (<state>)" (``record_activity`` in
@@ -383,9 +391,10 @@ async def test_a_busy_kernel_stays_busy_when_the_server_asks_its_pid(jp_fetch, j
             await until(lambda: km.execution_state == "busy", "the server's record of the running cell")
             seen = len(status_states(caplog, kernel_id))
             assert await usage_pid(km, timeout=WITHIN) is not None  # the kernel answered while busy
-        # the question's own busy and idle statuses, as the server recorded them
+        # the question's own busy and idle statuses, as the server recorded them; a late status of
+        # an earlier request may come first (LATE_STATUS), recorded as the kernel's state too
         states = await until(lambda: len(s := status_states(caplog, kernel_id)[seen:]) >= 2 and s, "both")
-        assert states == ["busy", "busy"] and km.execution_state == "busy"
+        assert set(states) == {"busy"} and km.execution_state == "busy", states
     finally:
         client.stop_channels()
 
@@ -404,7 +413,7 @@ async def test_an_idle_kernel_looks_no_more_active_when_the_server_asks_its_pid(
     states = await until(
         lambda: len(s := status_states(caplog, kernel_id)[seen:]) >= 2 and s, "the question's statuses"
     )
-    assert states == ["idle", "idle"]
+    assert set(states) == {"idle"}, states  # a late status of an earlier request may come first (LATE_STATUS)
     assert km.last_activity == activity and km.execution_state == "idle"
 
 
