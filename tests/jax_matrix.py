@@ -56,8 +56,8 @@ JAX_VERSIONS = ("0.4.38", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")
 # 1.7 s to import where 0.5.4 and 0.6.0 take about 0.5 s (numpy 2.4.6, Python 3.11, a quiet 2-core
 # machine), and each session of the marked tests imports JAX afresh. With JAX 0.9.2 the marked
 # tests took 208 s of test time against 331 s with 0.7.0. Every release here accepts it (jax and
-# jaxlib 0.4.38 to 0.9.2 require ml_dtypes>=0.4.0 or >=0.5.0). The main run keeps the newest,
-# which is what a fresh install gets.
+# jaxlib 0.4.38 to 0.9.2 require ml_dtypes>=0.4.0 or >=0.5.0), and so do the IPython environments
+# below. The main run keeps the newest, which is what a fresh install gets.
 ML_DTYPES = "ml_dtypes<0.7"
 
 # What the marked tests and tests/conftest.py import besides JAX; the package itself comes from
