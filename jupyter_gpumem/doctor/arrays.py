@@ -201,9 +201,10 @@ def _ranked(
         if bucket is None:
             bucket = of_footprint[id(fp)] = buckets.setdefault(_rank_of(fp), ([], {}))
         bucket[0].append(record)
-        kind = bucket[1].get((id(fp), id(record.allocation)))
+        key = (id(fp), id(record.allocation))
+        kind = bucket[1].get(key)
         if kind is None:
-            bucket[1][(id(fp), id(record.allocation))] = [record, 1]
+            bucket[1][key] = [record, 1]
         else:
             kind[1] += 1
     order = sorted(buckets)
