@@ -105,11 +105,24 @@ def test_status_includes_display_warnings_from_nvml_readings():
     assert any("drives a display" in w for w in status((_gpu(0, True),)).warnings)
 
 
-def test_status_reads_nvml_once_and_releases_it():
+NOT_STARTED = BackendInfo(started=False, jax_imported=False, jax_version=None)
+ON_THE_CPU = BackendInfo(started=True, jax_imported=True, jax_version="0.0-synthetic", platform="cpu")
+
+
+@pytest.mark.parametrize(("backend", "reads"), [(NOT_STARTED, 1), (ON_THE_CPU, 2)], ids=["not-started", "on-the-cpu"])
+def test_status_reads_nvml_once_and_releases_it(monkeypatch, backend, reads):
+    """Once, and a second time only for the driver's CUDA version when JAX runs on the CPU beside
+    GPUs; each read is released. The backend is given: a worker process of this run may have
+    started JAX on the CPU in an earlier test (it read 2 inits with the backend left to chance)."""
+    from jupyter_gpumem.sources import jax_backend
+
+    monkeypatch.setattr(jax_backend, "backend_info", lambda: backend)
+    monkeypatch.setattr(jax_backend, "cpu_chosen", lambda: False)
     with fake_nvml("display_gpu") as world:
         report = status()
     assert any("drives a display" in w for w in report.warnings)
-    assert world.calls["nvmlInit"] + world.calls["nvmlInitWithFlags"] == 1 == world.calls["nvmlShutdown"]
+    assert world.calls["nvmlInit"] + world.calls["nvmlInitWithFlags"] == reads == world.calls["nvmlShutdown"]
+    assert (report.cpu_fallback is not None) == backend.started
 
 
 def test_text_report_lists_each_setting_with_value_source_and_variable(monkeypatch):
