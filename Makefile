@@ -28,7 +28,8 @@ help:
 	@echo "             from the built wheel, the JAX version matrix, then pytest (the browser tests beside the rest)"
 	@echo "make test-fast  lint and pytest without the JupyterHub test: the inner loop (no browser, notebooks, matrix)"
 	@echo "make hub-proxy  configurable-http-proxy (npm, tests/server/hub_proxy) for the JupyterHub test"
-	@echo "make test-jax-matrix  the tests marked jax_versions under each JAX release of tests/jax_matrix.py"
+	@echo "make test-jax-matrix  the tests marked jax_versions under the JAX releases of tests/jax_matrix.py"
+	@echo "             (all under the oldest, each under two of the others; JAX_MATRIX_ARGS=--full: all under each)"
 	@echo "make notebooks  run the notebooks from the built wheel; their outputs go into notebooks/"
 	@echo "make xprof-anchor  XProf (xprof from PyPI) in its own environment, for bench/bench_xprof_anchor.py"
 	@echo "make gpu-proof-wheels  the Python 3.12 wheels the GPU machine lacks, into .whl/ (bench/README.md, On a GPU)"
@@ -140,8 +141,9 @@ test-python: setup prometheus hub-proxy
 test-fast: lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not hub" tests/
 
-# The tests marked jax_versions under every JAX release in tests/jax_matrix.py (JAX_VERSIONS), two
-# releases at a time, each in an environment cached under ~/.cache/jupyter-gpumem/jax-matrix/.
+# The tests marked jax_versions under the JAX releases in tests/jax_matrix.py (JAX_VERSIONS), two
+# releases at a time, each in an environment cached under ~/.cache/jupyter-gpumem/jax-matrix/: all
+# of them under the oldest, each under two of the others (docs/jax-versions.md; --full: all under each).
 # JAX_MATRIX_ARGS passes options on, e.g. JAX_MATRIX_ARGS="--versions 0.4.38,0.7.2".
 test-jax-matrix: setup
 	$(PY) tests/jax_matrix.py $(JAX_MATRIX_ARGS)

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 
+import jax_matrix
 import pytest
 
 from jupyter_gpumem.testing import NVIDIA_ML_PY_VERSIONS, SCENARIOS, fake_nvml, scenario
@@ -122,6 +123,19 @@ def jp_serverapp(jp_serverapp):
     extension._unload_jupyter_server_extension(jp_serverapp)
 
 
+def _leave_other_releases_shares(config, items):
+    """Under a release of the JAX matrix that shares the marked tests with others
+    (tests/jax_matrix.py, ``SHARE_VARIABLE``), the marked tests of the other releases' shares are
+    not collected."""
+    share = os.environ.get(jax_matrix.SHARE_VARIABLE)
+    if not share:
+        return
+    others = {i for i in items if jax_matrix.MARKER in i.keywords and not jax_matrix.in_share(i.nodeid, share)}
+    if others:
+        config.hook.pytest_deselected(items=list(others))
+        items[:] = [item for item in items if item not in others]
+
+
 def _cuda_visible() -> bool:
     if os.environ.get("JUPYTER_GPUMEM_FORCE_GPU_TESTS") == "1":
         return True
@@ -143,6 +157,7 @@ _STARTS_JAX_HERE = ("tests/doctor/test_peak_report.py",)
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.nodeid.split("::", 1)[0] in _STARTS_JAX_HERE)  # stable: others keep their order
+    _leave_other_releases_shares(config, items)
     # Worlds no machine can have are not collected at all (rather than skipped).
     params = [getattr(getattr(item, "callspec", None), "params", {}) for item in items]
     drop = [

@@ -19,6 +19,12 @@ For each release:
    that release's JAX, and two checkouts can share one cache;
 3. ``python -m pytest -m jax_versions`` over the test files that name the marker.
 
+The oldest release runs every marked test. The others share them: each marked test runs under
+``SHARED_BY`` (2) of them, the same ones in every run (picked by its id, ``shares_of``), so each
+of the five releases between the floor and the development environment's runs two fifths of
+them, and every marked test runs under three releases here and once more in the main run.
+``--full`` runs every marked test under every release.
+
 Releases run ``--jobs`` at a time (2 by default). Each release's result is one line; a failing
 release's output follows it. Exits 1 naming every release that failed.
 
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -87,6 +94,38 @@ IPYTHON_ENVIRONMENTS = {
 
 # Set for the tests run under a release of the matrix: that release.
 RELEASE_VARIABLE = "GPUMEM_JAX_MATRIX_RELEASE"
+
+# Under how many of the releases after the oldest each marked test runs. A JAX change shows in
+# every test that meets it; each release still runs its share, and the oldest one all of them.
+SHARED_BY = 2
+# Set for a release that runs a share of the marked tests: "I/N/K", release I of the N that share
+# them, each test under K (tests/conftest.py leaves out the others).
+SHARE_VARIABLE = "GPUMEM_JAX_MATRIX_SHARE"
+
+
+def shares_of(test_id: str, releases: int, shared_by: int) -> tuple[int, ...]:
+    """The ``shared_by`` of ``releases`` (their indices) that run the marked test ``test_id``:
+    one of the sets of that size, picked by a hash of the id that every process agrees on."""
+    sets = list(itertools.combinations(range(releases), min(shared_by, releases)))
+    digest = int.from_bytes(hashlib.sha256(test_id.encode()).digest()[:8], "big")
+    return sets[digest % len(sets)]
+
+
+def in_share(test_id: str, share: str) -> bool:
+    """Whether the release of ``share`` (a ``SHARE_VARIABLE`` value) runs ``test_id``."""
+    index, releases, shared_by = (int(p) for p in share.split("/"))
+    return index in shares_of(test_id, releases, shared_by)
+
+
+def plan(versions: list[str], shared_by: int = SHARED_BY, full: bool = False) -> dict[str, str | None]:
+    """Each release and its share (a ``SHARE_VARIABLE`` value), None for one that runs every
+    marked test: the oldest, and all of them with ``full`` or where no more than ``shared_by``
+    others would share."""
+    ordered = sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".")))
+    if full or len(ordered) - 1 <= shared_by:
+        return {v: None for v in ordered}
+    oldest, *rest = ordered
+    return {oldest: None, **{v: f"{i}/{len(rest)}/{shared_by}" for i, v in enumerate(rest)}}
 
 
 def cache_root() -> Path:
@@ -177,6 +216,7 @@ class Outcome:
     output: str
     build_seconds: float
     test_seconds: float
+    share: str | None = None
 
 
 def last_line(output: str) -> str:
@@ -184,7 +224,7 @@ def last_line(output: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def run_version(version: str, files: list[str], pytest_args: list[str]) -> Outcome:
+def run_version(version: str, files: list[str], pytest_args: list[str], share: str | None = None) -> Outcome:
     with tempfile.TemporaryDirectory(prefix=f"jax-matrix-{version}-") as tmp:
         log_path = Path(tmp) / "build.log"
         with open(log_path, "w") as log:
@@ -197,6 +237,9 @@ def run_version(version: str, files: list[str], pytest_args: list[str]) -> Outco
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
         env["PATH"] = f"{python.parent}:{env.get('PATH', '/usr/bin:/bin')}"
         env[RELEASE_VARIABLE] = version
+        env.pop(SHARE_VARIABLE, None)
+        if share:
+            env[SHARE_VARIABLE] = share
         t0 = time.perf_counter()
         proc = subprocess.run(
             [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", MARKER, "-rfE", *files, *pytest_args],
@@ -207,7 +250,7 @@ def run_version(version: str, files: list[str], pytest_args: list[str]) -> Outco
         )
         seconds = time.perf_counter() - t0
         output = proc.stdout + proc.stderr
-        return Outcome(version, proc.returncode == 0, last_line(proc.stdout), output, build, seconds)
+        return Outcome(version, proc.returncode == 0, last_line(proc.stdout), output, build, seconds, share)
 
 
 def installed_jax() -> str | None:
@@ -245,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=2, help="releases run at once (default 2)")
     parser.add_argument("--all", action="store_true", help="run the development environment's release too")
+    parser.add_argument("--full", action="store_true", help="every marked test under every release (no shares)")
     args, pytest_args = parser.parse_known_args(argv)
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
     here = installed_jax()
@@ -257,18 +301,27 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print(f"no test file names pytest.mark.{MARKER}", file=sys.stderr)
         return 1
+    shares = plan(versions, full=args.full)
+    shared = [v for v, share in shares.items() if share]
     print(
         f"JAX matrix: {len(versions)} releases x {len(files)} files, {args.jobs} at a time; "
         f"environments in {cache_root()}",
         flush=True,
     )
+    if shared:
+        print(
+            f"every marked test runs under jax {next(iter(shares))} and under {SHARED_BY} of the {len(shared)} "
+            f"after it ({', '.join(shared)}), picked by its id; --full runs them all under each",
+            flush=True,
+        )
     t0 = time.perf_counter()
     failed = []
 
     def report(outcome: Outcome) -> None:
         built = f", environment made in {outcome.build_seconds:.0f} s" if outcome.build_seconds else ""
+        part = " (its share)" if outcome.share else ""
         print(
-            f"jax {outcome.version}: {'ok' if outcome.ok else 'FAILED'}: {outcome.summary} "
+            f"jax {outcome.version}{part}: {'ok' if outcome.ok else 'FAILED'}: {outcome.summary} "
             f"({outcome.test_seconds:.0f} s{built})",
             flush=True,
         )
@@ -281,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(run_version, v, files, pytest_args) for v in versions]
+        futures = [pool.submit(run_version, v, files, pytest_args, share) for v, share in shares.items()]
         for future in futures:
             report(future.result())
     took = time.perf_counter() - t0
