@@ -154,9 +154,29 @@ def _cuda_visible() -> bool:
 # (tests/doctor/ sorts before tests/settings/, so file order alone would run them first.)
 _STARTS_JAX_HERE = ("tests/doctor/test_peak_report.py",)
 
+# The files that take longest, first: pytest-xdist hands whole files to its two workers in the
+# order collected (``--dist loadfile``), and a long file handed out last keeps one worker busy
+# after the other has ended (tests/test_do_no_harm.py is a fifth of the main run's test time and
+# sorted among the last). Seconds are of one quiet 2-core run (2026-12-07); the order is all that
+# matters, and a file missing here keeps its place after them.
+_LONGEST_FIRST = (
+    "tests/test_do_no_harm.py",  # 177 s
+    "tests/test_notebooks.py",  # 51 s
+    "tests/server/test_metrics_listener_limits.py",  # 44 s
+    "tests/server/test_hub_end_to_end.py",  # 42 s
+    "tests/server/test_server_culling.py",  # 33 s
+    "tests/doctor/test_cell_growth.py",  # 33 s
+)
+
+
+def _file_order(item) -> tuple[bool, int]:
+    path = item.nodeid.split("::", 1)[0]
+    first = _LONGEST_FIRST.index(path) if path in _LONGEST_FIRST else len(_LONGEST_FIRST)
+    return path in _STARTS_JAX_HERE, first
+
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] in _STARTS_JAX_HERE)  # stable: others keep their order
+    items.sort(key=_file_order)  # stable: the others keep their order
     _leave_other_releases_shares(config, items)
     # Worlds no machine can have are not collected at all (rather than skipped).
     params = [getattr(getattr(item, "callspec", None), "params", {}) for item in items]
