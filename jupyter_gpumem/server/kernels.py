@@ -22,6 +22,7 @@ from typing import Any
 
 import zmq
 from tornado.web import HTTPError
+from traitlets import TraitError
 
 from jupyter_gpumem.core.env_table import ALLOCATOR_VAR, PREALLOCATE_VAR
 from jupyter_gpumem.server.idle_proof import shell_answers
@@ -81,8 +82,13 @@ KERNEL_GONE = (KeyError, HTTPError)
 def last_activity(km: Any) -> datetime | None:
     """The kernel's ``last_activity``: set by jupyter_server's MappingKernelManager when it starts
     the kernel and on every iopub message (services/kernels/kernelmanager.py, 2.21.1); None
-    before that or from a kernel manager that does not keep it."""
-    value = getattr(km, "last_activity", None)
+    before that or from a kernel manager that does not keep it. Before it is set, reading
+    ServerKernelManager's trait raises TraitError (``Instance(datetime)``, no default): a kernel
+    listed while it starts made a whole kernels listing fail."""
+    try:
+        value = km.last_activity
+    except (AttributeError, TraitError):
+        return None
     return value if isinstance(value, datetime) else None
 
 

@@ -209,3 +209,33 @@ def test_a_kernel_still_starting_long_after_its_last_activity_is_asked_for_a_sta
         await asyncio.wait_for(status_of_a_kernel_info(), 120)
 
     with_kernel(scenario)
+
+
+def test_a_kernel_listed_before_its_start_set_last_activity_is_listed_without_it():
+    """jupyter_server's ServerKernelManager declares ``last_activity = Instance(datetime)`` with
+    no default (services/kernels/kernelmanager.py, 2.21.1), and a kernel is in the manager's list
+    before its start sets it: reading it there raised TraitError and the whole kernels listing
+    failed (a browser run's server log, 2026-12-07: "updating after a reading failed"). A real
+    ServerKernelManager, never started."""
+    from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
+
+    from jupyter_gpumem.server.kernels import KernelDirectory
+
+    km = ServerKernelManager()
+
+    class Manager:
+        def list_kernel_ids(self):
+            return ["k1"]
+
+        def get_kernel(self, kernel_id):
+            return km
+
+    async def listing():
+        directory = KernelDirectory(Manager(), None, pid_timeout=0.1)
+        try:
+            return await directory.kernels()
+        finally:
+            await directory.wait_for_pids()
+
+    (info,) = asyncio.run(listing())
+    assert info.kernel_id == "k1" and info.last_activity is None
